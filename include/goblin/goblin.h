@@ -1,0 +1,16 @@
+/* goblin/goblin.h - the whole public API of libgoblin. */
+#ifndef GOBLIN_GOBLIN_H
+#define GOBLIN_GOBLIN_H
+
+#include "api.h"
+#include "version.h"
+#include "error.h"
+#include "alloc.h"
+#include "dtype.h"
+#include "tensor.h"
+#include "ops.h"
+#include "formula.h"
+#include "graph.h"
+#include "exec.h"
+
+#endif

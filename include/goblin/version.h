@@ -1,0 +1,19 @@
+/* goblin/version.h - library and catalogue version numbers.
+ *
+ * meson reads GOBLIN_VERSION_* from this file for the project version and the
+ * shared-library soname, so these lines must stay in this simple form. */
+#ifndef GOBLIN_VERSION_H
+#define GOBLIN_VERSION_H
+
+#define GOBLIN_VERSION_MAJOR 0
+#define GOBLIN_VERSION_MINOR 1
+#define GOBLIN_VERSION_PATCH 0
+
+#define GOBLIN_VERSION_STRING "0.1.0"
+
+/* The operator catalogue version. It is part of the wire format: workers and
+ * nodes refuse to talk when it differs. Bump it whenever an op is appended or
+ * an op's semantics, attributes or numeric contract change. */
+#define GOBLIN_CATALOG_VERSION 1
+
+#endif

@@ -1,0 +1,30 @@
+/* libgoblin/alloc.h - internal allocation entry points (all go through the hook). */
+#ifndef GOBLIN__ALLOC_H
+#define GOBLIN__ALLOC_H
+
+#include <goblin/alloc.h>
+#include <stdint.h>
+
+/* 64-byte aligned; NULL on failure or size == 0 overflow. size 0 allocates 1 byte. */
+void *goblin__alloc(size_t size);
+/* Zeroed; NULL if n * size overflows. */
+void *goblin__calloc(size_t n, size_t size);
+/* NULL is a no-op. */
+void goblin__free(void *p);
+/* Copy of a NUL-terminated string, or NULL. */
+char *goblin__strdup(const char *s);
+/* Copy of @p n bytes, or NULL. */
+void *goblin__memdup(const void *p, size_t n);
+
+/* Overflow-checked arithmetic on sizes: return false on overflow. */
+static inline bool goblin__mul_size(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool goblin__mul_i64(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool goblin__add_i64(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+#endif

@@ -1,0 +1,28 @@
+/* libgoblin/backends/blis/blis_impl.h - internal interface of the CPU (BLIS) backend.
+ *
+ * The backend is a kernel table like the reference backend's; each blis_<group>.c
+ * fills the ops it accelerates. A kernel may return GOBLIN_ENOTSUP for a case it
+ * does not handle (a dtype, an attribute combination): the executor then runs the
+ * reference kernel for that node and counts a fallback.
+ *
+ * Kernels must be deterministic: the same bits for the same input whatever
+ * k->threads is (fixed partition of reductions, fixed combine order). */
+#ifndef GOBLIN__BLIS_IMPL_H
+#define GOBLIN__BLIS_IMPL_H
+
+#include "kernel_util.h"
+
+typedef struct goblin__blis_ctx {
+    int32_t threads;
+} goblin__blis_ctx;
+
+void goblin__blis_register_gemm(goblin__kernel_fn *t);        /* blis_gemm.c: matmul, conv2d */
+void goblin__blis_register_elementwise(goblin__kernel_fn *t); /* blis_elementwise.c */
+void goblin__blis_register_reduce(goblin__kernel_fn *t);      /* blis_reduce.c */
+void goblin__blis_register_formula(goblin__kernel_fn *t);     /* blis_formula.c */
+
+/* Run fn(arg, i) for i in [0, n) on up to @p threads threads (OpenMP when built
+ * with it, else serially). Work items must be independent. */
+void goblin__parallel_for(int32_t threads, int64_t n, void (*fn)(void *arg, int64_t i), void *arg);
+
+#endif

@@ -1,0 +1,374 @@
+/* libgoblin/exec.c - evaluating a graph: walk the nodes in order, give each to
+ * the chosen backend (or the reference backend when it lacks the op), free
+ * intermediates after their last use, and hand results to the caller. */
+#include <stdio.h>
+#include <string.h>
+#include "backend_impl.h"
+#include "kernel_util.h"
+
+struct goblin_exec {
+    const goblin_graph *g;
+    const goblin__backend_vtable *be;
+    void *be_ctx;
+    void *ref_ctx;
+    goblin_exec_params p;
+    int32_t *last_use;  /* per node: index of its last consumer, or n_nodes if a graph output */
+    goblin_exec_stats stats;
+    char err[512];
+};
+
+static const goblin__backend_vtable *backend_vt(goblin_backend_kind k) {
+    switch (k) {
+    case GOBLIN_BACKEND_REF: return &goblin__backend_ref;
+#ifdef GOBLIN_HAVE_BLIS
+    case GOBLIN_BACKEND_BLIS: return &goblin__backend_blis;
+#endif
+#ifdef GOBLIN_HAVE_CUDA
+    case GOBLIN_BACKEND_CUDA: return &goblin__backend_cuda;
+#endif
+    default: return NULL;
+    }
+}
+
+const char *goblin_backend_name(goblin_backend_kind kind) {
+    static const char *names[] = {"ref", "blis", "cuda"};
+    return (unsigned)kind < GOBLIN_BACKEND_COUNT ? names[kind] : NULL;
+}
+
+goblin_err goblin_backend_available(goblin_backend_kind kind) {
+    if ((unsigned)kind >= GOBLIN_BACKEND_COUNT) return GOBLIN_EINVAL;
+    const goblin__backend_vtable *vt = backend_vt(kind);
+    if (!vt) return GOBLIN_ENOTSUP;
+    return vt->available();
+}
+
+void goblin_exec_params_default(goblin_exec_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+#ifdef GOBLIN_HAVE_BLIS
+    p->backend = GOBLIN_BACKEND_BLIS;
+#else
+    p->backend = GOBLIN_BACKEND_REF;
+#endif
+}
+
+static goblin_err xfail(goblin_exec *ex, goblin_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static goblin_err xfail(goblin_exec *ex, goblin_err e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ex->err, sizeof ex->err, fmt, ap);
+    va_end(ap);
+    return e;
+}
+
+goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const goblin_exec_params *p) {
+    if (!out || !g) return GOBLIN_EINVAL;
+    goblin_exec_params params;
+    if (p) params = *p;
+    else goblin_exec_params_default(&params);
+    if ((unsigned)params.backend >= GOBLIN_BACKEND_COUNT || params.threads < 0) return GOBLIN_EINVAL;
+    const goblin__backend_vtable *vt = backend_vt(params.backend);
+    if (!vt) return GOBLIN_ENOTSUP;
+    if (vt->abi != GOBLIN__BACKEND_ABI) return GOBLIN_EVERSION;
+    goblin_err e = vt->available();
+    if (e) return e;
+    goblin_exec *ex = goblin__calloc(1, sizeof *ex);
+    if (!ex) return GOBLIN_ENOMEM;
+    ex->g = g;
+    ex->be = vt;
+    ex->p = params;
+    ex->last_use = goblin__calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(int32_t));
+    if (!ex->last_use) {
+        goblin__free(ex);
+        return GOBLIN_ENOMEM;
+    }
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        ex->last_use[i] = -1;
+        for (int32_t j = 0; j < g->nodes[i].n_inputs; j++) ex->last_use[g->nodes[i].inputs[j]] = i;
+    }
+    for (int32_t o = 0; o < g->n_outputs; o++) ex->last_use[g->output_ids[o]] = g->n_nodes;
+    char msg[256] = "";
+    e = vt->init(&ex->be_ctx, &params, msg, sizeof msg);
+    if (e) {
+        goblin__free(ex->last_use);
+        goblin__free(ex);
+        return e;
+    }
+    if (vt != &goblin__backend_ref) {
+        e = goblin__backend_ref.init(&ex->ref_ctx, &params, msg, sizeof msg);
+        if (e) {
+            vt->destroy(ex->be_ctx);
+            goblin__free(ex->last_use);
+            goblin__free(ex);
+            return e;
+        }
+    }
+    *out = ex;
+    return GOBLIN_OK;
+}
+
+void goblin_exec_free(goblin_exec *ex) {
+    if (!ex) return;
+    ex->be->destroy(ex->be_ctx);
+    if (ex->be != &goblin__backend_ref) goblin__backend_ref.destroy(ex->ref_ctx);
+    goblin__free(ex->last_use);
+    goblin__free(ex);
+}
+
+const char *goblin_exec_error(const goblin_exec *ex) { return ex ? ex->err : ""; }
+
+void goblin_exec_stats_get(const goblin_exec *ex, goblin_exec_stats *out) {
+    if (!out) return;
+    if (ex) *out = ex->stats;
+    else memset(out, 0, sizeof *out);
+}
+
+void goblin__tensor_copy(goblin_tensor *dst, const goblin_tensor *src) {
+    int64_t n = goblin__numel(src);
+    if (n == 0) return;
+    size_t es = goblin_dtype_size(src->dtype);
+    if (goblin_tensor_is_contiguous(src) && goblin_tensor_is_contiguous(dst)) {
+        memcpy(dst->data, src->data, (size_t)n * es);
+        return;
+    }
+    int64_t st[2][GOBLIN_MAX_RANK];
+    for (int32_t d = 0; d < src->rank; d++) {
+        st[0][d] = dst->strides[d];
+        st[1][d] = src->strides[d];
+    }
+    goblin__nditer it;
+    goblin__nditer_init(&it, src->rank, src->shape, 2, st);
+    char *o = dst->data;
+    const char *s = src->data;
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(o + it.off[0] * (int64_t)es, s + it.off[1] * (int64_t)es, es);
+        goblin__nditer_next(&it);
+    }
+}
+
+static bool same_shape(const goblin_tensor *t, const goblin__node *n) {
+    if (t->dtype != n->dtype || t->rank != n->rank) return false;
+    for (int32_t d = 0; d < n->rank; d++)
+        if (t->shape[d] != n->shape[d]) return false;
+    return true;
+}
+
+static void describe(goblin_tensor *t, const goblin__node *n, void *data) {
+    memset(t, 0, sizeof *t);
+    t->dtype = n->dtype;
+    t->rank = n->rank;
+    for (int32_t d = 0; d < n->rank; d++) t->shape[d] = n->shape[d];
+    goblin__contig_strides(n->rank, t->shape, t->strides);
+    t->data = data;
+}
+
+static size_t node_bytes(const goblin__node *n) {
+    int64_t numel = 1;
+    for (int32_t d = 0; d < n->rank; d++) numel *= n->shape[d];
+    return (size_t)numel * goblin_dtype_size(n->dtype);
+}
+
+goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t n_inputs,
+                           goblin_tensor *outputs, int32_t n_outputs) {
+    if (!ex) return GOBLIN_EINVAL;
+    const goblin_graph *g = ex->g;
+    ex->err[0] = 0;
+    if (n_inputs != g->n_inputs || (n_inputs > 0 && !inputs))
+        return xfail(ex, GOBLIN_EINVAL, "graph takes %d inputs, %d given", (int)g->n_inputs,
+                     (int)n_inputs);
+    if (n_outputs != g->n_outputs || (n_outputs > 0 && !outputs))
+        return xfail(ex, GOBLIN_EINVAL, "graph has %d outputs, %d descriptors given",
+                     (int)g->n_outputs, (int)n_outputs);
+    if (g->n_outputs == 0) return xfail(ex, GOBLIN_EINVAL, "graph has no outputs");
+    char sa[160], sb[160];
+    for (int32_t i = 0; i < n_inputs; i++) {
+        const goblin__node *n = &g->nodes[g->input_ids[i]];
+        if (!same_shape(&inputs[i], n))
+            return xfail(ex, GOBLIN_ESHAPE, "input %d: expected %s %s, got %s %s", (int)i,
+                         goblin_dtype_name(n->dtype), goblin__shape_str(n->rank, n->shape, sa, sizeof sa),
+                         goblin_dtype_name(inputs[i].dtype),
+                         goblin__shape_str(inputs[i].rank >= 0 && inputs[i].rank <= GOBLIN_MAX_RANK
+                                               ? inputs[i].rank : 0,
+                                           inputs[i].shape, sb, sizeof sb));
+        if (!inputs[i].data && node_bytes(n) > 0)
+            return xfail(ex, GOBLIN_EINVAL, "input %d: data is NULL", (int)i);
+    }
+    for (int32_t o = 0; o < n_outputs; o++) {
+        const goblin__node *n = &g->nodes[g->output_ids[o]];
+        if (outputs[o].data && !same_shape(&outputs[o], n))
+            return xfail(ex, GOBLIN_ESHAPE, "output %d: caller buffer is not %s %s", (int)o,
+                         goblin_dtype_name(n->dtype),
+                         goblin__shape_str(n->rank, n->shape, sa, sizeof sa));
+    }
+
+    goblin_err e = GOBLIN_OK;
+    int32_t nn = g->n_nodes;
+    goblin_tensor *vals = goblin__calloc((size_t)nn, sizeof *vals);
+    void **owned = goblin__calloc((size_t)nn, sizeof *owned);
+    /* caller output buffer a node writes straight into, if any (-1 = none) */
+    int32_t *direct = goblin__calloc((size_t)nn, sizeof *direct);
+    bool *gave = goblin__calloc((size_t)n_outputs, sizeof *gave); /* outputs we allocated */
+    goblin_tensor *tin = NULL;
+    void **tmp = NULL;
+    int32_t max_in = 1;
+    for (int32_t i = 0; i < nn; i++)
+        if (g->nodes[i].n_inputs > max_in) max_in = g->nodes[i].n_inputs;
+    tin = goblin__calloc((size_t)max_in, sizeof *tin);
+    tmp = goblin__calloc((size_t)max_in, sizeof *tmp);
+    if (!vals || !owned || !direct || !gave || !tin || !tmp) {
+        e = xfail(ex, GOBLIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int32_t i = 0; i < nn; i++) direct[i] = -1;
+    for (int32_t o = 0; o < n_outputs; o++) {
+        int32_t id = g->output_ids[o];
+        const goblin__node *n = &g->nodes[id];
+        if (!outputs[o].data || !goblin_tensor_is_contiguous(&outputs[o])) continue;
+        if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT) continue;
+        bool dup = false;
+        for (int32_t q = 0; q < n_outputs; q++) dup |= q != o && g->output_ids[q] == id;
+        if (!dup) direct[id] = o;
+    }
+
+    for (int32_t i = 0; i < nn; i++) {
+        const goblin__node *n = &g->nodes[i];
+        if (n->op == GOBLIN_OP_INPUT) {
+            int32_t k = 0;
+            while (g->input_ids[k] != i) k++;
+            vals[i] = inputs[k];
+            continue;
+        }
+        if (n->op == GOBLIN_OP_CONSTANT) {
+            describe(&vals[i], n, n->payload);
+            continue;
+        }
+        const goblin__op_def *d = goblin__op_def_get(n->op);
+        bool strided_ok = d && (d->flags & GOBLIN__OPF_STRIDED);
+        for (int32_t j = 0; j < n->n_inputs; j++) {
+            const goblin_tensor *src = &vals[n->inputs[j]];
+            tmp[j] = NULL;
+            tin[j] = *src;
+            if (!strided_ok && !goblin_tensor_is_contiguous(src)) {
+                size_t bytes = node_bytes(&g->nodes[n->inputs[j]]);
+                tmp[j] = goblin__alloc(bytes);
+                if (!tmp[j]) {
+                    for (int32_t q = 0; q < j; q++) goblin__free(tmp[q]);
+                    e = xfail(ex, GOBLIN_ENOMEM, "out of memory");
+                    goto done;
+                }
+                describe(&tin[j], &g->nodes[n->inputs[j]], tmp[j]);
+                goblin__tensor_copy(&tin[j], src);
+            }
+        }
+        void *buf;
+        if (direct[i] >= 0) {
+            buf = outputs[direct[i]].data;
+        } else {
+            buf = goblin__alloc(node_bytes(n));
+            if (!buf) {
+                for (int32_t q = 0; q < n->n_inputs; q++) goblin__free(tmp[q]);
+                e = xfail(ex, GOBLIN_ENOMEM, "out of memory");
+                goto done;
+            }
+            owned[i] = buf;
+        }
+        describe(&vals[i], n, buf);
+
+        char msg[256] = "";
+        goblin__kctx k = {1, NULL, msg, sizeof msg};
+        const goblin__node *in_nodes_stack[8];
+        const goblin__node **in_nodes = in_nodes_stack;
+        bool use_ref = true;
+        if (ex->be != &goblin__backend_ref) {
+            if (n->n_inputs > 8) in_nodes = goblin__calloc((size_t)n->n_inputs, sizeof *in_nodes);
+            if (!in_nodes) {
+                e = GOBLIN_ENOMEM;
+            } else {
+                for (int32_t j = 0; j < n->n_inputs; j++) in_nodes[j] = &g->nodes[n->inputs[j]];
+                if (ex->be->supports(ex->be_ctx, n, in_nodes)) {
+                    k.threads = ex->p.threads;
+                    k.backend = ex->be_ctx;
+                    e = ex->be->compute(&k, n, tin, n->n_inputs, &vals[i]);
+                    use_ref = e == GOBLIN_ENOTSUP;
+                }
+                if (in_nodes != in_nodes_stack) goblin__free(in_nodes);
+                if (use_ref) ex->stats.nodes_fallback++;
+            }
+        }
+        if (use_ref && e != GOBLIN_ENOMEM) {
+            msg[0] = 0;
+            k.threads = 1;
+            k.backend = ex->ref_ctx;
+            e = goblin__backend_ref.compute(&k, n, tin, n->n_inputs, &vals[i]);
+        }
+        for (int32_t j = 0; j < n->n_inputs; j++) goblin__free(tmp[j]);
+        if (e) {
+            xfail(ex, e, "node %d (%s): %s", (int)i, goblin_op_name(n->op),
+                  msg[0] ? msg : goblin_strerror(e));
+            goto done;
+        }
+        ex->stats.nodes_run++;
+        for (int32_t j = 0; j < n->n_inputs; j++) {
+            int32_t src = n->inputs[j];
+            if (ex->last_use[src] == i && owned[src]) {
+                goblin__free(owned[src]);
+                owned[src] = NULL;
+            }
+        }
+    }
+
+    for (int32_t o = 0; o < n_outputs; o++) {
+        int32_t id = g->output_ids[o];
+        if (direct[id] == o) continue;
+        const goblin__node *n = &g->nodes[id];
+        if (!outputs[o].data) {
+            void *buf = owned[id];
+            if (buf) {
+                owned[id] = NULL; /* handed over to the caller */
+            } else {
+                buf = goblin__alloc(node_bytes(n));
+                if (!buf) {
+                    e = xfail(ex, GOBLIN_ENOMEM, "out of memory");
+                    /* undo: the caller gets no library buffers on failure */
+                    for (int32_t q = 0; q < o; q++)
+                        if (gave[q]) {
+                            goblin__free(outputs[q].data);
+                            outputs[q].data = NULL;
+                        }
+                    goto done;
+                }
+            }
+            goblin_tensor t;
+            describe(&t, n, buf);
+            if (buf != vals[id].data) goblin__tensor_copy(&t, &vals[id]);
+            outputs[o] = t;
+            gave[o] = true;
+            vals[id] = t; /* a second output of the same node copies from here */
+        } else {
+            goblin__tensor_copy(&outputs[o], &vals[id]);
+        }
+    }
+done:
+    if (owned)
+        for (int32_t i = 0; i < nn; i++) goblin__free(owned[i]);
+    goblin__free(vals);
+    goblin__free(owned);
+    goblin__free(direct);
+    goblin__free(gave);
+    goblin__free(tin);
+    goblin__free(tmp);
+    return e;
+}
+
+goblin_err goblin_graph_eval(const goblin_graph *g, const goblin_exec_params *p,
+                             const goblin_tensor *inputs, int32_t n_inputs, goblin_tensor *outputs,
+                             int32_t n_outputs) {
+    goblin_exec *ex;
+    goblin_err e = goblin_exec_new(&ex, g, p);
+    if (e) return e;
+    e = goblin_exec_run(ex, inputs, n_inputs, outputs, n_outputs);
+    goblin_exec_free(ex);
+    return e;
+}
