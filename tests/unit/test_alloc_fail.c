@@ -1,0 +1,95 @@
+/* tests/unit/test_alloc_fail.c - fail the Nth allocation: every call returns
+ * GOBLIN_ENOMEM (or succeeds) and nothing leaks. (libgoblin/alloc.c and all) */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include "testutil.h"
+
+static long g_countdown = -1; /* allocations left before failing; -1 = never fail */
+static long g_live = 0;
+
+static void *counting_alloc(void *user, size_t size, size_t align) {
+    (void)user;
+    if (g_countdown == 0) return NULL;
+    if (g_countdown > 0) g_countdown--;
+    void *p = NULL;
+    if (posix_memalign(&p, align, size)) return NULL;
+    g_live++;
+    return p;
+}
+
+static void counting_free(void *user, void *p) {
+    (void)user;
+    g_live--;
+    free(p);
+}
+
+/* Build, serialize, decode and evaluate a graph; any step may fail with ENOMEM. */
+static goblin_err scenario(void) {
+    goblin_graph *g = NULL, *h = NULL;
+    goblin_exec *ex = NULL;
+    uint8_t *buf = NULL;
+    size_t len;
+    goblin_tensor out[2];
+    memset(out, 0, sizeof out);
+    goblin_err e = goblin_graph_new(&g);
+    if (e) return e;
+    int64_t sx[] = {64, 32}, sw[] = {32};
+    int32_t x, w, s, m, y;
+    float wv[32];
+    for (int i = 0; i < 32; i++) wv[i] = (float)i;
+    goblin_tensor wt = gt_tensor(GOBLIN_DTYPE_F32, 1, sw, wv);
+    if ((e = goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, sx, &x))) goto out;
+    if ((e = goblin_graph_constant(g, &wt, &w))) goto out;
+    int32_t xw[] = {x, w};
+    if ((e = goblin_graph_add(g, GOBLIN_OP_MUL, xw, 2, NULL, 0, &m))) goto out;
+    int32_t mx[] = {m, x};
+    if ((e = goblin_graph_add(g, GOBLIN_OP_ADD, mx, 2, NULL, 0, &s))) goto out;
+    int64_t ax[] = {1};
+    goblin_attr at = goblin_attr_ints(GOBLIN_ATTR_AXES, ax, 1);
+    if ((e = goblin_graph_add(g, GOBLIN_OP_SUM, &s, 1, &at, 1, &y))) goto out;
+    if ((e = goblin_graph_output(g, y))) goto out;
+    if ((e = goblin_graph_output(g, s))) goto out;
+    if ((e = goblin_graph_serialize(g, &buf, &len))) goto out;
+    if ((e = goblin_graph_deserialize(buf, len, NULL, &h, NULL, 0))) goto out;
+    static float xv[64 * 32];
+    for (int i = 0; i < 64 * 32; i++) xv[i] = (float)(i % 7);
+    goblin_tensor in = gt_tensor(GOBLIN_DTYPE_F32, 2, sx, xv);
+    goblin_exec_params p;
+    goblin_exec_params_default(&p);
+    p.backend = GOBLIN_BACKEND_REF;
+    if ((e = goblin_exec_new(&ex, h, &p))) goto out;
+    if ((e = goblin_exec_run(ex, &in, 1, out, 2))) goto out;
+    /* row 0: x = i % 7 for i < 32; y = sum(x * (w + 1)) */
+    double expect = 0;
+    for (int i = 0; i < 32; i++) expect += (double)(i % 7) * (i + 1);
+    cr_assert_float_eq(((float *)out[0].data)[0], expect, 1e-3);
+out:
+    goblin_buffer_free(out[0].data);
+    goblin_buffer_free(out[1].data);
+    goblin_exec_free(ex);
+    goblin_buffer_free(buf);
+    goblin_graph_free(h);
+    goblin_graph_free(g);
+    return e;
+}
+
+Test(alloc_fail, every_allocation_failure_is_clean) {
+    goblin_allocator a = {counting_alloc, counting_free, NULL};
+    goblin_set_allocator(&a);
+    int failures = 0;
+    long n;
+    for (n = 0; n < 100000; n++) {
+        g_countdown = n;
+        g_live = 0;
+        goblin_err e = scenario();
+        cr_assert_eq(g_live, 0, "allocation %ld failed: %ld blocks leaked", n, g_live);
+        if (e == GOBLIN_OK) break;
+        cr_assert_eq(e, GOBLIN_ENOMEM, "allocation %ld failed: got %s", n, goblin_err_name(e));
+        failures++;
+    }
+    cr_assert_gt(failures, 20, "the scenario allocates in many places");
+    cr_log_info("failed each of the first %d allocations: all returned GOBLIN_ENOMEM, no leaks",
+                failures);
+    g_countdown = -1;
+    goblin_set_allocator(NULL);
+}

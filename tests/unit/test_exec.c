@@ -1,0 +1,186 @@
+/* tests/unit/test_exec.c - the executor: inputs/outputs validation, zero-copy
+ * and strided buffers, reuse, backends and fallback counting. (libgoblin/exec.c) */
+#include <criterion/criterion.h>
+#include "testutil.h"
+
+static goblin_backend_kind backends[] = {GOBLIN_BACKEND_REF, GOBLIN_BACKEND_BLIS};
+
+/* y = (a + b) * a, with a [2,3] and b [3] broadcast. */
+static goblin_graph *small_graph(int32_t *y_out) {
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sa[] = {2, 3}, sb[] = {3};
+    int32_t a, b, s, y;
+    goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sa, &a);
+    goblin_graph_input(g, GOBLIN_DTYPE_F64, 1, sb, &b);
+    int32_t ab[] = {a, b};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, ab, 2, NULL, 0, &s), GOBLIN_OK, "%s",
+                 goblin_graph_error(g));
+    int32_t sa2[] = {s, a};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MUL, sa2, 2, NULL, 0, &y), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, y), GOBLIN_OK);
+    if (y_out) *y_out = y;
+    return g;
+}
+
+Test(exec, backends_report_availability) {
+    cr_assert_eq(goblin_backend_available(GOBLIN_BACKEND_REF), GOBLIN_OK);
+    goblin_err e = goblin_backend_available(GOBLIN_BACKEND_CUDA);
+    cr_assert(e == GOBLIN_OK || e == GOBLIN_ENOTSUP || e == GOBLIN_ENODEV);
+    cr_assert_eq(goblin_backend_available((goblin_backend_kind)42), GOBLIN_EINVAL);
+    cr_assert_str_eq(goblin_backend_name(GOBLIN_BACKEND_REF), "ref");
+    cr_assert_null(goblin_backend_name((goblin_backend_kind)42));
+}
+
+Test(exec, evaluates_with_broadcast_and_strided_input) {
+    for (size_t bi = 0; bi < sizeof backends / sizeof *backends; bi++) {
+        if (goblin_backend_available(backends[bi])) continue;
+        goblin_graph *g = small_graph(NULL);
+        /* a is given as the transpose of a 3x2 buffer: strides (1, 2) */
+        double abuf[6] = {1, 4, 2, 5, 3, 6}; /* a = [[1,2,3],[4,5,6]] */
+        double b[3] = {10, 20, 30};
+        int64_t sa[] = {2, 3}, sb[] = {3};
+        goblin_tensor in[2] = {gt_tensor(GOBLIN_DTYPE_F64, 2, sa, abuf),
+                               gt_tensor(GOBLIN_DTYPE_F64, 1, sb, b)};
+        in[0].strides[0] = 1;
+        in[0].strides[1] = 2;
+        goblin_exec_params p;
+        goblin_exec_params_default(&p);
+        p.backend = backends[bi];
+        p.threads = 2;
+        goblin_exec *ex;
+        cr_assert_eq(goblin_exec_new(&ex, g, &p), GOBLIN_OK);
+        goblin_tensor out = {0};
+        cr_assert_eq(goblin_exec_run(ex, in, 2, &out, 1), GOBLIN_OK, "%s", goblin_exec_error(ex));
+        double expect[6] = {11 * 1, 22 * 2, 33 * 3, 14 * 4, 25 * 5, 36 * 6};
+        cr_assert_eq(out.rank, 2);
+        cr_assert_eq(out.shape[1], 3);
+        for (int i = 0; i < 6; i++) cr_assert_eq(((double *)out.data)[i], expect[i]);
+        goblin_buffer_free(out.data);
+
+        /* reuse the executor, writing into a caller buffer that is strided */
+        double obuf[12];
+        for (int i = 0; i < 12; i++) obuf[i] = -1;
+        goblin_tensor o2 = gt_tensor(GOBLIN_DTYPE_F64, 2, sa, obuf);
+        o2.strides[0] = 6;
+        o2.strides[1] = 2;
+        b[0] = 0;
+        cr_assert_eq(goblin_exec_run(ex, in, 2, &o2, 1), GOBLIN_OK, "%s", goblin_exec_error(ex));
+        cr_assert_eq(obuf[0], 1 * 1);
+        cr_assert_eq(obuf[1], -1, "gaps of a strided output stay untouched");
+        cr_assert_eq(obuf[2], 22 * 2);
+        cr_assert_eq(obuf[10], 36 * 6);
+        /* a contiguous caller buffer is written in place */
+        double cbuf[6];
+        goblin_tensor o3 = gt_tensor(GOBLIN_DTYPE_F64, 2, sa, cbuf);
+        cr_assert_eq(goblin_exec_run(ex, in, 2, &o3, 1), GOBLIN_OK);
+        cr_assert_eq(o3.data, (void *)cbuf);
+        cr_assert_eq(cbuf[3], 4 * 4, "b[0] is now 0");
+        goblin_exec_stats st;
+        goblin_exec_stats_get(ex, &st);
+        cr_assert_eq(st.nodes_run, 6);
+        goblin_exec_free(ex);
+        goblin_graph_free(g);
+    }
+}
+
+Test(exec, rejects_bad_inputs_with_messages) {
+    goblin_graph *g = small_graph(NULL);
+    goblin_exec *ex;
+    cr_assert_eq(goblin_exec_new(&ex, g, NULL), GOBLIN_OK);
+    double a[6] = {0}, b[4] = {0};
+    int64_t sa[] = {2, 3}, sb[] = {4};
+    goblin_tensor in[2] = {gt_tensor(GOBLIN_DTYPE_F64, 2, sa, a), gt_tensor(GOBLIN_DTYPE_F64, 1, sb, b)};
+    goblin_tensor out = {0};
+    cr_assert_eq(goblin_exec_run(ex, in, 2, &out, 1), GOBLIN_ESHAPE);
+    cr_assert(strstr(goblin_exec_error(ex), "input 1: expected f64 [3], got f64 [4]"), "%s",
+              goblin_exec_error(ex));
+    cr_assert_eq(goblin_exec_run(ex, in, 1, &out, 1), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_exec_run(ex, in, 2, &out, 2), GOBLIN_EINVAL);
+    in[1].shape[0] = 3;
+    in[1].dtype = GOBLIN_DTYPE_F32;
+    cr_assert_eq(goblin_exec_run(ex, in, 2, &out, 1), GOBLIN_ESHAPE);
+    in[1].dtype = GOBLIN_DTYPE_F64;
+    in[1].data = NULL;
+    cr_assert_eq(goblin_exec_run(ex, in, 2, &out, 1), GOBLIN_EINVAL);
+    in[1].data = b;
+    float wrong[6];
+    goblin_tensor bad_out = gt_tensor(GOBLIN_DTYPE_F32, 2, sa, wrong);
+    cr_assert_eq(goblin_exec_run(ex, in, 2, &bad_out, 1), GOBLIN_ESHAPE);
+    cr_assert_null(out.data, "no buffer handed out on failure");
+    goblin_exec_free(ex);
+    goblin_exec_free(NULL);
+    goblin_exec_params p;
+    goblin_exec_params_default(&p);
+    p.backend = (goblin_backend_kind)9;
+    cr_assert_eq(goblin_exec_new(&ex, g, &p), GOBLIN_EINVAL);
+    p.backend = GOBLIN_BACKEND_CUDA;
+    goblin_err e = goblin_exec_new(&ex, g, &p);
+    if (e == GOBLIN_OK) goblin_exec_free(ex);
+    else cr_assert(e == GOBLIN_ENOTSUP || e == GOBLIN_ENODEV, "%s", goblin_err_name(e));
+    goblin_graph_free(g);
+}
+
+Test(exec, outputs_of_inputs_constants_and_duplicates) {
+    goblin_graph *g;
+    goblin_graph_new(&g);
+    int64_t s[] = {3};
+    int32_t a, c, n;
+    goblin_graph_input(g, GOBLIN_DTYPE_I32, 1, s, &a);
+    int32_t cv[3] = {7, 8, 9};
+    goblin_tensor ct = gt_tensor(GOBLIN_DTYPE_I32, 1, s, cv);
+    goblin_graph_constant(g, &ct, &c);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_NEG, &a, 1, NULL, 0, &n), GOBLIN_OK, "%s",
+                 goblin_graph_error(g));
+    goblin_graph_output(g, a);
+    goblin_graph_output(g, c);
+    goblin_graph_output(g, n);
+    goblin_graph_output(g, n);
+    int32_t av[3] = {1, -2, 3};
+    goblin_tensor in = gt_tensor(GOBLIN_DTYPE_I32, 1, s, av);
+    goblin_tensor out[4];
+    memset(out, 0, sizeof out);
+    goblin_exec_params p;
+    goblin_exec_params_default(&p);
+    cr_assert_eq(goblin_graph_eval(g, &p, &in, 1, out, 4), GOBLIN_OK);
+    int32_t *o0 = out[0].data, *o1 = out[1].data, *o2 = out[2].data, *o3 = out[3].data;
+    cr_assert_neq(out[0].data, (void *)av, "an input returned as output is copied");
+    cr_assert_neq(out[2].data, out[3].data, "each output gets its own buffer");
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(o0[i], av[i]);
+        cr_assert_eq(o1[i], cv[i]);
+        cr_assert_eq(o2[i], -av[i]);
+        cr_assert_eq(o3[i], -av[i]);
+        goblin_buffer_free(out[i].data);
+    }
+    goblin_buffer_free(out[3].data);
+    goblin_graph_free(g);
+}
+
+Test(exec, empty_tensors_flow_through) {
+    goblin_graph *g;
+    goblin_graph_new(&g);
+    int64_t s[] = {0, 5};
+    int32_t a, y;
+    goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, s, &a);
+    int32_t aa[] = {a, a};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, aa, 2, NULL, 0, &y), GOBLIN_OK);
+    goblin_graph_output(g, y);
+    goblin_tensor in = gt_tensor(GOBLIN_DTYPE_F32, 2, s, NULL), out = {0};
+    cr_assert_eq(goblin_graph_eval(g, NULL, &in, 1, &out, 1), GOBLIN_OK);
+    cr_assert_eq(out.shape[0], 0);
+    cr_assert_eq(out.shape[1], 5);
+    goblin_buffer_free(out.data);
+    goblin_graph_free(g);
+}
+
+Test(exec, no_outputs_is_an_error) {
+    goblin_graph *g;
+    goblin_graph_new(&g);
+    goblin_exec *ex;
+    cr_assert_eq(goblin_exec_new(&ex, g, NULL), GOBLIN_OK);
+    cr_assert_eq(goblin_exec_run(ex, NULL, 0, NULL, 0), GOBLIN_EINVAL);
+    cr_assert(strstr(goblin_exec_error(ex), "no outputs"));
+    goblin_exec_free(ex);
+    goblin_graph_free(g);
+}
