@@ -13,7 +13,9 @@
  *   call the _f32 function, round once on store.
  *
  *   op            stem        types
- *   ADD SUB MUL   add sub mul  floats, ints; add/mul also b (or/and); no sub_b
+ *   ADD SUB MUL   plus minus times  floats, ints; plus/times also b (or/and); no minus_b
+ *                 (not add/sub/mul: alloc.h owns goblin__add_i64 and goblin__mul_i64,
+ *                 its overflow-checked size helpers)
  *   DIV           div          floats only (integers use floordiv/truncdiv)
  *   POW           pow          floats, ints
  *   MAXIMUM/MIN.  maximum minimum  all (b: or/and)
@@ -39,7 +41,8 @@
  * Float semantics:
  *   add/sub/mul/div are IEEE (division by zero gives +-inf or NaN).
  *   maximum/minimum propagate NaN (numpy.maximum): if either operand is NaN the
- *   result is NaN; max(-0, +0) returns the first operand (as NumPy and PyTorch do).
+ *   result is NaN; on equal operands (-0 vs +0) the first is returned (as PyTorch;
+ *   NumPy's f32/f64 loops return the second, its f16 loop the first).
  *   floordiv/remfloor follow Python/NumPy/PyTorch divmod: q = floor of the exact
  *   quotient, computed from fmod (so 1.0 // 0.1 == 9, not floor(1.0 / 0.1) == 10);
  *   b == 0 gives a / b (IEEE inf or NaN) for floordiv and NaN for remfloor; a zero
@@ -67,53 +70,53 @@
 
 /* ---- floats ---------------------------------------------------------------- */
 
-#define GOBLIN__FLOAT_OPS(sfx, T, FLOOR, TRUNC, FMOD, COPYSIGN, POW, ATAN2)                     \
-    static inline GOBLIN_HD T goblin__add_##sfx(T a, T b) { return a + b; }                     \
-    static inline GOBLIN_HD T goblin__sub_##sfx(T a, T b) { return a - b; }                     \
-    static inline GOBLIN_HD T goblin__mul_##sfx(T a, T b) { return a * b; }                     \
-    static inline GOBLIN_HD T goblin__div_##sfx(T a, T b) { return a / b; }                     \
-    static inline GOBLIN_HD T goblin__pow_##sfx(T a, T b) { return POW(a, b); }                 \
-    static inline GOBLIN_HD T goblin__atan2_##sfx(T a, T b) { return ATAN2(a, b); }             \
+#define GOBLIN__FLOAT_OPS(sfx, T, FLOOR, TRUNC, FMOD, COPYSIGN, POW, ATAN2)                         \
+    static inline GOBLIN_HD T goblin__plus_##sfx(T a, T b) { return a + b; }                        \
+    static inline GOBLIN_HD T goblin__minus_##sfx(T a, T b) { return a - b; }                       \
+    static inline GOBLIN_HD T goblin__times_##sfx(T a, T b) { return a * b; }                       \
+    static inline GOBLIN_HD T goblin__div_##sfx(T a, T b) { return a / b; }                         \
+    static inline GOBLIN_HD T goblin__pow_##sfx(T a, T b) { return POW(a, b); }                     \
+    static inline GOBLIN_HD T goblin__atan2_##sfx(T a, T b) { return ATAN2(a, b); }                 \
     static inline GOBLIN_HD T goblin__maximum_##sfx(T a, T b) { return (a >= b || a != a) ? a : b; } \
     static inline GOBLIN_HD T goblin__minimum_##sfx(T a, T b) { return (a <= b || a != a) ? a : b; } \
-    /* lo/hi are -inf/+inf for an absent bound. */                                             \
-    static inline GOBLIN_HD T goblin__clamp_##sfx(T x, T lo, T hi) {                            \
-        return goblin__minimum_##sfx(goblin__maximum_##sfx(x, lo), hi);                         \
-    }                                                                                           \
-    static inline GOBLIN_HD bool goblin__eq_##sfx(T a, T b) { return a == b; }                  \
-    static inline GOBLIN_HD bool goblin__ne_##sfx(T a, T b) { return a != b; }                  \
-    static inline GOBLIN_HD bool goblin__lt_##sfx(T a, T b) { return a < b; }                   \
-    static inline GOBLIN_HD bool goblin__le_##sfx(T a, T b) { return a <= b; }                  \
-    static inline GOBLIN_HD bool goblin__gt_##sfx(T a, T b) { return a > b; }                   \
-    static inline GOBLIN_HD bool goblin__ge_##sfx(T a, T b) { return a >= b; }                  \
-    static inline GOBLIN_HD bool goblin__logand_##sfx(T a, T b) { return a != 0 && b != 0; }    \
-    static inline GOBLIN_HD bool goblin__logor_##sfx(T a, T b) { return a != 0 || b != 0; }     \
-    static inline GOBLIN_HD bool goblin__logxor_##sfx(T a, T b) { return (a != 0) != (b != 0); } \
-    static inline GOBLIN_HD bool goblin__lognot_##sfx(T a) { return a == 0; }                   \
-    static inline GOBLIN_HD T goblin__where_##sfx(uint8_t c, T a, T b) { return c ? a : b; }    \
-    static inline GOBLIN_HD bool goblin__isnan_##sfx(T a) { return a != a; }                    \
-    /* Python divmod: exact floor quotient via fmod, snapped to an integer. */                  \
-    static inline GOBLIN_HD T goblin__floordiv_##sfx(T a, T b) {                                \
-        if (b == 0) return a / b;                                                               \
-        T mod = FMOD(a, b);                                                                     \
-        T div = (a - mod) / b;                                                                  \
-        if (mod != 0 && ((b < 0) != (mod < 0))) div -= (T)1;                                    \
-        if (div == 0) return COPYSIGN((T)0, a / b);                                             \
-        T fl = FLOOR(div);                                                                      \
-        if (div - fl > (T)0.5) fl += (T)1;                                                      \
-        return fl;                                                                              \
-    }                                                                                           \
-    static inline GOBLIN_HD T goblin__remfloor_##sfx(T a, T b) {                                \
-        T mod = FMOD(a, b);                                                                     \
-        if (b == 0) return mod;                                                                 \
-        if (mod != 0) {                                                                         \
-            if ((b < 0) != (mod < 0)) mod += b;                                                 \
-        } else {                                                                                \
-            mod = COPYSIGN((T)0, b);                                                            \
-        }                                                                                       \
-        return mod;                                                                             \
-    }                                                                                           \
-    static inline GOBLIN_HD T goblin__truncdiv_##sfx(T a, T b) { return TRUNC(a / b); }         \
+    /* lo/hi are -inf/+inf for an absent bound. */                                                  \
+    static inline GOBLIN_HD T goblin__clamp_##sfx(T x, T lo, T hi) {                                \
+        return goblin__minimum_##sfx(goblin__maximum_##sfx(x, lo), hi);                             \
+    }                                                                                               \
+    static inline GOBLIN_HD bool goblin__eq_##sfx(T a, T b) { return a == b; }                      \
+    static inline GOBLIN_HD bool goblin__ne_##sfx(T a, T b) { return a != b; }                      \
+    static inline GOBLIN_HD bool goblin__lt_##sfx(T a, T b) { return a < b; }                       \
+    static inline GOBLIN_HD bool goblin__le_##sfx(T a, T b) { return a <= b; }                      \
+    static inline GOBLIN_HD bool goblin__gt_##sfx(T a, T b) { return a > b; }                       \
+    static inline GOBLIN_HD bool goblin__ge_##sfx(T a, T b) { return a >= b; }                      \
+    static inline GOBLIN_HD bool goblin__logand_##sfx(T a, T b) { return a != 0 && b != 0; }        \
+    static inline GOBLIN_HD bool goblin__logor_##sfx(T a, T b) { return a != 0 || b != 0; }         \
+    static inline GOBLIN_HD bool goblin__logxor_##sfx(T a, T b) { return (a != 0) != (b != 0); }    \
+    static inline GOBLIN_HD bool goblin__lognot_##sfx(T a) { return a == 0; }                       \
+    static inline GOBLIN_HD T goblin__where_##sfx(uint8_t c, T a, T b) { return c ? a : b; }        \
+    static inline GOBLIN_HD bool goblin__isnan_##sfx(T a) { return a != a; }                        \
+    /* Python divmod: exact floor quotient via fmod, snapped to an integer. */                      \
+    static inline GOBLIN_HD T goblin__floordiv_##sfx(T a, T b) {                                    \
+        if (b == 0) return a / b;                                                                   \
+        T mod = FMOD(a, b);                                                                         \
+        T div = (a - mod) / b;                                                                      \
+        if (mod != 0 && ((b < 0) != (mod < 0))) div -= (T)1;                                        \
+        if (div == 0) return COPYSIGN((T)0, a / b);                                                 \
+        T fl = FLOOR(div);                                                                          \
+        if (div - fl > (T)0.5) fl += (T)1;                                                          \
+        return fl;                                                                                  \
+    }                                                                                               \
+    static inline GOBLIN_HD T goblin__remfloor_##sfx(T a, T b) {                                    \
+        T mod = FMOD(a, b);                                                                         \
+        if (b == 0) return mod;                                                                     \
+        if (mod != 0) {                                                                             \
+            if ((b < 0) != (mod < 0)) mod += b;                                                     \
+        } else {                                                                                    \
+            mod = COPYSIGN((T)0, b);                                                                \
+        }                                                                                           \
+        return mod;                                                                                 \
+    }                                                                                               \
+    static inline GOBLIN_HD T goblin__truncdiv_##sfx(T a, T b) { return TRUNC(a / b); }             \
     static inline GOBLIN_HD T goblin__remtrunc_##sfx(T a, T b) { return FMOD(a, b); }
 
 GOBLIN__FLOAT_OPS(f32, float, floorf, truncf, fmodf, copysignf, powf, atan2f)
@@ -123,92 +126,92 @@ GOBLIN__FLOAT_OPS(f64, double, floor, trunc, fmod, copysign, pow, atan2)
  * WU is the unsigned type arithmetic runs in: at least as wide as unsigned int,
  * so that narrow types never promote to (overflowing) signed int. */
 
-#define GOBLIN__INT_COMMON(sfx, T, UT, WU, BITS)                                                \
-    static inline GOBLIN_HD T goblin__add_##sfx(T a, T b) { return (T)((WU)(UT)a + (WU)(UT)b); } \
-    static inline GOBLIN_HD T goblin__sub_##sfx(T a, T b) { return (T)((WU)(UT)a - (WU)(UT)b); } \
-    static inline GOBLIN_HD T goblin__mul_##sfx(T a, T b) { return (T)((WU)(UT)a * (WU)(UT)b); } \
-    static inline GOBLIN_HD T goblin__maximum_##sfx(T a, T b) { return a >= b ? a : b; }        \
-    static inline GOBLIN_HD T goblin__minimum_##sfx(T a, T b) { return a <= b ? a : b; }        \
-    /* lo/hi already converted (goblin__clamp_lo/hi_bound); type min/max if absent. */         \
-    static inline GOBLIN_HD T goblin__clamp_##sfx(T x, T lo, T hi) {                            \
-        T t = x < lo ? lo : x;                                                                  \
-        return t > hi ? hi : t;                                                                 \
-    }                                                                                           \
-    static inline GOBLIN_HD bool goblin__eq_##sfx(T a, T b) { return a == b; }                  \
-    static inline GOBLIN_HD bool goblin__ne_##sfx(T a, T b) { return a != b; }                  \
-    static inline GOBLIN_HD bool goblin__lt_##sfx(T a, T b) { return a < b; }                   \
-    static inline GOBLIN_HD bool goblin__le_##sfx(T a, T b) { return a <= b; }                  \
-    static inline GOBLIN_HD bool goblin__gt_##sfx(T a, T b) { return a > b; }                   \
-    static inline GOBLIN_HD bool goblin__ge_##sfx(T a, T b) { return a >= b; }                  \
-    static inline GOBLIN_HD bool goblin__logand_##sfx(T a, T b) { return a != 0 && b != 0; }    \
-    static inline GOBLIN_HD bool goblin__logor_##sfx(T a, T b) { return a != 0 || b != 0; }     \
-    static inline GOBLIN_HD bool goblin__logxor_##sfx(T a, T b) { return (a != 0) != (b != 0); } \
-    static inline GOBLIN_HD bool goblin__lognot_##sfx(T a) { return a == 0; }                   \
-    static inline GOBLIN_HD T goblin__where_##sfx(uint8_t c, T a, T b) { return c ? a : b; }    \
-    static inline GOBLIN_HD bool goblin__isnan_##sfx(T a) { (void)a; return false; }            \
-    static inline GOBLIN_HD T goblin__bitand_##sfx(T a, T b) { return (T)((UT)a & (UT)b); }     \
-    static inline GOBLIN_HD T goblin__bitor_##sfx(T a, T b) { return (T)((UT)a | (UT)b); }      \
-    static inline GOBLIN_HD T goblin__bitxor_##sfx(T a, T b) { return (T)((UT)a ^ (UT)b); }     \
-    static inline GOBLIN_HD T goblin__bitnot_##sfx(T a) { return (T)(UT)~(WU)(UT)a; }           \
-    static inline GOBLIN_HD T goblin__shl_##sfx(T a, T count) {                                 \
-        int64_t c = (int64_t)count;                                                             \
-        if (c < 0 || c >= (BITS)) return 0;                                                     \
-        return (T)(UT)((WU)(UT)a << c);                                                         \
-    }                                                                                           \
-    static inline GOBLIN_HD T goblin__shrlogical_##sfx(T a, T count) {                          \
-        int64_t c = (int64_t)count;                                                             \
-        if (c < 0 || c >= (BITS)) return 0;                                                     \
-        return (T)(UT)((WU)(UT)a >> c);                                                         \
-    }                                                                                           \
-    /* Power by squaring on the bit pattern; the caller handles negative exponents. */          \
-    static inline GOBLIN_HD T goblin__powu_##sfx(T a, uint64_t e) {                             \
-        WU r = 1, x = (WU)(UT)a;                                                                \
-        while (e) {                                                                             \
-            if (e & 1u) r = (WU)(r * x);                                                        \
-            x = (WU)(x * x);                                                                    \
-            e >>= 1;                                                                            \
-        }                                                                                       \
-        return (T)(UT)r;                                                                        \
+#define GOBLIN__INT_COMMON(sfx, T, UT, WU, BITS)                                                    \
+    static inline GOBLIN_HD T goblin__plus_##sfx(T a, T b) { return (T)((WU)(UT)a + (WU)(UT)b); }   \
+    static inline GOBLIN_HD T goblin__minus_##sfx(T a, T b) { return (T)((WU)(UT)a - (WU)(UT)b); }  \
+    static inline GOBLIN_HD T goblin__times_##sfx(T a, T b) { return (T)((WU)(UT)a * (WU)(UT)b); }  \
+    static inline GOBLIN_HD T goblin__maximum_##sfx(T a, T b) { return a >= b ? a : b; }            \
+    static inline GOBLIN_HD T goblin__minimum_##sfx(T a, T b) { return a <= b ? a : b; }            \
+    /* lo/hi already converted (goblin__clamp_lo/hi_bound); type min/max if absent. */              \
+    static inline GOBLIN_HD T goblin__clamp_##sfx(T x, T lo, T hi) {                                \
+        T t = x < lo ? lo : x;                                                                      \
+        return t > hi ? hi : t;                                                                     \
+    }                                                                                               \
+    static inline GOBLIN_HD bool goblin__eq_##sfx(T a, T b) { return a == b; }                      \
+    static inline GOBLIN_HD bool goblin__ne_##sfx(T a, T b) { return a != b; }                      \
+    static inline GOBLIN_HD bool goblin__lt_##sfx(T a, T b) { return a < b; }                       \
+    static inline GOBLIN_HD bool goblin__le_##sfx(T a, T b) { return a <= b; }                      \
+    static inline GOBLIN_HD bool goblin__gt_##sfx(T a, T b) { return a > b; }                       \
+    static inline GOBLIN_HD bool goblin__ge_##sfx(T a, T b) { return a >= b; }                      \
+    static inline GOBLIN_HD bool goblin__logand_##sfx(T a, T b) { return a != 0 && b != 0; }        \
+    static inline GOBLIN_HD bool goblin__logor_##sfx(T a, T b) { return a != 0 || b != 0; }         \
+    static inline GOBLIN_HD bool goblin__logxor_##sfx(T a, T b) { return (a != 0) != (b != 0); }    \
+    static inline GOBLIN_HD bool goblin__lognot_##sfx(T a) { return a == 0; }                       \
+    static inline GOBLIN_HD T goblin__where_##sfx(uint8_t c, T a, T b) { return c ? a : b; }        \
+    static inline GOBLIN_HD bool goblin__isnan_##sfx(T a) { (void)a; return false; }                \
+    static inline GOBLIN_HD T goblin__bitand_##sfx(T a, T b) { return (T)((UT)a & (UT)b); }         \
+    static inline GOBLIN_HD T goblin__bitor_##sfx(T a, T b) { return (T)((UT)a | (UT)b); }          \
+    static inline GOBLIN_HD T goblin__bitxor_##sfx(T a, T b) { return (T)((UT)a ^ (UT)b); }         \
+    static inline GOBLIN_HD T goblin__bitnot_##sfx(T a) { return (T)(UT)~(WU)(UT)a; }               \
+    static inline GOBLIN_HD T goblin__shl_##sfx(T a, T count) {                                     \
+        int64_t c = (int64_t)count;                                                                 \
+        if (c < 0 || c >= (BITS)) return 0;                                                         \
+        return (T)(UT)((WU)(UT)a << c);                                                             \
+    }                                                                                               \
+    static inline GOBLIN_HD T goblin__shrlogical_##sfx(T a, T count) {                              \
+        int64_t c = (int64_t)count;                                                                 \
+        if (c < 0 || c >= (BITS)) return 0;                                                         \
+        return (T)(UT)((WU)(UT)a >> c);                                                             \
+    }                                                                                               \
+    /* Power by squaring on the bit pattern; the caller handles negative exponents. */              \
+    static inline GOBLIN_HD T goblin__powu_##sfx(T a, uint64_t e) {                                 \
+        WU r = 1, x = (WU)(UT)a;                                                                    \
+        while (e) {                                                                                 \
+            if (e & 1u) r = (WU)(r * x);                                                            \
+            x = (WU)(x * x);                                                                        \
+            e >>= 1;                                                                                \
+        }                                                                                           \
+        return (T)(UT)r;                                                                            \
     }
 
-#define GOBLIN__SINT_OPS(sfx, T, UT, WU, BITS)                                                  \
-    GOBLIN__INT_COMMON(sfx, T, UT, WU, BITS)                                                    \
-    static inline GOBLIN_HD T goblin__floordiv_##sfx(T a, T b) {                                \
-        if (b == 0) return 0;                                                                   \
-        if (b == -1) return (T)(UT)((WU)0 - (WU)(UT)a); /* INT_MIN // -1 wraps */               \
-        T q = (T)(a / b), r = (T)(a % b);                                                       \
-        if (r != 0 && ((r < 0) != (b < 0))) q = (T)(q - 1);                                     \
-        return q;                                                                               \
-    }                                                                                           \
-    static inline GOBLIN_HD T goblin__truncdiv_##sfx(T a, T b) {                                \
-        if (b == 0) return 0;                                                                   \
-        if (b == -1) return (T)(UT)((WU)0 - (WU)(UT)a);                                         \
-        return (T)(a / b);                                                                      \
-    }                                                                                           \
-    static inline GOBLIN_HD T goblin__remfloor_##sfx(T a, T b) {                                \
-        if (b == 0 || b == -1) return 0;                                                        \
-        T r = (T)(a % b);                                                                       \
-        if (r != 0 && ((r < 0) != (b < 0))) r = (T)(r + b);                                     \
-        return r;                                                                               \
-    }                                                                                           \
-    static inline GOBLIN_HD T goblin__remtrunc_##sfx(T a, T b) {                                \
-        if (b == 0 || b == -1) return 0;                                                        \
-        return (T)(a % b);                                                                      \
-    }                                                                                           \
-    /* ~((~a) >> c) shifts a negative value without relying on signed >>. */                    \
-    static inline GOBLIN_HD T goblin__shrarith_##sfx(T a, T count) {                            \
-        int64_t c = (int64_t)count;                                                             \
-        if (c < 0 || c >= (BITS)) return a < 0 ? (T)-1 : (T)0;                                  \
-        if (a >= 0) return (T)(a >> c);                                                         \
-        return (T)~((T)~a >> c);                                                                \
-    }                                                                                           \
-    static inline GOBLIN_HD T goblin__pow_##sfx(T a, T b) {                                     \
-        if (b < 0) {                                                                            \
-            if (a == 1) return 1;                                                               \
-            if (a == -1) return (b & 1) ? (T)-1 : (T)1;                                         \
-            return 0;                                                                           \
-        }                                                                                       \
-        return goblin__powu_##sfx(a, (uint64_t)b);                                              \
+#define GOBLIN__SINT_OPS(sfx, T, UT, WU, BITS)                                                      \
+    GOBLIN__INT_COMMON(sfx, T, UT, WU, BITS)                                                        \
+    static inline GOBLIN_HD T goblin__floordiv_##sfx(T a, T b) {                                    \
+        if (b == 0) return 0;                                                                       \
+        if (b == -1) return (T)(UT)((WU)0 - (WU)(UT)a); /* INT_MIN // -1 wraps */                   \
+        T q = (T)(a / b), r = (T)(a % b);                                                           \
+        if (r != 0 && ((r < 0) != (b < 0))) q = (T)(q - 1);                                         \
+        return q;                                                                                   \
+    }                                                                                               \
+    static inline GOBLIN_HD T goblin__truncdiv_##sfx(T a, T b) {                                    \
+        if (b == 0) return 0;                                                                       \
+        if (b == -1) return (T)(UT)((WU)0 - (WU)(UT)a);                                             \
+        return (T)(a / b);                                                                          \
+    }                                                                                               \
+    static inline GOBLIN_HD T goblin__remfloor_##sfx(T a, T b) {                                    \
+        if (b == 0 || b == -1) return 0;                                                            \
+        T r = (T)(a % b);                                                                           \
+        if (r != 0 && ((r < 0) != (b < 0))) r = (T)(r + b);                                         \
+        return r;                                                                                   \
+    }                                                                                               \
+    static inline GOBLIN_HD T goblin__remtrunc_##sfx(T a, T b) {                                    \
+        if (b == 0 || b == -1) return 0;                                                            \
+        return (T)(a % b);                                                                          \
+    }                                                                                               \
+    /* ~((~a) >> c) shifts a negative value without relying on signed >>. */                        \
+    static inline GOBLIN_HD T goblin__shrarith_##sfx(T a, T count) {                                \
+        int64_t c = (int64_t)count;                                                                 \
+        if (c < 0 || c >= (BITS)) return a < 0 ? (T)-1 : (T)0;                                      \
+        if (a >= 0) return (T)(a >> c);                                                             \
+        return (T)~((T)~a >> c);                                                                    \
+    }                                                                                               \
+    static inline GOBLIN_HD T goblin__pow_##sfx(T a, T b) {                                         \
+        if (b < 0) {                                                                                \
+            if (a == 1) return 1;                                                                   \
+            if (a == -1) return (b & 1) ? (T)-1 : (T)1;                                             \
+            return 0;                                                                               \
+        }                                                                                           \
+        return goblin__powu_##sfx(a, (uint64_t)b);                                                  \
     }
 
 GOBLIN__SINT_OPS(i8, int8_t, uint8_t, uint32_t, 8)
@@ -240,8 +243,8 @@ static inline GOBLIN_HD uint8_t goblin__pow_u8(uint8_t a, uint8_t b) { return go
 
 /* ---- bool (uint8_t, nonzero = true) ------------------------------------------ */
 
-static inline GOBLIN_HD uint8_t goblin__add_b(uint8_t a, uint8_t b) { return (a != 0) | (b != 0); }
-static inline GOBLIN_HD uint8_t goblin__mul_b(uint8_t a, uint8_t b) { return (a != 0) & (b != 0); }
+static inline GOBLIN_HD uint8_t goblin__plus_b(uint8_t a, uint8_t b) { return (a != 0) | (b != 0); }
+static inline GOBLIN_HD uint8_t goblin__times_b(uint8_t a, uint8_t b) { return (a != 0) & (b != 0); }
 static inline GOBLIN_HD uint8_t goblin__maximum_b(uint8_t a, uint8_t b) { return (a != 0) | (b != 0); }
 static inline GOBLIN_HD uint8_t goblin__minimum_b(uint8_t a, uint8_t b) { return (a != 0) & (b != 0); }
 static inline GOBLIN_HD bool goblin__eq_b(uint8_t a, uint8_t b) { return (a != 0) == (b != 0); }
