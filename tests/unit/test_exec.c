@@ -151,9 +151,8 @@ Test(exec, outputs_of_inputs_constants_and_duplicates) {
         cr_assert_eq(o1[i], cv[i]);
         cr_assert_eq(o2[i], -av[i]);
         cr_assert_eq(o3[i], -av[i]);
-        goblin_buffer_free(out[i].data);
     }
-    goblin_buffer_free(out[3].data);
+    for (int i = 0; i < 4; i++) goblin_buffer_free(out[i].data);
     goblin_graph_free(g);
 }
 
