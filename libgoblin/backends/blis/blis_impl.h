@@ -20,6 +20,9 @@ void goblin__blis_register_gemm(goblin__kernel_fn *t);        /* blis_gemm.c: ma
 void goblin__blis_register_elementwise(goblin__kernel_fn *t); /* blis_elementwise.c */
 void goblin__blis_register_reduce(goblin__kernel_fn *t);      /* blis_reduce.c */
 void goblin__blis_register_formula(goblin__kernel_fn *t);     /* blis_formula.c */
+/* blis_threaded.c: called last; fills the remaining elementwise ops with the
+ * reference kernels run on slices in parallel. */
+void goblin__blis_register_threaded(goblin__kernel_fn *t);
 
 /* Run fn(arg, i) for i in [0, n) on up to @p threads threads (OpenMP when built
  * with it, else serially). Work items must be independent. */
