@@ -217,8 +217,12 @@ goblin_err goblin__broadcast_shapes(int32_t ra, const int64_t *a, int32_t rb, co
 }
 
 goblin_err goblin__norm_axis(int64_t axis, int32_t rank, int32_t *out, char *msg, size_t cap) {
+    if (rank == 0 && (axis == 0 || axis == -1)) { /* a scalar has one implicit axis */
+        *out = 0;
+        return GOBLIN_OK;
+    }
     int64_t a = axis < 0 ? axis + rank : axis;
-    if (a < 0 || a >= (rank ? rank : 1) || (rank == 0 && axis != 0 && axis != -1))
+    if (a < 0 || a >= rank)
         return goblin__errf(msg, cap, GOBLIN_ERANGE, "axis %lld out of range for rank %d",
                             (long long)axis, (int)rank);
     *out = (int32_t)a;

@@ -3,6 +3,7 @@
  * intermediates after their last use, and hand results to the caller. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "backend_impl.h"
 #include "kernel_util.h"
 
@@ -69,6 +70,10 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
     if (p) params = *p;
     else goblin_exec_params_default(&params);
     if ((unsigned)params.backend >= GOBLIN_BACKEND_COUNT || params.threads < 0) return GOBLIN_EINVAL;
+    if (params.threads == 0) { /* all cores: resolved once so kernels see a real count */
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        params.threads = n > 0 ? (int32_t)n : 1;
+    }
     const goblin__backend_vtable *vt = backend_vt(params.backend);
     if (!vt) return GOBLIN_ENOTSUP;
     if (vt->abi != GOBLIN__BACKEND_ABI) return GOBLIN_EVERSION;
