@@ -1,0 +1,1165 @@
+/* tests/unit/test_verify.c - Freivalds' check, replica comparison, spot-checks and
+ * sampling (libgoblin/verify.c).
+ *
+ * Honest products come from the BLIS backend (and the reference backend, and a
+ * plain f64 loop rounded once) through the graph API; cheats are made from them.
+ * Detection counts are logged (cr_log_info) so a run reports how many bad results
+ * were caught and how many good ones were wrongly rejected. */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <goblin/goblin.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "random.h" /* only for the forged-result test: what a worker knowing the seed could do */
+#include "testutil.h"
+
+/* ---- data ----------------------------------------------------------------- */
+
+static uint64_t sm_state;
+static uint64_t splitmix(void) {
+    uint64_t z = (sm_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static double unif(void) { return (double)(splitmix() >> 11) * 0x1p-53; } /* [0, 1) */
+
+enum { DIST_SIGNED = 0, DIST_POSITIVE = 1, DIST_WIDE = 2 };
+static const char *dist_name[] = {"U[-1,1]", "U[0,1)", "wide-range"};
+
+static double draw(int dist) {
+    switch (dist) {
+    case DIST_POSITIVE: return unif();
+    case DIST_WIDE: return (2 * unif() - 1) * ldexp(1.0, (int)(splitmix() % 21) - 10);
+    default: return 2 * unif() - 1;
+    }
+}
+
+static goblin_tensor mat_new(goblin_dtype dt, int64_t r, int64_t c) {
+    int64_t shape[2] = {r, c};
+    size_t bytes = (size_t)(r * c > 0 ? r * c : 1) * goblin_dtype_size(dt);
+    void *p = calloc(1, bytes);
+    cr_assert_not_null(p);
+    return gt_tensor(dt, 2, shape, p);
+}
+
+static double get(const goblin_tensor *t, int64_t i, int64_t j) {
+    int64_t off = i * t->strides[0] + j * t->strides[1];
+    return t->dtype == GOBLIN_DTYPE_F32 ? ((const float *)t->data)[off]
+                                        : ((const double *)t->data)[off];
+}
+static void set(goblin_tensor *t, int64_t i, int64_t j, double v) {
+    int64_t off = i * t->strides[0] + j * t->strides[1];
+    if (t->dtype == GOBLIN_DTYPE_F32) ((float *)t->data)[off] = (float)v;
+    else ((double *)t->data)[off] = v;
+}
+
+static void fill(goblin_tensor *t, int dist) {
+    for (int64_t i = 0; i < t->shape[0]; i++)
+        for (int64_t j = 0; j < t->shape[1]; j++) set(t, i, j, draw(dist));
+}
+
+static goblin_backend_kind fast_backend(void) {
+    return goblin_backend_available(GOBLIN_BACKEND_BLIS) == GOBLIN_OK ? GOBLIN_BACKEND_BLIS
+                                                                      : GOBLIN_BACKEND_REF;
+}
+
+/* C = A.B on a backend through the graph API; a library buffer (goblin_buffer_free). */
+static goblin_tensor matmul_on(goblin_backend_kind be, const goblin_tensor *a,
+                               const goblin_tensor *b) {
+    goblin_tensor ins[2] = {*a, *b}, c;
+    char msg[256];
+    goblin_err e = gt_run1(GOBLIN_OP_MATMUL, ins, 2, NULL, 0, be, 1, &c, msg, sizeof msg);
+    cr_assert_eq(e, GOBLIN_OK, "matmul: %s", msg);
+    return c;
+}
+
+/* The product in f64 with one rounding to the dtype at the end (an independent oracle). */
+static goblin_tensor matmul_loop(const goblin_tensor *a, const goblin_tensor *b) {
+    goblin_tensor c = mat_new(a->dtype, a->shape[0], b->shape[1]);
+    for (int64_t i = 0; i < a->shape[0]; i++)
+        for (int64_t j = 0; j < b->shape[1]; j++) {
+            double s = 0;
+            for (int64_t l = 0; l < a->shape[1]; l++) s += get(a, i, l) * get(b, l, j);
+            set(&c, i, j, s);
+        }
+    return c;
+}
+
+static goblin_tensor copy_of(const goblin_tensor *t) {
+    goblin_tensor c = mat_new(t->dtype, t->shape[0], t->shape[1]);
+    for (int64_t i = 0; i < t->shape[0]; i++)
+        for (int64_t j = 0; j < t->shape[1]; j++) set(&c, i, j, get(t, i, j));
+    return c;
+}
+
+static goblin_verdict fv_check(const goblin_tensor *a, const goblin_tensor *b,
+                               const goblin_tensor *c, uint64_t seed) {
+    goblin_freivalds_params p;
+    goblin_freivalds_params_default(&p);
+    p.seed = seed;
+    goblin_verdict v;
+    goblin_err e = goblin_verify_matmul(a, b, c, &p, &v);
+    cr_assert_eq(e, GOBLIN_OK, "verify_matmul: %s", goblin_strerror(e));
+    return v;
+}
+
+/* ---- honest products are accepted ----------------------------------------- */
+
+typedef struct shape3 { int64_t m, k, n; int data_seeds, verify_seeds; } shape3;
+
+Test(freivalds, honest_products_are_accepted) {
+    static const shape3 shapes[] = {
+        {1, 1, 1, 10, 10},    {2, 3, 4, 10, 10},     {7, 5, 3, 10, 10},  {17, 33, 9, 10, 10},
+        {31, 64, 17, 8, 10},  {64, 64, 64, 4, 10},   {128, 96, 200, 3, 10},
+        {100, 300, 50, 3, 10}, {256, 512, 256, 2, 10}, {512, 2048, 512, 1, 12},
+    };
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    goblin_backend_kind be = fast_backend();
+    int64_t total = 0, accepted = 0, rejected = 0;
+    for (size_t d = 0; d < 2; d++)
+        for (int dist = 0; dist < 3; dist++) {
+            double worst_tight = 0, worst_bound = 0;
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+                const shape3 *sh = &shapes[s];
+                double shape_tight = 0;
+                for (int ds = 0; ds < sh->data_seeds; ds++) {
+                    sm_state = 1000003u * (uint64_t)(s + 1) + 7919u * (uint64_t)ds + 31u * (uint64_t)dist + d;
+                    goblin_tensor a = mat_new(dts[d], sh->m, sh->k);
+                    goblin_tensor b = mat_new(dts[d], sh->k, sh->n);
+                    fill(&a, dist);
+                    fill(&b, dist);
+                    goblin_tensor c = matmul_on(be, &a, &b);
+                    for (int vs = 0; vs < sh->verify_seeds; vs++) {
+                        goblin_verdict v = fv_check(&a, &b, &c, splitmix());
+                        total++;
+                        accepted += v.kind == GOBLIN_VERDICT_ACCEPT;
+                        rejected += v.kind == GOBLIN_VERDICT_REJECT;
+                        cr_expect_eq(v.kind, GOBLIN_VERDICT_ACCEPT,
+                                     "%s %s %lldx%lldx%lld: %s (%s), tight ratio %.3g, bound ratio %.3g",
+                                     goblin_dtype_name(dts[d]), dist_name[dist], (long long)sh->m,
+                                     (long long)sh->k, (long long)sh->n,
+                                     goblin_verdict_name(v.kind),
+                                     goblin_verify_reason_name(v.reason), v.worst_tight_ratio,
+                                     v.worst_ratio);
+                        cr_assert_eq(v.checked, sh->m * 4); /* 4 vectors by default */
+                        if (v.worst_tight_ratio > worst_tight) worst_tight = v.worst_tight_ratio;
+                        if (v.worst_tight_ratio > shape_tight) shape_tight = v.worst_tight_ratio;
+                        if (v.worst_ratio > worst_bound) worst_bound = v.worst_ratio;
+                    }
+                    goblin_buffer_free(c.data);
+                    free(a.data);
+                    free(b.data);
+                }
+                if (sh->m >= 256)
+                    cr_log_info("freivalds honest %s %s %lldx%lldx%lld: largest discrepancy = "
+                                "%.3g of the accept level",
+                                goblin_dtype_name(dts[d]), dist_name[dist], (long long)sh->m,
+                                (long long)sh->k, (long long)sh->n, shape_tight);
+            }
+            cr_log_info("freivalds honest %s %s: largest discrepancy = %.3g of the accept level, "
+                        "%.3g of the rigorous bound",
+                        goblin_dtype_name(dts[d]), dist_name[dist], worst_tight, worst_bound);
+        }
+    cr_log_info("freivalds honest (%s backend): %lld checks, %lld accepted, %lld escalated, "
+                "%lld wrongly rejected",
+                goblin_backend_name(be), (long long)total, (long long)accepted,
+                (long long)(total - accepted - rejected), (long long)rejected);
+    cr_assert_eq(accepted, total);
+}
+
+Test(freivalds, honest_from_reference_backend_and_exact_loop) {
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    int64_t total = 0;
+    for (size_t d = 0; d < 2; d++)
+        for (int dist = 0; dist < 3; dist++) {
+            sm_state = 99 + d * 3 + (uint64_t)dist;
+            goblin_tensor a = mat_new(dts[d], 96, 160), b = mat_new(dts[d], 160, 72);
+            fill(&a, dist);
+            fill(&b, dist);
+            goblin_tensor cr = matmul_on(GOBLIN_BACKEND_REF, &a, &b);
+            goblin_tensor cl = matmul_loop(&a, &b);
+            for (int vs = 0; vs < 20; vs++) {
+                goblin_verdict v1 = fv_check(&a, &b, &cr, splitmix());
+                goblin_verdict v2 = fv_check(&a, &b, &cl, splitmix());
+                cr_assert_eq(v1.kind, GOBLIN_VERDICT_ACCEPT, "ref %s: %s", dist_name[dist],
+                             goblin_verify_reason_name(v1.reason));
+                cr_assert_eq(v2.kind, GOBLIN_VERDICT_ACCEPT, "loop %s: %s", dist_name[dist],
+                             goblin_verify_reason_name(v2.reason));
+                total += 2;
+            }
+            goblin_buffer_free(cr.data);
+            free(cl.data);
+            free(a.data);
+            free(b.data);
+        }
+    cr_log_info("freivalds honest (ref backend, exact loop): %lld checks, all accepted",
+                (long long)total);
+}
+
+/* ---- cheats are caught ------------------------------------------------------ */
+
+enum {
+    CHEAT_ELEMENT,  /* one element times (1 + 1e-3) */
+    CHEAT_SCALE,    /* all of C times (1 + 1e-3) */
+    CHEAT_NAN,      /* one NaN */
+    CHEAT_ROW_SWAP, /* two rows exchanged */
+    CHEAT_OTHER,    /* the result of a different tile (other inputs, same shape) */
+    CHEAT_ZEROS,    /* all zeros */
+    CHEAT_TRANSPOSE,/* C transposed (square C) */
+    CHEAT_CANCEL,   /* +d and -d in two elements of one row: the +-1-vector worst case */
+    CHEAT_COUNT
+};
+static const char *cheat_name[] = {"element*(1+1e-3)", "scale*(1+1e-3)", "nan", "row-swap",
+                                   "other-tile", "zeros", "transposed", "cancelling pair"};
+
+/* |a_i| . |b_j|: the scale of element (i, j) in the matmul contract. */
+static double abs_dot(const goblin_tensor *a, const goblin_tensor *b, int64_t i, int64_t j) {
+    double s = 0;
+    for (int64_t l = 0; l < a->shape[1]; l++) s += fabs(get(a, i, l) * get(b, l, j));
+    return s;
+}
+
+typedef struct cheat_cfg {
+    goblin_dtype dt;
+    int dist;
+    int64_t m, k, n;
+    int bases, trials_per_base;
+    /* The single-element 1e-3 change can lie inside the matmul contract itself (f32,
+     * zero-mean data, long K: |c_ij| << sum |a||b|). Such a change is an acceptable
+     * result by the op's own definition, so it is not required to be caught there;
+     * the test then checks that every miss was indeed inside the contract. */
+    bool element_may_be_within_contract;
+    bool subtle_must_reject; /* f64: even the 1e-3 cheats are above the rigorous bound */
+} cheat_cfg;
+
+static void run_cheats(const cheat_cfg *cfg) {
+    goblin_backend_kind be = fast_backend();
+    int64_t caught[CHEAT_COUNT] = {0}, rejected[CHEAT_COUNT] = {0}, tried[CHEAT_COUNT] = {0};
+    int64_t within_contract_misses = 0;
+    int64_t m = cfg->m, k = cfg->k, n = cfg->n;
+    double rel_c, abs_c;
+    goblin_op_contract(GOBLIN_OP_MATMUL, cfg->dt, k, &rel_c, &abs_c);
+    for (int base = 0; base < cfg->bases; base++) {
+        sm_state = 0xc0ffee + (uint64_t)base * 7777 + (uint64_t)cfg->dist * 13 + (uint64_t)cfg->dt;
+        goblin_tensor a = mat_new(cfg->dt, m, k), b = mat_new(cfg->dt, k, n);
+        goblin_tensor a2 = mat_new(cfg->dt, m, k);
+        fill(&a, cfg->dist);
+        fill(&b, cfg->dist);
+        fill(&a2, cfg->dist);
+        goblin_tensor c = matmul_on(be, &a, &b);
+        goblin_tensor other = matmul_on(be, &a2, &b);
+        double rms = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) rms += get(&c, i, j) * get(&c, i, j);
+        rms = sqrt(rms / (double)(m * n));
+        goblin_tensor w = mat_new(cfg->dt, m, n);
+        for (int cheat = 0; cheat < CHEAT_COUNT; cheat++) {
+            if (cheat == CHEAT_TRANSPOSE && m != n) continue;
+            if (cheat == CHEAT_ROW_SWAP && m < 2) continue;
+            for (int t = 0; t < cfg->trials_per_base; t++) {
+                int64_t i = (int64_t)(splitmix() % (uint64_t)m), j = (int64_t)(splitmix() % (uint64_t)n);
+                memcpy(w.data, c.data, (size_t)(m * n) * goblin_dtype_size(cfg->dt));
+                bool inside_contract = false;
+                switch (cheat) {
+                case CHEAT_ELEMENT: {
+                    /* a cheater changing a near-zero element changes nothing that
+                     * matters; pick one of at least the typical magnitude */
+                    while (fabs(get(&c, i, j)) < rms) {
+                        i = (int64_t)(splitmix() % (uint64_t)m);
+                        j = (int64_t)(splitmix() % (uint64_t)n);
+                    }
+                    double old = get(&c, i, j);
+                    set(&w, i, j, old * (1 + 1e-3));
+                    double delta = fabs(get(&w, i, j) - old);
+                    inside_contract = delta <= rel_c * abs_dot(&a, &b, i, j) + abs_c;
+                    break;
+                }
+                case CHEAT_SCALE:
+                    for (int64_t x = 0; x < m; x++)
+                        for (int64_t y = 0; y < n; y++) set(&w, x, y, get(&c, x, y) * (1 + 1e-3));
+                    break;
+                case CHEAT_NAN: set(&w, i, j, NAN); break;
+                case CHEAT_ROW_SWAP: {
+                    int64_t i2 = (i + 1 + (int64_t)(splitmix() % (uint64_t)(m - 1))) % m;
+                    for (int64_t y = 0; y < n; y++) {
+                        set(&w, i, y, get(&c, i2, y));
+                        set(&w, i2, y, get(&c, i, y));
+                    }
+                    break;
+                }
+                case CHEAT_OTHER:
+                    memcpy(w.data, other.data, (size_t)(m * n) * goblin_dtype_size(cfg->dt));
+                    break;
+                case CHEAT_ZEROS: memset(w.data, 0, (size_t)(m * n) * goblin_dtype_size(cfg->dt)); break;
+                case CHEAT_TRANSPOSE:
+                    for (int64_t x = 0; x < m; x++)
+                        for (int64_t y = 0; y < n; y++) set(&w, x, y, get(&c, y, x));
+                    break;
+                case CHEAT_CANCEL: {
+                    if (n < 2) continue;
+                    int64_t j2 = (j + 1 + (int64_t)(splitmix() % (uint64_t)(n - 1))) % n;
+                    /* 1% of the element's contract scale sum |a||b| (80 times the
+                     * contract's tolerance at K = 2048 in f32): small for a cheat, yet
+                     * +-1 vectors would miss it half the time */
+                    double dl = 1e-2 * abs_dot(&a, &b, i, j);
+                    set(&w, i, j, get(&c, i, j) + dl);
+                    set(&w, i, j2, get(&c, i, j2) - dl);
+                    break;
+                }
+                }
+                goblin_verdict v = fv_check(&a, &b, &w, splitmix());
+                tried[cheat]++;
+                bool hit = v.kind != GOBLIN_VERDICT_ACCEPT;
+                caught[cheat] += hit;
+                rejected[cheat] += v.kind == GOBLIN_VERDICT_REJECT;
+                if (!hit && cheat == CHEAT_ELEMENT && cfg->element_may_be_within_contract) {
+                    cr_assert(inside_contract,
+                              "an element changed beyond the matmul contract was accepted");
+                    within_contract_misses++;
+                }
+            }
+        }
+        free(w.data);
+        free(a.data);
+        free(a2.data);
+        free(b.data);
+        goblin_buffer_free(c.data);
+        goblin_buffer_free(other.data);
+    }
+    for (int cheat = 0; cheat < CHEAT_COUNT; cheat++) {
+        if (!tried[cheat]) continue;
+        cr_log_info("freivalds cheat %s %s %lldx%lldx%lld %-17s: caught %lld/%lld (%lld rejected, "
+                    "%lld escalated)",
+                    goblin_dtype_name(cfg->dt), dist_name[cfg->dist], (long long)m, (long long)k,
+                    (long long)n, cheat_name[cheat], (long long)caught[cheat],
+                    (long long)tried[cheat], (long long)rejected[cheat],
+                    (long long)(caught[cheat] - rejected[cheat]));
+        bool gross = cheat == CHEAT_NAN || cheat == CHEAT_ROW_SWAP || cheat == CHEAT_OTHER ||
+                     cheat == CHEAT_ZEROS || cheat == CHEAT_TRANSPOSE;
+        if (gross || cfg->subtle_must_reject)
+            cr_assert_eq(rejected[cheat], tried[cheat], "%s: not all rejected", cheat_name[cheat]);
+        if (!(cheat == CHEAT_ELEMENT && cfg->element_may_be_within_contract))
+            cr_assert_eq(caught[cheat], tried[cheat], "%s: not all caught", cheat_name[cheat]);
+    }
+    if (cfg->element_may_be_within_contract)
+        cr_log_info("freivalds cheat %s %s: %lld single-element changes missed, every one within "
+                    "the matmul contract (|delta| <= gamma_{K+2} sum|a||b|)",
+                    goblin_dtype_name(cfg->dt), dist_name[cfg->dist],
+                    (long long)within_contract_misses);
+}
+
+Test(freivalds_cheats, f64_signed_512x2048x512) {
+    cheat_cfg c = {GOBLIN_DTYPE_F64, DIST_SIGNED, 512, 2048, 512, 2, 100, false, true};
+    run_cheats(&c);
+}
+
+Test(freivalds_cheats, f64_positive_128x256x128) {
+    cheat_cfg c = {GOBLIN_DTYPE_F64, DIST_POSITIVE, 128, 256, 128, 4, 50, false, true};
+    run_cheats(&c);
+}
+
+Test(freivalds_cheats, f32_positive_512x2048x512) {
+    cheat_cfg c = {GOBLIN_DTYPE_F32, DIST_POSITIVE, 512, 2048, 512, 2, 100, false, false};
+    run_cheats(&c);
+}
+
+Test(freivalds_cheats, f32_signed_64x64x64) {
+    cheat_cfg c = {GOBLIN_DTYPE_F32, DIST_SIGNED, 64, 64, 64, 4, 50, false, false};
+    run_cheats(&c);
+}
+
+Test(freivalds_cheats, f32_signed_512x2048x512) {
+    cheat_cfg c = {GOBLIN_DTYPE_F32, DIST_SIGNED, 512, 2048, 512, 2, 100, true, false};
+    run_cheats(&c);
+}
+
+Test(freivalds_cheats, f32_nonsquare_37x300x53) {
+    cheat_cfg c = {GOBLIN_DTYPE_F32, DIST_POSITIVE, 37, 300, 53, 4, 50, false, false};
+    run_cheats(&c);
+}
+
+/* ---- layouts, split-K, edge cases -------------------------------------------- */
+
+Test(freivalds, strided_operands_and_subtile_of_c) {
+    sm_state = 5;
+    goblin_dtype dt = GOBLIN_DTYPE_F32;
+    int64_t m = 40, k = 70, n = 30;
+    /* A stored transposed (column-major view), B with reversed rows (negative
+     * stride), C a block inside a wider buffer */
+    goblin_tensor at = mat_new(dt, k, m), b = mat_new(dt, k, n);
+    fill(&at, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor a = at;
+    a.shape[0] = m;
+    a.shape[1] = k;
+    a.strides[0] = 1;
+    a.strides[1] = m;
+    goblin_tensor brev = b; /* brev[l] = b[k-1-l] */
+    brev.data = (float *)b.data + (k - 1) * n;
+    brev.strides[0] = -n;
+    goblin_tensor ac = copy_of(&a), bc = copy_of(&brev);
+    goblin_tensor c = matmul_loop(&ac, &bc);
+    goblin_tensor wide = mat_new(dt, m, n + 9);
+    goblin_tensor cv = wide;
+    cv.shape[1] = n;
+    cv.data = (float *)wide.data + 4;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) set(&cv, i, j, get(&c, i, j));
+    for (int s = 0; s < 20; s++) {
+        goblin_verdict v = fv_check(&a, &brev, &cv, splitmix());
+        cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT, "%s", goblin_verify_reason_name(v.reason));
+    }
+    /* the same claim against B in its stored order is wrong */
+    goblin_verdict v = fv_check(&a, &b, &cv, 3);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    set(&cv, 3, 7, get(&cv, 3, 7) + 0.01);
+    v = fv_check(&a, &brev, &cv, 4);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.worst_index, 3);
+    free(at.data);
+    free(b.data);
+    free(ac.data);
+    free(bc.data);
+    free(c.data);
+    free(wide.data);
+}
+
+Test(freivalds, split_k_partial_tiles) {
+    goblin_backend_kind be = fast_backend();
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (size_t d = 0; d < 2; d++) {
+        sm_state = 77 + d;
+        int64_t m = 64, K = 1000, n = 48;
+        goblin_tensor a = mat_new(dts[d], m, K), b = mat_new(dts[d], K, n);
+        fill(&a, DIST_SIGNED);
+        fill(&b, DIST_SIGNED);
+        static const int64_t cuts[][2] = {{0, 300}, {300, 400}, {700, 300}, {999, 1}, {0, 1000}};
+        for (size_t q = 0; q < sizeof cuts / sizeof *cuts; q++) {
+            int64_t k0 = cuts[q][0], kn = cuts[q][1];
+            size_t es = goblin_dtype_size(dts[d]);
+            goblin_tensor as = a, bs = b; /* views of the slice */
+            as.shape[1] = kn;
+            as.data = (char *)a.data + (size_t)k0 * es;
+            bs.shape[0] = kn;
+            bs.data = (char *)b.data + (size_t)(k0 * n) * es;
+            goblin_tensor cp = matmul_on(be, &as, &bs);
+            goblin_freivalds_params p;
+            goblin_freivalds_params_default(&p);
+            p.k0 = k0;
+            p.kn = kn;
+            for (int s = 0; s < 10; s++) {
+                p.seed = splitmix();
+                goblin_verdict v;
+                cr_assert_eq(goblin_verify_matmul(&a, &b, &cp, &p, &v), GOBLIN_OK);
+                cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT, "slice [%lld, +%lld): %s",
+                             (long long)k0, (long long)kn, goblin_verify_reason_name(v.reason));
+            }
+            if (kn < K) {
+                /* the partial sum claimed as the whole product, or for the neighbouring slice */
+                goblin_freivalds_params whole = p;
+                whole.k0 = 0;
+                whole.kn = -1;
+                goblin_verdict v;
+                cr_assert_eq(goblin_verify_matmul(&a, &b, &cp, &whole, &v), GOBLIN_OK);
+                cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+                goblin_freivalds_params shifted = p;
+                shifted.k0 = k0 > 0 ? k0 - 1 : k0 + 1;
+                cr_assert_eq(goblin_verify_matmul(&a, &b, &cp, &shifted, &v), GOBLIN_OK);
+                cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+            }
+            goblin_buffer_free(cp.data);
+        }
+        /* kn = -1 runs to the end of K */
+        goblin_freivalds_params p;
+        goblin_freivalds_params_default(&p);
+        p.k0 = 400;
+        goblin_tensor as = a, bs = b;
+        size_t es = goblin_dtype_size(dts[d]);
+        as.shape[1] = 600;
+        as.data = (char *)a.data + 400 * es;
+        bs.shape[0] = 600;
+        bs.data = (char *)b.data + (size_t)(400 * n) * es;
+        goblin_tensor cp = matmul_on(be, &as, &bs);
+        goblin_verdict v;
+        cr_assert_eq(goblin_verify_matmul(&a, &b, &cp, &p, &v), GOBLIN_OK);
+        cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+        goblin_buffer_free(cp.data);
+        free(a.data);
+        free(b.data);
+    }
+}
+
+Test(freivalds, empty_and_k_zero) {
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, 0, 5), b = mat_new(GOBLIN_DTYPE_F64, 5, 4);
+    goblin_tensor c = mat_new(GOBLIN_DTYPE_F64, 0, 4);
+    goblin_verdict v = fv_check(&a, &b, &c, 1);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    cr_assert_eq(v.checked, 0);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+    /* K = 0: the honest product is all zeros */
+    a = mat_new(GOBLIN_DTYPE_F32, 3, 0);
+    b = mat_new(GOBLIN_DTYPE_F32, 0, 4);
+    c = mat_new(GOBLIN_DTYPE_F32, 3, 4);
+    v = fv_check(&a, &b, &c, 1);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    set(&c, 1, 2, 1e-30);
+    v = fv_check(&a, &b, &c, 1);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+Test(freivalds, nonfinite_inputs_and_overflow) {
+    goblin_backend_kind be = fast_backend();
+    sm_state = 11;
+    int64_t m = 20, k = 30, n = 25;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F32, m, k), b = mat_new(GOBLIN_DTYPE_F32, k, n);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    /* A NaN in row 3 of A: the honest row 3 of C is NaN and cannot be checked; the
+     * other rows still are. */
+    set(&a, 3, 7, NAN);
+    goblin_tensor c = matmul_on(be, &a, &b);
+    cr_assert(isnan(get(&c, 3, 0)));
+    goblin_verdict v = fv_check(&a, &b, &c, 9);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ESCALATE);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_UNCHECKABLE);
+    cr_assert_eq(v.unchecked, n);
+    cr_assert_eq(v.checked, (m - 1) * 4);
+    goblin_tensor w = copy_of(&c);
+    set(&w, 5, 5, get(&w, 5, 5) + 0.5); /* a wrong value in a checkable row */
+    v = fv_check(&a, &b, &w, 9);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    set(&w, 5, 5, get(&c, 5, 5));
+    set(&w, 6, 1, NAN); /* a NaN where the honest value is finite */
+    v = fv_check(&a, &b, &w, 9);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_NONFINITE);
+    cr_assert_eq(v.nonfinite, 1);
+    free(w.data);
+    goblin_buffer_free(c.data);
+
+    /* +inf in column 4 of B: column 4 of C unchecked, the rest checked */
+    set(&a, 3, 7, 0.25);
+    set(&b, 2, 4, INFINITY);
+    c = matmul_on(be, &a, &b);
+    v = fv_check(&a, &b, &c, 10);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ESCALATE);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_UNCHECKABLE);
+    cr_assert_eq(v.unchecked, m);
+    w = copy_of(&c);
+    set(&w, 0, 0, get(&w, 0, 0) * 1.01 + 0.01);
+    v = fv_check(&a, &b, &w, 10);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    free(w.data);
+    goblin_buffer_free(c.data);
+
+    /* finite inputs whose honest product overflows f32: inf is honest there */
+    set(&b, 2, 4, 0.5);
+    for (int64_t l = 0; l < k; l++) {
+        set(&a, 0, l, 1e20);
+        set(&b, l, 0, 1e20);
+    }
+    c = matmul_on(be, &a, &b);
+    cr_assert(isinf(get(&c, 0, 0)));
+    v = fv_check(&a, &b, &c, 12);
+    cr_assert_neq(v.kind, GOBLIN_VERDICT_REJECT, "an honest overflow was rejected");
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ESCALATE);
+    goblin_buffer_free(c.data);
+    free(a.data);
+    free(b.data);
+}
+
+Test(freivalds, absurd_magnitudes_are_rejected) {
+    sm_state = 12;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, 8, 8), b = mat_new(GOBLIN_DTYPE_F64, 8, 8);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor c = matmul_loop(&a, &b);
+    set(&c, 2, 2, 1e300);
+    set(&c, 2, 3, -1e300);
+    set(&c, 2, 4, 1e308);
+    goblin_verdict v = fv_check(&a, &b, &c, 1);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.worst_index, 2);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+Test(freivalds, verdicts_are_reproducible_and_seed_dependent_only_in_r) {
+    sm_state = 13;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F32, 50, 60), b = mat_new(GOBLIN_DTYPE_F32, 60, 40);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor c = matmul_loop(&a, &b);
+    goblin_verdict v1 = fv_check(&a, &b, &c, 42), v2 = fv_check(&a, &b, &c, 42);
+    cr_assert_eq(v1.worst_ratio, v2.worst_ratio);
+    cr_assert_eq(v1.worst_index, v2.worst_index);
+    goblin_verdict v3 = fv_check(&a, &b, &c, 43);
+    cr_assert_neq(v1.worst_ratio, v3.worst_ratio);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+/* Why the seed must be secret: a worker that can compute r forges a wrong row
+ * orthogonal to it, which passes; the same forgery under a fresh seed is caught. */
+Test(freivalds, a_forger_who_knows_the_seed_passes_a_fresh_seed_catches_him) {
+    sm_state = 14;
+    int64_t m = 16, k = 16, n = 16;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, m, k), b = mat_new(GOBLIN_DTYPE_F64, k, n);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor c = matmul_loop(&a, &b);
+    uint64_t seed = 0x5eed;
+    /* the library's documented draw: r_j = +-(1/2 + U/2), stream "FREV", counter j */
+    double r[16];
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t x[4];
+        goblin__rng_draw(seed, 0, 0x46524556u, (uint64_t)j, x);
+        double mag = 0.5 + 0.5 * goblin__rng_u01(x, 53);
+        r[j] = (x[2] & 1u) ? -mag : mag;
+    }
+    /* row 5 += 0.3 * (r_1 e_0 - r_0 e_1): orthogonal to r */
+    set(&c, 5, 0, get(&c, 5, 0) + 0.3 * r[1]);
+    set(&c, 5, 1, get(&c, 5, 1) - 0.3 * r[0]);
+    goblin_freivalds_params p;
+    goblin_freivalds_params_default(&p);
+    p.seed = seed;
+    p.vectors = 1;
+    goblin_verdict v;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT, "the forgery should pass a known vector");
+    p.seed = 0xfe11;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+Test(freivalds, bad_arguments) {
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F32, 4, 5), b = mat_new(GOBLIN_DTYPE_F32, 5, 6);
+    goblin_tensor c = mat_new(GOBLIN_DTYPE_F32, 4, 6);
+    goblin_verdict v;
+    goblin_freivalds_params p;
+    goblin_freivalds_params_default(&p);
+    cr_assert_eq(p.vectors, 4);
+    cr_assert_eq(p.kn, -1);
+    cr_assert_eq(goblin_verify_matmul(NULL, &b, &c, &p, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_matmul(&a, &b, NULL, &p, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, NULL), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, NULL, &v), GOBLIN_OK); /* defaults */
+    p.vectors = 0;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_EINVAL);
+    p.vectors = GOBLIN_FREIVALDS_MAX_VECTORS + 1;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_EINVAL);
+    p.vectors = GOBLIN_FREIVALDS_MAX_VECTORS;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_OK);
+    cr_assert_eq(v.checked, 4 * GOBLIN_FREIVALDS_MAX_VECTORS);
+    goblin_freivalds_params_default(&p);
+    p.tight_sigmas = 0;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_EINVAL);
+    p.tight_sigmas = NAN;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_EINVAL);
+    goblin_freivalds_params_default(&p);
+    p.bound_sigmas = -1;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_EINVAL);
+    goblin_freivalds_params_default(&p);
+    p.k0 = 6;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_EINVAL);
+    p.k0 = 2;
+    p.kn = 4;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_EINVAL);
+    p.k0 = -1;
+    p.kn = 1;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c, &p, &v), GOBLIN_EINVAL);
+    goblin_freivalds_params_default(&p);
+    /* A and B are trusted: wrong ones are errors */
+    goblin_tensor b_bad = mat_new(GOBLIN_DTYPE_F32, 4, 6);
+    cr_assert_eq(goblin_verify_matmul(&a, &b_bad, &c, &p, &v), GOBLIN_ESHAPE);
+    goblin_tensor b64 = mat_new(GOBLIN_DTYPE_F64, 5, 6);
+    cr_assert_eq(goblin_verify_matmul(&a, &b64, &c, &p, &v), GOBLIN_EDTYPE);
+    goblin_tensor a16 = a, b16 = b;
+    a16.dtype = b16.dtype = GOBLIN_DTYPE_F16;
+    cr_assert_eq(goblin_verify_matmul(&a16, &b16, &c, &p, &v), GOBLIN_EDTYPE);
+    goblin_tensor v1 = a;
+    v1.rank = 1;
+    cr_assert_eq(goblin_verify_matmul(&v1, &b, &c, &p, &v), GOBLIN_ESHAPE);
+    /* C is judged: wrong ones are verdicts */
+    goblin_tensor c64 = mat_new(GOBLIN_DTYPE_F64, 4, 6);
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c64, &p, &v), GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_DTYPE);
+    goblin_tensor ct = mat_new(GOBLIN_DTYPE_F32, 6, 4);
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &ct, &p, &v), GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_SHAPE);
+    goblin_tensor c3 = c;
+    c3.rank = 3;
+    c3.shape[2] = 1;
+    c3.strides[2] = 1;
+    cr_assert_eq(goblin_verify_matmul(&a, &b, &c3, &p, &v), GOBLIN_OK);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_SHAPE);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+    free(b_bad.data);
+    free(b64.data);
+    free(c64.data);
+    free(ct.data);
+}
+
+Test(verify, names) {
+    cr_assert_str_eq(goblin_verdict_name(GOBLIN_VERDICT_ACCEPT), "accept");
+    cr_assert_str_eq(goblin_verdict_name(GOBLIN_VERDICT_ESCALATE), "escalate");
+    cr_assert_str_eq(goblin_verdict_name(GOBLIN_VERDICT_REJECT), "reject");
+    cr_assert_str_eq(goblin_verdict_name((goblin_verdict_kind)9), "invalid");
+    cr_assert_str_eq(goblin_verify_reason_name(GOBLIN_VERIFY_EXCEEDS_BOUND), "exceeds_bound");
+    cr_assert_str_eq(goblin_verify_reason_name(GOBLIN_VERIFY_UNCHECKABLE), "uncheckable");
+    cr_assert_str_eq(goblin_verify_reason_name((goblin_verify_reason)-1), "invalid");
+}
+
+/* ---- replica comparison ---------------------------------------------------- */
+
+static goblin_tensor vec(goblin_dtype dt, int64_t n, void *data) {
+    return gt_tensor(dt, 1, &n, data);
+}
+
+static goblin_verdict cmp(goblin_op op, goblin_dtype dt, int64_t k, const goblin_tensor *a,
+                          const goblin_tensor *b) {
+    goblin_verdict v;
+    cr_assert_eq(goblin_verify_compare(op, dt, k, a, b, &v), GOBLIN_OK);
+    return v;
+}
+
+Test(compare, bit_equal_fast_path_every_dtype) {
+    for (int d = 0; d < GOBLIN_DTYPE_COUNT; d++) {
+        unsigned char x[64], y[64];
+        for (int i = 0; i < 64; i++) x[i] = y[i] = (unsigned char)(i * 37 + d);
+        if (d == GOBLIN_DTYPE_BOOL)
+            for (int i = 0; i < 64; i++) x[i] = y[i] = (unsigned char)(i & 1);
+        size_t es = goblin_dtype_size((goblin_dtype)d);
+        goblin_tensor a = vec((goblin_dtype)d, (int64_t)(64 / es), x);
+        goblin_tensor b = vec((goblin_dtype)d, (int64_t)(64 / es), y);
+        goblin_verdict v = cmp(GOBLIN_OP_ADD, (goblin_dtype)d, 1, &a, &b);
+        cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+        cr_assert_eq(v.reason, GOBLIN_VERIFY_BIT_EQUAL, "dtype %s", goblin_dtype_name((goblin_dtype)d));
+        cr_assert_eq(v.checked, (int64_t)(64 / es));
+    }
+    /* bit-equal through strides: b is a reversed view of reversed data */
+    float xs[5] = {1, 2, NAN, 4, 5}, ys[5] = {5, 4, NAN, 2, 1};
+    goblin_tensor a = vec(GOBLIN_DTYPE_F32, 5, xs), b = vec(GOBLIN_DTYPE_F32, 5, ys + 4);
+    b.strides[0] = -1;
+    goblin_verdict v = cmp(GOBLIN_OP_EXP, GOBLIN_DTYPE_F32, 1, &a, &b);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_BIT_EQUAL);
+}
+
+Test(compare, elementwise_contract) {
+    /* ADD: correctly rounded, contract 2u relative (+ smallest normal) */
+    float x[4] = {1.0f, -3.5f, 1e-30f, 65504.0f}, y[4];
+    memcpy(y, x, sizeof x);
+    y[0] = nextafterf(1.0f, 2.0f);  /* 1 ulp = 2u relative */
+    y[1] = -0.0f + nextafterf(-3.5f, 0.0f);
+    goblin_tensor a = vec(GOBLIN_DTYPE_F32, 4, x), b = vec(GOBLIN_DTYPE_F32, 4, y);
+    goblin_verdict v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_OK);
+    cr_assert(v.worst_ratio > 0 && v.worst_ratio <= 1);
+    y[2] = 1.1e-30f; /* 10% off, far above both 2u and the smallest normal 1.2e-38 */
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_EXCEEDS_BOUND);
+    cr_assert_eq(v.worst_index, 2);
+    cr_assert_eq(v.above_bound, 1);
+    y[2] = x[2];
+    y[3] = 65504.0f * (1 + 1e-3f);
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    /* -0 and +0 are equal values */
+    float z1[1] = {0.0f}, z2[1] = {-0.0f};
+    goblin_tensor za = vec(GOBLIN_DTYPE_F32, 1, z1), zb = vec(GOBLIN_DTYPE_F32, 1, z2);
+    v = cmp(GOBLIN_OP_MAXIMUM, GOBLIN_DTYPE_F32, 1, &za, &zb);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    /* EXP (libm-grade contract) accepts a few ulp that ADD would not */
+    double e1[1] = {2.718281828459045}, e2[1] = {2.718281828459045 * (1 + 5 * 0x1p-53)};
+    goblin_tensor ea = vec(GOBLIN_DTYPE_F64, 1, e1), eb = vec(GOBLIN_DTYPE_F64, 1, e2);
+    double rel, abs_t;
+    goblin_op_contract(GOBLIN_OP_EXP, GOBLIN_DTYPE_F64, 1, &rel, &abs_t);
+    v = cmp(GOBLIN_OP_EXP, GOBLIN_DTYPE_F64, 1, &ea, &eb);
+    cr_assert_eq(v.kind, rel >= 3 * 0x1p-53 ? GOBLIN_VERDICT_ACCEPT : GOBLIN_VERDICT_REJECT);
+}
+
+Test(compare, nan_and_inf) {
+    double x[6] = {NAN, 1.0, INFINITY, -INFINITY, INFINITY, 2.0};
+    double y[6] = {-NAN, 1.0, INFINITY, -INFINITY, INFINITY, 2.0};
+    goblin_tensor a = vec(GOBLIN_DTYPE_F64, 6, x), b = vec(GOBLIN_DTYPE_F64, 6, y);
+    goblin_verdict v = cmp(GOBLIN_OP_MUL, GOBLIN_DTYPE_F64, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT, "NaN vs NaN (any payload) agrees");
+    y[1] = NAN; /* NaN against a number */
+    v = cmp(GOBLIN_OP_MUL, GOBLIN_DTYPE_F64, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_NONFINITE);
+    cr_assert_eq(v.nonfinite, 1);
+    cr_assert_eq(v.worst_index, 1);
+    y[1] = 1.0;
+    y[4] = -INFINITY; /* opposite infinities */
+    v = cmp(GOBLIN_OP_MUL, GOBLIN_DTYPE_F64, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    y[4] = 1e300; /* inf against an ordinary finite value */
+    v = cmp(GOBLIN_OP_MUL, GOBLIN_DTYPE_F64, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    y[4] = DBL_MAX; /* inf against the largest finite: an honest overflow boundary */
+    v = cmp(GOBLIN_OP_MUL, GOBLIN_DTYPE_F64, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    /* a reduction can overflow in one order and not another: escalate, not reject */
+    y[4] = INFINITY;
+    y[5] = NAN;
+    v = cmp(GOBLIN_OP_SUM, GOBLIN_DTYPE_F64, 1000, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ESCALATE);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_NONFINITE);
+}
+
+Test(compare, integers_exact_and_bool) {
+    int64_t x[3] = {INT64_MAX, -5, 7}, y[3] = {INT64_MAX - 1, -5, 7};
+    goblin_tensor a = vec(GOBLIN_DTYPE_I64, 3, x), b = vec(GOBLIN_DTYPE_I64, 3, y);
+    goblin_verdict v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_I64, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT, "i64 differing beyond 2^53 precision must be seen");
+    cr_assert_eq(v.worst_index, 0);
+    y[0] = INT64_MAX;
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_I64, 1, &a, &b);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_BIT_EQUAL);
+    /* integer matmul is exact too, whatever k */
+    v = cmp(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_I64, 1000, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    y[2] = 8;
+    v = cmp(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_I64, 1000, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    /* bool: 1 and 2 are both true */
+    uint8_t p[2] = {1, 0}, q[2] = {2, 0};
+    goblin_tensor pa = vec(GOBLIN_DTYPE_BOOL, 2, p), pb = vec(GOBLIN_DTYPE_BOOL, 2, q);
+    v = cmp(GOBLIN_OP_EQ, GOBLIN_DTYPE_BOOL, 1, &pa, &pb);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    q[1] = 1;
+    v = cmp(GOBLIN_OP_EQ, GOBLIN_DTYPE_BOOL, 1, &pa, &pb);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+}
+
+Test(compare, half_precision) {
+    uint16_t x[2] = {0x3c00, 0x4000}, y[2] = {0x3c01, 0x4000}; /* f16 1.0 and 1 + 2^-10 */
+    goblin_tensor a = vec(GOBLIN_DTYPE_F16, 2, x), b = vec(GOBLIN_DTYPE_F16, 2, y);
+    goblin_verdict v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F16, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT); /* one f16 ulp = 2u */
+    y[0] = 0x3c10;                               /* 16 ulp */
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F16, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    a.dtype = b.dtype = GOBLIN_DTYPE_BF16;
+    x[0] = 0x3f80; /* bf16 1.0 */
+    y[0] = 0x3f81;
+    x[1] = y[1] = 0x4000;
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_BF16, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+}
+
+Test(compare, shape_and_dtype_mismatch_reject) {
+    float x[6] = {0}, y[6] = {0};
+    int64_t s23[2] = {2, 3}, s32[2] = {3, 2};
+    goblin_tensor a = gt_tensor(GOBLIN_DTYPE_F32, 2, s23, x), b = gt_tensor(GOBLIN_DTYPE_F32, 2, s32, y);
+    goblin_verdict v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &a, &b);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_SHAPE);
+    goblin_tensor flat = vec(GOBLIN_DTYPE_F32, 6, y);
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &a, &flat);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_SHAPE);
+    goblin_tensor bi = gt_tensor(GOBLIN_DTYPE_I32, 2, s23, y);
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &a, &bi);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_DTYPE);
+    goblin_tensor bad = a;
+    bad.rank = 12;
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &a, &bad);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_SHAPE);
+    /* caller errors */
+    cr_assert_eq(goblin_verify_compare((goblin_op)9999, GOBLIN_DTYPE_F32, 1, &a, &a, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_compare(GOBLIN_OP_ADD, (goblin_dtype)77, 1, &a, &a, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_compare(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, NULL, &a, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_compare(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &a, &a, NULL), GOBLIN_EINVAL);
+    /* empty tensors agree */
+    int64_t s0[2] = {0, 4};
+    goblin_tensor e1 = gt_tensor(GOBLIN_DTYPE_F32, 2, s0, NULL), e2 = e1;
+    v = cmp(GOBLIN_OP_ADD, GOBLIN_DTYPE_F32, 1, &e1, &e2);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    cr_assert_eq(v.checked, 0);
+}
+
+/* Two honest matmul replicas from different backends (different summation orders). */
+Test(compare, matmul_replicas_with_and_without_scale) {
+    sm_state = 21;
+    int64_t m = 40, k = 500, n = 30;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F32, m, k), b = mat_new(GOBLIN_DTYPE_F32, k, n);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor c1 = matmul_on(fast_backend(), &a, &b);
+    goblin_tensor c2 = matmul_on(GOBLIN_BACKEND_REF, &a, &b);
+    goblin_tensor c3 = matmul_loop(&a, &b);
+    goblin_tensor scale = mat_new(GOBLIN_DTYPE_F64, m, n);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) set(&scale, i, j, abs_dot(&a, &b, i, j));
+    goblin_verdict v;
+    const goblin_tensor *reps[3] = {&c1, &c2, &c3};
+    for (int x = 0; x < 3; x++)
+        for (int y = 0; y < 3; y++) {
+            cr_assert_eq(goblin_verify_compare_scaled(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k,
+                                                      reps[x], reps[y], &scale, &v),
+                         GOBLIN_OK);
+            cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT, "replicas %d, %d: ratio %g", x, y,
+                         v.worst_ratio);
+            v = cmp(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, reps[x], reps[y]);
+            cr_assert_neq(v.kind, GOBLIN_VERDICT_REJECT, "without a scale nothing is provable");
+        }
+    /* a wrong replica: with a scale it is rejected; without, escalated */
+    goblin_tensor w = copy_of(&c1);
+    set(&w, 7, 9, get(&w, 7, 9) + 0.05);
+    cr_assert_eq(goblin_verify_compare_scaled(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c1, &w,
+                                              &scale, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.worst_index, 7 * n + 9);
+    v = cmp(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c1, &w);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ESCALATE);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_BETWEEN);
+    /* the scale must be sane and the same shape */
+    set(&scale, 0, 0, -1);
+    cr_assert_eq(goblin_verify_compare_scaled(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c1, &w,
+                                              &scale, &v),
+                 GOBLIN_EINVAL);
+    goblin_tensor s_small = scale;
+    s_small.shape[0] = 3;
+    cr_assert_eq(goblin_verify_compare_scaled(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c1, &c1,
+                                              &s_small, &v),
+                 GOBLIN_EINVAL);
+    free(w.data);
+    free(a.data);
+    free(b.data);
+    goblin_buffer_free(c1.data);
+    goblin_buffer_free(c2.data);
+    free(c3.data);
+    free(scale.data);
+}
+
+/* ---- spot-checks and sampling ------------------------------------------------ */
+
+Test(spot, sampled_elements_of_a_matmul) {
+    sm_state = 31;
+    int64_t m = 64, k = 300, n = 80, count = 64;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F32, m, k), b = mat_new(GOBLIN_DTYPE_F32, k, n);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor c = matmul_on(fast_backend(), &a, &b);
+    int64_t idx[64];
+    float ref[64];
+    double sc[64];
+    cr_assert_eq(goblin_verify_sample_indices(777, m * n, count, idx), GOBLIN_OK);
+    for (int64_t s = 0; s < count; s++) { /* the node's recomputation: an f64 dot, rounded */
+        int64_t i = idx[s] / n, j = idx[s] % n;
+        double acc = 0;
+        for (int64_t l = 0; l < k; l++) acc += get(&a, i, l) * get(&b, l, j);
+        ref[s] = (float)acc;
+        sc[s] = abs_dot(&a, &b, i, j);
+    }
+    goblin_tensor rt = vec(GOBLIN_DTYPE_F32, count, ref), st = vec(GOBLIN_DTYPE_F64, count, sc);
+    goblin_verdict v;
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c, idx, count, &rt,
+                                    &st, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    cr_assert_eq(v.checked, count);
+    /* a wrong sampled element is rejected and named by its flat index */
+    goblin_tensor w = copy_of(&c);
+    int64_t bad = idx[17];
+    set(&w, bad / n, bad % n, get(&w, bad / n, bad % n) * 1.01);
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &w, idx, count, &rt,
+                                    &st, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.worst_index, bad);
+    /* without scales, a reduction's disagreement is escalated */
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &w, idx, count, &rt,
+                                    NULL, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ESCALATE);
+    /* a wrong element outside the sample is (by design) not seen */
+    set(&w, bad / n, bad % n, get(&c, bad / n, bad % n));
+    int64_t outside = 0;
+    for (bool hit = true; hit; outside++) {
+        hit = false;
+        for (int64_t s = 0; s < count; s++) hit |= idx[s] == outside;
+        if (!hit) break;
+    }
+    set(&w, outside / n, outside % n, 1e6);
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &w, idx, count, &rt,
+                                    &st, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    /* caller errors and hostile claims */
+    int64_t oob[1] = {m * n};
+    goblin_tensor r1 = vec(GOBLIN_DTYPE_F32, 1, ref);
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c, oob, 1, &r1, NULL, &v),
+                 GOBLIN_EINDEX);
+    oob[0] = -1;
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c, oob, 1, &r1, NULL, &v),
+                 GOBLIN_EINDEX);
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c, idx, 2, &r1, NULL, &v),
+                 GOBLIN_EINVAL); /* ref length != count */
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c, NULL, 1, &r1, NULL, &v),
+                 GOBLIN_EINVAL);
+    goblin_tensor c64 = c;
+    c64.dtype = GOBLIN_DTYPE_F64;
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MATMUL, GOBLIN_DTYPE_F32, k, &c64, idx, count, &rt,
+                                    NULL, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_DTYPE);
+    free(w.data);
+    free(a.data);
+    free(b.data);
+    goblin_buffer_free(c.data);
+}
+
+Test(spot, strided_claim_and_elementwise_op) {
+    /* claimed: a transposed view; spot values from the same elements in row-major order */
+    double data[6] = {1, 4, 2, 5, 3, 6}; /* storage of [[1,2,3],[4,5,6]] transposed */
+    int64_t shape[2] = {2, 3};
+    goblin_tensor cl = gt_tensor(GOBLIN_DTYPE_F64, 2, shape, data);
+    cl.strides[0] = 1;
+    cl.strides[1] = 2;
+    int64_t idx[3] = {5, 0, 4};
+    double ref[3] = {6, 1, 5};
+    goblin_tensor rt = vec(GOBLIN_DTYPE_F64, 3, ref);
+    goblin_verdict v;
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MUL, GOBLIN_DTYPE_F64, 1, &cl, idx, 3, &rt, NULL, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    ref[2] = 5.001;
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MUL, GOBLIN_DTYPE_F64, 1, &cl, idx, 3, &rt, NULL, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.worst_index, 4);
+    /* zero samples: nothing checked, accepted */
+    goblin_tensor r0 = vec(GOBLIN_DTYPE_F64, 0, ref);
+    cr_assert_eq(goblin_verify_spot(GOBLIN_OP_MUL, GOBLIN_DTYPE_F64, 1, &cl, idx, 0, &r0, NULL, &v),
+                 GOBLIN_OK);
+    cr_assert_eq(v.checked, 0);
+}
+
+Test(sample, distinct_in_range_reproducible_uniform) {
+    int64_t out[1000];
+    /* distinct and in range, many sizes */
+    static const int64_t sizes[] = {1, 2, 3, 5, 17, 64, 1000, 4097, 1000003};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        int64_t N = sizes[s], cnt = N < 1000 ? N : 1000;
+        cr_assert_eq(goblin_verify_sample_indices(s + 1, N, cnt, out), GOBLIN_OK);
+        for (int64_t i = 0; i < cnt; i++) {
+            cr_assert(out[i] >= 0 && out[i] < N);
+            for (int64_t j = 0; j < i; j++) cr_assert_neq(out[i], out[j]);
+        }
+    }
+    /* reproducible per seed, different across seeds */
+    int64_t x[20], y[20], z[20];
+    goblin_verify_sample_indices(99, 1 << 20, 20, x);
+    goblin_verify_sample_indices(99, 1 << 20, 20, y);
+    goblin_verify_sample_indices(100, 1 << 20, 20, z);
+    cr_assert_arr_eq(x, y, sizeof x);
+    cr_assert(memcmp(x, z, sizeof x) != 0);
+    /* uniform: 3 of 10 over 20000 seeds, each index ~6000 times (sd ~65) */
+    int64_t hist[10] = {0};
+    for (uint64_t seed = 0; seed < 20000; seed++) {
+        int64_t o[3];
+        goblin_verify_sample_indices(seed, 10, 3, o);
+        for (int i = 0; i < 3; i++) hist[o[i]]++;
+    }
+    for (int i = 0; i < 10; i++)
+        cr_assert(hist[i] > 6000 - 6 * 65 && hist[i] < 6000 + 6 * 65, "index %d drawn %lld times", i,
+                  (long long)hist[i]);
+    /* huge domains cost nothing */
+    int64_t big[8];
+    cr_assert_eq(goblin_verify_sample_indices(5, (int64_t)1 << 62, 8, big), GOBLIN_OK);
+    /* errors */
+    cr_assert_eq(goblin_verify_sample_indices(1, 5, 6, out), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_sample_indices(1, -1, 0, out), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_sample_indices(1, 5, -1, out), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_sample_indices(1, 5, 2, NULL), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_sample_indices(1, ((int64_t)1 << 62) + 1, 1, out), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_verify_sample_indices(1, 0, 0, NULL), GOBLIN_OK);
+}
+
+/* ---- allocation failure ------------------------------------------------------ */
+
+static long g_countdown = -1; /* allocations left before failing; -1 = never fail */
+static long g_live = 0;
+
+static void *counting_alloc(void *user, size_t size, size_t align) {
+    (void)user;
+    if (g_countdown == 0) return NULL;
+    if (g_countdown > 0) g_countdown--;
+    void *p = NULL;
+    if (posix_memalign(&p, align, size)) return NULL;
+    g_live++;
+    return p;
+}
+
+static void counting_free(void *user, void *p) {
+    (void)user;
+    g_live--;
+    free(p);
+}
+
+Test(verify, allocation_failure_returns_enomem_and_leaks_nothing) {
+    sm_state = 41;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, 9, 11), b = mat_new(GOBLIN_DTYPE_F64, 11, 7);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor c = matmul_loop(&a, &b);
+    goblin_allocator al = {counting_alloc, counting_free, NULL};
+    goblin_set_allocator(&al);
+    int failures = 0;
+    for (long n = 0;; n++) {
+        g_countdown = n;
+        g_live = 0;
+        goblin_verdict v;
+        goblin_err e = goblin_verify_matmul(&a, &b, &c, NULL, &v);
+        cr_assert_eq(g_live, 0, "leak after failing allocation %ld", n);
+        if (e == GOBLIN_OK) {
+            cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+            break;
+        }
+        cr_assert_eq(e, GOBLIN_ENOMEM);
+        failures++;
+    }
+    cr_assert(failures > 0);
+    /* the planner allocates one small object */
+    goblin_plan_params pp;
+    goblin_plan_params_default(&pp);
+    pp.m = pp.k = pp.n = 1000;
+    goblin_plan *pl = NULL;
+    g_countdown = 0;
+    g_live = 0;
+    char msg[128];
+    cr_assert_eq(goblin_plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_ENOMEM);
+    cr_assert_null(pl);
+    g_countdown = -1;
+    cr_assert_eq(goblin_plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_OK);
+    goblin_plan_free(pl);
+    cr_assert_eq(g_live, 0);
+    goblin_set_allocator(NULL);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
