@@ -6,6 +6,7 @@
 #include <goblin/goblin.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A contiguous tensor descriptor over @p data. */
@@ -73,6 +74,17 @@ static inline goblin_err gt_build1(goblin_op op, const goblin_tensor *ins, int32
     if (e && msg && cap) snprintf(msg, cap, "%s", goblin_graph_error(g));
     goblin_graph_free(g);
     return e;
+}
+
+/* Quick mode: the sanitizer build (10x slower) and GOBLIN_TEST_QUICK=1 run the
+ * statistical tests with fewer trials; the normal build runs them in full. */
+static inline int gt_quick(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    return 1;
+#else
+    const char *q = getenv("GOBLIN_TEST_QUICK");
+    return q && q[0] && q[0] != '0';
+#endif
 }
 
 /* Relative/absolute closeness. */

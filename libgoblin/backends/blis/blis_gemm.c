@@ -1,0 +1,426 @@
+/* libgoblin/backends/blis/blis_gemm.c - MATMUL and CONV2D on BLIS's typed API
+ * (bli_sgemm_ex / bli_dgemm_ex with an rntm_t per call, never the process-wide
+ * thread setting, so concurrent executors with different thread counts do not
+ * interfere). f32 and f64 run in place on the caller's strides where BLIS accepts
+ * them; f16/bf16 are widened to f32, multiplied and rounded once; integer dtypes
+ * return GOBLIN_ENOTSUP (the executor runs the reference kernel).
+ *
+ * Determinism (same bits whatever k->threads is). Measured on BLIS 0.9.0 (zen3):
+ * - The conventional gemm path packs A and B and never splits K, so its result is
+ *   the same for every thread count (0 differences over 1800 random shapes and
+ *   all transpose combinations at 1..4 threads).
+ * - The small/unpacked ("sup") path is not: with A row-stored and B column-stored
+ *   it uses dot-product ("rd") kernels and, when threaded, may pack instead and
+ *   switch kernels, so 9 of 56 cases differed between 1 and 2..5 threads.
+ * So a gemm is either "small" (decided from m, n, k only) and runs sup on ONE
+ * thread, or runs the conventional path (sup disabled) on any number of threads.
+ * Parallelism across batch items / images uses one-thread calls of the same kind,
+ * which therefore give the same bits as the sequential, threaded calls. */
+#include <blis.h>
+#include "blis_impl.h"
+#include "ops_nn.h"
+
+/* m * n * k at or below which sup on one thread beats the conventional path on
+ * two (measured: 64^3 88 vs 22 GF/s; 128^3 100 vs 136; 64x1024x27 43 vs 83). */
+#define SMALL_WORK ((double)(1 << 20))
+
+static bool is_half(goblin_dtype dt) { return dt == GOBLIN_DTYPE_F16 || dt == GOBLIN_DTYPE_BF16; }
+
+static bool small_gemm(int64_t m, int64_t n, int64_t k) {
+    return (double)m * (double)n * (double)k <= SMALL_WORK;
+}
+
+/* The BLIS runtime for one call: sup on one thread, or conventional on @p threads. */
+static void rntm_for(rntm_t *r, bool small, int32_t threads) {
+    bli_rntm_init(r);
+    if (small) {
+        bli_rntm_set_num_threads(1, r);
+    } else {
+        bli_rntm_set_num_threads(threads > 0 ? threads : 1, r);
+        bli_rntm_disable_l3_sup(r);
+    }
+}
+
+/* c = alpha * a @ b + beta * c, all m x n x k with element strides, in dt (F32/F64).
+ * beta == 0 never reads c (BLIS overwrites it). */
+static void gemm(goblin_dtype dt, const rntm_t *cfg, int64_t m, int64_t n, int64_t k, double alpha,
+                 const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
+                 double beta, void *c, int64_t rsc, int64_t csc) {
+    rntm_t r = *cfg;
+    if (dt == GOBLIN_DTYPE_F64) {
+        double al = alpha, be = beta;
+        bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (double *)a, rsa, csa,
+                     (double *)b, rsb, csb, &be, (double *)c, rsc, csc, NULL, &r);
+    } else {
+        float al = (float)alpha, be = (float)beta;
+        bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a, rsa, csa,
+                     (float *)b, rsb, csb, &be, (float *)c, rsc, csc, NULL, &r);
+    }
+}
+
+/* BLIS accepts row storage (cs 1, rs >= cols) or column storage (rs 1, cs >= rows),
+ * and aborts the process on anything else (zero or overlapping strides). Strides of
+ * size-1 dims are free, so set them to 1; report whether the result is accepted. */
+static bool layout_ok(int64_t rows, int64_t cols, int64_t *rs, int64_t *cs) {
+    if (rows <= 1) *rs = 1;
+    if (cols <= 1) *cs = 1;
+    if (*rs <= 0 || *cs <= 0) return false;
+    if (rows == 1 || cols == 1) return true;
+    return (*rs == 1 && *cs >= rows) || (*cs == 1 && *rs >= cols);
+}
+
+/* A contiguous copy of @p t (any strides) in dtype cdt (F32 or F64); NULL on ENOMEM. */
+static void *contig_copy(const goblin_tensor *t, goblin_dtype cdt) {
+    int64_t numel = goblin__numel(t);
+    size_t esz = goblin_dtype_size(cdt), bytes;
+    if (!goblin__mul_size((size_t)numel, esz, &bytes)) return NULL;
+    void *dst = goblin__alloc(bytes);
+    if (!dst) return NULL;
+    int64_t st[4][GOBLIN_MAX_RANK];
+    for (int32_t d = 0; d < t->rank; d++) st[0][d] = t->strides[d];
+    goblin__nditer it;
+    goblin__nditer_init(&it, t->rank, t->shape, 1, st);
+    if (t->dtype == cdt && cdt == GOBLIN_DTYPE_F32) {
+        for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
+            ((float *)dst)[i] = ((const float *)t->data)[it.off[0]];
+    } else if (t->dtype == cdt && cdt == GOBLIN_DTYPE_F64) {
+        for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
+            ((double *)dst)[i] = ((const double *)t->data)[it.off[0]];
+    } else { /* f16/bf16 -> f32: exact */
+        for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
+            goblin__store_f64(cdt, dst, i, goblin__load_f64(t->dtype, t->data, it.off[0]));
+    }
+    return dst;
+}
+
+static goblin_tensor contig_desc(const goblin_tensor *t, goblin_dtype dt, void *data) {
+    goblin_tensor d = *t;
+    d.dtype = dt;
+    d.data = data;
+    goblin__contig_strides(t->rank, t->shape, d.strides);
+    return d;
+}
+
+/* Round the f32 scratch into a half-precision output (once, to nearest even). */
+static void round_out(goblin_tensor *out, const float *src, int64_t numel) {
+    uint16_t *dst = out->data;
+    if (out->dtype == GOBLIN_DTYPE_F16)
+        for (int64_t i = 0; i < numel; i++) dst[i] = goblin__f32_to_f16(src[i]);
+    else
+        for (int64_t i = 0; i < numel; i++) dst[i] = goblin__f32_to_bf16(src[i]);
+}
+
+/* ---- MATMUL -------------------------------------------------------------- */
+
+typedef struct mm_job {
+    const goblin__mm_geom *g;
+    goblin_dtype cdt;
+    size_t esz;
+    const char *a, *b;
+    char *c;
+    double beta;
+    rntm_t cfg;
+} mm_job;
+
+static void mm_item(void *arg, int64_t bi) {
+    const mm_job *j = arg;
+    const goblin__mm_geom *g = j->g;
+    int64_t st[4][GOBLIN_MAX_RANK];
+    for (int32_t d = 0; d < g->batch_rank; d++) {
+        st[0][d] = g->a_bs[d];
+        st[1][d] = g->b_bs[d];
+        st[2][d] = g->o_bs[d];
+    }
+    goblin__nditer it;
+    goblin__nditer_init(&it, g->batch_rank, g->batch_shape, 3, st);
+    goblin__nditer_seek(&it, bi);
+    gemm(j->cdt, &j->cfg, g->m, g->n, g->k, g->alpha, j->a + it.off[0] * (int64_t)j->esz, g->a_rs,
+         g->a_cs, j->b + it.off[1] * (int64_t)j->esz, g->b_rs, g->b_cs, j->beta,
+         j->c + it.off[2] * (int64_t)j->esz, g->o_rs, g->o_cs);
+}
+
+static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                              int32_t n_in, goblin_tensor *out) {
+    goblin_dtype dt = out->dtype;
+    if (dt != GOBLIN_DTYPE_F32 && dt != GOBLIN_DTYPE_F64 && !is_half(dt)) return GOBLIN_ENOTSUP;
+    goblin_dtype cdt = dt == GOBLIN_DTYPE_F64 ? GOBLIN_DTYPE_F64 : GOBLIN_DTYPE_F32;
+    size_t esz = goblin_dtype_size(cdt);
+    int64_t numel = goblin__numel(out);
+    if (numel == 0) return GOBLIN_OK;
+
+    goblin_tensor v[3], o = *out;
+    void *owned[4] = {NULL, NULL, NULL, NULL};
+    goblin_err err = GOBLIN_OK;
+    for (int32_t i = 0; i < n_in; i++) v[i] = in[i];
+    goblin__mm_geom g;
+    goblin__mm_geom_init(node, v, n_in, &o, &g);
+    bool copy_a = is_half(dt) || !layout_ok(g.m, g.k, &g.a_rs, &g.a_cs);
+    bool copy_b = is_half(dt) || !layout_ok(g.k, g.n, &g.b_rs, &g.b_cs);
+    bool copy_c = is_half(dt) && n_in >= 3;
+    bool copies[3] = {copy_a, copy_b, copy_c};
+    for (int32_t i = 0; i < n_in; i++) {
+        if (!copies[i]) continue;
+        if (!(owned[i] = contig_copy(&v[i], cdt))) goto oom;
+        v[i] = contig_desc(&v[i], cdt, owned[i]);
+    }
+    if (is_half(dt)) {
+        size_t bytes;
+        if (!goblin__mul_size((size_t)numel, sizeof(float), &bytes) || !(owned[3] = goblin__alloc(bytes)))
+            goto oom;
+        o = contig_desc(out, GOBLIN_DTYPE_F32, owned[3]);
+    }
+    if (copy_a || copy_b || is_half(dt)) {
+        goblin__mm_geom_init(node, v, n_in, &o, &g);
+        /* contiguous copies are always accepted; re-normalize size-1 strides */
+        layout_ok(g.m, g.k, &g.a_rs, &g.a_cs);
+        layout_ok(g.k, g.n, &g.b_rs, &g.b_cs);
+    }
+    int64_t ors = g.o_rs, ocs = g.o_cs;
+    layout_ok(g.m, g.n, &ors, &ocs);
+    g.o_rs = ors;
+    g.o_cs = ocs;
+
+    /* c (broadcast) goes into the output first; BLIS then accumulates on top of it. */
+    if (g.has_c) {
+        int64_t st[4][GOBLIN_MAX_RANK];
+        goblin__bcast_strides(&v[2], o.rank, o.shape, st[0]);
+        goblin__nditer it;
+        goblin__nditer_init(&it, o.rank, o.shape, 1, st);
+        if (cdt == GOBLIN_DTYPE_F64)
+            for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
+                ((double *)o.data)[i] = ((const double *)v[2].data)[it.off[0]];
+        else
+            for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
+                ((float *)o.data)[i] = ((const float *)v[2].data)[it.off[0]];
+    }
+    double beta = g.has_c ? g.beta : 0;
+
+    if (g.k == 0) { /* an empty sum: beta * c, or 0 */
+        for (int64_t i = 0; i < numel; i++) {
+            double x = g.has_c ? beta * goblin__load_f64(cdt, o.data, i) : 0;
+            goblin__store_f64(cdt, o.data, i, x);
+        }
+    } else {
+        int32_t threads = k->threads > 0 ? k->threads : 1;
+        bool small = small_gemm(g.m, g.n, g.k);
+        bool across = threads > 1 && g.batch > 1 && (small || g.batch >= threads);
+        mm_job job = {&g, cdt, esz, v[0].data, v[1].data, o.data, beta, {0}};
+        rntm_for(&job.cfg, small, across ? 1 : threads);
+        if (across) goblin__parallel_for(threads, g.batch, mm_item, &job);
+        else
+            for (int64_t bi = 0; bi < g.batch; bi++) mm_item(&job, bi);
+    }
+    if (is_half(dt)) round_out(out, owned[3], numel);
+    goto done;
+oom:
+    err = goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "out of memory for matmul scratch");
+done:
+    for (int32_t i = 0; i < 4; i++) goblin__free(owned[i]);
+    return err;
+}
+
+/* ---- CONV2D: im2col + gemm per (image, group) ------------------------------ */
+
+/* Scratch per worker for im2col: output rows are processed in blocks so that one
+ * block's K x (rows * OW) matrix stays under this size. The block size depends on
+ * the shapes only (never on the thread count), so results stay deterministic. */
+#define COL_BUDGET ((int64_t)32 << 20)
+
+typedef struct conv_job {
+    const goblin__conv_geom *g;
+    goblin_dtype cdt;
+    size_t esz;
+    const char *x, *w, *bias;
+    char *o;
+    char *col;       /* nchunks scratch matrices of kk x (rows_per_block * OW), or NULL (direct) */
+    int64_t items, nchunks, K, P, cg, og, rows_per_block;
+    /* With im2col the bias rides in the gemm as one more term: w gets a column of
+     * biases and col a row of ones (kk = K + 1). That saves a pass that would fill
+     * the whole output with the bias before the gemm reads it back. */
+    bool bias_in_k;
+    int64_t kk;
+    rntm_t cfg;
+} conv_job;
+
+/* col[(c, i, j), (oh - oh0, ow)] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] for oh in
+ * [oh0, oh1), 0 outside the image. */
+#define DEFINE_IM2COL(name, T)                                                                  \
+    static void name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
+                     int64_t oh1) {                                                             \
+        int64_t pb = (oh1 - oh0) * g->ow;                                                       \
+        for (int64_t c = 0; c < cg; c++)                                                        \
+            for (int64_t i = 0; i < g->kh; i++)                                                 \
+                for (int64_t j = 0; j < g->kw; j++) {                                           \
+                    T *row = col + ((c * g->kh + i) * g->kw + j) * pb;                          \
+                    int64_t off = j * g->dw - g->pw;                                            \
+                    /* ow in [lo, hi) reads inside the row: 0 <= ow*sw + off < W */             \
+                    int64_t lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;                     \
+                    int64_t hi = g->w - off <= 0 ? 0 : (g->w - off + g->sw - 1) / g->sw;        \
+                    if (lo > g->ow) lo = g->ow;                                                 \
+                    if (hi > g->ow) hi = g->ow;                                                 \
+                    if (hi < lo) hi = lo;                                                       \
+                    for (int64_t oh = oh0; oh < oh1; oh++) {                                    \
+                        T *r = row + (oh - oh0) * g->ow;                                        \
+                        int64_t ih = oh * g->sh - g->ph + i * g->dh;                            \
+                        if (ih < 0 || ih >= g->h) {                                             \
+                            for (int64_t ow = 0; ow < g->ow; ow++) r[ow] = 0;                   \
+                            continue;                                                           \
+                        }                                                                       \
+                        const T *xr = x + (c * g->h + ih) * g->w + off;                         \
+                        for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0;                          \
+                        if (g->sw == 1)                                                         \
+                            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow];                \
+                        else                                                                    \
+                            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * g->sw];        \
+                        for (int64_t ow = hi; ow < g->ow; ow++) r[ow] = 0;                      \
+                    }                                                                           \
+                }                                                                               \
+    }
+DEFINE_IM2COL(im2col_f32, float)
+DEFINE_IM2COL(im2col_f64, double)
+
+static void conv_chunk(void *arg, int64_t chunk) {
+    const conv_job *j = arg;
+    const goblin__conv_geom *g = j->g;
+    int64_t lo = chunk * j->items / j->nchunks, hi = (chunk + 1) * j->items / j->nchunks;
+    int64_t es = (int64_t)j->esz;
+    char *col = j->col ? j->col + chunk * j->kk * j->rows_per_block * g->ow * es : NULL;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t n = it / g->groups, grp = it % g->groups;
+        const char *xin = j->x + ((n * g->c + grp * j->cg) * g->h * g->w) * es;
+        const char *w = j->w + grp * j->og * j->kk * es;
+        char *o = j->o + ((n * g->o + grp * j->og) * j->P) * es;
+        double beta = 0;
+        if (j->bias && !j->bias_in_k) { /* bias goes in first; gemm accumulates with beta = 1 */
+            beta = 1;
+            for (int64_t r = 0; r < j->og; r++) {
+                int64_t oc = grp * j->og + r;
+                if (j->cdt == GOBLIN_DTYPE_F64) {
+                    double bv = ((const double *)j->bias)[oc];
+                    for (int64_t p = 0; p < j->P; p++) ((double *)o)[r * j->P + p] = bv;
+                } else {
+                    float bv = ((const float *)j->bias)[oc];
+                    for (int64_t p = 0; p < j->P; p++) ((float *)o)[r * j->P + p] = bv;
+                }
+            }
+        }
+        for (int64_t oh0 = 0; oh0 < g->oh; oh0 += j->rows_per_block) {
+            int64_t oh1 = oh0 + j->rows_per_block < g->oh ? oh0 + j->rows_per_block : g->oh;
+            int64_t pb = (oh1 - oh0) * g->ow;
+            /* 1x1 / stride 1 / no padding: x itself is the K x P matrix (one block) */
+            const char *b = xin;
+            int64_t rsb = j->P, csb = 1;
+            if (col) {
+                if (j->cdt == GOBLIN_DTYPE_F64)
+                    im2col_f64(g, j->cg, (const double *)xin, (double *)col, oh0, oh1);
+                else
+                    im2col_f32(g, j->cg, (const float *)xin, (float *)col, oh0, oh1);
+                if (j->bias_in_k) {
+                    char *ones = col + j->K * pb * es;
+                    for (int64_t p = 0; p < pb; p++) {
+                        if (j->cdt == GOBLIN_DTYPE_F64) ((double *)ones)[p] = 1;
+                        else ((float *)ones)[p] = 1;
+                    }
+                }
+                b = col;
+                rsb = pb;
+            }
+            int64_t rsw = j->kk, csw = 1, rso = j->P, cso = 1;
+            layout_ok(j->og, j->kk, &rsw, &csw);
+            layout_ok(j->kk, pb, &rsb, &csb);
+            layout_ok(j->og, pb, &rso, &cso);
+            gemm(j->cdt, &j->cfg, j->og, pb, j->kk, 1.0, w, rsw, csw, b, rsb, csb, beta,
+                 o + oh0 * g->ow * es, rso, cso);
+        }
+    }
+}
+
+static goblin_err blis_conv2d(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                              int32_t n_in, goblin_tensor *out) {
+    goblin_dtype dt = out->dtype;
+    if (dt != GOBLIN_DTYPE_F32 && dt != GOBLIN_DTYPE_F64 && !is_half(dt)) return GOBLIN_ENOTSUP;
+    goblin__conv_geom g;
+    goblin_err err = goblin__conv_geom_get(node, in[0].shape, in[1].shape, &g, k->msg, k->cap);
+    if (err) return err;
+    int64_t numel = goblin__numel(out);
+    if (numel == 0) return GOBLIN_OK;
+    goblin_dtype cdt = dt == GOBLIN_DTYPE_F64 ? GOBLIN_DTYPE_F64 : GOBLIN_DTYPE_F32;
+    size_t esz = goblin_dtype_size(cdt);
+    void *owned[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    const void *src[3] = {in[0].data, in[1].data, n_in >= 3 ? in[2].data : NULL};
+    void *o = out->data;
+    if (is_half(dt)) { /* widen inputs to f32 (exact), compute in f32, round once */
+        for (int32_t i = 0; i < n_in; i++) {
+            if (!(owned[i] = contig_copy(&in[i], cdt))) goto oom;
+            src[i] = owned[i];
+        }
+        if (!(owned[3] = goblin__calloc((size_t)numel, sizeof(float)))) goto oom;
+        o = owned[3];
+    }
+    conv_job j;
+    memset(&j, 0, sizeof j);
+    j.g = &g;
+    j.cdt = cdt;
+    j.esz = esz;
+    j.x = src[0];
+    j.w = src[1];
+    j.bias = src[2];
+    j.o = o;
+    j.cg = g.c / g.groups;
+    j.og = g.o / g.groups;
+    j.K = j.cg * g.kh * g.kw;
+    j.P = g.oh * g.ow;
+    j.items = g.n * g.groups;
+    if (j.K == 0) { /* no input channels: the output is the bias (or 0) */
+        for (int64_t i = 0; i < numel; i++) {
+            double bv = j.bias ? goblin__load_f64(cdt, j.bias, (i / j.P) % g.o) : 0;
+            goblin__store_f64(cdt, o, i, bv);
+        }
+    } else if (j.og > 0) {
+        int32_t threads = k->threads > 0 ? k->threads : 1;
+        bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+        j.bias_in_k = j.bias && !direct;
+        j.kk = j.K + (j.bias_in_k ? 1 : 0);
+        if (j.bias_in_k) { /* [O, K + 1]: each weight row followed by its bias */
+            size_t bytes;
+            if (!goblin__mul_size((size_t)(g.o * j.kk), esz, &bytes) || !(owned[5] = goblin__alloc(bytes)))
+                goto oom;
+            for (int64_t oc = 0; oc < g.o; oc++) {
+                memcpy((char *)owned[5] + (size_t)(oc * j.kk) * esz, j.w + (size_t)(oc * j.K) * esz,
+                       (size_t)j.K * esz);
+                memcpy((char *)owned[5] + (size_t)(oc * j.kk + j.K) * esz, j.bias + (size_t)oc * esz,
+                       esz);
+            }
+            j.w = owned[5];
+        }
+        int64_t row_bytes = j.kk * g.ow * (int64_t)esz;
+        j.rows_per_block = direct ? g.oh : COL_BUDGET / row_bytes;
+        if (j.rows_per_block < 1) j.rows_per_block = 1;
+        if (j.rows_per_block > g.oh) j.rows_per_block = g.oh;
+        bool small = small_gemm(j.og, j.rows_per_block * g.ow, j.kk);
+        bool across = threads > 1 && j.items > 1 && (small || j.items >= threads);
+        j.nchunks = across ? (j.items < threads ? j.items : threads) : 1;
+        rntm_for(&j.cfg, small, across ? 1 : threads);
+        if (!direct) {
+            size_t bytes;
+            if (!goblin__mul_size((size_t)(j.rows_per_block * row_bytes), (size_t)j.nchunks, &bytes) ||
+                !(owned[4] = goblin__alloc(bytes)))
+                goto oom;
+            j.col = owned[4];
+        }
+        if (j.nchunks > 1) goblin__parallel_for(threads, j.nchunks, conv_chunk, &j);
+        else conv_chunk(&j, 0);
+    }
+    if (is_half(dt)) round_out(out, owned[3], numel);
+    goto done;
+oom:
+    err = goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "out of memory for conv2d scratch");
+done:
+    for (int32_t i = 0; i < 6; i++) goblin__free(owned[i]);
+    return err;
+}
+
+void goblin__blis_register_gemm(goblin__kernel_fn *t) {
+    t[GOBLIN_OP_MATMUL] = blis_matmul;
+    t[GOBLIN_OP_CONV2D] = blis_conv2d;
+}
