@@ -1,0 +1,1136 @@
+/* tests/unit/test_wire.c - the message framing (libgoblin/wire.c): byte-exact
+ * encodings derived by hand from docs/wire-protocol.md, round trips of every
+ * message type, a hostile decoder (every truncation, random byte flips, oversized
+ * lengths and counts caught before any allocation, inconsistent tensors, version
+ * mismatches), zero-copy views, and no names on the wire. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include "testutil.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static uint64_t rd_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void wr_le(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint8_t *encode(const goblin_wire_msg *m, size_t *len) {
+    uint8_t *buf = NULL;
+    goblin_err e = goblin_wire_encode(m, &buf, len);
+    cr_assert_eq(e, GOBLIN_OK, "encode: %s", goblin_err_name(e));
+    return buf;
+}
+
+static goblin_wire_msg *decode_ok(const uint8_t *buf, size_t len, uint32_t flags) {
+    goblin_wire_msg *m = NULL;
+    char msg[256];
+    goblin_err e = goblin_wire_decode(buf, len, NULL, flags, &m, msg, sizeof msg);
+    cr_assert_eq(e, GOBLIN_OK, "decode: %s: %s", goblin_err_name(e), msg);
+    return m;
+}
+
+static goblin_err decode_err(const uint8_t *buf, size_t len, const goblin_wire_limits *lim,
+                             char *msg, size_t cap) {
+    goblin_wire_msg *m = NULL;
+    goblin_err e = goblin_wire_decode(buf, len, lim, 0, &m, msg, cap);
+    if (e == GOBLIN_OK) goblin_wire_msg_free(m);
+    else cr_assert_null(m, "*out set on failure");
+    return e;
+}
+
+/* Counting allocator: how many allocations a call makes, and that none leak. */
+static long g_allocs, g_live, g_fail_at = -1;
+static void *count_alloc(void *user, size_t size, size_t align) {
+    (void)user;
+    if (g_fail_at >= 0 && g_allocs == g_fail_at) {
+        g_allocs++;
+        return NULL;
+    }
+    g_allocs++;
+    void *p = NULL;
+    if (posix_memalign(&p, align, size)) return NULL;
+    g_live++;
+    return p;
+}
+static void count_free(void *user, void *p) {
+    (void)user;
+    g_live--;
+    free(p);
+}
+static void counting_on(void) {
+    goblin_allocator a = {count_alloc, count_free, NULL};
+    g_allocs = g_live = 0;
+    g_fail_at = -1;
+    goblin_set_allocator(&a);
+}
+static void counting_off(void) { goblin_set_allocator(NULL); }
+
+/* ---- a TASK whose layout is derived by hand ------------------------------ */
+
+/* graph blob of 5 bytes (opaque to the framing), then
+ *   f32 [2,3] = 0.5 .. 3.0, u8 [3] = 7 8 9, i64 scalar = -5.
+ * Offsets (docs/wire-protocol.md):
+ *   0 header | 24 task id | 32 lease_ms | 36 n_inputs | 40 graph_len | 48 graph[5]
+ *   53 pad[3] | 56 t0 head | 64 dim 2 | 72 dim 3 | 80 nbytes 24 | 88 data[24]
+ *   112 t1 head | 120 dim 3 | 128 nbytes 3 | 136 data[3] | 139 pad[5]
+ *   144 t2 head | 152 nbytes 8 | 160 data[8] | 168 end */
+static const uint8_t FAKE_GRAPH[5] = {0xA1, 0xA2, 0xA3, 0xA4, 0xA5};
+static float T0[6] = {0.5f, 1.0f, 1.5f, 2.0f, 2.5f, 3.0f};
+static uint8_t T1[3] = {7, 8, 9};
+static int64_t T2 = -5;
+static goblin_tensor g_ins[3];
+
+static void sample_task(goblin_wire_msg *m) {
+    int64_t s0[] = {2, 3}, s1[] = {3};
+    g_ins[0] = gt_tensor(GOBLIN_DTYPE_F32, 2, s0, T0);
+    g_ins[1] = gt_tensor(GOBLIN_DTYPE_U8, 1, s1, T1);
+    g_ins[2] = gt_tensor(GOBLIN_DTYPE_I64, 0, NULL, &T2);
+    cr_assert_eq(goblin_wire_msg_init(m, GOBLIN_WIRE_TYPE_TASK), GOBLIN_OK);
+    m->request_id = 0x1122334455667788ull;
+    m->body.task.task_id = 0x0A0B0C0D0E0F1011ull;
+    m->body.task.lease_ms = 30000;
+    m->body.task.graph = FAKE_GRAPH;
+    m->body.task.graph_len = sizeof FAKE_GRAPH;
+    m->body.task.n_inputs = 3;
+    m->body.task.inputs = g_ins;
+}
+
+static const uint8_t TOKEN[5] = {0x00, 0xFF, 't', 'k', 0x80};
+
+/* One sample of every type, filled with distinctive values. */
+static void sample(goblin_wire_type type, goblin_wire_msg *m) {
+    if (type == GOBLIN_WIRE_TYPE_TASK) {
+        sample_task(m);
+        return;
+    }
+    cr_assert_eq(goblin_wire_msg_init(m, type), GOBLIN_OK);
+    m->request_id = 1000 + (uint64_t)type;
+    static int64_t s[] = {2, 2};
+    static double rv[4] = {1.0, -2.0, 0.25, 1e300};
+    static goblin_tensor outs[2];
+    switch (type) {
+    case GOBLIN_WIRE_TYPE_HELLO:
+        m->body.hello.backends = 0x3;
+        m->body.hello.threads = 16;
+        m->body.hello.memory_bytes = 0x123456789ull;
+        m->body.hello.token = TOKEN;
+        m->body.hello.token_len = sizeof TOKEN;
+        break;
+    case GOBLIN_WIRE_TYPE_HELLO_ACK:
+        m->body.hello_ack.session_id = 0xDEADBEEFCAFEull;
+        m->body.hello_ack.heartbeat_ms = 2500;
+        m->body.hello_ack.max_message_bytes = 1u << 20;
+        break;
+    case GOBLIN_WIRE_TYPE_REFUSE:
+        m->body.refuse.reason = GOBLIN_EAUTH;
+        m->body.refuse.message = "bad join token";
+        break;
+    case GOBLIN_WIRE_TYPE_LEASE_REQUEST: m->body.lease_request.slots = 3; break;
+    case GOBLIN_WIRE_TYPE_RESULT:
+        outs[0] = gt_tensor(GOBLIN_DTYPE_F64, 2, s, rv);
+        outs[1] = gt_tensor(GOBLIN_DTYPE_BOOL, 1, (int64_t[]){0}, NULL); /* empty */
+        m->body.result.task_id = 77;
+        m->body.result.n_outputs = 2;
+        m->body.result.outputs = outs;
+        break;
+    case GOBLIN_WIRE_TYPE_ABANDON: m->body.abandon.task_id = 0xFFFFFFFFFFFFFFFFull; break;
+    case GOBLIN_WIRE_TYPE_HEARTBEAT: m->body.heartbeat.active_tasks = 4; break;
+    case GOBLIN_WIRE_TYPE_ERROR:
+        m->body.error.code = GOBLIN_EINDEX;
+        m->body.error.task_id = 9;
+        m->body.error.message = "node 3 (gather): index 12 out of range [0, 4)";
+        break;
+    default: cr_assert_fail("no sample for type %d", type);
+    }
+}
+
+/* ---- byte-exact encodings ------------------------------------------------ */
+
+Test(wire, heartbeat_bytes) {
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
+    m.request_id = 0x0102030405060708ull;
+    m.body.heartbeat.active_tasks = 7;
+    static const uint8_t want[] = {'G', 'B', 'L', 'W', 1, 0, 8, 0,
+                                   8,   7,   6,   5,   4, 3, 2, 1,
+                                   4,   0,   0,   0,   0, 0, 0, 0,
+                                   7,   0,   0,   0};
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    cr_assert_eq(len, sizeof want);
+    cr_assert_arr_eq(b, want, sizeof want);
+    size_t sz;
+    cr_assert_eq(goblin_wire_encoded_size(&m, &sz), GOBLIN_OK);
+    cr_assert_eq(sz, sizeof want);
+    goblin_wire_msg *d = decode_ok(b, len, 0);
+    cr_assert_eq(d->type, GOBLIN_WIRE_TYPE_HEARTBEAT);
+    cr_assert_eq(d->version, 1);
+    cr_assert_eq(d->request_id, 0x0102030405060708ull);
+    cr_assert_eq(d->body.heartbeat.active_tasks, 7);
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+}
+
+Test(wire, refuse_and_error_bytes) {
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
+    m.request_id = 5;
+    m.body.refuse.reason = GOBLIN_EVERSION; /* 7 */
+    m.body.refuse.message = "old";
+    static const uint8_t want[] = {'G', 'B', 'L', 'W', 1, 0, 3, 0, 5, 0, 0, 0, 0, 0, 0, 0,
+                                   9,   0,   0,   0,   0, 0, 0, 0, /* body: 4 + 2 + 3 */
+                                   7,   0,   0,   0,   3, 0, 'o', 'l', 'd'};
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    cr_assert_eq(len, sizeof want);
+    cr_assert_arr_eq(b, want, sizeof want);
+    goblin_wire_msg *d = decode_ok(b, len, 0);
+    cr_assert_eq(d->body.refuse.reason, GOBLIN_EVERSION);
+    cr_assert_str_eq(d->body.refuse.message, "old");
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
+    m.body.error.code = GOBLIN_ERANGE; /* 5 */
+    m.body.error.task_id = 0x0102;
+    m.body.error.message = NULL; /* encodes as "" */
+    static const uint8_t want2[] = {'G', 'B', 'L', 'W', 1, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                    14,  0,   0,   0,   0, 0, 0, 0, /* 4 + 8 + 2 */
+                                    5,   0,   0,   0,   2, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+    b = encode(&m, &len);
+    cr_assert_eq(len, sizeof want2);
+    cr_assert_arr_eq(b, want2, sizeof want2);
+    d = decode_ok(b, len, 0);
+    cr_assert_eq(d->body.error.code, GOBLIN_ERANGE);
+    cr_assert_eq(d->body.error.task_id, 0x0102);
+    cr_assert_str_eq(d->body.error.message, "");
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+}
+
+Test(wire, hello_bytes) {
+    goblin_wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_HELLO, &m);
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    /* header 24 + catalog 4 + software 4 + backends 4 + threads 4 + memory 8 + len 4 + token 5 */
+    cr_assert_eq(len, 24 + 28 + 5);
+    cr_assert_eq(rd_le(b + 6, 1), 1);
+    cr_assert_eq(rd_le(b + 8, 8), 1001);
+    cr_assert_eq(rd_le(b + 16, 8), 33);
+    cr_assert_eq(rd_le(b + 24, 4), GOBLIN_CATALOG_VERSION);
+    cr_assert_eq(rd_le(b + 28, 4), (GOBLIN_VERSION_MAJOR << 16) | (GOBLIN_VERSION_MINOR << 8) |
+                                       GOBLIN_VERSION_PATCH);
+    cr_assert_eq(rd_le(b + 32, 4), 3);
+    cr_assert_eq(rd_le(b + 36, 4), 16);
+    cr_assert_eq(rd_le(b + 40, 8), 0x123456789ull);
+    cr_assert_eq(rd_le(b + 48, 4), 5);
+    cr_assert_arr_eq(b + 52, TOKEN, 5);
+    goblin_wire_msg *d = decode_ok(b, len, 0);
+    cr_assert_eq(d->body.hello.catalog_version, goblin_catalog_version());
+    cr_assert_eq(d->body.hello.software_version, GOBLIN_WIRE_SOFTWARE_VERSION);
+    cr_assert_eq(d->body.hello.backends, 3);
+    cr_assert_eq(d->body.hello.threads, 16);
+    cr_assert_eq(d->body.hello.memory_bytes, 0x123456789ull);
+    cr_assert_eq(d->body.hello.token_len, 5);
+    cr_assert_arr_eq(d->body.hello.token, TOKEN, 5);
+    cr_assert(d->body.hello.token < b || d->body.hello.token >= b + len, "token must be a copy");
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+}
+
+Test(wire, task_bytes) {
+    goblin_wire_msg m;
+    sample_task(&m);
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    cr_assert_eq(len, 168);
+    cr_assert_eq(rd_le(b + 6, 1), GOBLIN_WIRE_TYPE_TASK);
+    cr_assert_eq(rd_le(b + 8, 8), 0x1122334455667788ull);
+    cr_assert_eq(rd_le(b + 16, 8), 144);
+    cr_assert_eq(rd_le(b + 24, 8), 0x0A0B0C0D0E0F1011ull);
+    cr_assert_eq(rd_le(b + 32, 4), 30000);
+    cr_assert_eq(rd_le(b + 36, 4), 3);
+    cr_assert_eq(rd_le(b + 40, 8), 5);
+    cr_assert_arr_eq(b + 48, FAKE_GRAPH, 5);
+    cr_assert_eq(rd_le(b + 53, 3), 0);
+    /* f32 [2,3] */
+    cr_assert_eq(rd_le(b + 56, 8), 0x0200 | GOBLIN_DTYPE_F32); /* dtype 0, rank 2, zeros */
+    cr_assert_eq(rd_le(b + 64, 8), 2);
+    cr_assert_eq(rd_le(b + 72, 8), 3);
+    cr_assert_eq(rd_le(b + 80, 8), 24);
+    cr_assert_eq(rd_le(b + 88, 4), 0x3F000000u); /* 0.5f */
+    cr_assert_eq(rd_le(b + 108, 4), 0x40400000u); /* 3.0f */
+    /* u8 [3] */
+    cr_assert_eq(rd_le(b + 112, 8), 0x0100 | GOBLIN_DTYPE_U8);
+    cr_assert_eq(rd_le(b + 120, 8), 3);
+    cr_assert_eq(rd_le(b + 128, 8), 3);
+    cr_assert_eq(b[136], 7);
+    cr_assert_eq(b[138], 9);
+    cr_assert_eq(rd_le(b + 139, 5), 0);
+    /* i64 scalar */
+    cr_assert_eq(rd_le(b + 144, 8), GOBLIN_DTYPE_I64);
+    cr_assert_eq(rd_le(b + 152, 8), 8);
+    cr_assert_eq((int64_t)rd_le(b + 160, 8), -5);
+
+    goblin_wire_msg *d = decode_ok(b, len, 0);
+    const goblin_wire_task *t = &d->body.task;
+    cr_assert_eq(d->request_id, 0x1122334455667788ull);
+    cr_assert_eq(t->task_id, 0x0A0B0C0D0E0F1011ull);
+    cr_assert_eq(t->lease_ms, 30000);
+    cr_assert_eq(t->graph_len, 5);
+    cr_assert_arr_eq(t->graph, FAKE_GRAPH, 5);
+    cr_assert_eq(t->n_inputs, 3);
+    cr_assert_eq(t->inputs[0].dtype, GOBLIN_DTYPE_F32);
+    cr_assert_eq(t->inputs[0].rank, 2);
+    cr_assert_eq(t->inputs[0].shape[0], 2);
+    cr_assert_eq(t->inputs[0].shape[1], 3);
+    cr_assert(goblin_tensor_is_contiguous(&t->inputs[0]));
+    cr_assert_eq(t->inputs[0].strides[0], 3);
+    cr_assert_arr_eq(t->inputs[0].data, T0, sizeof T0);
+    cr_assert_eq((uintptr_t)t->inputs[0].data % 64, 0, "copies are 64-byte aligned");
+    cr_assert_eq(t->inputs[1].dtype, GOBLIN_DTYPE_U8);
+    cr_assert_arr_eq(t->inputs[1].data, T1, 3);
+    cr_assert_eq(t->inputs[2].rank, 0);
+    cr_assert_eq(*(int64_t *)t->inputs[2].data, -5);
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+}
+
+/* ---- round trips --------------------------------------------------------- */
+
+static void same_tensors(const goblin_tensor *a, const goblin_tensor *b, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        cr_assert_eq(a[i].dtype, b[i].dtype);
+        cr_assert_eq(a[i].rank, b[i].rank);
+        int64_t numel = 1;
+        for (int32_t d = 0; d < a[i].rank; d++) {
+            cr_assert_eq(a[i].shape[d], b[i].shape[d]);
+            numel *= a[i].shape[d];
+        }
+        size_t nb = (size_t)numel * goblin_dtype_size(a[i].dtype);
+        if (nb) cr_assert_arr_eq(a[i].data, b[i].data, nb, "tensor %d data", i);
+    }
+}
+
+Test(wire, every_type_round_trips_and_is_canonical) {
+    for (int ty = 1; ty < GOBLIN_WIRE_TYPE_COUNT; ty++) {
+        goblin_wire_msg m;
+        sample((goblin_wire_type)ty, &m);
+        size_t len, len2;
+        uint8_t *b = encode(&m, &len);
+        goblin_wire_msg *d = decode_ok(b, len, 0);
+        cr_assert_eq(d->type, ty);
+        cr_assert_eq(d->request_id, m.request_id);
+        switch (ty) {
+        case GOBLIN_WIRE_TYPE_HELLO_ACK:
+            cr_assert_eq(d->body.hello_ack.catalog_version, GOBLIN_CATALOG_VERSION);
+            cr_assert_eq(d->body.hello_ack.software_version, GOBLIN_WIRE_SOFTWARE_VERSION);
+            cr_assert_eq(d->body.hello_ack.session_id, 0xDEADBEEFCAFEull);
+            cr_assert_eq(d->body.hello_ack.heartbeat_ms, 2500);
+            cr_assert_eq(d->body.hello_ack.max_message_bytes, 1u << 20);
+            break;
+        case GOBLIN_WIRE_TYPE_REFUSE:
+            cr_assert_eq(d->body.refuse.reason, GOBLIN_EAUTH);
+            cr_assert_str_eq(d->body.refuse.message, "bad join token");
+            break;
+        case GOBLIN_WIRE_TYPE_LEASE_REQUEST: cr_assert_eq(d->body.lease_request.slots, 3); break;
+        case GOBLIN_WIRE_TYPE_RESULT:
+            cr_assert_eq(d->body.result.task_id, 77);
+            cr_assert_eq(d->body.result.n_outputs, 2);
+            same_tensors(d->body.result.outputs, m.body.result.outputs, 2);
+            cr_assert_eq(((double *)d->body.result.outputs[0].data)[3], 1e300);
+            cr_assert_eq(d->body.result.outputs[1].shape[0], 0);
+            cr_assert_not_null(d->body.result.outputs[1].data);
+            break;
+        case GOBLIN_WIRE_TYPE_ABANDON:
+            cr_assert_eq(d->body.abandon.task_id, 0xFFFFFFFFFFFFFFFFull);
+            break;
+        case GOBLIN_WIRE_TYPE_HEARTBEAT: cr_assert_eq(d->body.heartbeat.active_tasks, 4); break;
+        case GOBLIN_WIRE_TYPE_ERROR:
+            cr_assert_eq(d->body.error.code, GOBLIN_EINDEX);
+            cr_assert_eq(d->body.error.task_id, 9);
+            cr_assert_str_eq(d->body.error.message, m.body.error.message);
+            break;
+        case GOBLIN_WIRE_TYPE_TASK: same_tensors(d->body.task.inputs, g_ins, 3); break;
+        default: break; /* HELLO is checked field by field in hello_bytes */
+        }
+        /* canonical: the decoded message encodes to the very same bytes */
+        uint8_t *b2 = encode(d, &len2);
+        cr_assert_eq(len2, len, "%s", goblin_wire_type_name((goblin_wire_type)ty));
+        cr_assert_arr_eq(b2, b, len, "%s re-encodes differently", goblin_wire_type_name((goblin_wire_type)ty));
+        goblin_buffer_free(b2);
+        goblin_wire_msg_free(d);
+        goblin_buffer_free(b);
+    }
+}
+
+Test(wire, every_dtype_and_rank_round_trips) {
+    static uint8_t data[8 * 64];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 37 + 11);
+    for (int dt = 0; dt < GOBLIN_DTYPE_COUNT; dt++) {
+        goblin_tensor ts[GOBLIN_MAX_RANK + 1];
+        int64_t shape[GOBLIN_MAX_RANK];
+        for (int r = 0; r <= GOBLIN_MAX_RANK; r++) {
+            for (int d = 0; d < r; d++) shape[d] = d < 6 ? 2 : 1; /* up to 64 elements */
+            ts[r] = gt_tensor((goblin_dtype)dt, r, shape, data);
+        }
+        goblin_wire_msg m;
+        goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+        m.body.result.task_id = 1;
+        m.body.result.n_outputs = GOBLIN_MAX_RANK + 1;
+        m.body.result.outputs = ts;
+        size_t len;
+        uint8_t *b = encode(&m, &len);
+        cr_assert_eq(len % 8, 0);
+        goblin_wire_msg *d = decode_ok(b, len, 0);
+        same_tensors(d->body.result.outputs, ts, GOBLIN_MAX_RANK + 1);
+        goblin_wire_msg_free(d);
+        goblin_buffer_free(b);
+    }
+}
+
+/* ---- hostile input ------------------------------------------------------- */
+
+Test(wire, every_truncation_is_rejected) {
+    for (int ty = 1; ty < GOBLIN_WIRE_TYPE_COUNT; ty++) {
+        goblin_wire_msg m;
+        sample((goblin_wire_type)ty, &m);
+        size_t len;
+        uint8_t *b = encode(&m, &len);
+        uint8_t *c = malloc(len);
+        for (size_t n = 0; n < len; n++) {
+            char msg[256];
+            /* as cut: the header's length no longer matches */
+            cr_assert_eq(decode_err(b, n, NULL, msg, sizeof msg), GOBLIN_EFORMAT,
+                         "%s cut to %zu accepted", goblin_wire_type_name((goblin_wire_type)ty), n);
+            cr_assert_neq(msg[0], 0);
+            /* with the header patched to agree, the body parser must notice */
+            if (n >= GOBLIN_WIRE_HEADER_SIZE) {
+                memcpy(c, b, n);
+                wr_le(c + 16, n - GOBLIN_WIRE_HEADER_SIZE, 8);
+                goblin_err e = decode_err(c, n, NULL, msg, sizeof msg);
+                cr_assert_eq(e, GOBLIN_EFORMAT, "%s cut to %zu (header patched): %s %s",
+                             goblin_wire_type_name((goblin_wire_type)ty), n, goblin_err_name(e), msg);
+            }
+        }
+        /* and one byte too many */
+        uint8_t *x = malloc(len + 1);
+        memcpy(x, b, len);
+        x[len] = 0;
+        wr_le(x + 16, len + 1 - GOBLIN_WIRE_HEADER_SIZE, 8);
+        char msg[256];
+        cr_assert_eq(decode_err(x, len + 1, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+        cr_assert(strstr(msg, "trailing"), "%s", msg);
+        free(x);
+        free(c);
+        goblin_buffer_free(b);
+    }
+}
+
+/* xorshift64*: deterministic, no libc rand state */
+static uint64_t rng(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
+}
+
+Test(wire, random_byte_flips_never_crash) {
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    long accepted = 0, rejected = 0;
+    for (int ty = 1; ty < GOBLIN_WIRE_TYPE_COUNT; ty++) {
+        goblin_wire_msg m;
+        sample((goblin_wire_type)ty, &m);
+        size_t len;
+        uint8_t *b = encode(&m, &len);
+        /* 8-aligned copy, so zero-copy views are exercised as well */
+        uint8_t *c = aligned_alloc(8, (len + 7) / 8 * 8);
+        for (int it = 0; it < 3000; it++) {
+            memcpy(c, b, len);
+            int flips = 1 + (int)(rng(&s) % 4);
+            for (int k = 0; k < flips; k++) {
+                size_t pos = (size_t)(rng(&s) % len);
+                c[pos] ^= (uint8_t)(1 + rng(&s) % 255);
+            }
+            uint32_t flags = it & 1 ? GOBLIN_WIRE_DECODE_ZERO_COPY : 0;
+            goblin_wire_msg *d = NULL;
+            char msg[256];
+            goblin_err e = goblin_wire_decode(c, len, NULL, flags, &d, msg, sizeof msg);
+            if (e == GOBLIN_OK) {
+                accepted++;
+                size_t len2;
+                uint8_t *b2 = encode(d, &len2);
+                cr_assert_eq(len2, len);
+                cr_assert_arr_eq(b2, c, len, "accepted bytes are not canonical");
+                goblin_buffer_free(b2);
+                goblin_wire_msg_free(d);
+            } else {
+                rejected++;
+                cr_assert_null(d);
+                cr_assert(e == GOBLIN_EFORMAT || e == GOBLIN_ELIMIT || e == GOBLIN_EPROTO ||
+                              e == GOBLIN_EVERSION,
+                          "unexpected %s", goblin_err_name(e));
+                cr_assert_neq(msg[0], 0, "no message for %s", goblin_err_name(e));
+            }
+        }
+        free(c);
+        goblin_buffer_free(b);
+    }
+    /* flips in tensor data and ids decode fine; most others must not */
+    cr_assert_gt(accepted, 1000);
+    cr_assert_gt(rejected, 1000);
+}
+
+Test(wire, header_fields_are_checked) {
+    goblin_wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_ABANDON, &m);
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    uint8_t c[64];
+    char msg[256];
+    goblin_wire_header h;
+
+    cr_assert_eq(goblin_wire_header_decode(b, len, NULL, &h, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    cr_assert_eq(h.version, 1);
+    cr_assert_eq(h.type, GOBLIN_WIRE_TYPE_ABANDON);
+    cr_assert_eq(h.flags, 0);
+    cr_assert_eq(h.request_id, 1007);
+    cr_assert_eq(h.body_len, 8);
+    cr_assert_eq(goblin_wire_header_decode(b, 23, NULL, &h, msg, sizeof msg), GOBLIN_EFORMAT);
+
+    memcpy(c, b, len);
+    c[0] = 'X';
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "magic"), "%s", msg);
+
+    memcpy(c, b, len);
+    c[6] = 0;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EPROTO);
+    c[6] = GOBLIN_WIRE_TYPE_COUNT;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EPROTO);
+    cr_assert(strstr(msg, "type"), "%s", msg);
+
+    memcpy(c, b, len);
+    c[7] = 0x01;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EPROTO);
+    cr_assert(strstr(msg, "flags"), "%s", msg);
+
+    /* a body length that does not match what arrived */
+    memcpy(c, b, len);
+    wr_le(c + 16, 7, 8);
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    goblin_buffer_free(b);
+}
+
+/* Patch one field of a sample to a value out of its range: must be EFORMAT. */
+static void bad_field(goblin_wire_type ty, size_t off, int width, uint64_t v, const char *needle) {
+    goblin_wire_msg m;
+    sample(ty, &m);
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    cr_assert_leq(off + (size_t)width, len);
+    wr_le(b + off, v, width);
+    char msg[256];
+    goblin_err e = decode_err(b, len, NULL, msg, sizeof msg);
+    cr_assert_eq(e, GOBLIN_EFORMAT, "%s: offset %zu = %llu gave %s (%s)",
+                 goblin_wire_type_name(ty), off, (unsigned long long)v, goblin_err_name(e), msg);
+    cr_assert(strstr(msg, needle), "'%s' not in: %s", needle, msg);
+    goblin_buffer_free(b);
+}
+
+Test(wire, field_values_are_checked) {
+    bad_field(GOBLIN_WIRE_TYPE_REFUSE, 24, 4, 0, "error code 0");
+    bad_field(GOBLIN_WIRE_TYPE_REFUSE, 24, 4, 65536, "error code 65536");
+    bad_field(GOBLIN_WIRE_TYPE_ERROR, 24, 4, 0, "error code");
+    bad_field(GOBLIN_WIRE_TYPE_ABANDON, 24, 8, 0, "task id 0");
+    bad_field(GOBLIN_WIRE_TYPE_LEASE_REQUEST, 24, 4, 0, "slots");
+    bad_field(GOBLIN_WIRE_TYPE_LEASE_REQUEST, 24, 4, GOBLIN_WIRE_MAX_SLOTS + 1, "slots");
+    bad_field(GOBLIN_WIRE_TYPE_HELLO, 32, 4, 0, "backends");
+    bad_field(GOBLIN_WIRE_TYPE_HELLO, 36, 4, 0, "threads");
+    bad_field(GOBLIN_WIRE_TYPE_HELLO, 36, 4, GOBLIN_WIRE_MAX_THREADS + 1, "threads");
+    bad_field(GOBLIN_WIRE_TYPE_HELLO_ACK, 44, 8, 10, "maximum message size");
+    bad_field(GOBLIN_WIRE_TYPE_HELLO_ACK, 44, 8, GOBLIN_WIRE_MAX_MESSAGE_BYTES + 1, "maximum message size");
+    bad_field(GOBLIN_WIRE_TYPE_TASK, 24, 8, 0, "task id 0");
+    bad_field(GOBLIN_WIRE_TYPE_TASK, 32, 4, 0, "lease");
+    bad_field(GOBLIN_WIRE_TYPE_TASK, 40, 8, 0, "empty graph");
+    bad_field(GOBLIN_WIRE_TYPE_RESULT, 24, 8, 0, "task id 0");
+    bad_field(GOBLIN_WIRE_TYPE_RESULT, 36, 4, 1, "reserved");
+    /* in range: accepted */
+    goblin_wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_REFUSE, &m);
+    m.body.refuse.reason = (goblin_err)65535; /* a code from a newer peer */
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    goblin_wire_msg *d = decode_ok(b, len, 0);
+    cr_assert_eq((int)d->body.refuse.reason, 65535);
+    cr_assert_str_eq(goblin_strerror(d->body.refuse.reason), "unknown error");
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+}
+
+Test(wire, protocol_version_mismatch_names_both_versions) {
+    goblin_wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_HEARTBEAT, &m);
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    wr_le(b + 4, 2, 2);
+    char msg[256];
+    cr_assert_eq(decode_err(b, len, NULL, msg, sizeof msg), GOBLIN_EVERSION);
+    cr_assert(strstr(msg, "protocol version 2, this library speaks 1"), "%s", msg);
+    /* the header is still readable, so a reply can echo the request id */
+    goblin_wire_header h;
+    memset(&h, 0, sizeof h);
+    cr_assert_eq(goblin_wire_header_decode(b, len, NULL, &h, msg, sizeof msg), GOBLIN_EVERSION);
+    cr_assert_eq(h.version, 2);
+    cr_assert_eq(h.request_id, 1008);
+    goblin_buffer_free(b);
+}
+
+Test(wire, catalog_version_mismatch_names_both_versions) {
+    char want[128];
+    snprintf(want, sizeof want, "catalogue version 99, this library has %u", goblin_catalog_version());
+    goblin_wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_HELLO, &m);
+    m.body.hello.catalog_version = 99;
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    char msg[256];
+    cr_assert_eq(decode_err(b, len, NULL, msg, sizeof msg), GOBLIN_EVERSION);
+    cr_assert(strstr(msg, want), "%s", msg);
+    cr_assert(strstr(msg, "HELLO"), "%s", msg);
+    goblin_buffer_free(b);
+
+    sample(GOBLIN_WIRE_TYPE_HELLO_ACK, &m);
+    m.body.hello_ack.catalog_version = 99;
+    b = encode(&m, &len);
+    cr_assert_eq(decode_err(b, len, NULL, msg, sizeof msg), GOBLIN_EVERSION);
+    cr_assert(strstr(msg, want), "%s", msg);
+    goblin_buffer_free(b);
+}
+
+Test(wire, inconsistent_tensor_byte_lengths_are_rejected) {
+    goblin_wire_msg m;
+    sample_task(&m);
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    uint8_t *c = malloc(len);
+    char msg[256];
+    /* the f32 [2,3] tensor's byte count at offset 80 is 24 */
+    const uint64_t bad[] = {0, 23, 25, 48, 6, UINT64_MAX, (uint64_t)1 << 62};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        memcpy(c, b, len);
+        wr_le(c + 80, bad[k], 8);
+        cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT, "nbytes %llu",
+                     (unsigned long long)bad[k]);
+        cr_assert(strstr(msg, "input 0"), "%s", msg);
+    }
+    /* dtype changed under the same bytes: f64 [2,3] needs 48 */
+    memcpy(c, b, len);
+    c[56] = GOBLIN_DTYPE_F64;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "48"), "%s", msg);
+    /* shape changed under the same bytes */
+    memcpy(c, b, len);
+    wr_le(c + 72, 4, 8);
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    /* unknown dtype, rank 9, non-zero reserved byte, dim above GOBLIN_MAX_DIM / negative */
+    memcpy(c, b, len);
+    c[56] = GOBLIN_DTYPE_COUNT;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "dtype"), "%s", msg);
+    memcpy(c, b, len);
+    c[57] = 9;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "rank 9"), "%s", msg);
+    memcpy(c, b, len);
+    c[60] = 1;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    memcpy(c, b, len);
+    wr_le(c + 64, (uint64_t)GOBLIN_MAX_DIM + 1, 8);
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_ELIMIT);
+    memcpy(c, b, len);
+    wr_le(c + 64, (uint64_t)-2, 8);
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_ELIMIT);
+    /* non-zero padding after the graph and after the u8 tensor */
+    memcpy(c, b, len);
+    c[54] = 1;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "padding"), "%s", msg);
+    memcpy(c, b, len);
+    c[143] = 1;
+    cr_assert_eq(decode_err(c, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    free(c);
+    goblin_buffer_free(b);
+}
+
+/* Build a bare header + body by hand. */
+static size_t hand_msg(uint8_t *p, goblin_wire_type ty, const uint8_t *body, size_t body_len) {
+    memcpy(p, "GBLW", 4);
+    wr_le(p + 4, 1, 2);
+    p[6] = (uint8_t)ty;
+    p[7] = 0;
+    wr_le(p + 8, 42, 8);
+    wr_le(p + 16, body_len, 8);
+    memcpy(p + 24, body, body_len);
+    return 24 + body_len;
+}
+
+/* Decode and expect @p want with no allocation at all (limits are checked first). */
+static void reject_without_alloc(const uint8_t *p, size_t n, const goblin_wire_limits *lim,
+                                 goblin_err want, const char *needle) {
+    char msg[256];
+    counting_on();
+    goblin_err e = decode_err(p, n, lim, msg, sizeof msg);
+    long allocs = g_allocs;
+    counting_off();
+    cr_assert_eq(e, want, "got %s (%s), want %s", goblin_err_name(e), msg, goblin_err_name(want));
+    cr_assert_eq(allocs, 0, "%ld allocations before rejecting: %s", allocs, msg);
+    if (needle) cr_assert(strstr(msg, needle), "'%s' not in: %s", needle, msg);
+}
+
+Test(wire, oversized_lengths_and_counts_rejected_before_allocation) {
+    static uint8_t p[4096], body[4096];
+    size_t n;
+    /* TASK claiming 1000 inputs in 8 bytes; and 5000 inputs (over the cap) */
+    memset(body, 0, sizeof body);
+    wr_le(body, 1, 8);       /* task id */
+    wr_le(body + 8, 10, 4);  /* lease */
+    wr_le(body + 12, 1000, 4);
+    wr_le(body + 16, 1, 8);  /* graph_len */
+    body[24] = 0xAB;         /* graph, then 7 bytes of padding */
+    n = hand_msg(p, GOBLIN_WIRE_TYPE_TASK, body, 32 + 8);
+    reject_without_alloc(p, n, NULL, GOBLIN_EFORMAT, "1000 inputs cannot fit");
+    wr_le(body + 12, 5000, 4);
+    n = hand_msg(p, GOBLIN_WIRE_TYPE_TASK, body, 32 + 8);
+    reject_without_alloc(p, n, NULL, GOBLIN_ELIMIT, "5000 inputs exceed");
+    /* a graph of 2^40 bytes */
+    wr_le(body + 12, 0, 4);
+    wr_le(body + 16, (uint64_t)1 << 40, 8);
+    n = hand_msg(p, GOBLIN_WIRE_TYPE_TASK, body, 32);
+    reject_without_alloc(p, n, NULL, GOBLIN_ELIMIT, "graph of");
+    /* a graph longer than what is left */
+    wr_le(body + 16, 100, 8);
+    n = hand_msg(p, GOBLIN_WIRE_TYPE_TASK, body, 32);
+    reject_without_alloc(p, n, NULL, GOBLIN_EFORMAT, "truncated");
+    /* a join token of 2^32 - 1 bytes */
+    memset(body, 0, sizeof body);
+    wr_le(body, GOBLIN_CATALOG_VERSION, 4);
+    wr_le(body + 8, 1, 4);
+    wr_le(body + 12, 1, 4);
+    wr_le(body + 24, 0xFFFFFFFFu, 4);
+    n = hand_msg(p, GOBLIN_WIRE_TYPE_HELLO, body, 28);
+    reject_without_alloc(p, n, NULL, GOBLIN_ELIMIT, "token");
+    /* a 60000-byte message text */
+    memset(body, 0, sizeof body);
+    wr_le(body, GOBLIN_EINVAL, 4);
+    wr_le(body + 4, 60000, 2);
+    n = hand_msg(p, GOBLIN_WIRE_TYPE_REFUSE, body, 6);
+    reject_without_alloc(p, n, NULL, GOBLIN_ELIMIT, "text");
+    /* a body length of 2^63 in the header */
+    n = hand_msg(p, GOBLIN_WIRE_TYPE_HEARTBEAT, body, 4);
+    wr_le(p + 16, (uint64_t)1 << 63, 8);
+    reject_without_alloc(p, n, NULL, GOBLIN_ELIMIT, "exceeds the limit");
+    /* a tensor claiming 2^40 x 2^40 elements */
+    memset(body, 0, sizeof body);
+    wr_le(body, 1, 8);
+    wr_le(body + 8, 1, 4);
+    body[16] = GOBLIN_DTYPE_F32;
+    body[17] = 2;
+    wr_le(body + 24, (uint64_t)1 << 40, 8);
+    wr_le(body + 32, (uint64_t)1 << 40, 8);
+    wr_le(body + 40, 0, 8);
+    n = hand_msg(p, GOBLIN_WIRE_TYPE_RESULT, body, 48);
+    reject_without_alloc(p, n, NULL, GOBLIN_ELIMIT, "elements");
+}
+
+Test(wire, tightened_limits_are_enforced) {
+    goblin_wire_msg m;
+    sample_task(&m);
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    goblin_wire_limits lim;
+
+    goblin_wire_limits_default(&lim);
+    cr_assert_eq(lim.max_message_bytes, GOBLIN_WIRE_MAX_MESSAGE_BYTES);
+    cr_assert_eq(lim.max_tensors, GOBLIN_WIRE_MAX_TENSORS);
+    lim.max_tensors = 2; /* the sample has 3 */
+    reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, "3 inputs exceed the limit 2");
+    goblin_wire_limits_default(&lim);
+    lim.max_message_bytes = len - 1;
+    reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, NULL);
+    goblin_wire_limits_default(&lim);
+    lim.max_tensor_bytes = 24 + 3 + 7; /* one byte short of all three */
+    reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, "input 2");
+    goblin_wire_limits_default(&lim);
+    lim.max_numel = 5; /* the f32 input has 6 */
+    reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, "input 0");
+    goblin_wire_limits_default(&lim);
+    lim.max_graph_bytes = 4;
+    reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, "graph");
+    /* exactly at every limit: accepted */
+    lim.max_message_bytes = len;
+    lim.max_tensors = 3;
+    lim.max_tensor_bytes = 24 + 3 + 8;
+    lim.max_numel = 6;
+    lim.max_graph_bytes = 5;
+    goblin_wire_msg *d = NULL;
+    char msg[256];
+    cr_assert_eq(goblin_wire_decode(b, len, &lim, 0, &d, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin_wire_msg_free(d);
+    /* limits above the hard caps are clamped, not trusted */
+    lim.max_tensors = UINT32_MAX;
+    lim.max_numel = INT64_MAX;
+    cr_assert_eq(goblin_wire_decode(b, len, &lim, 0, &d, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+}
+
+Test(wire, decode_allocates_once_and_fails_cleanly) {
+    for (int ty = 1; ty < GOBLIN_WIRE_TYPE_COUNT; ty++) {
+        goblin_wire_msg m;
+        sample((goblin_wire_type)ty, &m);
+        size_t len;
+        uint8_t *b = encode(&m, &len);
+        goblin_wire_msg *d = NULL;
+        counting_on();
+        cr_assert_eq(goblin_wire_decode(b, len, NULL, 0, &d, NULL, 0), GOBLIN_OK);
+        cr_assert_eq(g_allocs, 1);
+        goblin_wire_msg_free(d);
+        cr_assert_eq(g_live, 0);
+        g_allocs = 0;
+        g_fail_at = 0;
+        d = NULL;
+        char msg[128];
+        cr_assert_eq(goblin_wire_decode(b, len, NULL, 0, &d, msg, sizeof msg), GOBLIN_ENOMEM);
+        cr_assert_null(d);
+        cr_assert_eq(g_live, 0);
+        /* encoding: one allocation too; failing it leaks nothing */
+        uint8_t *e = NULL;
+        size_t el;
+        g_allocs = 0;
+        g_fail_at = 0;
+        cr_assert_eq(goblin_wire_encode(&m, &e, &el), GOBLIN_ENOMEM);
+        cr_assert_null(e);
+        cr_assert_eq(g_live, 0);
+        counting_off();
+        goblin_buffer_free(b);
+    }
+}
+
+/* ---- the encoder's own checks -------------------------------------------- */
+
+Test(wire, encoder_rejects_bad_messages) {
+    goblin_wire_msg m;
+    uint8_t *b = NULL;
+    size_t len;
+    cr_assert_eq(goblin_wire_msg_init(&m, (goblin_wire_type)0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_COUNT), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_wire_encode(NULL, &b, &len), GOBLIN_EINVAL);
+    memset(&m, 0, sizeof m);
+    m.type = (goblin_wire_type)42;
+    cr_assert_eq(goblin_wire_encode(&m, &b, &len), GOBLIN_EINVAL);
+
+#define EXPECT_ENC(err, what)                                                        \
+    do {                                                                             \
+        b = NULL;                                                                    \
+        cr_assert_eq(goblin_wire_encode(&m, &b, &len), (err), "%s", (what));         \
+        cr_assert_null(b);                                                           \
+    } while (0)
+
+    sample(GOBLIN_WIRE_TYPE_HELLO, &m);
+    m.body.hello.threads = 0;
+    EXPECT_ENC(GOBLIN_EINVAL, "0 threads");
+    sample(GOBLIN_WIRE_TYPE_HELLO, &m);
+    m.body.hello.backends = 0;
+    EXPECT_ENC(GOBLIN_EINVAL, "no backends");
+    sample(GOBLIN_WIRE_TYPE_HELLO, &m);
+    static uint8_t big[GOBLIN_WIRE_MAX_TOKEN_BYTES + 1];
+    m.body.hello.token = big;
+    m.body.hello.token_len = GOBLIN_WIRE_MAX_TOKEN_BYTES + 1;
+    EXPECT_ENC(GOBLIN_ELIMIT, "token 257");
+    m.body.hello.token_len = GOBLIN_WIRE_MAX_TOKEN_BYTES;
+    cr_assert_eq(goblin_wire_encode(&m, &b, &len), GOBLIN_OK, "token 256");
+    cr_assert_eq(len, 24 + 28 + 256);
+    goblin_buffer_free(b);
+    m.body.hello.token = NULL;
+    EXPECT_ENC(GOBLIN_EINVAL, "NULL token");
+
+    sample(GOBLIN_WIRE_TYPE_LEASE_REQUEST, &m);
+    m.body.lease_request.slots = 0;
+    EXPECT_ENC(GOBLIN_EINVAL, "0 slots");
+    m.body.lease_request.slots = GOBLIN_WIRE_MAX_SLOTS + 1;
+    EXPECT_ENC(GOBLIN_EINVAL, "too many slots");
+    sample(GOBLIN_WIRE_TYPE_REFUSE, &m);
+    m.body.refuse.reason = GOBLIN_OK;
+    EXPECT_ENC(GOBLIN_EINVAL, "refuse with OK");
+    sample(GOBLIN_WIRE_TYPE_ABANDON, &m);
+    m.body.abandon.task_id = 0;
+    EXPECT_ENC(GOBLIN_EINVAL, "task 0");
+    sample(GOBLIN_WIRE_TYPE_HELLO_ACK, &m);
+    m.body.hello_ack.max_message_bytes = 10;
+    EXPECT_ENC(GOBLIN_EINVAL, "max message below the header");
+
+    sample_task(&m);
+    m.body.task.task_id = 0;
+    EXPECT_ENC(GOBLIN_EINVAL, "task 0");
+    sample_task(&m);
+    m.body.task.lease_ms = 0;
+    EXPECT_ENC(GOBLIN_EINVAL, "lease 0");
+    sample_task(&m);
+    m.body.task.graph_len = 0;
+    EXPECT_ENC(GOBLIN_EINVAL, "no graph");
+    sample_task(&m);
+    m.body.task.n_inputs = GOBLIN_WIRE_MAX_TENSORS + 1;
+    EXPECT_ENC(GOBLIN_ELIMIT, "too many tensors");
+    sample_task(&m);
+    m.body.task.inputs = NULL;
+    EXPECT_ENC(GOBLIN_EINVAL, "NULL inputs");
+    sample_task(&m);
+    g_ins[0].dtype = (goblin_dtype)77;
+    EXPECT_ENC(GOBLIN_EINVAL, "bad dtype");
+    sample_task(&m);
+    g_ins[0].rank = GOBLIN_MAX_RANK + 1;
+    EXPECT_ENC(GOBLIN_EINVAL, "rank 9");
+    sample_task(&m);
+    g_ins[0].shape[1] = -3;
+    EXPECT_ENC(GOBLIN_EINVAL, "negative dim");
+    sample_task(&m);
+    g_ins[0].data = NULL;
+    EXPECT_ENC(GOBLIN_EINVAL, "NULL data");
+    sample_task(&m);
+    g_ins[0].strides[0] = 1; /* transposed view of [2,3]: not contiguous */
+    g_ins[0].strides[1] = 2;
+    EXPECT_ENC(GOBLIN_EINVAL, "strided");
+    sample_task(&m);
+    g_ins[0].shape[0] = (int64_t)1 << 30;
+    g_ins[0].shape[1] = (int64_t)1 << 30;
+    EXPECT_ENC(GOBLIN_ELIMIT, "2^60 elements");
+#undef EXPECT_ENC
+}
+
+Test(wire, text_is_sanitized_and_truncated) {
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
+    m.body.error.code = GOBLIN_EIO;
+    m.body.error.message = "bad\nline\x1b[31m\t\xc3\xa9";
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    goblin_wire_msg *d = decode_ok(b, len, 0);
+    cr_assert_str_eq(d->body.error.message, "bad?line?[31m???");
+    goblin_wire_msg_free(d);
+    /* a control byte put on the wire by a hostile peer is refused */
+    b[len - 1] = '\n';
+    char msg[256];
+    cr_assert_eq(decode_err(b, len, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "printable"), "%s", msg);
+    goblin_buffer_free(b);
+
+    static char longtext[2000];
+    memset(longtext, 'a', sizeof longtext - 1);
+    m.body.error.message = longtext;
+    b = encode(&m, &len);
+    d = decode_ok(b, len, 0);
+    cr_assert_eq(strlen(d->body.error.message), GOBLIN_WIRE_MAX_TEXT_BYTES);
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+}
+
+Test(wire, encode_into_a_caller_buffer) {
+    goblin_wire_msg m;
+    sample_task(&m);
+    size_t need, got;
+    cr_assert_eq(goblin_wire_encoded_size(&m, &need), GOBLIN_OK);
+    cr_assert_eq(need, 168);
+    uint8_t buf[200];
+    memset(buf, 0xEE, sizeof buf);
+    cr_assert_eq(goblin_wire_encode_into(&m, buf, need - 1, &got), GOBLIN_ELIMIT);
+    cr_assert_eq(goblin_wire_encode_into(&m, buf, sizeof buf, &got), GOBLIN_OK);
+    cr_assert_eq(got, 168);
+    cr_assert_eq(buf[168], 0xEE, "wrote past the message");
+    uint8_t *b;
+    size_t len;
+    b = encode(&m, &len);
+    cr_assert_arr_eq(buf, b, len);
+    goblin_buffer_free(b);
+}
+
+/* ---- zero-copy views ----------------------------------------------------- */
+
+Test(wire, zero_copy_views_point_into_the_buffer) {
+    goblin_wire_msg m;
+    sample_task(&m);
+    size_t len;
+    uint8_t *b = encode(&m, &len); /* library buffers are 64-byte aligned */
+    goblin_wire_msg *d = decode_ok(b, len, GOBLIN_WIRE_DECODE_ZERO_COPY);
+    const goblin_wire_task *t = &d->body.task;
+    cr_assert_eq(t->graph, b + 48);
+    cr_assert_eq((uint8_t *)t->inputs[0].data, b + 88);
+    cr_assert_eq((uint8_t *)t->inputs[1].data, b + 136);
+    cr_assert_eq((uint8_t *)t->inputs[2].data, b + 160);
+    cr_assert_eq(((float *)t->inputs[0].data)[5], 3.0f);
+    goblin_wire_msg_free(d);
+
+    /* one byte off: f32 and i64 data are misaligned there and get copied; u8 is a view */
+    uint8_t *shifted = malloc(len + 1);
+    memcpy(shifted + 1, b, len);
+    d = decode_ok(shifted + 1, len, GOBLIN_WIRE_DECODE_ZERO_COPY);
+    t = &d->body.task;
+    uint8_t *lo = shifted + 1, *hi = shifted + 1 + len;
+    cr_assert((uint8_t *)t->inputs[0].data < lo || (uint8_t *)t->inputs[0].data >= hi);
+    cr_assert_eq((uint8_t *)t->inputs[1].data, lo + 136);
+    cr_assert((uint8_t *)t->inputs[2].data < lo || (uint8_t *)t->inputs[2].data >= hi);
+    cr_assert_arr_eq(t->inputs[0].data, T0, sizeof T0);
+    cr_assert_eq(*(int64_t *)t->inputs[2].data, -5);
+    goblin_wire_msg_free(d);
+    /* without the flag nothing points into the buffer, which may then go away */
+    d = decode_ok(shifted + 1, len, 0);
+    memset(shifted, 0, len + 1);
+    free(shifted);
+    cr_assert_arr_eq(d->body.task.inputs[0].data, T0, sizeof T0);
+    cr_assert_arr_eq(d->body.task.graph, FAKE_GRAPH, 5);
+    goblin_wire_msg_free(d);
+    d = NULL;
+    cr_assert_eq(goblin_wire_decode(b, len, NULL, 2, &d, NULL, 0), GOBLIN_EINVAL, "unknown flag");
+    cr_assert_null(d);
+    goblin_buffer_free(b);
+}
+
+/* ---- with real graphs ---------------------------------------------------- */
+
+/* y = sum((x + c) * x, axes=[1]) over x [2,3] f32, built through the C API. */
+static goblin_graph *real_graph(void) {
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[] = {2, 3}, sc[] = {3};
+    int32_t x, c, s, p, y;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, sx, &x), GOBLIN_OK);
+    static float cv[3] = {1.0f, -1.0f, 0.5f};
+    goblin_tensor ct = gt_tensor(GOBLIN_DTYPE_F32, 1, sc, cv);
+    cr_assert_eq(goblin_graph_constant(g, &ct, &c), GOBLIN_OK);
+    int32_t xc[] = {x, c};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, xc, 2, NULL, 0, &s), GOBLIN_OK);
+    int32_t sxx[] = {s, x};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MUL, sxx, 2, NULL, 0, &p), GOBLIN_OK);
+    int64_t ax[] = {1};
+    goblin_attr at = goblin_attr_ints(GOBLIN_ATTR_AXES, ax, 1);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SUM, &p, 1, &at, 1, &y), GOBLIN_OK, "%s",
+                 goblin_graph_error(g));
+    cr_assert_eq(goblin_graph_output(g, y), GOBLIN_OK);
+    return g;
+}
+
+Test(wire, task_to_result_through_a_real_graph) {
+    goblin_graph *g = real_graph();
+    uint8_t *gb;
+    size_t gl;
+    cr_assert_eq(goblin_graph_serialize(g, &gb, &gl), GOBLIN_OK);
+    goblin_graph_free(g);
+    goblin_wire_msg m;
+    sample_task(&m);
+    m.body.task.graph = gb;
+    m.body.task.graph_len = gl;
+    m.body.task.n_inputs = 1; /* x = 0.5 .. 3.0 */
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    goblin_buffer_free(gb);
+
+    /* worker side: decode in place, rebuild the graph, run it */
+    goblin_wire_msg *d = decode_ok(b, len, GOBLIN_WIRE_DECODE_ZERO_COPY);
+    goblin_graph *h = NULL;
+    char msg[256];
+    cr_assert_eq(goblin_graph_deserialize(d->body.task.graph, d->body.task.graph_len, NULL, &h,
+                                          msg, sizeof msg),
+                 GOBLIN_OK, "%s", msg);
+    goblin_exec_params p;
+    goblin_exec_params_default(&p);
+    p.backend = GOBLIN_BACKEND_REF;
+    goblin_tensor out;
+    memset(&out, 0, sizeof out);
+    cr_assert_eq(goblin_graph_eval(h, &p, d->body.task.inputs, d->body.task.n_inputs, &out, 1),
+                 GOBLIN_OK);
+    /* row 0: x = .5 1 1.5 -> (1.5*.5) + (0*1) + (2*1.5) = 3.75
+     * row 1: x = 2 2.5 3  -> (3*2) + (1.5*2.5) + (3.5*3) = 20.25 */
+    cr_assert_float_eq(((float *)out.data)[0], 3.75f, 1e-6);
+    cr_assert_float_eq(((float *)out.data)[1], 20.25f, 1e-6);
+
+    goblin_wire_msg r;
+    goblin_wire_msg_init(&r, GOBLIN_WIRE_TYPE_RESULT);
+    r.request_id = d->request_id;
+    r.body.result.task_id = d->body.task.task_id;
+    r.body.result.n_outputs = 1;
+    r.body.result.outputs = &out;
+    size_t rlen;
+    uint8_t *rb = encode(&r, &rlen);
+    goblin_buffer_free(out.data);
+    goblin_graph_free(h);
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+
+    /* node side */
+    goblin_wire_msg *rd = decode_ok(rb, rlen, 0);
+    cr_assert_eq(rd->body.result.task_id, 0x0A0B0C0D0E0F1011ull);
+    cr_assert_eq(rd->request_id, 0x1122334455667788ull);
+    cr_assert_eq(rd->body.result.outputs[0].rank, 1);
+    cr_assert_eq(rd->body.result.outputs[0].shape[0], 2);
+    cr_assert_float_eq(((float *)rd->body.result.outputs[0].data)[1], 20.25f, 1e-6);
+    goblin_wire_msg_free(rd);
+    goblin_buffer_free(rb);
+}
+
+static bool contains_ci(const uint8_t *buf, size_t len, const char *word) {
+    size_t n = strlen(word);
+    for (size_t i = 0; i + n <= len; i++) {
+        size_t k = 0;
+        while (k < n && (buf[i + k] | 0x20) == (word[k] | 0x20)) k++;
+        if (k == n) return true;
+    }
+    return false;
+}
+
+Test(wire, task_bytes_carry_no_names) {
+    /* A graph with a formula whose variables have names: names exist only in the
+     * formula text the user wrote, and must not travel. */
+    goblin_graph *g = real_graph();
+    goblin_formula *f;
+    goblin_formula_error fe;
+    cr_assert_eq(goblin_formula_parse("weight * exp(-input) + bias", &f, &fe), GOBLIN_OK, "%s",
+                 fe.message);
+    int32_t ids[3];
+    for (int i = 0; i < 3; i++) ids[i] = goblin_graph_input_id(g, 0);
+    int32_t fy;
+    cr_assert_eq(goblin_graph_add_formula(g, f, ids, 3, &fy), GOBLIN_OK, "%s", goblin_graph_error(g));
+    goblin_formula_free(f);
+    cr_assert_eq(goblin_graph_output(g, fy), GOBLIN_OK);
+    uint8_t *gb;
+    size_t gl;
+    cr_assert_eq(goblin_graph_serialize(g, &gb, &gl), GOBLIN_OK);
+    goblin_graph_free(g);
+
+    goblin_wire_msg m;
+    sample_task(&m);
+    m.body.task.graph = gb;
+    m.body.task.graph_len = gl;
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    const char *words[] = {"weight", "bias",  "input", "output", "exp",    "secret", "name",
+                           "layer",  "hidden", "loss",  "tensor", "matrix", "data",   "model",
+                           "user",   "label",  "add",   "sum",    "f32",    "file",   "path"};
+    for (size_t k = 0; k < sizeof words / sizeof *words; k++)
+        cr_assert(!contains_ci(b, len, words[k]), "'%s' appears in an encoded TASK", words[k]);
+    goblin_buffer_free(b);
+    goblin_buffer_free(gb);
+}
+
+Test(wire, type_names) {
+    cr_assert_str_eq(goblin_wire_type_name(GOBLIN_WIRE_TYPE_HELLO), "HELLO");
+    cr_assert_str_eq(goblin_wire_type_name(GOBLIN_WIRE_TYPE_ERROR), "ERROR");
+    cr_assert_null(goblin_wire_type_name((goblin_wire_type)0));
+    cr_assert_null(goblin_wire_type_name(GOBLIN_WIRE_TYPE_COUNT));
+    cr_assert_null(goblin_wire_type_name((goblin_wire_type)-1));
+}
