@@ -12,5 +12,9 @@
 #include "formula.h"
 #include "graph.h"
 #include "exec.h"
+#include "verify.h"
+#include "plan.h"
+#include "wire.h"
+#include "tls.h"
 
 #endif
