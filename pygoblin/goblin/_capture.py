@@ -1,0 +1,512 @@
+"""goblin.capture: a PyTorch program as a goblin.Graph (the PyTorch bridge).
+
+torch.export.export() traces the program to ATen ops; run_decompositions()
+then lowers it with the default table minus the ops the catalogue has kernels
+for (linear, layer_norm, gelu, attention, pooling, ...), so those stay whole.
+Each remaining ATen op maps to catalogue ops; parameters and buffers become
+graph constants (their names are not kept: the graph format has no names).
+An op without a mapping is reported together with every other one in a single
+UnsupportedOpError. torch is imported only here, when capture is used.
+
+Shapes are static: a graph is captured for the example inputs' shapes.
+CapturedGraph handles other batch sizes by capturing again for each new
+batch size (dim 0 of every input) on first use and caching the result.
+"""
+import operator
+import warnings
+
+import numpy as np
+
+from . import _goblin
+from . import _dtypes
+from ._graph import Graph, Tensor
+
+
+class UnsupportedOpError(_goblin.NotSupportedError):
+    """The program uses ops goblin cannot map; `ops` lists every one of them."""
+
+    def __init__(self, ops):
+        self.ops = sorted(ops)
+        super().__init__("cannot capture: no goblin mapping for " + ", ".join(self.ops) +
+                         " (the catalogue: goblin.ops.catalog())")
+
+
+def _torch():
+    try:
+        import torch
+        import torch.export  # noqa: F401
+    except ImportError as e:
+        raise ImportError("goblin.capture needs PyTorch: pip install 'goblin[torch]'") from e
+    if not hasattr(torch, "export") or not hasattr(torch.export, "export"):
+        raise ImportError("goblin.capture needs torch.export (PyTorch 2.1 or newer)")
+    return torch
+
+
+# Ops kept whole by run_decompositions because the catalogue has them.
+_KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
+         "scaled_dot_product_attention.default", "max_pool2d.default", "avg_pool2d.default",
+         "adaptive_avg_pool2d.default", "softmax.int", "log_softmax.int", "matmul.default",
+         "embedding.default", "floor_divide.default", "remainder.Tensor", "remainder.Scalar",
+         "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default")
+
+
+def _decomp_table(torch):
+    keep = []
+    for name in _KEEP:
+        packet, overload = name.split(".")
+        p = getattr(torch.ops.aten, packet, None)
+        o = getattr(p, overload, None) if p is not None else None
+        if o is not None:
+            keep.append(o)
+    if hasattr(torch.export, "default_decompositions"):
+        table = torch.export.default_decompositions()
+    else:
+        from torch._decomp import core_aten_decompositions
+        table = dict(core_aten_decompositions())
+    for o in keep:
+        if o in table:
+            del table[o]
+    return table
+
+
+def _gdtype(tdt):
+    return _dtypes.normalize(tdt)
+
+
+def _to_numpy(t):
+    t = t.detach().cpu().contiguous()
+    if str(t.dtype) == "torch.bfloat16":
+        return t.float().numpy(), "bf16"
+    return t.numpy(), _gdtype(t.dtype)
+
+
+class _Lowering:
+    """Walks an exported FX graph, emitting goblin nodes."""
+
+    def __init__(self, torch, ep):
+        self.torch = torch
+        self.ep = ep
+        self.g = CapturedGraph()
+        self.env = {}
+
+    # -- helpers -----------------------------------------------------------
+    def meta(self, node):
+        v = node.meta.get("val")
+        return v
+
+    def cast(self, t, dt):
+        return t if t.dtype == dt else self.g.op("cast", t, dtype=dt)
+
+    def val(self, a):
+        fx = self.torch.fx
+        if isinstance(a, fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.val(x) for x in a)
+        return a
+
+    def scalar(self, v, dt):
+        return self.g._coerce(v, dt)
+
+    def binary(self, node, op, a, b, out_dt=None):
+        """Elementwise binary op with torch's promotion made explicit as casts."""
+        if out_dt is None:
+            out_dt = _gdtype(self.meta(node).dtype)
+        if isinstance(a, Tensor) and isinstance(b, Tensor):
+            return self.g.op(op, self.cast(a, out_dt), self.cast(b, out_dt))
+        if isinstance(a, Tensor):
+            return self.g.op(op, self.cast(a, out_dt), self.scalar(b, out_dt))
+        return self.g.op(op, self.scalar(a, out_dt), self.cast(b, out_dt))
+
+    def compare(self, node, op, a, b):
+        ta = self.meta(node.args[0]) if hasattr(node.args[0], "meta") else None
+        tb = self.meta(node.args[1]) if hasattr(node.args[1], "meta") else None
+        if ta is not None and tb is not None:
+            dt = _gdtype(self.torch.promote_types(ta.dtype, tb.dtype))
+        else:
+            t = a if isinstance(a, Tensor) else b
+            s = b if isinstance(a, Tensor) else a
+            dt = t.dtype
+            if isinstance(s, float) and dt not in _dtypes.FLOAT:
+                dt = "f32"
+        return self.binary(node, op, a, b, out_dt=dt)
+
+    # -- op table ----------------------------------------------------------
+    def lower(self, node, name, args, kw):
+        g, T = self.g, self.torch
+        out = self.meta(node)
+        if name in ("add", "sub", "rsub"):
+            a, b = args[0], args[1]
+            alpha = kw.get("alpha", args[2] if len(args) > 2 else 1)
+            if name == "rsub":
+                a, b = b, a
+            if alpha != 1:
+                b = self.binary(node, "mul", b, alpha)
+            return self.binary(node, "add" if name == "add" else "sub", a, b)
+        simple_bin = {"mul": "mul", "maximum": "maximum", "minimum": "minimum", "pow": "pow",
+                      "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or",
+                      "bitwise_xor": "bitwise_xor", "__and__": "bitwise_and", "__or__": "bitwise_or",
+                      "__xor__": "bitwise_xor", "bitwise_left_shift": "shl", "__lshift__": "shl",
+                      "bitwise_right_shift": "shr_arith", "__rshift__": "shr_arith",
+                      "floor_divide": "floor_div", "remainder": "rem_floor", "fmod": "rem_trunc",
+                      "atan2": "atan2"}
+        if name in simple_bin:
+            return self.binary(node, simple_bin[name], args[0], args[1])
+        if name == "div":
+            mode = kw.get("rounding_mode", args[2] if len(args) > 2 else None)
+            op = {None: "div", "floor": "floor_div", "trunc": "trunc_div"}[mode]
+            return self.binary(node, op, args[0], args[1])
+        cmp = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+        if name in cmp:
+            return self.compare(node, cmp[name], args[0], args[1])
+        if name in ("logical_and", "logical_or", "logical_xor"):
+            return g.op(name, args[0], args[1])
+        unary = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
+                 "rsqrt": "rsqrt", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
+                 "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "round",
+                 "trunc": "trunc", "log1p": "log1p", "expm1": "expm1", "relu": "relu",
+                 "sigmoid": "sigmoid", "silu": "silu", "bitwise_not": "bitwise_not",
+                 "logical_not": "logical_not", "isnan": "isnan", "sign": "sign", "square": "square"}
+        if name in unary:
+            x = args[0]
+            if name in ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid",
+                        "reciprocal", "log1p", "expm1"):
+                x = self.cast(x, _gdtype(out.dtype))
+            return g.op(unary[name], x)
+        if name == "gelu":
+            approx = kw.get("approximate", args[1] if len(args) > 1 else "none")
+            return g.op("gelu", args[0], approximate=1 if approx == "tanh" else 0)
+        if name == "clamp":
+            lo = args[1] if len(args) > 1 else kw.get("min")
+            hi = args[2] if len(args) > 2 else kw.get("max")
+            return g.op("clamp", args[0], min=lo, max=hi)
+        if name == "where":
+            return g.op("where", self.cast(args[0], "bool") if isinstance(args[0], Tensor) else args[0],
+                        *[self.cast(v, _gdtype(out.dtype)) if isinstance(v, Tensor) else v
+                          for v in args[1:3]])
+        if name in ("_to_copy", "to"):
+            return self.cast(args[0], _gdtype(out.dtype))
+        if name in ("clone", "alias", "detach", "lift_fresh_copy", "contiguous", "_assert_tensor_metadata"):
+            return args[0] if isinstance(args[0], Tensor) else None
+        if name in ("dropout", "native_dropout"):
+            train = args[2] if len(args) > 2 else kw.get("train", False)
+            if train:
+                return None
+            return args[0] if name == "dropout" else (args[0], None)
+        # -- linear algebra --
+        if name == "linear":
+            x, w = args[0], args[1]
+            b = args[2] if len(args) > 2 else None
+            return g.op("matmul", x, w, b, trans_b=1) if b is not None else g.op("matmul", x, w, trans_b=1)
+        if name in ("mm", "bmm", "matmul"):
+            return g.op("matmul", args[0], args[1])
+        if name == "addmm":
+            beta = kw.get("beta", 1)
+            alpha = kw.get("alpha", 1)
+            return g.op("matmul", args[1], args[2], args[0], alpha=float(alpha), beta=float(beta))
+        if name == "t":
+            x = args[0]
+            return x if x.ndim < 2 else x.permute(1, 0)
+        if name == "convolution":
+            x, w, b, stride, padding, dilation, transposed, _op, groups = args[:9]
+            if transposed or len(w.shape) != 4:
+                return None
+            ins = [x, w] + ([b] if b is not None else [])
+            return g.op("conv2d", *ins, stride=list(stride), padding=list(padding),
+                        dilation=list(dilation), groups=int(groups))
+        if name in ("max_pool2d", "max_pool2d_with_indices"):
+            x, k = args[0], list(args[1])
+            stride = list(args[2]) if len(args) > 2 and args[2] else k
+            pad = list(args[3]) if len(args) > 3 else [0]
+            dil = list(args[4]) if len(args) > 4 else [1]
+            ceil = int(args[5]) if len(args) > 5 else 0
+            y = g.op("max_pool2d", x, kernel=k, stride=stride, padding=pad, dilation=dil, ceil_mode=ceil)
+            return y if name == "max_pool2d" else (y, None)
+        if name == "avg_pool2d":
+            x, k = args[0], list(args[1])
+            stride = list(args[2]) if len(args) > 2 and args[2] else k
+            pad = list(args[3]) if len(args) > 3 else [0]
+            ceil = int(args[4]) if len(args) > 4 else 0
+            cip = int(args[5]) if len(args) > 5 else 1
+            if len(args) > 6 and args[6] is not None:
+                return None
+            return g.op("avg_pool2d", x, kernel=k, stride=stride, padding=pad, ceil_mode=ceil,
+                        count_include_pad=cip)
+        if name in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
+            return g.op("adaptive_avg_pool2d", args[0], output_size=list(args[1]))
+        if name in ("_native_batch_norm_legit_no_training", "batch_norm"):
+            if name == "batch_norm":
+                x, w, b, rm, rv, training, mom, eps = args[:8]
+                if training:
+                    return None
+            else:
+                x, w, b, rm, rv, mom, eps = args[:7]
+            c = x.shape[1]
+            w = w if w is not None else g.constant(np.ones(c), dtype=x.dtype)
+            b = b if b is not None else g.constant(np.zeros(c), dtype=x.dtype)
+            y = g.op("batch_norm", x, w, b, rm, rv, training=0, eps=float(eps))
+            return y if name == "batch_norm" else (y, None, None)
+        if name in ("layer_norm", "native_layer_norm"):
+            x, shape = args[0], list(args[1])
+            w = args[2] if len(args) > 2 else kw.get("weight")
+            b = args[3] if len(args) > 3 else kw.get("bias")
+            eps = args[4] if len(args) > 4 else kw.get("eps", 1e-5)
+            if w is None and b is not None:
+                w = g.constant(np.ones(shape), dtype=x.dtype)
+            ins = [x] + [v for v in (w, b) if v is not None]
+            y = g.op("layer_norm", *ins, norm_ndim=len(shape), eps=float(eps))
+            return y if name == "layer_norm" else (y, None, None)
+        if name in ("softmax", "_softmax", "log_softmax", "_log_softmax"):
+            op = "log_softmax" if "log" in name else "softmax"
+            return g.op(op, self.cast(args[0], _gdtype(out.dtype)), axis=int(args[1]))
+        if name in ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu"):
+            q, k, v = args[:3]
+            if name == "scaled_dot_product_attention":
+                mask = args[3] if len(args) > 3 else kw.get("attn_mask")
+                dp = args[4] if len(args) > 4 else kw.get("dropout_p", 0.0)
+                causal = args[5] if len(args) > 5 else kw.get("is_causal", False)
+            else:
+                dp = args[3] if len(args) > 3 else kw.get("dropout_p", 0.0)
+                causal = args[4] if len(args) > 4 else kw.get("is_causal", False)
+                mask = kw.get("attn_mask")
+            scale = kw.get("scale")
+            if dp or kw.get("enable_gqa"):
+                return None
+            ins = [q, k, v] + ([mask] if mask is not None else [])
+            y = g.op("scaled_dot_product_attention", *ins, causal=int(bool(causal)),
+                     scale=None if scale is None else float(scale))
+            return y if name == "scaled_dot_product_attention" else (y, None)
+        if name == "embedding":
+            return g.op("embedding", args[0], args[1])
+        # -- shape and movement --
+        if name in ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze",
+                    "view_copy"):
+            return g.op("reshape", args[0], shape=list(out.shape))
+        if name in ("permute", "permute_copy"):
+            return args[0].permute(list(args[1]))
+        if name == "transpose":
+            return args[0].transpose(int(args[1]) % args[0].ndim, int(args[2]) % args[0].ndim)
+        if name in ("expand", "expand_copy"):
+            return g.op("expand", args[0], shape=list(out.shape))
+        if name == "slice":
+            x = args[0]
+            dim = int(args[1]) if len(args) > 1 else 0
+            start = args[2] if len(args) > 2 and args[2] is not None else 0
+            end = args[3] if len(args) > 3 and args[3] is not None else x.shape[dim]
+            step = args[4] if len(args) > 4 else 1
+            end = min(end, x.shape[dim]) if end >= 0 else end
+            return g.op("slice", x, axes=[dim % x.ndim], starts=[start], stops=[end], steps=[step])
+        if name == "select":
+            x = args[0]
+            return g.op("select", x, axis=int(args[1]) % x.ndim, index=int(args[2]) % x.shape[int(args[1])])
+        if name in ("cat", "concat"):
+            dim = args[1] if len(args) > 1 else kw.get("dim", 0)
+            ts = [t for t in args[0] if t.shape != (0,)]
+            return g.op("concat", *ts, axis=int(dim) % ts[0].ndim)
+        if name == "stack":
+            dim = args[1] if len(args) > 1 else 0
+            return g.op("stack", *args[0], axis=int(dim))
+        if name in ("split", "split_with_sizes"):
+            x, sizes = args[0], args[1]
+            dim = int(args[2] if len(args) > 2 else kw.get("dim", 0)) % x.ndim
+            if isinstance(sizes, int):
+                sizes = [min(sizes, x.shape[dim] - s) for s in range(0, x.shape[dim], sizes)]
+            outs, s = [], 0
+            for n in sizes:
+                outs.append(g.op("slice", x, axes=[dim], starts=[s], stops=[s + n], steps=[1]))
+                s += n
+            return tuple(outs)
+        # -- reductions --
+        red = {"sum": "sum", "mean": "mean", "amax": "reduce_max", "amin": "reduce_min", "prod": "prod"}
+        if name in red:
+            x = args[0]
+            dims = args[1] if len(args) > 1 else kw.get("dim")
+            keep = args[2] if len(args) > 2 else kw.get("keepdim", False)
+            if dims is None or dims == []:
+                dims = list(range(x.ndim))
+            elif isinstance(dims, int):
+                dims = [dims]
+            x = self.cast(x, _gdtype(out.dtype)) if name in ("sum", "mean", "prod") else x
+            return g.op(red[name], x, axes=[d % max(x.ndim, 1) for d in dims], keepdim=int(bool(keep)))
+        if name in ("argmax", "argmin"):
+            x = args[0]
+            dim = args[1] if len(args) > 1 else None
+            if dim is None:
+                return None
+            return g.op(name, x, axis=int(dim), keepdim=int(bool(args[2] if len(args) > 2 else False)))
+        # -- creation --
+        if name in ("arange",):
+            n = out.shape[0]
+            start = float(args[0]) if len(args) > 1 else 0.0
+            step = float(args[2]) if len(args) > 2 else 1.0
+            return g.op("arange", shape=[n], dtype=_gdtype(out.dtype), start=start, step=step)
+        if name in ("full", "zeros", "ones", "scalar_tensor", "full_like", "zeros_like", "ones_like"):
+            value = {"zeros": 0.0, "ones": 1.0, "zeros_like": 0.0, "ones_like": 1.0}.get(name)
+            if value is None:
+                value = args[1] if name in ("full", "full_like") else args[0]
+            return g.op("full", shape=list(out.shape), dtype=_gdtype(out.dtype), value=float(value))
+        return None
+
+    # -- driver ------------------------------------------------------------
+    def run(self):
+        T = self.torch
+        ep = self.ep
+        gm = ep.graph_module
+        sig = ep.graph_signature
+        kinds = {}
+        for spec in sig.input_specs:
+            kinds[spec.arg.name] = spec
+        state = ep.state_dict
+        consts = getattr(ep, "constants", {}) or {}
+        # first pass: every op we cannot map, all at once
+        unsupported = set()
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target is not operator.getitem:
+                if not self._known(node):
+                    unsupported.add(self._qual(node))
+        if unsupported:
+            raise UnsupportedOpError(unsupported)
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                spec = kinds[node.name]
+                kind = spec.kind.name
+                if kind == "USER_INPUT":
+                    v = self.meta(node)
+                    if isinstance(v, T.Tensor):
+                        self.env[node] = self.g.input(tuple(v.shape), _gdtype(v.dtype))
+                    else:
+                        self.env[node] = v
+                else:
+                    t = state[spec.target] if spec.target in state else consts[spec.target]
+                    arr, dt = _to_numpy(t)
+                    self.env[node] = self.g.constant(arr, dtype=dt)
+            elif node.op == "call_function":
+                if node.target is operator.getitem:
+                    self.env[node] = self.env[node.args[0]][node.args[1]]
+                    continue
+                args = self.val(node.args)
+                kw = {k: self.val(v) for k, v in node.kwargs.items()}
+                name = self._name(node)
+                res = self.lower(node, name, args, kw)
+                if res is None:
+                    raise UnsupportedOpError({self._qual(node) + " (with these arguments)"})
+                self._check(node, res)
+                self.env[node] = res
+            elif node.op == "output":
+                outs = node.args[0]
+                for o in outs:
+                    t = self.env[o]
+                    if not isinstance(t, Tensor):
+                        t = self.g.constant(np.asarray(t))
+                    self.g.output(t)
+        return self.g
+
+    def _check(self, node, res):
+        v = self.meta(node)
+        if isinstance(res, Tensor) and isinstance(v, self.torch.Tensor):
+            if tuple(res.shape) != tuple(v.shape):
+                raise _goblin.InternalError(f"capture: {self._qual(node)} gave shape {res.shape}, "
+                                            f"torch says {tuple(v.shape)}")
+
+    @staticmethod
+    def _name(node):
+        n = getattr(node.target, "__name__", str(node.target))
+        return n.split(".")[0]
+
+    def _qual(self, node):
+        return "aten." + getattr(node.target, "__name__", str(node.target))
+
+    def _known(self, node):
+        name = self._name(node)
+        return name in _KNOWN
+
+
+_KNOWN = set("""add sub rsub mul maximum minimum pow bitwise_and bitwise_or bitwise_xor __and__ __or__
+__xor__ bitwise_left_shift __lshift__ bitwise_right_shift __rshift__ floor_divide remainder fmod atan2
+div eq ne lt le gt ge logical_and logical_or logical_xor neg abs exp log sqrt rsqrt reciprocal sin cos
+tanh erf floor ceil round trunc log1p expm1 relu sigmoid silu bitwise_not logical_not isnan sign square
+gelu clamp where _to_copy to clone alias detach lift_fresh_copy contiguous _assert_tensor_metadata
+dropout native_dropout linear mm bmm matmul addmm t convolution max_pool2d max_pool2d_with_indices
+avg_pool2d adaptive_avg_pool2d _adaptive_avg_pool2d _native_batch_norm_legit_no_training batch_norm
+layer_norm native_layer_norm softmax _softmax log_softmax _log_softmax scaled_dot_product_attention
+_scaled_dot_product_flash_attention_for_cpu embedding view reshape _unsafe_view flatten unflatten squeeze
+unsqueeze view_copy permute permute_copy transpose expand expand_copy slice select cat concat stack split
+split_with_sizes sum mean amax amin prod argmax argmin arange full zeros ones scalar_tensor full_like
+zeros_like ones_like""".split())
+
+
+class CapturedGraph(Graph):
+    """A goblin.Graph captured from PyTorch, callable on NumPy arrays (or torch tensors).
+
+    Calling it with inputs whose batch size (dim 0) differs from the example's
+    captures the program again for that batch size (once; cached), since goblin
+    graphs have static shapes.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._source = None
+        self._by_batch = {}
+
+    def for_inputs(self, shapes):
+        """The graph for inputs of these shapes (this one, or a cached re-capture)."""
+        mine = tuple(t.shape for t in self.inputs)
+        if tuple(tuple(s) for s in shapes) == mine:
+            return self
+        if self._source is None:
+            raise _goblin.ShapeError(f"the graph takes inputs of shapes {mine}, got {tuple(shapes)}")
+        fn, examples = self._source
+        batch = {s[0] for s in shapes if len(s)}
+        ok = len(batch) == 1 and all(len(s) == len(m) and tuple(s[1:]) == m[1:] for s, m in zip(shapes, mine))
+        if not ok:
+            raise _goblin.ShapeError(f"only dim 0 (the batch) may change: the graph takes {mine}, "
+                                     f"got {tuple(shapes)}")
+        n = batch.pop()
+        g = self._by_batch.get(n)
+        if g is None:
+            torch = _torch()
+            ex = []
+            for e in examples:
+                if isinstance(e, torch.Tensor) and e.dim() > 0 and e.shape[0] > 0:
+                    reps = [-(-n // e.shape[0])] + [1] * (e.dim() - 1)
+                    ex.append(e.repeat(*reps)[:n].clone())
+                else:
+                    ex.append(e)
+            g = capture(fn, *ex)
+            self._by_batch[n] = g
+        return g
+
+    def __call__(self, *inputs, backend=None, threads=0):
+        arrs = []
+        for x in inputs:
+            if hasattr(x, "detach") and hasattr(x, "numpy"):
+                x = _to_numpy(x)[0]
+            arrs.append(x)
+        shapes = [np.shape(a) for a in arrs]
+        outs = self.for_inputs(shapes).evaluate(*arrs, backend=backend, threads=threads)
+        return outs[0] if len(outs) == 1 else outs
+
+
+def capture(fn_or_module, *example_inputs):
+    """Capture a PyTorch module or function as a goblin graph (a CapturedGraph).
+
+    `example_inputs` are torch tensors; the graph's inputs follow their order,
+    shapes and dtypes. Put modules in eval() mode first (batch-norm and dropout
+    are captured in inference form). Raises UnsupportedOpError naming every op
+    without a mapping."""
+    torch = _torch()
+    mod = fn_or_module
+    if not isinstance(mod, torch.nn.Module):
+        class _Fn(torch.nn.Module):
+            def forward(self, *a):
+                return fn_or_module(*a)
+        mod = _Fn()
+    ex = tuple(torch.as_tensor(e) if isinstance(e, np.ndarray) else e for e in example_inputs)
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch.export's own pytree internals warn about their deprecated API.
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        ep = torch.export.export(mod, ex)
+        ep = ep.run_decompositions(_decomp_table(torch))
+    g = _Lowering(torch, ep).run()
+    g._source = (fn_or_module, ex)
+    return g
