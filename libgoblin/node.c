@@ -1,0 +1,1375 @@
+/* node.c - the node: planning, leases, scheduling, verification and assembly of
+ * matmul jobs (see node.h and docs/runtime.md).
+ *
+ * One thread owns the socket: it receives a message (10 ms timeout), handles it,
+ * processes pipe events, expires leases and hands out tasks. All scheduling state is
+ * under node->mu; a job's status fields are also under job->mu so that waiting on a
+ * job never needs the node (lock order: node->mu, then job->mu). */
+#include "goblin/node.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "goblin/graph.h"
+#include "goblin/ops.h"
+#include "goblin/plan.h"
+#include "goblin/wire.h"
+#include "scheduler.h"
+#include "transport.h"
+
+#define PANEL_MEMO 32     /* panel ids remembered per worker and kind (A, B) */
+#define SCAN_LIMIT 512    /* pending tasks examined per assignment */
+#define MAX_WANTED 256    /* lease slots a worker may have outstanding */
+#define REFUSE_LINGER_MS 300 /* let a REFUSE reach the worker before closing the pipe */
+/* nng's polyamorous pair1 queues at most 2 messages per pipe (plus the one being
+ * written) and silently drops a message to a pipe whose queue is full. Workers drain
+ * their pipe into a receive buffer of slots + 4 messages, so keeping at most this many
+ * leases outstanding per worker means a TASK is never dropped. */
+#define MAX_IN_FLIGHT 3
+
+enum { T_PENDING = 0, T_LEASED = 1, T_DONE = 2 };
+
+typedef struct peer {
+    nng_pipe pipe;
+    uint32_t pipe_id;
+    uint64_t session_id;
+    bool connected, hello, quarantined, counted;
+    int64_t close_at_ms;
+    int32_t threads;
+    uint64_t memory;
+    int32_t wanted, in_flight;
+    int64_t issued, accepted, rejected, failed;
+    uint64_t panels[2][PANEL_MEMO];
+    int32_t panel_next[2];
+    int32_t memo_cap; /* panels per kind believed cached: halved on every miss, since
+                         HELLO does not say how big the worker's cache is */
+} peer;
+
+typedef struct task {
+    uint8_t state;
+    uint8_t n_leases;
+    int32_t attempts;
+    int32_t accepted_peer; /* peer index, -1: the node computed it */
+    int64_t leased_at_ms;
+    void *partial;         /* split-K partial tile (contiguous rows x cols) until summed */
+} task;
+
+typedef struct lease {
+    uint64_t id;
+    goblin_job *job;
+    int64_t task;
+    int32_t peer;
+    int64_t deadline_ms;
+    bool moot; /* the task completed or the job ended: a result is discarded */
+} lease;
+
+struct goblin_job {
+    goblin_node *node; /* NULL once detached */
+    uint64_t id;
+    goblin_tensor a, b, c;
+    goblin_dtype dt;
+    size_t esz;
+    goblin_plan *plan;
+    goblin_plan_info info;
+    int64_t ntasks;
+    task *tasks;
+    int32_t *tile_done; /* accepted slices per C tile (split-K only) */
+    int64_t scan_from;
+    int64_t sum_task_ms, n_task_ms; /* for straggler detection */
+    goblin_job_params jp;
+    bool running; /* scheduling state, under node->mu */
+    /* under job->mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    goblin_job_status status;
+    goblin_err err;
+    int64_t done;
+    char msg[384];
+};
+
+struct goblin_node {
+    goblin_node_params p;
+    char *urls[GOBLIN_NODE_MAX_LISTEN];
+    uint8_t *token;
+    pthread_mutex_t mu;
+    pthread_t thread;
+    bool started, stopping, socket_open;
+    nng_socket sock;
+    goblin_wire_limits limits;
+    peer *peers;
+    int32_t n_peers, cap_peers;
+    lease *leases;
+    int64_t n_leases, cap_leases;
+    goblin_job **jobs;
+    int32_t n_jobs, cap_jobs;
+    uint64_t next_lease_id, next_job_id, next_session;
+    goblin_node_stats st;
+    /* pipe events from nng's threads, under ev_mu */
+    pthread_mutex_t ev_mu;
+    uint32_t *ev_removed;
+    int32_t n_ev, cap_ev;
+};
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+const char *goblin_log_level_name(goblin_log_level level) {
+    static const char *n[] = {"error", "warn", "info", "debug"};
+    return (unsigned)level < GOBLIN_LOG_LEVEL_COUNT ? n[level] : "invalid";
+}
+
+int64_t goblin__now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t goblin__secret_u64(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+        /* No entropy source: still unpredictable enough to a remote worker. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+    }
+    return v;
+}
+
+void goblin__logv(goblin_log_fn fn, void *user, goblin_log_level max, goblin_log_level lvl,
+                  const char *fmt, va_list ap) {
+    if (!fn || lvl > max) return;
+    char line[640];
+    vsnprintf(line, sizeof line, fmt, ap);
+    fn(user, lvl, line);
+}
+
+static void nlog(goblin_node *n, goblin_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void nlog(goblin_node *n, goblin_log_level lvl, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    goblin__logv(n->p.log, n->p.log_user, n->p.log_level, lvl, fmt, ap);
+    va_end(ap);
+}
+
+static bool grow(void **arr, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return true;
+    int64_t nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *p = goblin__alloc((size_t)nc * elem);
+    if (!p) return false;
+    if (*arr) memcpy(p, *arr, (size_t)*cap * elem);
+    goblin__free(*arr);
+    *arr = p;
+    *cap = nc;
+    return true;
+}
+
+/* ---- params ----------------------------------------------------------------- */
+
+void goblin_node_params_default(goblin_node_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->lease_ms = 30000;
+    p->max_retries = 4;
+    p->verify = GOBLIN_VERIFY_POLICY_FREIVALDS;
+    p->freivalds_vectors = 4;
+    p->recv_max_bytes = (uint64_t)1 << 30;
+    p->recompute_backend =
+        goblin_backend_available(GOBLIN_BACKEND_BLIS) == GOBLIN_OK ? GOBLIN_BACKEND_BLIS
+                                                                   : GOBLIN_BACKEND_REF;
+    p->recompute_threads = 0;
+    p->speculate = true;
+    p->log_level = GOBLIN_LOG_INFO;
+}
+
+void goblin_job_params_default(goblin_job_params *p) {
+    if (p) memset(p, 0, sizeof *p);
+}
+
+goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
+    if (!out || !p) return GOBLIN_EINVAL;
+    if (p->n_listen < 1 || p->n_listen > GOBLIN_NODE_MAX_LISTEN || p->lease_ms < 1 ||
+        p->max_retries < 0 || (unsigned)p->verify >= GOBLIN_VERIFY_POLICY_COUNT ||
+        p->freivalds_vectors < 1 || p->freivalds_vectors > GOBLIN_FREIVALDS_MAX_VECTORS ||
+        p->recv_max_bytes < GOBLIN_WIRE_HEADER_SIZE ||
+        p->recv_max_bytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES ||
+        (unsigned)p->recompute_backend >= GOBLIN_BACKEND_COUNT ||
+        p->token_len > GOBLIN_WIRE_MAX_TOKEN_BYTES || (p->token_len && !p->join_token))
+        return GOBLIN_EINVAL;
+    for (int32_t i = 0; i < p->n_listen; i++)
+        if (!p->listen[i] || !p->listen[i][0]) return GOBLIN_EINVAL;
+    goblin_node *n = goblin__calloc(1, sizeof *n);
+    if (!n) return GOBLIN_ENOMEM;
+    n->p = *p;
+    for (int32_t i = 0; i < p->n_listen; i++) {
+        n->urls[i] = goblin__strdup(p->listen[i]);
+        if (!n->urls[i]) goto nomem;
+        n->p.listen[i] = n->urls[i];
+    }
+    if (p->token_len) {
+        n->token = goblin__memdup(p->join_token, p->token_len);
+        if (!n->token) goto nomem;
+        n->p.join_token = n->token;
+    } else {
+        n->p.join_token = NULL;
+    }
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_mutex_init(&n->ev_mu, NULL);
+    goblin_wire_limits_default(&n->limits);
+    n->limits.max_message_bytes = p->recv_max_bytes;
+    n->next_lease_id = 1;
+    n->next_job_id = 1;
+    *out = n;
+    return GOBLIN_OK;
+nomem:
+    for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
+    goblin__free(n);
+    return GOBLIN_ENOMEM;
+}
+
+/* ---- pipe events ------------------------------------------------------------ */
+
+static void pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
+    goblin_node *n = arg;
+    if (ev != NNG_PIPE_EV_REM_POST) return;
+    pthread_mutex_lock(&n->ev_mu);
+    int64_t cap = n->cap_ev;
+    if (grow((void **)&n->ev_removed, &cap, n->n_ev + 1, sizeof(uint32_t))) {
+        n->cap_ev = (int32_t)cap;
+        n->ev_removed[n->n_ev++] = nng_pipe_id(pp);
+    }
+    pthread_mutex_unlock(&n->ev_mu);
+}
+
+static int32_t find_peer(goblin_node *n, uint32_t pipe_id) {
+    for (int32_t i = n->n_peers - 1; i >= 0; i--)
+        if (n->peers[i].pipe_id == pipe_id && n->peers[i].connected) return i;
+    return -1;
+}
+
+/* ---- job status --------------------------------------------------------------- */
+
+static void job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const char *fmt, ...) {
+    j->running = false;
+    for (int64_t i = 0; i < j->ntasks; i++) {
+        goblin__free(j->tasks[i].partial);
+        j->tasks[i].partial = NULL;
+    }
+    if (j->node)
+        for (int64_t i = 0; i < j->node->n_leases; i++)
+            if (j->node->leases[i].job == j) j->node->leases[i].moot = true;
+    pthread_mutex_lock(&j->mu);
+    if (j->status == GOBLIN_JOB_RUNNING) {
+        j->status = st;
+        j->err = e;
+        if (fmt) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(j->msg, sizeof j->msg, fmt, ap);
+            va_end(ap);
+        }
+    }
+    pthread_cond_broadcast(&j->cond);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- tensors: views, packing, tiles of C ---------------------------------------- */
+
+static goblin_tensor view2(const goblin_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                           size_t esz) {
+    goblin_tensor v = *t;
+    v.shape[0] = nr;
+    v.shape[1] = nc;
+    v.data = (char *)t->data + (r0 * t->strides[0] + c0 * t->strides[1]) * (int64_t)esz;
+    return v;
+}
+
+/* Copy a strided 2-D view into contiguous @p dst (rows x cols). */
+static void pack(const goblin_tensor *v, void *dst, size_t esz) {
+    int64_t r = v->shape[0], c = v->shape[1];
+    char *d = dst;
+    for (int64_t i = 0; i < r; i++) {
+        const char *row = (const char *)v->data + i * v->strides[0] * (int64_t)esz;
+        if (v->strides[1] == 1) {
+            memcpy(d, row, (size_t)c * esz);
+            d += (size_t)c * esz;
+        } else {
+            for (int64_t k = 0; k < c; k++, d += esz)
+                memcpy(d, row + k * v->strides[1] * (int64_t)esz, esz);
+        }
+    }
+}
+
+/* Copy contiguous @p src (rows x cols) into the strided 2-D view @p v. */
+static void unpack(goblin_tensor *v, const void *src, size_t esz) {
+    int64_t r = v->shape[0], c = v->shape[1];
+    const char *s = src;
+    for (int64_t i = 0; i < r; i++) {
+        char *row = (char *)v->data + i * v->strides[0] * (int64_t)esz;
+        if (v->strides[1] == 1) {
+            memcpy(row, s, (size_t)c * esz);
+            s += (size_t)c * esz;
+        } else {
+            for (int64_t k = 0; k < c; k++, s += esz) memcpy(row + k * v->strides[1] * (int64_t)esz, s, esz);
+        }
+    }
+}
+
+static void job_tile(const goblin_job *j, int64_t i, goblin_matmul_tile *t) {
+    goblin_plan_tile(j->plan, i, t);
+}
+
+/* Panel ids: the A panel of a task depends on its grid row and K-slice, the B panel
+ * on its grid column and K-slice. Never 0 (0 means "do not cache"). */
+static uint64_t panel_id(const goblin_job *j, int kind, int64_t task_i) {
+    int64_t s = j->info.k_slices, t = task_i / s, q = task_i % s;
+    int64_t idx = kind == 0 ? (t / j->info.grid_cols) : (t % j->info.grid_cols);
+    uint64_t v = j->id * 0x9E3779B97F4A7C15ull;
+    v ^= ((uint64_t)kind << 63) | ((uint64_t)(idx * s + q) & 0x7fffffffffffffffull);
+    return v ? v : 1;
+}
+
+static bool peer_has_panel(const peer *p, int kind, uint64_t id) {
+    if (!id) return false;
+    for (int i = 0; i < p->memo_cap; i++)
+        if (p->panels[kind][i] == id) return true;
+    return false;
+}
+
+static void peer_add_panel(peer *p, int kind, uint64_t id) {
+    if (peer_has_panel(p, kind, id)) return;
+    if (p->memo_cap < 1) return;
+    p->panels[kind][p->panel_next[kind] % p->memo_cap] = id;
+    p->panel_next[kind] = (p->panel_next[kind] + 1) % p->memo_cap;
+}
+
+/* ---- the task graph ------------------------------------------------------------- */
+
+goblin_err goblin__matmul_graph(goblin_dtype dt, int64_t rows, int64_t kn, int64_t cols,
+                                goblin_graph **out) {
+    goblin_graph *g = NULL;
+    goblin_err e = goblin_graph_new(&g);
+    if (e) return e;
+    int64_t sa[2] = {rows, kn}, sb[2] = {kn, cols};
+    int32_t ids[2], y;
+    if ((e = goblin_graph_input(g, dt, 2, sa, &ids[0])) || (e = goblin_graph_input(g, dt, 2, sb, &ids[1])) ||
+        (e = goblin_graph_add(g, GOBLIN_OP_MATMUL, ids, 2, NULL, 0, &y)) || (e = goblin_graph_output(g, y))) {
+        goblin_graph_free(g);
+        return e;
+    }
+    *out = g;
+    return GOBLIN_OK;
+}
+
+/* Compute task @p i on the node into contiguous @p dst (rows x cols). */
+static goblin_err node_compute(goblin_node *n, goblin_job *j, int64_t i, void *dst) {
+    goblin_matmul_tile t;
+    job_tile(j, i, &t);
+    goblin_graph *g = NULL;
+    goblin_err e = goblin__matmul_graph(j->dt, t.rows, t.kn, t.cols, &g);
+    if (e) return e;
+    goblin_tensor in[2] = {view2(&j->a, t.row0, t.rows, t.k0, t.kn, j->esz),
+                           view2(&j->b, t.k0, t.kn, t.col0, t.cols, j->esz)};
+    goblin_tensor out;
+    int64_t shp[2] = {t.rows, t.cols};
+    goblin_tensor_init(&out, j->dt, 2, shp, dst);
+    goblin_exec_params ep;
+    goblin_exec_params_default(&ep);
+    ep.backend = n->p.recompute_backend;
+    ep.threads = n->p.recompute_threads;
+    e = goblin_graph_eval(g, &ep, in, 2, &out, 1);
+    goblin_graph_free(g);
+    return e;
+}
+
+/* ---- leases ------------------------------------------------------------------ */
+
+static void remove_lease(goblin_node *n, int64_t li) {
+    n->leases[li] = n->leases[--n->n_leases];
+}
+
+static int64_t find_lease(goblin_node *n, uint64_t id) {
+    for (int64_t i = 0; i < n->n_leases; i++)
+        if (n->leases[i].id == id) return i;
+    return -1;
+}
+
+/* A lease ended without an accepted result. @p counts: whether it counts against the
+ * task's retry budget. */
+static void lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why, const char *what) {
+    lease L = n->leases[li];
+    remove_lease(n, li);
+    if (L.peer >= 0 && L.peer < n->n_peers && n->peers[L.peer].in_flight > 0) n->peers[L.peer].in_flight--;
+    if (L.moot) return;
+    goblin_job *j = L.job;
+    task *t = &j->tasks[L.task];
+    if (t->n_leases > 0) t->n_leases--;
+    if (L.peer >= 0 && L.peer < n->n_peers) n->peers[L.peer].failed++;
+    if (t->state == T_DONE || !j->running) return;
+    n->st.tasks_reissued++;
+    if (counts) t->attempts++;
+    if (t->n_leases == 0) {
+        t->state = T_PENDING;
+        if (L.task < j->scan_from) j->scan_from = L.task;
+    }
+    if (counts && t->attempts > n->p.max_retries) {
+        goblin_matmul_tile tl;
+        job_tile(j, L.task, &tl);
+        nlog(n, GOBLIN_LOG_ERROR, "job %llu failed: task %lld failed %d times (last: %s)",
+             (unsigned long long)j->id, (long long)L.task, (int)t->attempts, what);
+        job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ELIMIT,
+                   "task %lld (rows %lld..%lld, cols %lld..%lld, k %lld..%lld) failed %d times; "
+                   "last failure: %s",
+                   (long long)L.task, (long long)tl.row0, (long long)(tl.row0 + tl.rows),
+                   (long long)tl.col0, (long long)(tl.col0 + tl.cols), (long long)tl.k0,
+                   (long long)(tl.k0 + tl.kn), (int)t->attempts, what);
+    }
+}
+
+static void fail_peer_leases(goblin_node *n, int32_t pi, bool counts, goblin_err why, const char *what) {
+    for (int64_t i = n->n_leases - 1; i >= 0; i--)
+        if (i < n->n_leases && n->leases[i].peer == pi) lease_failed(n, i, counts, why, what);
+}
+
+/* ---- sending ------------------------------------------------------------------- */
+
+static int send_wire(goblin_node *n, nng_pipe pp, const goblin_wire_msg *m) {
+    size_t len = 0;
+    if (goblin_wire_encoded_size(m, &len) != GOBLIN_OK) return NNG_EINVAL;
+    nng_msg *msg;
+    int rv = nng_msg_alloc(&msg, len);
+    if (rv) return rv;
+    size_t wrote = 0;
+    if (goblin_wire_encode_into(m, nng_msg_body(msg), len, &wrote) != GOBLIN_OK) {
+        nng_msg_free(msg);
+        return NNG_EINVAL;
+    }
+    nng_msg_set_pipe(msg, pp);
+    if ((rv = nng_sendmsg(n->sock, msg, 0)) != 0) nng_msg_free(msg);
+    return rv;
+}
+
+static void drop_peer(goblin_node *n, int32_t pi, const char *why) {
+    peer *p = &n->peers[pi];
+    nlog(n, GOBLIN_LOG_WARN, "dropping peer %u (session %llu): %s", (unsigned)p->pipe_id,
+         (unsigned long long)p->session_id, why);
+    n->st.peers_dropped++;
+    p->connected = false;
+    if (p->hello && p->counted) {
+        n->st.workers_connected--;
+        p->counted = false;
+    }
+    fail_peer_leases(n, pi, false, GOBLIN_ECLOSED, "worker dropped");
+    nng_pipe_close(p->pipe);
+}
+
+/* Send task @p ti of @p j to peer @p pi. */
+static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative) {
+    peer *p = &n->peers[pi];
+    goblin_matmul_tile t;
+    job_tile(j, ti, &t);
+    uint64_t ida = panel_id(j, 0, ti), idb = panel_id(j, 1, ti);
+    bool have_a = peer_has_panel(p, 0, ida), have_b = peer_has_panel(p, 1, idb);
+    goblin_graph *g = NULL;
+    uint8_t *gbuf = NULL;
+    size_t glen = 0;
+    void *pa = NULL, *pb = NULL;
+    bool ok = false;
+    if (goblin__matmul_graph(j->dt, t.rows, t.kn, t.cols, &g) || goblin_graph_serialize(g, &gbuf, &glen))
+        goto out;
+    int64_t sa[2] = {have_a ? 0 : t.rows, have_a ? 0 : t.kn};
+    int64_t sb[2] = {have_b ? 0 : t.kn, have_b ? 0 : t.cols};
+    if (!have_a) {
+        if (!(pa = goblin__alloc((size_t)(t.rows * t.kn) * j->esz))) goto out;
+        goblin_tensor v = view2(&j->a, t.row0, t.rows, t.k0, t.kn, j->esz);
+        pack(&v, pa, j->esz);
+    }
+    if (!have_b) {
+        if (!(pb = goblin__alloc((size_t)(t.kn * t.cols) * j->esz))) goto out;
+        goblin_tensor v = view2(&j->b, t.k0, t.kn, t.col0, t.cols, j->esz);
+        pack(&v, pb, j->esz);
+    }
+    int64_t dir[4] = {(int64_t)ida, (int64_t)idb, (have_a ? 1 : 0) | (have_b ? 2 : 0), 0};
+    int64_t sd[1] = {4};
+    goblin_tensor in[3];
+    goblin_tensor_init(&in[0], j->dt, 2, sa, pa);
+    goblin_tensor_init(&in[1], j->dt, 2, sb, pb);
+    goblin_tensor_init(&in[2], GOBLIN_DTYPE_I64, 1, sd, dir);
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
+    uint64_t lid = n->next_lease_id++;
+    m.request_id = lid;
+    m.body.task.task_id = lid;
+    m.body.task.lease_ms = n->p.lease_ms;
+    m.body.task.graph_len = glen;
+    m.body.task.graph = gbuf;
+    m.body.task.n_inputs = 3;
+    m.body.task.inputs = in;
+    int64_t cap = n->cap_leases;
+    if (!grow((void **)&n->leases, &cap, n->n_leases + 1, sizeof(lease))) goto out;
+    n->cap_leases = cap;
+    int rv = send_wire(n, p->pipe, &m);
+    if (rv) {
+        nlog(n, GOBLIN_LOG_WARN, "cannot send task to worker %llu: %s", (unsigned long long)p->session_id,
+             nng_strerror(rv));
+        goto out;
+    }
+    int64_t now = goblin__now_ms();
+    n->leases[n->n_leases++] = (lease){.id = lid, .job = j, .task = ti, .peer = pi,
+                                       .deadline_ms = now + n->p.lease_ms};
+    task *tk = &j->tasks[ti];
+    tk->state = T_LEASED;
+    tk->n_leases++;
+    if (!speculative) tk->leased_at_ms = now;
+    p->wanted--;
+    p->in_flight++;
+    p->issued++;
+    n->st.tasks_issued++;
+    if (speculative) n->st.tasks_speculative++;
+    if (have_a) n->st.panel_cache_hits++;
+    if (have_b) n->st.panel_cache_hits++;
+    peer_add_panel(p, 0, ida);
+    peer_add_panel(p, 1, idb);
+    ok = true;
+out:
+    goblin__free(pa);
+    goblin__free(pb);
+    goblin_buffer_free(gbuf);
+    goblin_graph_free(g);
+    return ok;
+}
+
+static bool task_fits(const goblin_job *j, int64_t ti, const peer *p) {
+    goblin_matmul_tile t;
+    uint64_t bytes = 0;
+    job_tile(j, ti, &t);
+    return goblin_matmul_tile_bytes(&t, j->dt, &bytes) == GOBLIN_OK && bytes <= p->memory;
+}
+
+static bool lease_held_by(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi) {
+    for (int64_t i = 0; i < n->n_leases; i++)
+        if (n->leases[i].job == j && n->leases[i].task == ti && n->leases[i].peer == pi && !n->leases[i].moot)
+            return true;
+    return false;
+}
+
+/* Pick a task for peer @p pi: a pending task whose panels it holds, else the first
+ * pending one; with nothing pending, a straggler to duplicate. */
+static bool assign_one(goblin_node *n, int32_t pi) {
+    peer *p = &n->peers[pi];
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running) continue;
+        int64_t first = -1, best = -1, seen = 0;
+        while (j->scan_from < j->ntasks && j->tasks[j->scan_from].state != T_PENDING) j->scan_from++;
+        for (int64_t i = j->scan_from; i < j->ntasks && seen < SCAN_LIMIT; i++) {
+            if (j->tasks[i].state != T_PENDING) continue;
+            seen++;
+            if (!task_fits(j, i, p)) continue;
+            if (first < 0) first = i;
+            if (peer_has_panel(p, 0, panel_id(j, 0, i)) || peer_has_panel(p, 1, panel_id(j, 1, i))) {
+                best = i;
+                break;
+            }
+        }
+        if (best < 0) best = first;
+        if (best >= 0) return issue(n, j, best, pi, false);
+    }
+    if (!n->p.speculate) return false;
+    int64_t now = goblin__now_ms();
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running || j->scan_from < j->ntasks) continue; /* not near the end yet */
+        int64_t avg = j->n_task_ms ? j->sum_task_ms / j->n_task_ms : 100;
+        int64_t thresh = 2 * avg + 50;
+        for (int64_t i = 0; i < j->ntasks; i++) {
+            task *t = &j->tasks[i];
+            if (t->state != T_LEASED || t->n_leases != 1 || now - t->leased_at_ms < thresh) continue;
+            if (lease_held_by(n, j, i, pi) || !task_fits(j, i, p)) continue;
+            return issue(n, j, i, pi, true);
+        }
+    }
+    return false;
+}
+
+static void schedule(goblin_node *n) {
+    bool progress = true;
+    while (progress) {
+        progress = false;
+        for (int32_t i = 0; i < n->n_peers; i++) {
+            peer *p = &n->peers[i];
+            if (!p->connected || !p->hello || p->quarantined || p->wanted <= 0 || p->close_at_ms ||
+                p->in_flight >= MAX_IN_FLIGHT)
+                continue;
+            if (assign_one(n, i)) progress = true;
+        }
+    }
+}
+
+/* ---- accepting results ------------------------------------------------------------ */
+
+static void job_progress_cb(goblin_job *j) {
+    int64_t d;
+    pthread_mutex_lock(&j->mu);
+    d = j->done;
+    pthread_mutex_unlock(&j->mu);
+    if (j->jp.progress) j->jp.progress(j->jp.progress_user, d, j->ntasks);
+}
+
+/* Task @p ti's result (contiguous rows x cols at @p data) is final. */
+static void task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
+    task *t = &j->tasks[ti];
+    goblin_matmul_tile tl;
+    job_tile(j, ti, &tl);
+    t->state = T_DONE;
+    t->accepted_peer = by;
+    int64_t s = j->info.k_slices;
+    for (int64_t i = 0; i < n->n_leases; i++)
+        if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
+    t->n_leases = 0;
+    size_t bytes = (size_t)(tl.rows * tl.cols) * j->esz;
+    if (s == 1) {
+        goblin_tensor v = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
+        unpack(&v, data, j->esz);
+    } else {
+        goblin__free(t->partial);
+        t->partial = goblin__alloc(bytes);
+        if (!t->partial) {
+            job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory holding a split-K partial");
+            return;
+        }
+        memcpy(t->partial, data, bytes);
+        int64_t tile = ti / s;
+        if (++j->tile_done[tile] == s) {
+            /* All slices are in: sum them in slice order, so the result does not
+             * depend on which worker finished first. */
+            int64_t ne = tl.rows * tl.cols;
+            void *sum = goblin__alloc(bytes);
+            if (!sum) {
+                job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory summing split-K partials");
+                return;
+            }
+            for (int64_t q = 0; q < s; q++) {
+                const void *src = j->tasks[tile * s + q].partial;
+                if (j->dt == GOBLIN_DTYPE_F32) {
+                    float *d = sum;
+                    const float *x = src;
+                    for (int64_t e = 0; e < ne; e++) d[e] = q ? d[e] + x[e] : x[e];
+                } else {
+                    double *d = sum;
+                    const double *x = src;
+                    for (int64_t e = 0; e < ne; e++) d[e] = q ? d[e] + x[e] : x[e];
+                }
+            }
+            goblin_tensor v = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
+            unpack(&v, sum, j->esz);
+            goblin__free(sum);
+            for (int64_t q = 0; q < s; q++) {
+                goblin__free(j->tasks[tile * s + q].partial);
+                j->tasks[tile * s + q].partial = NULL;
+            }
+        }
+    }
+    n->st.tasks_completed++;
+    int64_t now = goblin__now_ms();
+    if (t->leased_at_ms) {
+        j->sum_task_ms += now - t->leased_at_ms;
+        j->n_task_ms++;
+    }
+    pthread_mutex_lock(&j->mu);
+    int64_t d = ++j->done;
+    pthread_mutex_unlock(&j->mu);
+    job_progress_cb(j);
+    if (d == j->ntasks) {
+        nlog(n, GOBLIN_LOG_INFO, "job %llu done: %lld tasks", (unsigned long long)j->id, (long long)j->ntasks);
+        job_finish(j, GOBLIN_JOB_DONE, GOBLIN_OK, NULL);
+    }
+}
+
+/* Freivalds-check @p c as task @p ti (or, with @p whole_tile, the whole C tile over
+ * all of K). */
+static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
+                             const goblin_tensor *c, goblin_verdict *v) {
+    goblin_matmul_tile t;
+    job_tile(j, ti, &t);
+    if (whole_tile) {
+        t.k0 = 0;
+        t.kn = j->info.k;
+    }
+    goblin_tensor a = view2(&j->a, t.row0, t.rows, t.k0, t.kn, j->esz);
+    goblin_tensor b = view2(&j->b, t.k0, t.kn, t.col0, t.cols, j->esz);
+    goblin_freivalds_params fp;
+    goblin_freivalds_params_default(&fp);
+    fp.seed = goblin__secret_u64();
+    fp.vectors = n->p.freivalds_vectors;
+    return goblin_verify_matmul(&a, &b, c, &fp, v);
+}
+
+static void quarantine(goblin_node *n, int32_t pi);
+
+/* Judge a RESULT for lease @p li. */
+static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
+    int64_t li = find_lease(n, r->task_id);
+    if (li < 0 || n->leases[li].peer != pi) {
+        n->st.results_late++;
+        return;
+    }
+    lease L = n->leases[li];
+    if (L.moot) {
+        n->st.results_duplicate++;
+        remove_lease(n, li);
+        if (n->peers[pi].in_flight > 0) n->peers[pi].in_flight--;
+        return;
+    }
+    goblin_job *j = L.job;
+    goblin_matmul_tile t;
+    job_tile(j, L.task, &t);
+    goblin_verdict v;
+    memset(&v, 0, sizeof v);
+    v.kind = GOBLIN_VERDICT_REJECT;
+    v.reason = GOBLIN_VERIFY_SHAPE;
+    const goblin_tensor *c = r->n_outputs == 1 ? &r->outputs[0] : NULL;
+    void *mine = NULL;
+    if (c) {
+        if (n->p.verify == GOBLIN_VERIFY_POLICY_UNSAFE_NONE) {
+            bool shape_ok = c->dtype == j->dt && c->rank == 2 && c->shape[0] == t.rows && c->shape[1] == t.cols;
+            v.kind = shape_ok ? GOBLIN_VERDICT_ACCEPT : GOBLIN_VERDICT_REJECT;
+            v.reason = shape_ok ? GOBLIN_VERIFY_OK : GOBLIN_VERIFY_SHAPE;
+        } else if (n->p.verify == GOBLIN_VERIFY_POLICY_RECOMPUTE) {
+            mine = goblin__alloc((size_t)(t.rows * t.cols) * j->esz);
+            goblin_err e = mine ? node_compute(n, j, L.task, mine) : GOBLIN_ENOMEM;
+            if (e == GOBLIN_OK) {
+                goblin_tensor m;
+                int64_t shp[2] = {t.rows, t.cols};
+                goblin_tensor_init(&m, j->dt, 2, shp, mine);
+                e = goblin_verify_compare(GOBLIN_OP_MATMUL, j->dt, t.kn, &m, c, &v);
+                if (e == GOBLIN_OK && v.kind == GOBLIN_VERDICT_ESCALATE) {
+                    /* Decide with a rigorous check rather than trusting either side. */
+                    e = check_tile(n, j, L.task, false, c, &v);
+                }
+            }
+            if (e) {
+                nlog(n, GOBLIN_LOG_ERROR, "cannot recompute task: %s", goblin_strerror(e));
+                v.kind = GOBLIN_VERDICT_ESCALATE;
+            }
+        } else {
+            goblin_err e = check_tile(n, j, L.task, false, c, &v);
+            if (e) {
+                nlog(n, GOBLIN_LOG_ERROR, "cannot verify task: %s", goblin_strerror(e));
+                v.kind = GOBLIN_VERDICT_ESCALATE;
+            }
+        }
+    }
+    peer *p = &n->peers[pi];
+    if (v.kind == GOBLIN_VERDICT_ACCEPT) {
+        remove_lease(n, li);
+        if (p->in_flight > 0) p->in_flight--;
+        p->accepted++;
+        n->st.results_accepted++;
+        task_accept(n, j, L.task, c->data, pi);
+    } else if (v.kind == GOBLIN_VERDICT_ESCALATE) {
+        /* Inconclusive: recompute on the node and keep the node's tile. */
+        remove_lease(n, li);
+        if (p->in_flight > 0) p->in_flight--;
+        n->st.results_escalated++;
+        if (!mine) mine = goblin__alloc((size_t)(t.rows * t.cols) * j->esz);
+        goblin_err e = mine ? node_compute(n, j, L.task, mine) : GOBLIN_ENOMEM;
+        if (e) {
+            job_finish(j, GOBLIN_JOB_FAILED, e, "recomputing an escalated task failed: %s", goblin_strerror(e));
+        } else {
+            task_accept(n, j, L.task, mine, -1);
+        }
+    } else {
+        n->st.results_rejected++;
+        n->st.rejected_by_reason[v.reason < GOBLIN_VERIFY_REASON_COUNT ? v.reason : 0]++;
+        p->rejected++;
+        nlog(n, GOBLIN_LOG_WARN,
+             "rejected result of task %lld from worker %llu: %s (worst ratio %.3g)",
+             (long long)L.task, (unsigned long long)p->session_id, goblin_verify_reason_name(v.reason),
+             v.worst_ratio);
+        char why[96];
+        snprintf(why, sizeof why, "result rejected (%s)", goblin_verify_reason_name(v.reason));
+        lease_failed(n, li, true, GOBLIN_EVERIFY, why);
+        quarantine(n, pi);
+    }
+    goblin__free(mine);
+}
+
+/* Re-verify what peer @p pi had accepted in running jobs; recompute what fails. */
+static void recheck_peer(goblin_node *n, int32_t pi) {
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running) continue;
+        int64_t s = j->info.k_slices;
+        for (int64_t i = 0; i < j->ntasks && j->running; i++) {
+            task *t = &j->tasks[i];
+            if (t->state != T_DONE || t->accepted_peer != pi) continue;
+            goblin_matmul_tile tl;
+            job_tile(j, i, &tl);
+            goblin_verdict v;
+            goblin_err e;
+            bool whole = false;
+            n->st.rechecked++;
+            if (s == 1 || t->partial) {
+                goblin_tensor c;
+                if (s == 1) {
+                    c = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
+                } else {
+                    int64_t shp[2] = {tl.rows, tl.cols};
+                    goblin_tensor_init(&c, j->dt, 2, shp, t->partial);
+                }
+                e = check_tile(n, j, i, false, &c, &v);
+            } else {
+                /* Already summed into C: check the whole tile over all of K. */
+                goblin_tensor c = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
+                e = check_tile(n, j, i, true, &c, &v);
+                whole = true;
+            }
+            if (e == GOBLIN_OK && v.kind == GOBLIN_VERDICT_ACCEPT) continue;
+            n->st.recheck_failed++;
+            nlog(n, GOBLIN_LOG_WARN, "recheck of task %lld from quarantined worker failed: recomputing",
+                 (long long)i);
+            int64_t lo = whole ? (i / s) * s : i, hi = whole ? lo + s : i + 1;
+            for (int64_t q = lo; q < hi; q++) {
+                task *u = &j->tasks[q];
+                if (u->state != T_DONE) continue;
+                u->state = T_PENDING;
+                goblin__free(u->partial);
+                u->partial = NULL;
+                if (s > 1) j->tile_done[q / s]--;
+                if (q < j->scan_from) j->scan_from = q;
+                pthread_mutex_lock(&j->mu);
+                j->done--;
+                pthread_mutex_unlock(&j->mu);
+                n->st.tasks_completed--;
+            }
+        }
+    }
+}
+
+static void quarantine(goblin_node *n, int32_t pi) {
+    peer *p = &n->peers[pi];
+    if (p->quarantined) return;
+    p->quarantined = true;
+    n->st.workers_quarantined++;
+    nlog(n, GOBLIN_LOG_WARN, "worker %llu quarantined: it returned a wrong result; no more tasks, "
+         "its earlier results are rechecked", (unsigned long long)p->session_id);
+    fail_peer_leases(n, pi, false, GOBLIN_EVERIFY, "worker quarantined");
+    recheck_peer(n, pi);
+}
+
+/* ---- messages ------------------------------------------------------------------- */
+
+static void refuse(goblin_node *n, int32_t pi, goblin_err why, const char *text) {
+    peer *p = &n->peers[pi];
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
+    m.body.refuse.reason = why;
+    m.body.refuse.message = text;
+    n->st.workers_refused++;
+    nlog(n, GOBLIN_LOG_WARN, "refused worker on pipe %u: %s", (unsigned)p->pipe_id, text);
+    send_wire(n, p->pipe, &m);
+    p->close_at_ms = goblin__now_ms() + REFUSE_LINGER_MS;
+}
+
+static bool token_ok(const goblin_node *n, const goblin_wire_hello *h) {
+    if (!n->p.token_len) return true;
+    /* Constant time in the token's content. */
+    uint8_t diff = (uint8_t)(h->token_len != n->p.token_len);
+    for (uint32_t i = 0; i < n->p.token_len; i++)
+        diff |= (uint8_t)(n->p.join_token[i] ^ (i < h->token_len ? h->token[i] : 0));
+    return diff == 0;
+}
+
+static void handle_msg(goblin_node *n, nng_msg *msg) {
+    nng_pipe pp = nng_msg_get_pipe(msg);
+    uint32_t pid = nng_pipe_id(pp);
+    int32_t pi = find_peer(n, pid);
+    if (pi < 0) {
+        int64_t cap = n->cap_peers;
+        if (!grow((void **)&n->peers, &cap, n->n_peers + 1, sizeof(peer))) return;
+        n->cap_peers = (int32_t)cap;
+        pi = n->n_peers++;
+        memset(&n->peers[pi], 0, sizeof(peer));
+        n->peers[pi].pipe = pp;
+        n->peers[pi].pipe_id = pid;
+        n->peers[pi].connected = true;
+    }
+    peer *p = &n->peers[pi];
+    if (p->close_at_ms) return; /* refused: ignore until closed */
+    const uint8_t *buf = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg);
+    goblin_wire_msg *m = NULL;
+    char err[256];
+    goblin_err e = goblin_wire_decode(buf, len, &n->limits, 0, &m, err, sizeof err);
+    if (e) {
+        goblin_wire_header h;
+        if (e == GOBLIN_EVERSION && !p->hello &&
+            goblin_wire_header_decode(buf, len, &n->limits, &h, NULL, 0) == GOBLIN_OK &&
+            h.type == GOBLIN_WIRE_TYPE_HELLO) {
+            char text[300];
+            snprintf(text, sizeof text, "catalogue version mismatch: %s", err);
+            refuse(n, pi, GOBLIN_EVERSION, text);
+            return;
+        }
+        char why[320];
+        snprintf(why, sizeof why, "malformed message (%s): %s", goblin_err_name(e), err);
+        drop_peer(n, pi, why);
+        return;
+    }
+    if (!p->hello && m->type != GOBLIN_WIRE_TYPE_HELLO) {
+        char why[96];
+        snprintf(why, sizeof why, "%s before HELLO", goblin_wire_type_name(m->type));
+        drop_peer(n, pi, why);
+        goto out;
+    }
+    switch (m->type) {
+    case GOBLIN_WIRE_TYPE_HELLO: {
+        if (p->hello) {
+            drop_peer(n, pi, "second HELLO");
+            break;
+        }
+        goblin_wire_hello *h = &m->body.hello;
+        if (h->catalog_version != goblin_catalog_version()) {
+            char text[160];
+            snprintf(text, sizeof text, "catalogue version mismatch: worker %u, node %u",
+                     (unsigned)h->catalog_version, (unsigned)goblin_catalog_version());
+            refuse(n, pi, GOBLIN_EVERSION, text);
+            break;
+        }
+        if (!token_ok(n, h)) {
+            refuse(n, pi, GOBLIN_EAUTH, "join token not accepted");
+            break;
+        }
+        p->hello = true;
+        p->counted = true;
+        p->session_id = ++n->next_session;
+        p->threads = (int32_t)h->threads;
+        p->memo_cap = PANEL_MEMO;
+        p->memory = h->memory_bytes;
+        n->st.workers_seen++;
+        n->st.workers_connected++;
+        goblin_wire_msg a;
+        goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
+        a.request_id = m->request_id;
+        a.body.hello_ack.session_id = p->session_id;
+        a.body.hello_ack.heartbeat_ms = 0;
+        a.body.hello_ack.max_message_bytes = n->p.recv_max_bytes;
+        send_wire(n, pp, &a);
+        nlog(n, GOBLIN_LOG_INFO, "worker %llu joined (pipe %u, %u threads, %llu bytes)",
+             (unsigned long long)p->session_id, (unsigned)pid, (unsigned)h->threads,
+             (unsigned long long)h->memory_bytes);
+        break;
+    }
+    case GOBLIN_WIRE_TYPE_LEASE_REQUEST:
+        p->wanted += (int32_t)m->body.lease_request.slots;
+        if (p->wanted > MAX_WANTED) p->wanted = MAX_WANTED;
+        break;
+    case GOBLIN_WIRE_TYPE_RESULT:
+        handle_result(n, pi, &m->body.result);
+        break;
+    case GOBLIN_WIRE_TYPE_ABANDON: {
+        int64_t li = find_lease(n, m->body.abandon.task_id);
+        if (li >= 0 && n->leases[li].peer == pi) lease_failed(n, li, false, GOBLIN_ECANCELED, "abandoned");
+        break;
+    }
+    case GOBLIN_WIRE_TYPE_ERROR: {
+        int64_t li = find_lease(n, m->body.error.task_id);
+        if (li < 0 || n->leases[li].peer != pi) break;
+        if (m->body.error.code == GOBLIN_ENOTFOUND) {
+            /* The worker evicted a panel we thought it held: forget its panels, resend. */
+            n->st.panel_cache_misses++;
+            memset(p->panels, 0, sizeof p->panels);
+            p->panel_next[0] = p->panel_next[1] = 0;
+            p->memo_cap /= 2; /* 0 after enough misses: panels are then always sent */
+            lease_failed(n, li, false, GOBLIN_ENOTFOUND, "panel cache miss");
+            n->st.tasks_reissued--; /* not a failure */
+        } else {
+            char why[160];
+            snprintf(why, sizeof why, "worker error %s: %s", goblin_err_name(m->body.error.code),
+                     m->body.error.message ? m->body.error.message : "");
+            nlog(n, GOBLIN_LOG_WARN, "worker %llu: %s", (unsigned long long)p->session_id, why);
+            lease_failed(n, li, true, m->body.error.code, why);
+        }
+        break;
+    }
+    case GOBLIN_WIRE_TYPE_HEARTBEAT:
+        break;
+    default: {
+        char why[96];
+        snprintf(why, sizeof why, "unexpected %s from a worker", goblin_wire_type_name(m->type));
+        drop_peer(n, pi, why);
+        break;
+    }
+    }
+out:
+    goblin_wire_msg_free(m);
+}
+
+static void housekeeping(goblin_node *n) {
+    pthread_mutex_lock(&n->ev_mu);
+    int32_t ne = n->n_ev;
+    uint32_t ev[64];
+    if (ne > 64) ne = 64;
+    if (ne > 0) {
+        memcpy(ev, n->ev_removed, (size_t)ne * sizeof(uint32_t));
+        memmove(n->ev_removed, n->ev_removed + ne, (size_t)(n->n_ev - ne) * sizeof(uint32_t));
+        n->n_ev -= ne;
+    }
+    pthread_mutex_unlock(&n->ev_mu);
+    for (int32_t k = 0; k < ne; k++) {
+        int32_t pi = find_peer(n, ev[k]);
+        if (pi < 0) continue;
+        peer *p = &n->peers[pi];
+        p->connected = false;
+        if (p->hello && p->counted) {
+            n->st.workers_connected--;
+            p->counted = false;
+            nlog(n, GOBLIN_LOG_INFO, "worker %llu disconnected", (unsigned long long)p->session_id);
+        }
+        fail_peer_leases(n, pi, true, GOBLIN_ECLOSED, "worker disconnected");
+    }
+    int64_t now = goblin__now_ms();
+    for (int64_t i = n->n_leases - 1; i >= 0; i--) {
+        if (i >= n->n_leases || n->leases[i].deadline_ms > now) continue;
+        lease *L = &n->leases[i];
+        if (!L->moot)
+            nlog(n, GOBLIN_LOG_INFO, "lease %llu (task %lld) expired", (unsigned long long)L->id,
+                 (long long)L->task);
+        lease_failed(n, i, true, GOBLIN_ETIMEDOUT, "lease expired");
+    }
+    for (int32_t i = 0; i < n->n_peers; i++) {
+        peer *p = &n->peers[i];
+        if (p->connected && p->close_at_ms && p->close_at_ms <= now) {
+            p->connected = false;
+            nng_pipe_close(p->pipe);
+        }
+    }
+}
+
+static void *node_main(void *arg) {
+    goblin_node *n = arg;
+    for (;;) {
+        pthread_mutex_lock(&n->mu);
+        bool stop = n->stopping;
+        pthread_mutex_unlock(&n->mu);
+        if (stop) break;
+        nng_msg *msg = NULL;
+        int rv = nng_recvmsg(n->sock, &msg, 0);
+        pthread_mutex_lock(&n->mu);
+        if (rv == 0) {
+            handle_msg(n, msg);
+            nng_msg_free(msg);
+        }
+        housekeeping(n);
+        schedule(n);
+        pthread_mutex_unlock(&n->mu);
+        if (rv && rv != NNG_ETIMEDOUT && rv != NNG_EAGAIN) {
+            if (rv == NNG_ECLOSED) break;
+        }
+    }
+    return NULL;
+}
+
+goblin_err goblin_node_start(goblin_node *n) {
+    if (!n) return GOBLIN_EINVAL;
+    if (n->started) return GOBLIN_ESTATE;
+    char msg[256];
+    goblin_err e = goblin__transport_open_node(&n->sock, n->p.recv_max_bytes, msg, sizeof msg);
+    if (e) {
+        nlog(n, GOBLIN_LOG_ERROR, "%s", msg);
+        return e;
+    }
+    nng_socket_set_ms(n->sock, NNG_OPT_RECVTIMEO, 10);
+    nng_socket_set_ms(n->sock, NNG_OPT_SENDTIMEO, 2000);
+    nng_pipe_notify(n->sock, NNG_PIPE_EV_REM_POST, pipe_cb, n);
+    for (int32_t i = 0; i < n->p.n_listen; i++) {
+        if ((e = goblin__transport_listen(n->sock, n->p.listen[i], msg, sizeof msg)) != GOBLIN_OK) {
+            nlog(n, GOBLIN_LOG_ERROR, "%s", msg);
+            nng_close(n->sock);
+            return e;
+        }
+        nlog(n, GOBLIN_LOG_INFO, "listening on %s", n->p.listen[i]);
+    }
+    n->socket_open = true;
+    if (pthread_create(&n->thread, NULL, node_main, n) != 0) {
+        nng_close(n->sock);
+        n->socket_open = false;
+        return GOBLIN_ENOMEM;
+    }
+    n->started = true;
+    return GOBLIN_OK;
+}
+
+void goblin_node_stop(goblin_node *n) {
+    if (!n || !n->started) return;
+    pthread_mutex_lock(&n->mu);
+    n->stopping = true;
+    pthread_mutex_unlock(&n->mu);
+    pthread_join(n->thread, NULL);
+    nng_close(n->sock);
+    n->socket_open = false;
+    n->started = false;
+    pthread_mutex_lock(&n->mu);
+    for (int32_t k = 0; k < n->n_jobs; k++)
+        if (n->jobs[k]->running)
+            job_finish(n->jobs[k], GOBLIN_JOB_CANCELED, GOBLIN_ECANCELED, "the node stopped");
+    n->n_leases = 0;
+    pthread_mutex_unlock(&n->mu);
+}
+
+void goblin_node_free(goblin_node *n) {
+    if (!n) return;
+    goblin_node_stop(n);
+    for (int32_t k = 0; k < n->n_jobs; k++) n->jobs[k]->node = NULL;
+    for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
+    goblin__free(n->token);
+    goblin__free(n->peers);
+    goblin__free(n->leases);
+    goblin__free(n->jobs);
+    goblin__free(n->ev_removed);
+    pthread_mutex_destroy(&n->mu);
+    pthread_mutex_destroy(&n->ev_mu);
+    goblin__free(n);
+}
+
+/* ---- jobs: API -------------------------------------------------------------------- */
+
+static bool is_matrix(const goblin_tensor *t) {
+    return t && t->rank == 2 && t->shape[0] >= 0 && t->shape[1] >= 0 &&
+           (t->data || t->shape[0] == 0 || t->shape[1] == 0);
+}
+
+goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, const goblin_tensor *b,
+                                     goblin_tensor *c, const goblin_job_params *jp, goblin_job **out) {
+    if (!n || !out || !is_matrix(a) || !is_matrix(b) || !is_matrix(c)) return GOBLIN_EINVAL;
+    if (a->dtype != b->dtype || a->dtype != c->dtype ||
+        (a->dtype != GOBLIN_DTYPE_F32 && a->dtype != GOBLIN_DTYPE_F64))
+        return GOBLIN_EDTYPE;
+    int64_t m = a->shape[0], k = a->shape[1], nn = b->shape[1];
+    if (b->shape[0] != k || c->shape[0] != m || c->shape[1] != nn) return GOBLIN_ESHAPE;
+    goblin_job_params defp;
+    goblin_job_params_default(&defp);
+    if (!jp) jp = &defp;
+    goblin_job *j = goblin__calloc(1, sizeof *j);
+    if (!j) return GOBLIN_ENOMEM;
+    j->a = *a;
+    j->b = *b;
+    j->c = *c;
+    j->dt = a->dtype;
+    j->esz = goblin_dtype_size(j->dt);
+    j->jp = *jp;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cond, NULL);
+    pthread_mutex_lock(&n->mu);
+    if (!n->started) {
+        pthread_mutex_unlock(&n->mu);
+        goblin_job_free(j);
+        return GOBLIN_ESTATE;
+    }
+    j->node = n;
+    j->id = n->next_job_id++;
+    /* Empty products: nothing to distribute (an empty K means C = 0). */
+    if (m == 0 || nn == 0 || k == 0) {
+        if (m && nn) {
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t q = 0; q < nn; q++) {
+                    char *p = (char *)c->data + (i * c->strides[0] + q * c->strides[1]) * (int64_t)j->esz;
+                    memset(p, 0, j->esz);
+                }
+        }
+        j->status = GOBLIN_JOB_DONE;
+    } else {
+        uint64_t mem = jp->task_memory_bytes;
+        int32_t workers = 0;
+        for (int32_t i = 0; i < n->n_peers; i++) {
+            peer *p = &n->peers[i];
+            if (!p->connected || !p->hello || p->quarantined) continue;
+            workers++;
+            if (!jp->task_memory_bytes && (mem == 0 || p->memory < mem)) mem = p->memory;
+        }
+        if (!mem) mem = (uint64_t)256 << 20;
+        goblin_plan_params pp;
+        goblin_plan_params_default(&pp);
+        pp.m = m;
+        pp.k = k;
+        pp.n = nn;
+        pp.dtype = j->dt;
+        pp.memory_bytes = mem;
+        pp.min_tiles = jp->min_tasks > 0 ? jp->min_tasks : 4 * (workers > 0 ? workers : 1);
+        char err[256];
+        goblin_err e = goblin_plan_matmul(&j->plan, &pp, err, sizeof err);
+        if (e) {
+            nlog(n, GOBLIN_LOG_ERROR, "cannot plan job: %s", err);
+            pthread_mutex_unlock(&n->mu);
+            j->node = NULL;
+            goblin_job_free(j);
+            return e;
+        }
+        goblin_plan_get_info(j->plan, &j->info);
+        j->ntasks = goblin_plan_tile_count(j->plan);
+        j->tasks = goblin__calloc((size_t)j->ntasks, sizeof(task));
+        if (j->info.k_slices > 1)
+            j->tile_done = goblin__calloc((size_t)(j->ntasks / j->info.k_slices), sizeof(int32_t));
+        int64_t cap = n->cap_jobs;
+        if (!j->tasks || (j->info.k_slices > 1 && !j->tile_done) ||
+            !grow((void **)&n->jobs, &cap, n->n_jobs + 1, sizeof(goblin_job *))) {
+            pthread_mutex_unlock(&n->mu);
+            j->node = NULL;
+            goblin_job_free(j);
+            return GOBLIN_ENOMEM;
+        }
+        n->cap_jobs = (int32_t)cap;
+        j->running = true;
+        nlog(n, GOBLIN_LOG_INFO,
+             "job %llu: %lldx%lldx%lld %s in %lld tasks (%lld x %lld tiles, %lld K-slices)",
+             (unsigned long long)j->id, (long long)m, (long long)k, (long long)nn,
+             goblin_dtype_name(j->dt), (long long)j->ntasks, (long long)j->info.grid_rows,
+             (long long)j->info.grid_cols, (long long)j->info.k_slices);
+    }
+    int64_t cap = n->cap_jobs;
+    if (!grow((void **)&n->jobs, &cap, n->n_jobs + 1, sizeof(goblin_job *))) {
+        pthread_mutex_unlock(&n->mu);
+        j->node = NULL;
+        goblin_job_free(j);
+        return GOBLIN_ENOMEM;
+    }
+    n->cap_jobs = (int32_t)cap;
+    n->jobs[n->n_jobs++] = j;
+    pthread_mutex_unlock(&n->mu);
+    *out = j;
+    return GOBLIN_OK;
+}
+
+goblin_err goblin_job_wait(goblin_job *j, int64_t timeout_ms) {
+    if (!j) return GOBLIN_EINVAL;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    if (timeout_ms >= 0) {
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (dl.tv_nsec >= 1000000000) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000;
+        }
+    }
+    pthread_mutex_lock(&j->mu);
+    while (j->status == GOBLIN_JOB_RUNNING) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&j->cond, &j->mu);
+        } else if (pthread_cond_timedwait(&j->cond, &j->mu, &dl) == ETIMEDOUT) {
+            break;
+        }
+    }
+    goblin_err e = j->status == GOBLIN_JOB_RUNNING ? GOBLIN_ETIMEDOUT
+                   : j->status == GOBLIN_JOB_DONE  ? GOBLIN_OK
+                                                   : j->err;
+    pthread_mutex_unlock(&j->mu);
+    return e;
+}
+
+void goblin_job_progress(goblin_job *j, int64_t *done, int64_t *total) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    if (done) *done = j->status == GOBLIN_JOB_DONE ? j->ntasks : j->done;
+    if (total) *total = j->ntasks;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void goblin_job_cancel(goblin_job *j) {
+    if (!j) return;
+    goblin_node *n = j->node;
+    if (n) pthread_mutex_lock(&n->mu);
+    if (j->running) job_finish(j, GOBLIN_JOB_CANCELED, GOBLIN_ECANCELED, "canceled by the caller");
+    if (n) pthread_mutex_unlock(&n->mu);
+}
+
+goblin_job_status goblin_job_get_status(goblin_job *j) {
+    if (!j) return GOBLIN_JOB_FAILED;
+    pthread_mutex_lock(&j->mu);
+    goblin_job_status s = j->status;
+    pthread_mutex_unlock(&j->mu);
+    return s;
+}
+
+const char *goblin_job_error(goblin_job *j) { return j ? j->msg : ""; }
+
+goblin_err goblin_job_plan_info(goblin_job *j, goblin_plan_info *out) {
+    if (!j || !out) return GOBLIN_EINVAL;
+    if (!j->plan) return GOBLIN_ENOTFOUND;
+    *out = j->info;
+    return GOBLIN_OK;
+}
+
+void goblin_job_free(goblin_job *j) {
+    if (!j) return;
+    goblin_node *n = j->node;
+    if (n) {
+        pthread_mutex_lock(&n->mu);
+        if (j->running) job_finish(j, GOBLIN_JOB_CANCELED, GOBLIN_ECANCELED, "freed while running");
+        /* Leases of this job stay in the table (moot) until answered or expired;
+         * they must not point at freed memory. */
+        for (int64_t i = n->n_leases - 1; i >= 0; i--)
+            if (n->leases[i].job == j) {
+                if (n->leases[i].peer >= 0 && n->peers[n->leases[i].peer].in_flight > 0)
+                    n->peers[n->leases[i].peer].in_flight--;
+                remove_lease(n, i);
+            }
+        for (int32_t k = 0; k < n->n_jobs; k++)
+            if (n->jobs[k] == j) {
+                n->jobs[k] = n->jobs[--n->n_jobs];
+                break;
+            }
+        pthread_mutex_unlock(&n->mu);
+    }
+    if (j->tasks)
+        for (int64_t i = 0; i < j->ntasks; i++) goblin__free(j->tasks[i].partial);
+    goblin__free(j->tasks);
+    goblin__free(j->tile_done);
+    goblin_plan_free(j->plan);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cond);
+    goblin__free(j);
+}
+
+/* ---- counters ---------------------------------------------------------------------- */
+
+void goblin_node_stats_get(goblin_node *n, goblin_node_stats *out) {
+    if (!n || !out) return;
+    pthread_mutex_lock(&n->mu);
+    *out = n->st;
+    pthread_mutex_unlock(&n->mu);
+}
+
+goblin_err goblin_node_worker_stats_get(goblin_node *n, int64_t i, goblin_node_worker_stats *out) {
+    if (!n || !out) return GOBLIN_EINVAL;
+    pthread_mutex_lock(&n->mu);
+    int64_t seen = 0;
+    goblin_err e = GOBLIN_EINDEX;
+    for (int32_t k = 0; k < n->n_peers; k++) {
+        peer *p = &n->peers[k];
+        if (!p->session_id) continue;
+        if (seen++ != i) continue;
+        *out = (goblin_node_worker_stats){.session_id = p->session_id,
+                                          .connected = p->connected && p->hello,
+                                          .quarantined = p->quarantined,
+                                          .threads = p->threads,
+                                          .memory_bytes = p->memory,
+                                          .issued = p->issued,
+                                          .accepted = p->accepted,
+                                          .rejected = p->rejected,
+                                          .failed_leases = p->failed};
+        e = GOBLIN_OK;
+        break;
+    }
+    pthread_mutex_unlock(&n->mu);
+    return e;
+}

@@ -1,0 +1,556 @@
+/* worker.c - a worker: dials a node, says HELLO, computes leased tasks.
+ *
+ * One loop in the caller's thread receives a message (20 ms timeout), computes a
+ * TASK to completion and sends its RESULT followed by a LEASE_REQUEST for one more
+ * task. With slots > 1 the node keeps further tasks queued in the socket, so the next
+ * task's transfer overlaps this one's computation. Task data lives in memory only. */
+#include "goblin/worker.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "goblin/graph.h"
+#include "goblin/ops.h"
+#include "goblin/wire.h"
+#include "scheduler.h"
+#include "transport.h"
+
+typedef struct panel {
+    uint64_t id;
+    goblin_tensor t; /* contiguous; data owned */
+    size_t bytes;
+    uint64_t last_use;
+} panel;
+
+struct goblin_worker {
+    goblin_worker_params p;
+    char *urls[GOBLIN_WORKER_MAX_CONNECT];
+    uint8_t *token;
+    atomic_bool stop;
+    atomic_int pipes_added, pipes_removed;
+    nng_socket sock;
+    goblin_wire_limits limits;
+    panel *cache;
+    int32_t n_cache, cap_cache;
+    size_t cache_used;
+    uint64_t use_clock;
+    void *first_out, *prev_out; /* honest outputs kept for STALE / SWAP */
+    goblin_tensor first_t, prev_t;
+    uint64_t rng;
+    pthread_mutex_t st_mu;
+    goblin_worker_stats st;
+};
+
+static const char *mb_names[GOBLIN_MISBEHAVE_COUNT] = {"none",     "wrong",  "scale", "nan",  "stale",
+                                                       "swap",     "truncate", "silent", "slow", "crash"};
+
+const char *goblin_misbehave_name(goblin_misbehave mode) {
+    return (unsigned)mode < GOBLIN_MISBEHAVE_COUNT ? mb_names[mode] : NULL;
+}
+
+goblin_err goblin_misbehave_parse(const char *s, goblin_misbehave *mode, double *rate) {
+    if (!s || !mode || !rate) return GOBLIN_EINVAL;
+    const char *colon = strchr(s, ':');
+    size_t len = colon ? (size_t)(colon - s) : strlen(s);
+    for (int i = 0; i < GOBLIN_MISBEHAVE_COUNT; i++) {
+        if (strlen(mb_names[i]) != len || strncmp(s, mb_names[i], len) != 0) continue;
+        double r = 1.0;
+        if (colon) {
+            char *end = NULL;
+            r = strtod(colon + 1, &end);
+            if (end == colon + 1 || *end || !(r >= 0.0 && r <= 1.0)) return GOBLIN_EINVAL;
+        }
+        *mode = (goblin_misbehave)i;
+        *rate = r;
+        return GOBLIN_OK;
+    }
+    return GOBLIN_EINVAL;
+}
+
+void goblin_worker_params_default(goblin_worker_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->backend = goblin_backend_available(GOBLIN_BACKEND_BLIS) == GOBLIN_OK ? GOBLIN_BACKEND_BLIS
+                                                                            : GOBLIN_BACKEND_REF;
+    p->threads = 0;
+    p->memory_bytes = (uint64_t)1 << 30;
+    p->cache_bytes = p->memory_bytes / 4;
+    p->slots = 2;
+    p->reconnect_min_ms = 100;
+    p->reconnect_max_ms = 5000;
+    p->recv_max_bytes = ((uint64_t)1 << 30) + ((uint64_t)1 << 20);
+    p->slow_ms = 2000;
+    p->log_level = GOBLIN_LOG_INFO;
+}
+
+static void wlog(goblin_worker *w, goblin_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void wlog(goblin_worker *w, goblin_log_level lvl, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    goblin__logv(w->p.log, w->p.log_user, w->p.log_level, lvl, fmt, ap);
+    va_end(ap);
+}
+
+goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p) {
+    if (!out || !p) return GOBLIN_EINVAL;
+    if (p->n_connect < 1 || p->n_connect > GOBLIN_WORKER_MAX_CONNECT || p->slots < 1 ||
+        p->slots > GOBLIN_WIRE_MAX_SLOTS || (unsigned)p->backend >= GOBLIN_BACKEND_COUNT ||
+        p->threads < 0 || p->memory_bytes == 0 || (unsigned)p->misbehave >= GOBLIN_MISBEHAVE_COUNT ||
+        !(p->misbehave_rate >= 0.0 && p->misbehave_rate <= 1.0) ||
+        p->token_len > GOBLIN_WIRE_MAX_TOKEN_BYTES || (p->token_len && !p->join_token) ||
+        p->recv_max_bytes < GOBLIN_WIRE_HEADER_SIZE || p->recv_max_bytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES)
+        return GOBLIN_EINVAL;
+    for (int32_t i = 0; i < p->n_connect; i++)
+        if (!p->connect[i] || !p->connect[i][0]) return GOBLIN_EINVAL;
+    goblin_worker *w = goblin__calloc(1, sizeof *w);
+    if (!w) return GOBLIN_ENOMEM;
+    w->p = *p;
+    for (int32_t i = 0; i < p->n_connect; i++) {
+        if (!(w->urls[i] = goblin__strdup(p->connect[i]))) goto nomem;
+        w->p.connect[i] = w->urls[i];
+    }
+    w->p.join_token = NULL;
+    if (p->token_len) {
+        if (!(w->token = goblin__memdup(p->join_token, p->token_len))) goto nomem;
+        w->p.join_token = w->token;
+    }
+    goblin_wire_limits_default(&w->limits);
+    w->limits.max_message_bytes = p->recv_max_bytes;
+    w->rng = p->misbehave_seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+    pthread_mutex_init(&w->st_mu, NULL);
+    *out = w;
+    return GOBLIN_OK;
+nomem:
+    for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
+    goblin__free(w);
+    return GOBLIN_ENOMEM;
+}
+
+void goblin_worker_stop(goblin_worker *w) {
+    if (w) atomic_store(&w->stop, true);
+}
+
+static void cache_clear(goblin_worker *w) {
+    for (int32_t i = 0; i < w->n_cache; i++) goblin__free(w->cache[i].t.data);
+    w->n_cache = 0;
+    w->cache_used = 0;
+}
+
+void goblin_worker_free(goblin_worker *w) {
+    if (!w) return;
+    cache_clear(w);
+    goblin__free(w->cache);
+    goblin__free(w->first_out);
+    goblin__free(w->prev_out);
+    for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
+    goblin__free(w->token);
+    pthread_mutex_destroy(&w->st_mu);
+    goblin__free(w);
+}
+
+void goblin_worker_stats_get(goblin_worker *w, goblin_worker_stats *out) {
+    if (!w || !out) return;
+    pthread_mutex_lock(&w->st_mu);
+    *out = w->st;
+    pthread_mutex_unlock(&w->st_mu);
+}
+
+#define BUMP(w, field)                      \
+    do {                                    \
+        pthread_mutex_lock(&(w)->st_mu);    \
+        (w)->st.field++;                    \
+        pthread_mutex_unlock(&(w)->st_mu);  \
+    } while (0)
+
+static uint64_t rng_next(goblin_worker *w) {
+    uint64_t z = (w->rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_u01(goblin_worker *w) { return (double)(rng_next(w) >> 11) * 0x1p-53; }
+
+/* ---- panel cache ----------------------------------------------------------------- */
+
+static panel *cache_find(goblin_worker *w, uint64_t id) {
+    for (int32_t i = 0; i < w->n_cache; i++)
+        if (w->cache[i].id == id) {
+            w->cache[i].last_use = ++w->use_clock;
+            return &w->cache[i];
+        }
+    return NULL;
+}
+
+/* Keep a copy of @p t under @p id, evicting least recently used panels to stay
+ * within cache_bytes. A panel larger than the cache is not kept. */
+static void cache_put(goblin_worker *w, uint64_t id, const goblin_tensor *t) {
+    size_t bytes = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
+    if (!id || bytes == 0 || bytes > w->p.cache_bytes || cache_find(w, id)) return;
+    while (w->cache_used + bytes > w->p.cache_bytes && w->n_cache > 0) {
+        int32_t lru = 0;
+        for (int32_t i = 1; i < w->n_cache; i++)
+            if (w->cache[i].last_use < w->cache[lru].last_use) lru = i;
+        w->cache_used -= w->cache[lru].bytes;
+        goblin__free(w->cache[lru].t.data);
+        w->cache[lru] = w->cache[--w->n_cache];
+    }
+    if (w->n_cache == w->cap_cache) {
+        int32_t nc = w->cap_cache ? w->cap_cache * 2 : 16;
+        panel *np = goblin__alloc((size_t)nc * sizeof *np);
+        if (!np) return;
+        if (w->cache) memcpy(np, w->cache, (size_t)w->n_cache * sizeof *np);
+        goblin__free(w->cache);
+        w->cache = np;
+        w->cap_cache = nc;
+    }
+    void *d = goblin__memdup(t->data, bytes);
+    if (!d) return;
+    panel *pn = &w->cache[w->n_cache++];
+    pn->id = id;
+    pn->t = *t;
+    pn->t.data = d;
+    pn->bytes = bytes;
+    pn->last_use = ++w->use_clock;
+    w->cache_used += bytes;
+}
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+static int wsend(goblin_worker *w, const goblin_wire_msg *m) {
+    size_t len = 0;
+    if (goblin_wire_encoded_size(m, &len)) return NNG_EINVAL;
+    nng_msg *msg;
+    int rv = nng_msg_alloc(&msg, len);
+    if (rv) return rv;
+    size_t wrote;
+    if (goblin_wire_encode_into(m, nng_msg_body(msg), len, &wrote)) {
+        nng_msg_free(msg);
+        return NNG_EINVAL;
+    }
+    if ((rv = nng_sendmsg(w->sock, msg, 0)) != 0) nng_msg_free(msg);
+    return rv;
+}
+
+static void send_lease_request(goblin_worker *w, uint32_t slots) {
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    m.body.lease_request.slots = slots;
+    wsend(w, &m);
+}
+
+static void send_error(goblin_worker *w, uint64_t task_id, goblin_err code, const char *text) {
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
+    m.body.error.code = code;
+    m.body.error.task_id = task_id;
+    m.body.error.message = text;
+    wsend(w, &m);
+}
+
+static void send_hello(goblin_worker *w) {
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    if (w->p.catalog_version_override) m.body.hello.catalog_version = w->p.catalog_version_override;
+    m.body.hello.backends = 1u << w->p.backend;
+    m.body.hello.threads = (uint32_t)(w->p.threads > 0 ? w->p.threads : 1);
+    m.body.hello.memory_bytes = w->p.memory_bytes;
+    m.body.hello.token_len = w->p.token_len;
+    m.body.hello.token = w->p.join_token;
+    wsend(w, &m);
+}
+
+/* ---- tasks ------------------------------------------------------------------------- */
+
+static void keep_output(void **slot, goblin_tensor *st, const goblin_tensor *o) {
+    size_t bytes = (size_t)goblin_tensor_numel(o) * goblin_dtype_size(o->dtype);
+    void *d = goblin__memdup(o->data, bytes ? bytes : 1);
+    if (!d) return;
+    goblin__free(*slot);
+    *slot = d;
+    *st = *o;
+    st->data = d;
+}
+
+/* Returns false when the worker must end now (CRASH). Every answer (RESULT or
+ * ERROR) is followed by a LEASE_REQUEST for one more task; SILENT sends neither. */
+static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered);
+
+static bool run_task(goblin_worker *w, goblin_wire_task *t) {
+    bool answered = true;
+    bool keep = run_task_inner(w, t, &answered);
+    if (keep && answered) send_lease_request(w, 1);
+    return keep;
+}
+
+static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered) {
+    goblin_tensor in[2];
+    if (t->n_inputs != 2 && t->n_inputs != 3) {
+        send_error(w, t->task_id, GOBLIN_EINVAL, "a task needs 2 inputs and an optional panel directive");
+        BUMP(w, tasks_failed);
+        return true;
+    }
+    in[0] = t->inputs[0];
+    in[1] = t->inputs[1];
+    if (t->n_inputs == 3) {
+        /* Panel directive (docs/runtime.md): i64[4] = {A panel id, B panel id, flags}. */
+        const goblin_tensor *d = &t->inputs[2];
+        if (d->dtype != GOBLIN_DTYPE_I64 || d->rank != 1 || d->shape[0] != 4) {
+            send_error(w, t->task_id, GOBLIN_EINVAL, "bad panel directive");
+            BUMP(w, tasks_failed);
+            return true;
+        }
+        const int64_t *dv = d->data;
+        for (int k = 0; k < 2; k++) {
+            uint64_t id = (uint64_t)dv[k];
+            if (dv[2] & (1 << k)) {
+                panel *pn = cache_find(w, id);
+                if (!pn) {
+                    BUMP(w, cache_misses);
+                    send_error(w, t->task_id, GOBLIN_ENOTFOUND, "panel not in cache");
+                    return true;
+                }
+                BUMP(w, cache_hits);
+                in[k] = pn->t;
+            }
+        }
+    }
+    goblin_graph *g = NULL;
+    char err[256];
+    goblin_err e = goblin_graph_deserialize(t->graph, (size_t)t->graph_len, NULL, &g, err, sizeof err);
+    if (e) {
+        send_error(w, t->task_id, e, err);
+        BUMP(w, tasks_failed);
+        return true;
+    }
+    goblin_misbehave mode = GOBLIN_MISBEHAVE_NONE;
+    if (w->p.misbehave != GOBLIN_MISBEHAVE_NONE && rng_u01(w) < w->p.misbehave_rate) mode = w->p.misbehave;
+    if (mode == GOBLIN_MISBEHAVE_CRASH) {
+        BUMP(w, misbehaved);
+        goblin_graph_free(g);
+        wlog(w, GOBLIN_LOG_WARN, "misbehave: crashing mid-task %llu", (unsigned long long)t->task_id);
+        if (w->p.crash_hook) {
+            w->p.crash_hook(w->p.crash_user);
+        } else if (w->p.crash_may_exit) {
+            _exit(3);
+        }
+        return false;
+    }
+    goblin_exec_params ep;
+    goblin_exec_params_default(&ep);
+    ep.backend = w->p.backend;
+    ep.threads = w->p.threads;
+    goblin_tensor out;
+    memset(&out, 0, sizeof out);
+    e = goblin_graph_input_count(g) == 2 && goblin_graph_output_count(g) == 1
+            ? goblin_graph_eval(g, &ep, in, 2, &out, 1)
+            : GOBLIN_EINVAL;
+    goblin_graph_free(g);
+    if (t->n_inputs == 3) {
+        /* Cache the panels that came with the task only now: an eviction before the
+         * evaluation could free a cached panel this very task is using. */
+        const int64_t *dv = t->inputs[2].data;
+        for (int k = 0; k < 2; k++)
+            if (!(dv[2] & (1 << k))) cache_put(w, (uint64_t)dv[k], &t->inputs[k]);
+    }
+    if (e) {
+        send_error(w, t->task_id, e, "task evaluation failed");
+        BUMP(w, tasks_failed);
+        return true;
+    }
+    int64_t ne = goblin_tensor_numel(&out);
+    bool f32 = out.dtype == GOBLIN_DTYPE_F32;
+    goblin_tensor send_t = out;
+    int32_t n_out = 1;
+    if (mode != GOBLIN_MISBEHAVE_NONE) BUMP(w, misbehaved);
+    switch (mode) {
+    case GOBLIN_MISBEHAVE_WRONG:
+        for (int64_t i = 0; i < ne; i++) {
+            double v = rng_u01(w) * 2.0 - 1.0;
+            if (f32) ((float *)out.data)[i] = (float)v;
+            else ((double *)out.data)[i] = v;
+        }
+        break;
+    case GOBLIN_MISBEHAVE_SCALE:
+        for (int64_t i = 0; i < ne; i++) {
+            if (f32) ((float *)out.data)[i] *= 1.001f;
+            else ((double *)out.data)[i] *= 1.001;
+        }
+        break;
+    case GOBLIN_MISBEHAVE_NAN:
+        if (ne > 0) {
+            int64_t i = (int64_t)(rng_next(w) % (uint64_t)ne);
+            if (f32) ((float *)out.data)[i] = NAN;
+            else ((double *)out.data)[i] = NAN;
+        }
+        break;
+    case GOBLIN_MISBEHAVE_STALE:
+        if (w->first_out) send_t = w->first_t;
+        break;
+    case GOBLIN_MISBEHAVE_SWAP:
+        if (w->prev_out) send_t = w->prev_t;
+        break;
+    case GOBLIN_MISBEHAVE_TRUNCATE:
+        if (send_t.shape[0] > 1) send_t.shape[0]--;
+        else if (send_t.rank == 2 && send_t.shape[1] > 1) send_t.shape[1]--;
+        else n_out = 0;
+        break;
+    case GOBLIN_MISBEHAVE_SILENT:
+        wlog(w, GOBLIN_LOG_DEBUG, "misbehave: silent on task %llu", (unsigned long long)t->task_id);
+        goblin_buffer_free(out.data);
+        *answered = false;
+        return true;
+    case GOBLIN_MISBEHAVE_SLOW:
+        for (uint32_t waited = 0; waited < w->p.slow_ms && !atomic_load(&w->stop); waited += 10)
+            usleep(10000);
+        break;
+    default:
+        break;
+    }
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+    m.request_id = t->task_id;
+    m.body.result.task_id = t->task_id;
+    m.body.result.n_outputs = n_out;
+    m.body.result.outputs = &send_t;
+    int rv = wsend(w, &m);
+    if (rv) wlog(w, GOBLIN_LOG_WARN, "cannot send result: %s", nng_strerror(rv));
+    /* Keep honest outputs for STALE / SWAP (only when that mode is configured). */
+    if (w->p.misbehave == GOBLIN_MISBEHAVE_STALE && !w->first_out && mode == GOBLIN_MISBEHAVE_NONE)
+        keep_output(&w->first_out, &w->first_t, &out);
+    if (w->p.misbehave == GOBLIN_MISBEHAVE_SWAP && mode == GOBLIN_MISBEHAVE_NONE)
+        keep_output(&w->prev_out, &w->prev_t, &out);
+    goblin_buffer_free(out.data);
+    BUMP(w, tasks_done);
+    return true;
+}
+
+/* ---- the loop ---------------------------------------------------------------------- */
+
+static void wpipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
+    goblin_worker *w = arg;
+    (void)pp;
+    if (ev == NNG_PIPE_EV_ADD_POST) atomic_fetch_add(&w->pipes_added, 1);
+    else if (ev == NNG_PIPE_EV_REM_POST) atomic_fetch_add(&w->pipes_removed, 1);
+}
+
+goblin_err goblin_worker_run(goblin_worker *w) {
+    if (!w) return GOBLIN_EINVAL;
+    char msg[256];
+    goblin_err e = goblin__transport_open_worker(&w->sock, w->p.recv_max_bytes, msg, sizeof msg);
+    if (e) {
+        wlog(w, GOBLIN_LOG_ERROR, "%s", msg);
+        return e;
+    }
+    nng_socket_set_ms(w->sock, NNG_OPT_RECVTIMEO, 20);
+    nng_socket_set_ms(w->sock, NNG_OPT_SENDTIMEO, 2000);
+    /* Take queued TASKs off the node's pipe promptly (see MAX_IN_FLIGHT in node.c). */
+    nng_socket_set_int(w->sock, NNG_OPT_RECVBUF, w->p.slots + 4 < 8192 ? w->p.slots + 4 : 8192);
+    nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, wpipe_cb, w);
+    nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, wpipe_cb, w);
+    for (int32_t i = 0; i < w->p.n_connect; i++) {
+        if ((e = goblin__transport_dial(w->sock, w->p.connect[i], w->p.reconnect_min_ms,
+                                        w->p.reconnect_max_ms, msg, sizeof msg)) != GOBLIN_OK) {
+            wlog(w, GOBLIN_LOG_ERROR, "%s", msg);
+            nng_close(w->sock);
+            return e;
+        }
+    }
+    int seen_added = 0, seen_removed = 0;
+    goblin_err result = GOBLIN_OK;
+    while (!atomic_load(&w->stop)) {
+        int removed = atomic_load(&w->pipes_removed);
+        if (removed != seen_removed) {
+            seen_removed = removed;
+            wlog(w, GOBLIN_LOG_INFO, "connection to the node lost; redialing");
+            /* Panel ids are per node session: a new connection starts clean. */
+            cache_clear(w);
+        }
+        int added = atomic_load(&w->pipes_added);
+        if (added != seen_added) {
+            seen_added = added;
+            BUMP(w, connects);
+            send_hello(w);
+        }
+        nng_msg *nm = NULL;
+        int rv = nng_recvmsg(w->sock, &nm, 0);
+        if (rv == NNG_ETIMEDOUT || rv == NNG_EAGAIN) continue;
+        if (rv) {
+            wlog(w, GOBLIN_LOG_ERROR, "receive failed: %s", nng_strerror(rv));
+            result = goblin__transport_err(rv);
+            break;
+        }
+        goblin_wire_msg *m = NULL;
+        char err[256];
+        e = goblin_wire_decode(nng_msg_body(nm), nng_msg_len(nm), &w->limits, 0, &m, err, sizeof err);
+        nng_msg_free(nm);
+        if (e) {
+            wlog(w, GOBLIN_LOG_WARN, "ignoring a malformed message from the node (%s): %s",
+                 goblin_err_name(e), err);
+            continue;
+        }
+        bool keep_going = true;
+        switch (m->type) {
+        case GOBLIN_WIRE_TYPE_HELLO_ACK:
+            wlog(w, GOBLIN_LOG_INFO, "joined the node as worker %llu",
+                 (unsigned long long)m->body.hello_ack.session_id);
+            send_lease_request(w, (uint32_t)w->p.slots);
+            break;
+        case GOBLIN_WIRE_TYPE_REFUSE:
+            wlog(w, GOBLIN_LOG_ERROR, "the node refused this worker (%s): %s",
+                 goblin_err_name(m->body.refuse.reason), m->body.refuse.message);
+            BUMP(w, refused);
+            result = (unsigned)m->body.refuse.reason < GOBLIN_ERR_COUNT && m->body.refuse.reason
+                         ? m->body.refuse.reason
+                         : GOBLIN_EPROTO;
+            keep_going = false;
+            break;
+        case GOBLIN_WIRE_TYPE_TASK:
+            if (!run_task(w, &m->body.task)) {
+                result = GOBLIN_ECLOSED;
+                keep_going = false;
+            }
+            break;
+        case GOBLIN_WIRE_TYPE_ABANDON:
+        case GOBLIN_WIRE_TYPE_HEARTBEAT:
+        case GOBLIN_WIRE_TYPE_ERROR:
+            break;
+        default:
+            wlog(w, GOBLIN_LOG_WARN, "ignoring unexpected %s from the node", goblin_wire_type_name(m->type));
+            break;
+        }
+        goblin_wire_msg_free(m);
+        if (!keep_going) break;
+    }
+    if (atomic_load(&w->stop)) {
+        /* Give back tasks already queued for us so the node reissues them at once. */
+        nng_socket_set_ms(w->sock, NNG_OPT_RECVTIMEO, 0);
+        nng_msg *nm = NULL;
+        while (nng_recvmsg(w->sock, &nm, NNG_FLAG_NONBLOCK) == 0) {
+            goblin_wire_msg *m = NULL;
+            if (goblin_wire_decode(nng_msg_body(nm), nng_msg_len(nm), &w->limits, 0, &m, NULL, 0) == 0) {
+                if (m->type == GOBLIN_WIRE_TYPE_TASK) {
+                    goblin_wire_msg a;
+                    goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_ABANDON);
+                    a.body.abandon.task_id = m->body.task.task_id;
+                    wsend(w, &a);
+                }
+                goblin_wire_msg_free(m);
+            }
+            nng_msg_free(nm);
+        }
+        /* nng_close may drop queued messages; give the ABANDONs a moment. */
+        usleep(20000);
+    }
+    nng_close(w->sock);
+    cache_clear(w);
+    return result;
+}

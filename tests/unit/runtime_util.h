@@ -1,0 +1,173 @@
+/* tests/unit/runtime_util.h - helpers for the node/worker tests: random operands,
+ * an independent f64 reference product with its error bound, a log collector and
+ * a small hand-built grid (node + worker threads on any URL). */
+#ifndef GOBLIN_RUNTIME_UTIL_H
+#define GOBLIN_RUNTIME_UTIL_H
+
+#include <goblin/grid.h>
+#include <goblin/node.h>
+#include <goblin/ops.h>
+#include <goblin/plan.h>
+#include <goblin/wire.h>
+#include <goblin/worker.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- operands and the reference ---------------------------------------------- */
+
+static inline uint64_t rt_rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct rt_mat {
+    goblin_tensor t;
+    void *data;
+} rt_mat;
+
+static inline rt_mat rt_mat_new(goblin_dtype dt, int64_t r, int64_t c, uint64_t seed, bool fill) {
+    rt_mat m;
+    size_t es = goblin_dtype_size(dt);
+    m.data = calloc((size_t)(r * c) + 1, es);
+    int64_t shp[2] = {r, c};
+    memset(&m.t, 0, sizeof m.t);
+    goblin_tensor_init(&m.t, dt, 2, shp, m.data);
+    if (fill)
+        for (int64_t i = 0; i < r * c; i++) {
+            double v = (double)(rt_rng(&seed) >> 11) * 0x1p-53 * 2.0 - 1.0;
+            if (dt == GOBLIN_DTYPE_F32) ((float *)m.data)[i] = (float)v;
+            else ((double *)m.data)[i] = v;
+        }
+    return m;
+}
+
+static inline double rt_get(const goblin_tensor *t, int64_t i, int64_t j) {
+    const char *p = (const char *)t->data +
+                    (i * t->strides[0] + j * t->strides[1]) * (int64_t)goblin_dtype_size(t->dtype);
+    return t->dtype == GOBLIN_DTYPE_F32 ? (double)*(const float *)p : *(const double *)p;
+}
+
+/* Count elements of C outside 2 * gamma_K * sum |a||b| (+ a tiny absolute slack) of
+ * the product computed here in f64 (for f64 operands the reference's own error is
+ * within the same bound). */
+static inline int64_t rt_check_product(const goblin_tensor *a, const goblin_tensor *b,
+                                       const goblin_tensor *c) {
+    int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1], bad = 0;
+    double u = a->dtype == GOBLIN_DTYPE_F32 ? 0x1p-24 : 0x1p-53;
+    double gamma = (double)k * u / (1.0 - (double)k * u);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0, sa = 0;
+            for (int64_t q = 0; q < k; q++) {
+                double x = rt_get(a, i, q) * rt_get(b, q, j);
+                s += x;
+                sa += fabs(x);
+            }
+            double got = rt_get(c, i, j);
+            if (!(fabs(got - s) <= 2.0 * gamma * sa + 1e-300)) {
+                if (bad < 3)
+                    fprintf(stderr, "C[%lld,%lld] = %.17g, reference %.17g\n", (long long)i,
+                            (long long)j, got, s);
+                bad++;
+            }
+        }
+    return bad;
+}
+
+/* ---- log collector -------------------------------------------------------------- */
+
+typedef struct rt_log {
+    pthread_mutex_t mu;
+    char buf[65536];
+    size_t len;
+} rt_log;
+
+static inline void rt_log_fn(void *user, goblin_log_level lvl, const char *line) {
+    rt_log *l = user;
+    pthread_mutex_lock(&l->mu);
+    int w = snprintf(l->buf + l->len, sizeof l->buf - l->len, "[%s] %s\n", goblin_log_level_name(lvl), line);
+    if (w > 0 && l->len + (size_t)w < sizeof l->buf) l->len += (size_t)w;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static inline bool rt_log_has(rt_log *l, const char *s) {
+    pthread_mutex_lock(&l->mu);
+    bool r = strstr(l->buf, s) != NULL;
+    pthread_mutex_unlock(&l->mu);
+    return r;
+}
+
+/* ---- a grid built by hand -------------------------------------------------------- */
+
+#define RT_MAX_WORKERS 8
+
+typedef struct rt_grid {
+    goblin_node *node;
+    goblin_worker *w[RT_MAX_WORKERS];
+    pthread_t th[RT_MAX_WORKERS];
+    goblin_err rc[RT_MAX_WORKERS];
+    int n;
+} rt_grid;
+
+typedef struct rt_wctx {
+    rt_grid *g;
+    int i;
+} rt_wctx;
+
+static rt_wctx rt_ctx[RT_MAX_WORKERS];
+
+static inline void *rt_worker_main(void *arg) {
+    rt_wctx *c = arg;
+    c->g->rc[c->i] = goblin_worker_run(c->g->w[c->i]);
+    return NULL;
+}
+
+/* Start a node on @p url (params @p np, listen overridden) and @p n workers with
+ * @p wps[i] (connect overridden). */
+static inline goblin_err rt_grid_start(rt_grid *g, const char *url, const goblin_node_params *np,
+                                       const goblin_worker_params *wps, int n) {
+    memset(g, 0, sizeof *g);
+    goblin_node_params p = *np;
+    p.listen[0] = url;
+    p.n_listen = 1;
+    goblin_err e = goblin_node_new(&g->node, &p);
+    if (e) return e;
+    if ((e = goblin_node_start(g->node)) != GOBLIN_OK) return e;
+    for (int i = 0; i < n; i++) {
+        goblin_worker_params wp = wps[i];
+        wp.connect[0] = url;
+        wp.n_connect = 1;
+        if ((e = goblin_worker_new(&g->w[i], &wp)) != GOBLIN_OK) return e;
+        rt_ctx[i] = (rt_wctx){g, i};
+        pthread_create(&g->th[i], NULL, rt_worker_main, &rt_ctx[i]);
+        g->n = i + 1;
+    }
+    return GOBLIN_OK;
+}
+
+static inline void rt_grid_stop(rt_grid *g) {
+    for (int i = 0; i < g->n; i++) goblin_worker_stop(g->w[i]);
+    for (int i = 0; i < g->n; i++) pthread_join(g->th[i], NULL);
+    goblin_node_free(g->node);
+    for (int i = 0; i < g->n; i++) goblin_worker_free(g->w[i]);
+    g->n = 0;
+}
+
+/* Wait until @p n workers have joined (or 5 s). */
+static inline bool rt_wait_workers(goblin_node *node, int64_t n) {
+    for (int i = 0; i < 500; i++) {
+        goblin_node_stats st;
+        goblin_node_stats_get(node, &st);
+        if (st.workers_connected >= n) return true;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+#endif

@@ -1,0 +1,461 @@
+/* test_node.c - the node: jobs on an embedded grid and over tcp, split-K, lost
+ * workers, refused and malformed peers, the plan of a huge product. Products are
+ * checked against an f64 reference computed here, within 2 gamma_K sum |a||b|. */
+#include <criterion/criterion.h>
+#include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime_util.h"
+
+static void run_product(goblin_node *node, goblin_dtype dt, int64_t m, int64_t k, int64_t n,
+                        const goblin_job_params *jp, goblin_plan_info *info_out) {
+    rt_mat a = rt_mat_new(dt, m, k, 11, true), b = rt_mat_new(dt, k, n, 22, true);
+    rt_mat c = rt_mat_new(dt, m, n, 0, false);
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_matmul(node, &a.t, &b.t, &c.t, jp, &job), GOBLIN_OK);
+    goblin_err e = goblin_job_wait(job, 30000);
+    cr_assert_eq(e, GOBLIN_OK, "job: %s (%s)", goblin_strerror(e), goblin_job_error(job));
+    cr_assert_eq(goblin_job_get_status(job), GOBLIN_JOB_DONE);
+    int64_t done = -1, total = -1;
+    goblin_job_progress(job, &done, &total);
+    cr_assert_eq(done, total);
+    if (info_out) cr_assert_eq(goblin_job_plan_info(job, info_out), GOBLIN_OK);
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    goblin_job_free(job);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+Test(node, grid_f32_awkward_shape) {
+    goblin_grid *g = NULL;
+    cr_assert_eq(goblin_grid_local(3, NULL, &g), GOBLIN_OK);
+    goblin_node *node = goblin_grid_node(g);
+    cr_assert(rt_wait_workers(node, 3));
+    goblin_plan_info info;
+    run_product(node, GOBLIN_DTYPE_F32, 517, 333, 421, NULL, &info);
+    cr_assert_gt(info.grid_rows * info.grid_cols, 1);
+    goblin_node_stats st;
+    goblin_node_stats_get(node, &st);
+    int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
+    cr_assert_eq(st.tasks_completed, tasks);
+    cr_assert_eq(st.results_accepted + st.results_escalated, tasks);
+    cr_assert_eq(st.results_rejected, 0);
+    cr_assert_eq(st.workers_quarantined, 0);
+    int busy = 0;
+    for (int64_t i = 0; i < st.workers_seen; i++) {
+        goblin_node_worker_stats ws;
+        cr_assert_eq(goblin_node_worker_stats_get(node, i, &ws), GOBLIN_OK);
+        busy += ws.accepted > 0;
+    }
+    cr_assert_geq(busy, 2, "work spread over the workers");
+    goblin_grid_free(g);
+}
+
+static int64_t progress_calls, progress_last;
+static void count_progress(void *user, int64_t done, int64_t total) {
+    (void)user;
+    progress_calls++;
+    progress_last = done * 1000 + total;
+}
+
+Test(node, grid_f64_split_k) {
+    goblin_grid *g = NULL;
+    cr_assert_eq(goblin_grid_local(3, NULL, &g), GOBLIN_OK);
+    goblin_node *node = goblin_grid_node(g);
+    cr_assert(rt_wait_workers(node, 3));
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.task_memory_bytes = 96 * 1024; /* forces K to be cut */
+    jp.progress = count_progress;
+    progress_calls = 0;
+    goblin_plan_info info;
+    run_product(node, GOBLIN_DTYPE_F64, 67, 1500, 45, &jp, &info);
+    cr_assert_gt(info.k_slices, 1, "split-K expected, got %lld slices", (long long)info.k_slices);
+    int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
+    cr_assert_eq(progress_calls, tasks);
+    cr_assert_eq(progress_last, tasks * 1000 + tasks);
+    goblin_grid_free(g);
+}
+
+Test(node, split_k_is_deterministic) {
+    /* Two runs of the same split-K product give identical bits, whatever the order in
+     * which the partials arrive. */
+    goblin_grid *g = NULL;
+    cr_assert_eq(goblin_grid_local(3, NULL, &g), GOBLIN_OK);
+    goblin_node *node = goblin_grid_node(g);
+    cr_assert(rt_wait_workers(node, 3));
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.task_memory_bytes = 48 * 1024;
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 40, 2000, 5, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 2000, 30, 6, true);
+    rt_mat c1 = rt_mat_new(GOBLIN_DTYPE_F32, 40, 30, 0, false), c2 = rt_mat_new(GOBLIN_DTYPE_F32, 40, 30, 0, false);
+    goblin_job *j1, *j2;
+    cr_assert_eq(goblin_node_submit_matmul(node, &a.t, &b.t, &c1.t, &jp, &j1), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(j1, 30000), GOBLIN_OK);
+    cr_assert_eq(goblin_node_submit_matmul(node, &a.t, &b.t, &c2.t, &jp, &j2), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(j2, 30000), GOBLIN_OK);
+    goblin_plan_info info;
+    goblin_job_plan_info(j1, &info);
+    cr_assert_gt(info.k_slices, 1);
+    cr_assert_eq(memcmp(c1.data, c2.data, 40 * 30 * sizeof(float)), 0);
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c1.t), 0);
+    goblin_job_free(j1);
+    goblin_job_free(j2);
+    goblin_grid_free(g);
+    free(a.data), free(b.data), free(c1.data), free(c2.data);
+}
+
+Test(node, strided_operands_and_empty_products) {
+    goblin_grid *g = NULL;
+    cr_assert_eq(goblin_grid_local(2, NULL, &g), GOBLIN_OK);
+    goblin_node *node = goblin_grid_node(g);
+    cr_assert(rt_wait_workers(node, 2));
+    /* A is the transpose of a stored [k, m] matrix; C is written into every other column. */
+    int64_t m = 70, k = 90, n = 50;
+    rt_mat at = rt_mat_new(GOBLIN_DTYPE_F64, k, m, 7, true), b = rt_mat_new(GOBLIN_DTYPE_F64, k, n, 8, true);
+    rt_mat cw = rt_mat_new(GOBLIN_DTYPE_F64, m, 2 * n, 0, false);
+    goblin_tensor a = at.t, c = cw.t;
+    a.shape[0] = m, a.shape[1] = k, a.strides[0] = 1, a.strides[1] = m;
+    c.shape[1] = n, c.strides[1] = 2;
+    for (int64_t i = 0; i < m * 2 * n; i++) ((double *)cw.data)[i] = -7.0;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(node, &a, &b.t, &c, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK);
+    cr_assert_eq(rt_check_product(&a, &b.t, &c), 0);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) cr_assert_eq(((double *)cw.data)[i * 2 * n + 2 * j + 1], -7.0);
+    goblin_job_free(job);
+    /* K = 0: C is zero; m = 0: nothing to do. */
+    rt_mat a0 = rt_mat_new(GOBLIN_DTYPE_F64, 3, 0, 0, false), b0 = rt_mat_new(GOBLIN_DTYPE_F64, 0, 4, 0, false);
+    rt_mat c0 = rt_mat_new(GOBLIN_DTYPE_F64, 3, 4, 0, false);
+    for (int i = 0; i < 12; i++) ((double *)c0.data)[i] = 5;
+    cr_assert_eq(goblin_node_submit_matmul(node, &a0.t, &b0.t, &c0.t, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 1000), GOBLIN_OK);
+    for (int i = 0; i < 12; i++) cr_assert_eq(((double *)c0.data)[i], 0.0);
+    goblin_job_free(job);
+    /* Bad arguments. */
+    cr_assert_eq(goblin_node_submit_matmul(node, &b.t, &b.t, &c, NULL, &job), GOBLIN_ESHAPE);
+    rt_mat af = rt_mat_new(GOBLIN_DTYPE_F32, m, k, 1, true);
+    cr_assert_eq(goblin_node_submit_matmul(node, &af.t, &b.t, &c, NULL, &job), GOBLIN_EDTYPE);
+    cr_assert_eq(goblin_node_submit_matmul(NULL, &af.t, &b.t, &c, NULL, &job), GOBLIN_EINVAL);
+    goblin_grid_free(g);
+    free(at.data), free(b.data), free(cw.data), free(a0.data), free(b0.data), free(c0.data), free(af.data);
+}
+
+Test(node, over_tcp_with_worker_threads) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp[3];
+    for (int i = 0; i < 3; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 3), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 3));
+    run_product(g.node, GOBLIN_DTYPE_F32, 300, 200, 260, NULL, NULL);
+    run_product(g.node, GOBLIN_DTYPE_F64, 129, 257, 65, NULL, NULL);
+    /* Multi-megabyte TASK messages. */
+    run_product(g.node, GOBLIN_DTYPE_F32, 600, 1400, 500, NULL, NULL);
+    rt_grid_stop(&g);
+}
+
+/* ---- a worker that goes away ----------------------------------------------------- */
+
+static goblin_worker *victim;
+static void stop_victim(void *user, int64_t done, int64_t total) {
+    (void)user, (void)total;
+    if (done == 3) goblin_worker_stop(victim);
+}
+
+Test(node, worker_stopped_mid_job) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp[3];
+    for (int i = 0; i < 3; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+        wp[i].slots = 3;
+    }
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-stop", &np, wp, 3), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 3));
+    victim = g.w[0];
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 60;
+    jp.progress = stop_victim;
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 240, 300, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 300, 250, 2, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 240, 250, 0, false);
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s", goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    goblin_plan_info info;
+    goblin_job_plan_info(job, &info);
+    int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_eq(st.tasks_completed, tasks, "no tile counted twice");
+    cr_assert_eq(st.results_accepted + st.results_escalated, tasks);
+    cr_assert_geq(st.tasks_reissued, 1, "the stopped worker's leases were reissued");
+    pthread_join(g.th[0], NULL);
+    cr_assert_eq(g.rc[0], GOBLIN_OK);
+    g.th[0] = pthread_self(); /* already joined */
+    goblin_job_free(job);
+    goblin_worker_stop(g.w[1]);
+    goblin_worker_stop(g.w[2]);
+    pthread_join(g.th[1], NULL);
+    pthread_join(g.th[2], NULL);
+    goblin_node_free(g.node);
+    for (int i = 0; i < 3; i++) goblin_worker_free(g.w[i]);
+    free(a.data), free(b.data), free(c.data);
+}
+
+Test(node, job_fails_after_bounded_retries) {
+    /* Only a silent worker: every lease expires; the job fails clearly. */
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.lease_ms = 60;
+    np.max_retries = 2;
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.threads = 1;
+    wp.misbehave = GOBLIN_MISBEHAVE_SILENT;
+    wp.misbehave_rate = 1.0;
+    wp.slots = 64;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-retries", &np, &wp, 1), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 1));
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 8, 8, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 8, 8, 2, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 8, 8, 0, false);
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_ELIMIT,
+                 "%s", goblin_job_error(job));
+    cr_assert_eq(goblin_job_get_status(job), GOBLIN_JOB_FAILED);
+    cr_assert(strstr(goblin_job_error(job), "lease expired") != NULL, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
+Test(node, cancel_and_wait_timeout) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.misbehave = GOBLIN_MISBEHAVE_SILENT;
+    wp.misbehave_rate = 1.0;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-cancel", &np, &wp, 1), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 1));
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 8, 8, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 8, 8, 2, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 8, 8, 0, false);
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 50), GOBLIN_ETIMEDOUT);
+    goblin_job_cancel(job);
+    cr_assert_eq(goblin_job_wait(job, 1000), GOBLIN_ECANCELED);
+    cr_assert_eq(goblin_job_get_status(job), GOBLIN_JOB_CANCELED);
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
+/* ---- hostile peers -------------------------------------------------------------- */
+
+static int raw_dial(nng_socket *s, const char *url) {
+    int rv = nng_pair1_open(s);
+    if (rv) return rv;
+    nng_socket_set_ms(*s, NNG_OPT_RECVTIMEO, 3000);
+    return nng_dial(*s, url, NULL, 0);
+}
+
+Test(node, wrong_catalogue_version_refused) {
+    rt_log lg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.log = rt_log_fn;
+    np.log_user = &lg;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-version", &np, NULL, 0), GOBLIN_OK);
+    nng_socket s;
+    cr_assert_eq(raw_dial(&s, "inproc://test-node-version"), 0);
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    m.body.hello.catalog_version = goblin_catalog_version() + 1;
+    m.body.hello.backends = 1;
+    m.body.hello.threads = 1;
+    m.body.hello.memory_bytes = 1 << 20;
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(goblin_wire_encode(&m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(nng_send(s, buf, len, 0), 0);
+    goblin_buffer_free(buf);
+    void *rb;
+    size_t rlen;
+    cr_assert_eq(nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC), 0, "a REFUSE comes back");
+    goblin_wire_msg *r = NULL;
+    cr_assert_eq(goblin_wire_decode(rb, rlen, NULL, 0, &r, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_REFUSE);
+    cr_assert_eq(r->body.refuse.reason, GOBLIN_EVERSION);
+    cr_assert(strstr(r->body.refuse.message, "catalogue version") != NULL, "%s", r->body.refuse.message);
+    goblin_wire_msg_free(r);
+    nng_free(rb, rlen);
+    nng_close(s);
+    cr_assert(rt_log_has(&lg, "refused worker"));
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_eq(st.workers_refused, 1);
+    cr_assert_eq(st.workers_connected, 0);
+    rt_grid_stop(&g);
+}
+
+Test(node, garbage_peer_dropped_others_served) {
+    rt_log lg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.log = rt_log_fn;
+    np.log_user = &lg;
+    goblin_worker_params wp[2];
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 40000 + (int)(getpid() % 20000));
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 2), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 2));
+    /* 1: random bytes; 2: a valid header with a lying length; 3: a RESULT before HELLO. */
+    uint8_t junk[300];
+    uint64_t seed = 99;
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)rt_rng(&seed);
+    for (int round = 0; round < 3; round++) {
+        nng_socket s;
+        cr_assert_eq(raw_dial(&s, url), 0);
+        if (round == 0) {
+            cr_assert_eq(nng_send(s, junk, sizeof junk, 0), 0);
+        } else {
+            goblin_wire_msg m;
+            goblin_wire_msg_init(&m, round == 1 ? GOBLIN_WIRE_TYPE_HEARTBEAT : GOBLIN_WIRE_TYPE_RESULT);
+            if (round == 2) m.body.result.task_id = 5;
+            uint8_t *buf;
+            size_t len;
+            cr_assert_eq(goblin_wire_encode(&m, &buf, &len), GOBLIN_OK);
+            if (round == 1) buf[16] = 0xff; /* body length */
+            cr_assert_eq(nng_send(s, buf, len, 0), 0);
+            goblin_buffer_free(buf);
+        }
+        for (int i = 0; i < 300; i++) {
+            goblin_node_stats st;
+            goblin_node_stats_get(g.node, &st);
+            if (st.peers_dropped > round) break;
+            usleep(10000);
+        }
+        nng_close(s);
+    }
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_eq(st.peers_dropped, 3);
+    cr_assert(rt_log_has(&lg, "dropping peer"));
+    cr_assert(rt_log_has(&lg, "malformed message"));
+    cr_assert(rt_log_has(&lg, "RESULT before HELLO"));
+    run_product(g.node, GOBLIN_DTYPE_F32, 100, 120, 90, NULL, NULL);
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_eq(st.workers_connected, 2);
+    rt_grid_stop(&g);
+}
+
+Test(node, join_token) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.join_token = (const uint8_t *)"sesame";
+    np.token_len = 6;
+    goblin_worker_params wp[2];
+    goblin_worker_params_default(&wp[0]);
+    goblin_worker_params_default(&wp[1]);
+    wp[0].join_token = (const uint8_t *)"sesame";
+    wp[0].token_len = 6;
+    wp[1].join_token = (const uint8_t *)"sesamf";
+    wp[1].token_len = 6;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-token", &np, wp, 2), GOBLIN_OK);
+    pthread_join(g.th[1], NULL);
+    cr_assert_eq(g.rc[1], GOBLIN_EAUTH);
+    g.th[1] = pthread_self();
+    cr_assert(rt_wait_workers(g.node, 1));
+    run_product(g.node, GOBLIN_DTYPE_F64, 20, 30, 40, NULL, NULL);
+    goblin_worker_stop(g.w[0]);
+    pthread_join(g.th[0], NULL);
+    goblin_node_free(g.node);
+    goblin_worker_free(g.w[0]);
+    goblin_worker_free(g.w[1]);
+}
+
+/* ---- planning a product far larger than memory ------------------------------------ */
+
+Test(node, plan_of_huge_product_allocates_nothing) {
+    goblin_plan_params pp;
+    goblin_plan_params_default(&pp);
+    pp.m = pp.k = pp.n = 100000;
+    pp.dtype = GOBLIN_DTYPE_F32;
+    pp.memory_bytes = (uint64_t)1 << 30;
+    goblin_plan *plan = NULL;
+    cr_assert_eq(goblin_plan_matmul(&plan, &pp, NULL, 0), GOBLIN_OK);
+    goblin_plan_info info;
+    cr_assert_eq(goblin_plan_get_info(plan, &info), GOBLIN_OK);
+    cr_assert_leq(info.max_task_bytes, info.budget_bytes);
+    int64_t count = goblin_plan_tile_count(plan);
+    cr_assert_eq(count, info.grid_rows * info.grid_cols * info.k_slices);
+    cr_assert_gt(count, 1);
+    /* The tiles of the first row and column cover M, N and K exactly. */
+    int64_t rows = 0, cols = 0, ks = 0;
+    goblin_matmul_tile t;
+    for (int64_t r = 0; r < info.grid_rows; r++) {
+        cr_assert_eq(goblin_plan_tile(plan, r * info.grid_cols * info.k_slices, &t), GOBLIN_OK);
+        cr_assert_eq(t.row0, rows);
+        rows += t.rows;
+    }
+    for (int64_t c = 0; c < info.grid_cols; c++) {
+        cr_assert_eq(goblin_plan_tile(plan, c * info.k_slices, &t), GOBLIN_OK);
+        cr_assert_eq(t.col0, cols);
+        cols += t.cols;
+    }
+    for (int64_t q = 0; q < info.k_slices; q++) {
+        cr_assert_eq(goblin_plan_tile(plan, q, &t), GOBLIN_OK);
+        cr_assert_eq(t.k0, ks);
+        ks += t.kn;
+    }
+    cr_assert_eq(rows, 100000);
+    cr_assert_eq(cols, 100000);
+    cr_assert_eq(ks, 100000);
+    goblin_plan_free(plan);
+}
+
+Test(node, tasks_sized_to_smallest_worker_memory) {
+    goblin_grid_params gp;
+    goblin_grid_params_default(&gp);
+    gp.worker.memory_bytes = 256 * 1024;
+    gp.worker.cache_bytes = 64 * 1024;
+    goblin_grid *g = NULL;
+    cr_assert_eq(goblin_grid_local(2, &gp, &g), GOBLIN_OK);
+    goblin_node *node = goblin_grid_node(g);
+    cr_assert(rt_wait_workers(node, 2));
+    goblin_plan_info info;
+    run_product(node, GOBLIN_DTYPE_F32, 300, 310, 290, NULL, &info);
+    cr_assert_leq(info.max_task_bytes, 256 * 1024);
+    cr_assert_gt(info.grid_rows * info.grid_cols * info.k_slices, 8);
+    /* A cache smaller than a panel or two: misses are resent, honest workers stay honest. */
+    goblin_node_stats st;
+    goblin_node_stats_get(node, &st);
+    cr_assert_eq(st.results_rejected, 0);
+    cr_assert_eq(st.workers_quarantined, 0);
+    goblin_grid_free(g);
+}

@@ -1,0 +1,347 @@
+/* test_worker.c - workers: every misbehave mode among honest workers (the result
+ * stays right, bad results are rejected, the cheater is quarantined), crashes,
+ * refusal on a catalogue mismatch, the panel cache, parameter checks. */
+#include <criterion/criterion.h>
+#include <unistd.h>
+
+#include "runtime_util.h"
+
+typedef struct outcome {
+    goblin_node_stats st;
+    goblin_node_worker_stats ws[3]; /* in HELLO order: not necessarily worker order */
+    bool cheater_quarantined;
+    int64_t cheater_rejected, honest_rejected;
+    int64_t misbehaved;
+    int64_t unsafe_bad; /* wrong elements of C under UNSAFE_NONE */
+} outcome;
+
+static goblin_verify_policy test_policy = GOBLIN_VERIFY_POLICY_FREIVALDS;
+
+/* Two honest workers and one with @p mode at @p rate; a product with many tasks. */
+static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt, outcome *o) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.lease_ms = 400; /* SILENT leases expire quickly */
+    np.max_retries = 8;
+    np.verify = test_policy;
+    goblin_worker_params wp[3];
+    for (int i = 0; i < 3; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    wp[2].misbehave = mode;
+    wp[2].misbehave_rate = rate;
+    wp[2].misbehave_seed = 1234;
+    wp[2].slow_ms = 150;
+    char url[80];
+    snprintf(url, sizeof url, "inproc://test-worker-%s-%d", goblin_misbehave_name(mode), (int)dt);
+    memset(o, 0, sizeof *o);
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 3), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 3));
+    rt_mat a = rt_mat_new(dt, 200, 150, 3, true), b = rt_mat_new(dt, 150, 180, 4, true);
+    rt_mat c = rt_mat_new(dt, 200, 180, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 48;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    goblin_err e = goblin_job_wait(job, 40000);
+    cr_assert_eq(e, GOBLIN_OK, "%s: %s (%s)", goblin_misbehave_name(mode), goblin_strerror(e),
+                 goblin_job_error(job));
+    if (test_policy != GOBLIN_VERIFY_POLICY_UNSAFE_NONE)
+        cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0, "mode %s", goblin_misbehave_name(mode));
+    else
+        o->unsafe_bad = rt_check_product(&a.t, &b.t, &c.t);
+    goblin_plan_info info;
+    goblin_job_plan_info(job, &info);
+    int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
+    goblin_node_stats_get(g.node, &o->st);
+    cr_assert_eq(o->st.tasks_completed, tasks);
+    /* Which session is the cheater: the worker whose misbehave counter moved, or
+     * for silent mode the one with failed leases; match by HELLO order is not fixed,
+     * so identify it through the node's per-worker counters and the worker's own. */
+    goblin_worker_stats cs;
+    goblin_worker_stats_get(g.w[2], &cs);
+    o->misbehaved = cs.misbehaved;
+    for (int64_t i = 0; i < o->st.workers_seen && i < 3; i++) {
+        cr_assert_eq(goblin_node_worker_stats_get(g.node, i, &o->ws[i]), GOBLIN_OK);
+        if (o->ws[i].quarantined) o->cheater_quarantined = true;
+    }
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
+static void expect_caught(goblin_misbehave mode, goblin_dtype dt, goblin_verify_reason reason) {
+    outcome o;
+    run_with_cheater(mode, 0.3, dt, &o);
+    cr_assert_gt(o.misbehaved, 0, "%s: the cheater cheated", goblin_misbehave_name(mode));
+    cr_assert_geq(o.st.results_rejected, 1, "%s: a bad result was rejected", goblin_misbehave_name(mode));
+    /* Freivalds rejects at once: one rejection quarantines the cheater, who gets no more
+     * tasks, so every rejection is the cheater's and exactly one worker is quarantined. */
+    cr_assert_eq(o.st.workers_quarantined, 1, "%s", goblin_misbehave_name(mode));
+    cr_assert(o.cheater_quarantined);
+    int quarantined_rejected = 0, honest_rejected = 0;
+    for (int i = 0; i < 3; i++) {
+        if (o.ws[i].quarantined) quarantined_rejected += (int)o.ws[i].rejected;
+        else honest_rejected += (int)o.ws[i].rejected;
+    }
+    cr_assert_eq(honest_rejected, 0, "%s: good results wrongly rejected", goblin_misbehave_name(mode));
+    cr_assert_eq(quarantined_rejected, 1);
+    /* Everything the cheater had delivered before it was caught was rechecked; honest
+     * results pass the recheck. */
+    int64_t cheater_accepted = 0;
+    for (int i = 0; i < 3; i++)
+        if (o.ws[i].quarantined) cheater_accepted = o.ws[i].accepted;
+    cr_assert_eq(o.st.rechecked, cheater_accepted);
+    cr_assert_eq(o.st.recheck_failed, 0);
+    cr_assert_eq(o.st.rejected_by_reason[reason], 1, "%s: reason %s", goblin_misbehave_name(mode),
+                 goblin_verify_reason_name(reason));
+    fprintf(stderr, "misbehave %-8s %s: bad results sent %lld (some after quarantine, discarded unread), caught %lld, "
+            "good results wrongly rejected %d\n", goblin_misbehave_name(mode), goblin_dtype_name(dt), (long long)o.misbehaved,
+            (long long)o.st.results_rejected, honest_rejected);
+}
+
+Test(worker, misbehave_wrong) { expect_caught(GOBLIN_MISBEHAVE_WRONG, GOBLIN_DTYPE_F32, GOBLIN_VERIFY_EXCEEDS_BOUND); }
+Test(worker, misbehave_scale_f32) { expect_caught(GOBLIN_MISBEHAVE_SCALE, GOBLIN_DTYPE_F32, GOBLIN_VERIFY_EXCEEDS_BOUND); }
+Test(worker, misbehave_scale_f64) { expect_caught(GOBLIN_MISBEHAVE_SCALE, GOBLIN_DTYPE_F64, GOBLIN_VERIFY_EXCEEDS_BOUND); }
+Test(worker, misbehave_nan) { expect_caught(GOBLIN_MISBEHAVE_NAN, GOBLIN_DTYPE_F64, GOBLIN_VERIFY_NONFINITE); }
+Test(worker, misbehave_stale) {
+    outcome o;
+    run_with_cheater(GOBLIN_MISBEHAVE_STALE, 0.3, GOBLIN_DTYPE_F32, &o);
+    cr_assert_gt(o.misbehaved, 0);
+    cr_assert_eq(o.st.results_rejected, 1);
+    cr_assert_eq(o.st.workers_quarantined, 1);
+}
+Test(worker, misbehave_swap) {
+    outcome o;
+    run_with_cheater(GOBLIN_MISBEHAVE_SWAP, 0.3, GOBLIN_DTYPE_F64, &o);
+    cr_assert_gt(o.misbehaved, 0);
+    cr_assert_eq(o.st.results_rejected, 1);
+    cr_assert_eq(o.st.workers_quarantined, 1);
+}
+Test(worker, misbehave_truncate) { expect_caught(GOBLIN_MISBEHAVE_TRUNCATE, GOBLIN_DTYPE_F32, GOBLIN_VERIFY_SHAPE); }
+
+Test(worker, misbehave_silent) {
+    outcome o;
+    run_with_cheater(GOBLIN_MISBEHAVE_SILENT, 0.3, GOBLIN_DTYPE_F32, &o);
+    cr_assert_gt(o.misbehaved, 0);
+    /* The silent lease is either duplicated as a straggler or reissued when it expires. */
+    cr_assert_geq(o.st.tasks_reissued + o.st.tasks_speculative, 1);
+    cr_assert_eq(o.st.results_rejected, 0);
+}
+
+Test(worker, misbehave_slow) {
+    /* Slow is honest: nothing rejected; stragglers may be duplicated near the end and the
+     * loser's result discarded, never counted twice. */
+    outcome o;
+    run_with_cheater(GOBLIN_MISBEHAVE_SLOW, 0.3, GOBLIN_DTYPE_F64, &o);
+    cr_assert_gt(o.misbehaved, 0);
+    cr_assert_eq(o.st.results_rejected, 0);
+    cr_assert_eq(o.st.workers_quarantined, 0);
+}
+
+static int crashes;
+static void crash_hook(void *user) {
+    (void)user;
+    crashes++;
+}
+
+Test(worker, misbehave_crash_via_hook) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp[3];
+    for (int i = 0; i < 3; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    wp[2].misbehave = GOBLIN_MISBEHAVE_CRASH;
+    wp[2].misbehave_rate = 0.3;
+    wp[2].misbehave_seed = 77;
+    wp[2].crash_hook = crash_hook;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-crash", &np, wp, 3), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 3));
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 200, 150, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 150, 180, 4, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 200, 180, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 48;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s", goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    pthread_join(g.th[2], NULL);
+    g.th[2] = pthread_self();
+    cr_assert_eq(g.rc[2], GOBLIN_ECLOSED);
+    cr_assert_eq(crashes, 1);
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_geq(st.tasks_reissued, 1);
+    goblin_job_free(job);
+    goblin_worker_stop(g.w[0]);
+    goblin_worker_stop(g.w[1]);
+    pthread_join(g.th[0], NULL);
+    pthread_join(g.th[1], NULL);
+    goblin_node_free(g.node);
+    for (int i = 0; i < 3; i++) goblin_worker_free(g.w[i]);
+    free(a.data), free(b.data), free(c.data);
+}
+
+Test(worker, refused_on_catalogue_mismatch) {
+    rt_log lg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.catalog_version_override = goblin_catalog_version() + 7;
+    wp.log = rt_log_fn;
+    wp.log_user = &lg;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-refused", &np, &wp, 1), GOBLIN_OK);
+    pthread_join(g.th[0], NULL);
+    g.th[0] = pthread_self();
+    cr_assert_eq(g.rc[0], GOBLIN_EVERSION);
+    cr_assert(rt_log_has(&lg, "refused"), "%s", lg.buf);
+    cr_assert(rt_log_has(&lg, "catalogue version"), "%s", lg.buf);
+    goblin_worker_stats ws;
+    goblin_worker_stats_get(g.w[0], &ws);
+    cr_assert_eq(ws.refused, 1);
+    goblin_node_free(g.node);
+    goblin_worker_free(g.w[0]);
+}
+
+Test(worker, panel_cache_reuse) {
+    /* One worker, many column tiles per row: A panels are sent once per row. */
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.threads = 1;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-cache", &np, &wp, 1), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 1));
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 64, 500, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 500, 400, 4, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 64, 400, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 16;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s", goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    goblin_worker_stats ws;
+    goblin_worker_stats_get(g.w[0], &ws);
+    cr_assert_gt(st.panel_cache_hits, 0);
+    cr_assert_eq(ws.cache_hits, st.panel_cache_hits);
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
+Test(worker, params_and_names) {
+    goblin_misbehave m;
+    double r;
+    cr_assert_eq(goblin_misbehave_parse("wrong:0.2", &m, &r), GOBLIN_OK);
+    cr_assert_eq(m, GOBLIN_MISBEHAVE_WRONG);
+    cr_assert_float_eq(r, 0.2, 1e-12);
+    cr_assert_eq(goblin_misbehave_parse("silent", &m, &r), GOBLIN_OK);
+    cr_assert_eq(m, GOBLIN_MISBEHAVE_SILENT);
+    cr_assert_eq(r, 1.0);
+    cr_assert_eq(goblin_misbehave_parse("scale:1.5", &m, &r), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_misbehave_parse("scale:", &m, &r), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_misbehave_parse("lie", &m, &r), GOBLIN_EINVAL);
+    for (int i = 0; i < GOBLIN_MISBEHAVE_COUNT; i++) cr_assert_not_null(goblin_misbehave_name((goblin_misbehave)i));
+    cr_assert_null(goblin_misbehave_name(GOBLIN_MISBEHAVE_COUNT));
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    goblin_worker *w = NULL;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_EINVAL, "no URL");
+    wp.connect[0] = "inproc://nowhere";
+    wp.n_connect = 1;
+    wp.slots = 0;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_EINVAL);
+    wp.slots = 2;
+    wp.misbehave_rate = 2;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_EINVAL);
+    wp.misbehave_rate = 0;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
+    goblin_worker_free(w);
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_node *n = NULL;
+    cr_assert_eq(goblin_node_new(&n, &np), GOBLIN_EINVAL, "no URL");
+    np.listen[0] = "inproc://x";
+    np.n_listen = 1;
+    np.freivalds_vectors = 0;
+    cr_assert_eq(goblin_node_new(&n, &np), GOBLIN_EINVAL);
+    np.freivalds_vectors = 4;
+    cr_assert_eq(goblin_node_new(&n, &np), GOBLIN_OK);
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 2, 2, 1, true);
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(n, &a.t, &a.t, &a.t, NULL, &job), GOBLIN_ESTATE, "not started");
+    goblin_node_free(n);
+    free(a.data);
+    cr_assert_str_eq(goblin_log_level_name(GOBLIN_LOG_WARN), "warn");
+}
+
+Test(worker, reconnects_when_the_node_comes_back) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.threads = 1;
+    wp.reconnect_min_ms = 20;
+    wp.reconnect_max_ms = 100;
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 30000 + (int)(getpid() % 9000));
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, &wp, 1), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 1));
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 30, 40, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 40, 20, 4, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 30, 20, 0, false);
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 10000), GOBLIN_OK);
+    goblin_job_free(job);
+    /* The node goes away and a new one listens on the same address. */
+    goblin_node_free(g.node);
+    np.listen[0] = url;
+    np.n_listen = 1;
+    cr_assert_eq(goblin_node_new(&g.node, &np), GOBLIN_OK);
+    goblin_err e = GOBLIN_EIO;
+    for (int i = 0; i < 100 && e != GOBLIN_OK; i++) {
+        e = goblin_node_start(g.node); /* the port may linger for a moment */
+        if (e) usleep(20000);
+    }
+    cr_assert_eq(e, GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 1), "the worker came back");
+    memset(c.data, 0, 30 * 20 * sizeof(double));
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 10000), GOBLIN_OK);
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    goblin_job_free(job);
+    goblin_worker_stats ws;
+    goblin_worker_stats_get(g.w[0], &ws);
+    cr_assert_eq(ws.connects, 2);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
+Test(worker, recompute_policy_catches_cheater) {
+    test_policy = GOBLIN_VERIFY_POLICY_RECOMPUTE;
+    expect_caught(GOBLIN_MISBEHAVE_SCALE, GOBLIN_DTYPE_F64, GOBLIN_VERIFY_EXCEEDS_BOUND);
+}
+
+Test(worker, unsafe_policy_checks_nothing) {
+    /* The named unsafe mode really does not verify: a wrong tile goes into C. */
+    test_policy = GOBLIN_VERIFY_POLICY_UNSAFE_NONE;
+    outcome o;
+    run_with_cheater(GOBLIN_MISBEHAVE_WRONG, 0.3, GOBLIN_DTYPE_F32, &o);
+    cr_assert_gt(o.misbehaved, 0);
+    cr_assert_eq(o.st.results_rejected, 0);
+    cr_assert_gt(o.unsafe_bad, 0);
+}
