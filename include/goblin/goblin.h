@@ -16,5 +16,8 @@
 #include "plan.h"
 #include "wire.h"
 #include "tls.h"
+#include "node.h"
+#include "worker.h"
+#include "grid.h"
 
 #endif
