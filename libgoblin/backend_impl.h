@@ -51,5 +51,6 @@ void goblin__ref_register_reduce(goblin__kernel_fn *t);
 void goblin__ref_register_shape(goblin__kernel_fn *t);
 void goblin__ref_register_nn(goblin__kernel_fn *t);
 void goblin__ref_register_formula(goblin__kernel_fn *t);
+void goblin__ref_register_grad(goblin__kernel_fn *t);
 
 #endif

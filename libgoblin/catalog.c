@@ -25,6 +25,7 @@ static void defs_init(void) {
     goblin__ops_register_shape(g_defs);
     goblin__ops_register_nn(g_defs);
     goblin__ops_register_formula(g_defs);
+    goblin__ops_register_grad(g_defs);
 }
 
 const goblin__op_def *goblin__op_def_get(goblin_op op) {

@@ -100,6 +100,7 @@ void goblin__ops_register_reduce(goblin__op_def *t);
 void goblin__ops_register_shape(goblin__op_def *t);
 void goblin__ops_register_nn(goblin__op_def *t);
 void goblin__ops_register_formula(goblin__op_def *t);
+void goblin__ops_register_grad(goblin__op_def *t);
 
 /* ---- helpers for inference ---------------------------------------------- */
 

@@ -19,5 +19,7 @@
 #include "node.h"
 #include "worker.h"
 #include "grid.h"
+#include "autodiff.h"
+#include "optim.h"
 
 #endif

@@ -136,7 +136,18 @@ GOBLIN_BEGIN_DECLS
     X(FULL, 195, "full")                                                            \
     X(ARANGE, 196, "arange")                                                        \
     /* fused user expression */                                                     \
-    X(FORMULA, 199, "formula")
+    X(FORMULA, 199, "formula")                                                      \
+    /* fused backward ops (autodiff.h appends them to graphs) */                    \
+    X(CONV2D_BACKWARD_INPUT, 200, "conv2d_backward_input")                          \
+    X(CONV2D_BACKWARD_WEIGHT, 201, "conv2d_backward_weight")                        \
+    X(MAX_POOL2D_BACKWARD, 202, "max_pool2d_backward")                              \
+    X(AVG_POOL2D_BACKWARD, 203, "avg_pool2d_backward")                              \
+    X(ADAPTIVE_AVG_POOL2D_BACKWARD, 204, "adaptive_avg_pool2d_backward")            \
+    X(BATCH_NORM_BACKWARD, 205, "batch_norm_backward")                              \
+    X(NLL_LOSS_BACKWARD, 206, "nll_loss_backward")                                  \
+    X(CROSS_ENTROPY_BACKWARD, 207, "cross_entropy_backward")                        \
+    X(EMBEDDING_BACKWARD, 208, "embedding_backward")                                \
+    X(SDPA_BACKWARD, 209, "scaled_dot_product_attention_backward")
 
 typedef enum goblin_op {
 #define GOBLIN__OP_ENUM(name, value, str) GOBLIN_OP_##name = value,

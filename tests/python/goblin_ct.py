@@ -349,3 +349,20 @@ def run_op(name, arrays, dtype=None, backend="ref", threads=0, **attrs):
     out = g.op(name, *[i for i, _ in ids], **attrs)
     g.output(out)
     return g.run([a for _, a in ids], backend=backend, threads=threads)[0]
+
+
+# ---- autodiff (libgoblin/autodiff.c); absent in libraries built before it ----
+try:
+    _sig("goblin_graph_backward", C.c_int, C.c_void_p, C.c_int32, C.POINTER(C.c_int32), C.c_int32,
+         C.POINTER(C.c_int32))
+except AttributeError:
+    pass
+
+
+def backward(g, loss, wrt):
+    """Append d(loss)/d(wrt[i]) to graph g; returns the gradient node ids."""
+    wrt = list(wrt)
+    ins = (C.c_int32 * max(len(wrt), 1))(*wrt)
+    outs = (C.c_int32 * max(len(wrt), 1))()
+    g._check(lib.goblin_graph_backward(g.h, loss, ins, len(wrt), outs))
+    return list(outs[:len(wrt)])

@@ -14,6 +14,7 @@ static void kernels_init(void) {
     goblin__ref_register_shape(g_kernels);
     goblin__ref_register_nn(g_kernels);
     goblin__ref_register_formula(g_kernels);
+    goblin__ref_register_grad(g_kernels);
 }
 
 goblin__kernel_fn goblin__ref_kernel(goblin_op op) {

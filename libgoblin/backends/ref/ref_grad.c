@@ -1,0 +1,474 @@
+/* libgoblin/backends/ref/ref_grad.c - reference kernels of the fused backward ops.
+ *
+ * Every float dtype is computed in f64 (loads and stores through kernel_util.h,
+ * f16/bf16 rounded once on store): these are the oracle, so they use the
+ * most accurate obvious loop. Accumulation orders are fixed (row-major over the
+ * forward output), so results are deterministic. */
+#include <math.h>
+#include <string.h>
+#include "../../backend_impl.h"
+#include "../../kernel_util.h"
+#include "../../ops_nn.h"
+
+static double *zeros(int64_t n) {
+    return goblin__calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+}
+
+static goblin_err store_all(goblin_tensor *out, double *acc, int64_t n) {
+    for (int64_t i = 0; i < n; i++) goblin__store_f64(out->dtype, out->data, i, acc[i]);
+    goblin__free(acc);
+    return GOBLIN_OK;
+}
+
+static goblin_err oom(goblin__kctx *k) {
+    return goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "out of memory");
+}
+
+/* Both conv gradients walk the forward loop nest and scatter each product. */
+static goblin_err k_conv_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                             int32_t n_in, goblin_tensor *out) {
+    (void)n_in;
+    bool wgrad = node->op == GOBLIN_OP_CONV2D_BACKWARD_WEIGHT;
+    const goblin_tensor *go = &in[0], *other = &in[1];
+    goblin__conv_geom g;
+    goblin_err e = goblin__conv_geom_get(node, wgrad ? other->shape : out->shape,
+                                         wgrad ? out->shape : other->shape, &g, k->msg, k->cap);
+    if (e) return e;
+    goblin_dtype dt = go->dtype;
+    int64_t total = goblin__numel(out);
+    double *acc = zeros(total);
+    if (!acc) return oom(k);
+    int64_t opg = g.o / g.groups, cpg = g.c / g.groups;
+    for (int64_t n = 0; n < g.n; n++)
+        for (int64_t o = 0; o < g.o; o++) {
+            int64_t grp = o / opg;
+            for (int64_t oh = 0; oh < g.oh; oh++)
+                for (int64_t ow = 0; ow < g.ow; ow++) {
+                    double gv = goblin__load_f64(dt, go->data, ((n * g.o + o) * g.oh + oh) * g.ow + ow);
+                    for (int64_t cc = 0; cc < cpg; cc++) {
+                        int64_t c = grp * cpg + cc;
+                        for (int64_t i = 0; i < g.kh; i++) {
+                            int64_t ih = oh * g.sh - g.ph + i * g.dh;
+                            if (ih < 0 || ih >= g.h) continue;
+                            for (int64_t j = 0; j < g.kw; j++) {
+                                int64_t iw = ow * g.sw - g.pw + j * g.dw;
+                                if (iw < 0 || iw >= g.w) continue;
+                                int64_t xi = ((n * g.c + c) * g.h + ih) * g.w + iw;
+                                int64_t wi = ((o * cpg + cc) * g.kh + i) * g.kw + j;
+                                if (wgrad) acc[wi] += gv * goblin__load_f64(dt, other->data, xi);
+                                else acc[xi] += gv * goblin__load_f64(dt, other->data, wi);
+                            }
+                        }
+                    }
+                }
+        }
+    return store_all(out, acc, total);
+}
+
+static goblin_err k_max_pool_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                                 int32_t n_in, goblin_tensor *out) {
+    (void)n_in;
+    const goblin_tensor *go = &in[0], *x = &in[1];
+    goblin__pool_geom g;
+    goblin_err e = goblin__pool_geom_get(node, x->rank, x->shape, &g, k->msg, k->cap);
+    if (e) return e;
+    goblin_dtype dt = x->dtype;
+    int64_t total = goblin__numel(out);
+    double *acc = zeros(total);
+    if (!acc) return oom(k);
+    int64_t oidx = 0;
+    for (int64_t p = 0; p < g.planes; p++) {
+        int64_t base = p * g.h * g.w;
+        for (int64_t oh = 0; oh < g.oh; oh++)
+            for (int64_t ow = 0; ow < g.ow; ow++, oidx++) {
+                /* Same selection as the forward kernel: strictly greater keeps the
+                 * first maximum, and the first NaN wins. */
+                double best = -INFINITY;
+                int64_t at = -1;
+                for (int64_t i = 0; i < g.kh; i++) {
+                    int64_t ih = oh * g.sh - g.ph + i * g.dh;
+                    if (ih < 0 || ih >= g.h) continue;
+                    for (int64_t j = 0; j < g.kw; j++) {
+                        int64_t iw = ow * g.sw - g.pw + j * g.dw;
+                        if (iw < 0 || iw >= g.w) continue;
+                        double v = goblin__load_f64(dt, x->data, base + ih * g.w + iw);
+                        if (at < 0 || v > best || isnan(v)) {
+                            best = v;
+                            at = base + ih * g.w + iw;
+                        }
+                        if (isnan(best)) goto done;
+                    }
+                }
+            done:
+                if (at >= 0) acc[at] += goblin__load_f64(dt, go->data, oidx);
+            }
+    }
+    return store_all(out, acc, total);
+}
+
+static goblin_err k_avg_pool_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                                 int32_t n_in, goblin_tensor *out) {
+    (void)n_in;
+    const goblin_tensor *go = &in[0];
+    goblin__pool_geom g;
+    goblin_err e = goblin__pool_geom_get(node, out->rank, out->shape, &g, k->msg, k->cap);
+    if (e) return e;
+    goblin_dtype dt = go->dtype;
+    int64_t total = goblin__numel(out);
+    double *acc = zeros(total);
+    if (!acc) return oom(k);
+    int64_t oidx = 0;
+    for (int64_t p = 0; p < g.planes; p++) {
+        int64_t base = p * g.h * g.w;
+        for (int64_t oh = 0; oh < g.oh; oh++)
+            for (int64_t ow = 0; ow < g.ow; ow++, oidx++) {
+                /* torch's avg_pool2d divisor: the window clipped to the padded input
+                 * (count_include_pad) or to the input itself. */
+                int64_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+                int64_t h1 = h0 + g.kh, w1 = w0 + g.kw;
+                if (h1 > g.h + g.ph) h1 = g.h + g.ph;
+                if (w1 > g.w + g.pw) w1 = g.w + g.pw;
+                int64_t pool = (h1 - h0) * (w1 - w0);
+                if (h0 < 0) h0 = 0;
+                if (w0 < 0) w0 = 0;
+                if (h1 > g.h) h1 = g.h;
+                if (w1 > g.w) w1 = g.w;
+                if (h0 >= h1 || w0 >= w1) continue; /* the forward wrote 0: no gradient */
+                int64_t div = g.count_include_pad ? pool : (h1 - h0) * (w1 - w0);
+                double gv = goblin__load_f64(dt, go->data, oidx) / (double)div;
+                for (int64_t ih = h0; ih < h1; ih++)
+                    for (int64_t iw = w0; iw < w1; iw++) acc[base + ih * g.w + iw] += gv;
+            }
+    }
+    return store_all(out, acc, total);
+}
+
+static goblin_err k_adaptive_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                                 int32_t n_in, goblin_tensor *out) {
+    (void)node;
+    (void)n_in;
+    const goblin_tensor *go = &in[0];
+    int32_t r = out->rank;
+    int64_t planes = 1, h = out->shape[r - 2], w = out->shape[r - 1];
+    int64_t oh = go->shape[r - 2], ow = go->shape[r - 1];
+    for (int32_t d = 0; d < r - 2; d++) planes *= out->shape[d];
+    int64_t total = goblin__numel(out);
+    double *acc = zeros(total);
+    if (!acc) return oom(k);
+    int64_t oidx = 0;
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t i = 0; i < oh; i++) {
+            int64_t h0, h1;
+            goblin__adaptive_window(i, h, oh, &h0, &h1);
+            for (int64_t j = 0; j < ow; j++, oidx++) {
+                int64_t w0, w1;
+                goblin__adaptive_window(j, w, ow, &w0, &w1);
+                double gv = goblin__load_f64(go->dtype, go->data, oidx) / (double)((h1 - h0) * (w1 - w0));
+                for (int64_t a = h0; a < h1; a++)
+                    for (int64_t b = w0; b < w1; b++) acc[(p * h + a) * w + b] += gv;
+            }
+        }
+    return store_all(out, acc, total);
+}
+
+/* Batch norm: per channel c over M = N * spatial values. Training:
+ * dx = w rstd / M (M dy - sum dy - xhat sum(dy xhat)); eval: dx = dy w rstd with
+ * the running statistics. dweight = sum dy xhat, dbias = sum dy in both. */
+static goblin_err k_bn_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                           int32_t n_in, goblin_tensor *out) {
+    (void)n_in;
+    const goblin_tensor *go = &in[0], *x = &in[1];
+    goblin_dtype dt = x->dtype;
+    bool training = goblin__attr_i(node, GOBLIN_ATTR_TRAINING, 0) != 0;
+    double eps = goblin__attr_f(node, GOBLIN_ATTR_EPS, 1e-5);
+    int64_t which = goblin__attr_i(node, GOBLIN_ATTR_INDEX, 0);
+    int64_t n = x->shape[0], c = x->shape[1], sp = 1;
+    for (int32_t d = 2; d < x->rank; d++) sp *= x->shape[d];
+    int64_t m = n * sp;
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean, var;
+        if (training) {
+            double s = 0;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < sp; j++) s += goblin__load_f64(dt, x->data, (i * c + ch) * sp + j);
+            mean = s / (double)m;
+            double v = 0;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < sp; j++) {
+                    double dxv = goblin__load_f64(dt, x->data, (i * c + ch) * sp + j) - mean;
+                    v += dxv * dxv;
+                }
+            var = v / (double)m;
+        } else {
+            mean = goblin__load_f64(dt, in[3].data, ch);
+            var = goblin__load_f64(dt, in[4].data, ch);
+        }
+        double rstd = 1.0 / sqrt(var + eps);
+        double wv = goblin__load_f64(dt, in[2].data, ch);
+        double sdy = 0, sdyx = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < sp; j++) {
+                int64_t o = (i * c + ch) * sp + j;
+                double dy = goblin__load_f64(dt, go->data, o);
+                sdy += dy;
+                sdyx += dy * (goblin__load_f64(dt, x->data, o) - mean) * rstd;
+            }
+        if (which == 1) {
+            goblin__store_f64(dt, out->data, ch, sdyx);
+        } else if (which == 2) {
+            goblin__store_f64(dt, out->data, ch, sdy);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < sp; j++) {
+                    int64_t o = (i * c + ch) * sp + j;
+                    double dy = goblin__load_f64(dt, go->data, o);
+                    double r;
+                    if (training) {
+                        double xh = (goblin__load_f64(dt, x->data, o) - mean) * rstd;
+                        r = wv * rstd / (double)m * ((double)m * dy - sdy - xh * sdyx);
+                    } else {
+                        r = dy * wv * rstd;
+                    }
+                    goblin__store_f64(dt, out->data, o, r);
+                }
+        }
+    }
+    return GOBLIN_OK;
+}
+
+/* NLL_LOSS_BACKWARD and CROSS_ENTROPY_BACKWARD: same layout as the forward
+ * kernel, element (n, c, d) at (n*C + c)*D + d. */
+static goblin_err k_loss_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                             int32_t n_in, goblin_tensor *out) {
+    bool ce = node->op == GOBLIN_OP_CROSS_ENTROPY_BACKWARD;
+    const goblin_tensor *go = &in[0], *x = ce ? &in[1] : NULL, *t = &in[ce ? 2 : 1];
+    const void *wt = n_in > (ce ? 3 : 2) ? in[ce ? 3 : 2].data : NULL;
+    goblin_dtype dt = out->dtype;
+    int64_t n = 1, c, dd = 1;
+    if (out->rank == 1) {
+        c = out->shape[0];
+    } else {
+        n = out->shape[0];
+        c = out->shape[1];
+        for (int32_t d = 2; d < out->rank; d++) dd *= out->shape[d];
+    }
+    int64_t red = goblin__attr_i(node, GOBLIN_ATTR_REDUCTION, GOBLIN_REDUCTION_MEAN);
+    int64_t ignore = goblin__attr_i(node, GOBLIN_ATTR_IGNORE_INDEX, -100);
+    double eps = ce ? goblin__attr_f(node, GOBLIN_ATTR_LABEL_SMOOTHING, 0.0) : 0.0;
+    /* First pass: validate targets and sum the weights (the mean's divisor). */
+    double wsum = 0;
+    for (int64_t pos = 0; pos < n * dd; pos++) {
+        int64_t tg = goblin__load_i64(t->dtype, t->data, pos);
+        if (tg == ignore) continue;
+        if (tg < 0 || tg >= c)
+            return goblin__errf(k->msg, k->cap, GOBLIN_EINDEX,
+                                "target %lld at position %lld is outside [0, %lld) and is not "
+                                "ignore_index %lld",
+                                (long long)tg, (long long)pos, (long long)c, (long long)ignore);
+        wsum += wt ? goblin__load_f64(dt, wt, tg) : 1.0;
+    }
+    int64_t total = goblin__numel(out);
+    double *acc = zeros(total);
+    double *dl = zeros(c);
+    if (!acc || !dl) {
+        goblin__free(acc);
+        goblin__free(dl);
+        return oom(k);
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t d = 0; d < dd; d++) {
+            int64_t pos = i * dd + d;
+            int64_t tg = goblin__load_i64(t->dtype, t->data, pos);
+            if (tg == ignore) continue;
+            double scale = red == GOBLIN_REDUCTION_NONE ? goblin__load_f64(dt, go->data, pos)
+                           : red == GOBLIN_REDUCTION_SUM ? goblin__load_f64(dt, go->data, 0)
+                                                         : goblin__load_f64(dt, go->data, 0) / wsum;
+            int64_t base = i * c * dd + d;
+            double w = wt ? goblin__load_f64(dt, wt, tg) : 1.0;
+            if (!ce) {
+                acc[base + tg * dd] = -w * scale;
+                continue;
+            }
+            /* dl_c = d loss / d log_softmax_c; then the log_softmax backward
+             * dx_c = dl_c - p_c sum dl. */
+            double sdl = 0;
+            for (int64_t cc = 0; cc < c; cc++) {
+                double v = -eps / (double)c * (wt ? goblin__load_f64(dt, wt, cc) : 1.0);
+                if (cc == tg) v -= (1 - eps) * w;
+                dl[cc] = v * scale;
+                sdl += dl[cc];
+            }
+            double mx = -INFINITY, s = 0;
+            for (int64_t cc = 0; cc < c; cc++) {
+                double v = goblin__load_f64(dt, x->data, base + cc * dd);
+                if (v > mx || v != v) mx = v;
+            }
+            for (int64_t cc = 0; cc < c; cc++) s += exp(goblin__load_f64(dt, x->data, base + cc * dd) - mx);
+            for (int64_t cc = 0; cc < c; cc++) {
+                double p = exp(goblin__load_f64(dt, x->data, base + cc * dd) - mx) / s;
+                acc[base + cc * dd] = dl[cc] - p * sdl;
+            }
+        }
+    goblin__free(dl);
+    return store_all(out, acc, total);
+}
+
+static goblin_err k_emb_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                            int32_t n_in, goblin_tensor *out) {
+    (void)node;
+    (void)n_in;
+    const goblin_tensor *go = &in[0], *idx = &in[1];
+    int64_t v = out->shape[0], dim = out->shape[1], cnt = goblin__numel(idx);
+    int64_t total = goblin__numel(out);
+    double *acc = zeros(total);
+    if (!acc) return oom(k);
+    for (int64_t i = 0; i < cnt; i++) {
+        int64_t r = goblin__load_i64(idx->dtype, idx->data, i);
+        if (r < 0 || r >= v) {
+            goblin__free(acc);
+            return goblin__errf(k->msg, k->cap, GOBLIN_EINDEX,
+                                "index %lld at position %lld is outside [0, %lld)", (long long)r,
+                                (long long)i, (long long)v);
+        }
+        for (int64_t j = 0; j < dim; j++) acc[r * dim + j] += goblin__load_f64(go->dtype, go->data, i * dim + j);
+    }
+    return store_all(out, acc, total);
+}
+
+/* Batch strides of @p t (contiguous; last two dims are its matrix) against the
+ * output's batch shape, 0 where it broadcasts (as the forward SDPA kernel). */
+static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bshape,
+                          int64_t *strides) {
+    int64_t full[GOBLIN_MAX_RANK], st[GOBLIN_MAX_RANK];
+    for (int32_t d = 0; d < br; d++) full[d] = bshape[d];
+    full[br] = t->shape[t->rank - 2];
+    full[br + 1] = t->shape[t->rank - 1];
+    goblin__bcast_strides(t, br + 2, full, st);
+    for (int32_t d = 0; d < br; d++) strides[d] = st[d];
+}
+
+/* SDPA backward for one output (index 0 dq, 1 dk, 2 dv): recompute each row's
+ * scores and weights exactly as the forward kernel, then
+ * dv_j += p_j g, dp_j = g . v_j, ds_j = p_j (dp_j - sum_j p_j dp_j),
+ * dq += scale ds_j k_j, dk_j += scale ds_j q. */
+static goblin_err k_sdpa_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                             int32_t n_in, goblin_tensor *out) {
+    const goblin_tensor *go = &in[0], *q = &in[1], *kk = &in[2], *v = &in[3];
+    const goblin_tensor *mask = n_in >= 5 ? &in[4] : NULL;
+    goblin_dtype dt = go->dtype;
+    int32_t br = go->rank - 2;
+    int64_t L = go->shape[br], Ev = go->shape[br + 1];
+    int64_t E = q->shape[q->rank - 1], S = kk->shape[kk->rank - 2];
+    double scale = goblin__sdpa_scale(node, E);
+    bool causal = goblin__attr_i(node, GOBLIN_ATTR_CAUSAL, 0) != 0;
+    int64_t which = goblin__attr_i(node, GOBLIN_ATTR_INDEX, 0);
+    int64_t bs[4][GOBLIN_MAX_RANK];
+    batch_strides(q, br, go->shape, bs[0]);
+    batch_strides(kk, br, go->shape, bs[1]);
+    batch_strides(v, br, go->shape, bs[2]);
+    int64_t mstr[GOBLIN_MAX_RANK] = {0};
+    if (mask) {
+        int64_t full[GOBLIN_MAX_RANK];
+        for (int32_t d = 0; d < br; d++) full[d] = go->shape[d];
+        full[br] = L;
+        full[br + 1] = S;
+        goblin__bcast_strides(mask, br + 2, full, mstr);
+    }
+    for (int32_t d = 0; d < br; d++) bs[3][d] = mstr[d];
+    int64_t batch = 1;
+    for (int32_t d = 0; d < br; d++) batch *= go->shape[d];
+    int64_t rows = out->shape[br], cols = out->shape[br + 1], total = goblin__numel(out);
+    double *acc = zeros(total), *p = zeros(S), *dp = zeros(S);
+    if (!acc || !p || !dp) {
+        goblin__free(acc);
+        goblin__free(p);
+        goblin__free(dp);
+        return oom(k);
+    }
+    goblin__nditer it;
+    goblin__nditer_init(&it, br, go->shape, 4, bs);
+    for (int64_t b = 0; b < batch; b++) {
+        double *ob = acc + b * rows * cols;
+        for (int64_t i = 0; i < L; i++) {
+            double mx = -INFINITY;
+            bool nan = false;
+            for (int64_t j = 0; j < S; j++) {
+                double x;
+                if (causal && j > i) {
+                    x = -INFINITY;
+                } else {
+                    double dot = 0;
+                    for (int64_t e = 0; e < E; e++)
+                        dot += goblin__load_f64(dt, q->data, it.off[0] + i * E + e) *
+                               goblin__load_f64(dt, kk->data, it.off[1] + j * E + e);
+                    x = scale * dot;
+                    if (mask) {
+                        int64_t mo = it.off[3] + i * mstr[br] + j * mstr[br + 1];
+                        if (mask->dtype == GOBLIN_DTYPE_BOOL)
+                            x = ((const uint8_t *)mask->data)[mo] ? x : -INFINITY;
+                        else
+                            x += goblin__load_f64(dt, mask->data, mo);
+                    }
+                }
+                if (isnan(x)) nan = true;
+                if (x > mx) mx = x;
+                p[j] = x;
+            }
+            int64_t grow = (b * L + i) * Ev;
+            if (nan || mx == INFINITY) {
+                /* the forward row is NaN: so is everything it feeds */
+                if (which == 0)
+                    for (int64_t e = 0; e < cols; e++) ob[i * cols + e] = NAN;
+                else
+                    for (int64_t r = 0; r < rows * cols; r++) ob[r] = NAN;
+                continue;
+            }
+            if (mx == -INFINITY) continue; /* no key attended: zero weights, zero gradient */
+            double z = 0;
+            for (int64_t j = 0; j < S; j++) {
+                p[j] = exp(p[j] - mx);
+                z += p[j];
+            }
+            double spd = 0;
+            for (int64_t j = 0; j < S; j++) {
+                p[j] /= z;
+                double d = 0;
+                for (int64_t e = 0; e < Ev; e++)
+                    d += goblin__load_f64(dt, go->data, grow + e) *
+                         goblin__load_f64(dt, v->data, it.off[2] + j * Ev + e);
+                dp[j] = d;
+                spd += p[j] * d;
+            }
+            for (int64_t j = 0; j < S; j++) {
+                double ds = p[j] * (dp[j] - spd) * scale;
+                if (which == 2) {
+                    for (int64_t e = 0; e < Ev; e++)
+                        ob[j * cols + e] += p[j] * goblin__load_f64(dt, go->data, grow + e);
+                } else if (which == 1) {
+                    for (int64_t e = 0; e < E; e++)
+                        ob[j * cols + e] += ds * goblin__load_f64(dt, q->data, it.off[0] + i * E + e);
+                } else {
+                    for (int64_t e = 0; e < E; e++)
+                        ob[i * cols + e] += ds * goblin__load_f64(dt, kk->data, it.off[1] + j * E + e);
+                }
+            }
+        }
+        goblin__nditer_next(&it);
+    }
+    goblin__free(p);
+    goblin__free(dp);
+    return store_all(out, acc, total);
+}
+
+void goblin__ref_register_grad(goblin__kernel_fn *t) {
+    t[GOBLIN_OP_SDPA_BACKWARD] = k_sdpa_bwd;
+    t[GOBLIN_OP_CONV2D_BACKWARD_INPUT] = k_conv_bwd;
+    t[GOBLIN_OP_CONV2D_BACKWARD_WEIGHT] = k_conv_bwd;
+    t[GOBLIN_OP_MAX_POOL2D_BACKWARD] = k_max_pool_bwd;
+    t[GOBLIN_OP_AVG_POOL2D_BACKWARD] = k_avg_pool_bwd;
+    t[GOBLIN_OP_ADAPTIVE_AVG_POOL2D_BACKWARD] = k_adaptive_bwd;
+    t[GOBLIN_OP_BATCH_NORM_BACKWARD] = k_bn_bwd;
+    t[GOBLIN_OP_NLL_LOSS_BACKWARD] = k_loss_bwd;
+    t[GOBLIN_OP_CROSS_ENTROPY_BACKWARD] = k_loss_bwd;
+    t[GOBLIN_OP_EMBEDDING_BACKWARD] = k_emb_bwd;
+}
