@@ -84,6 +84,7 @@ command -v "$py" >/dev/null 2>&1 || die "$py not found"
 pip_wanted=(
   "meson|ver('meson') >= (1, 0, 1)"
   "ninja|ver('ninja') >= (1, 10)"
+  "meson-python|ver('meson-python') >= (0, 13)"
   "numpy|ver('numpy') >= (1, 24)"
   "pytest|ver('pytest') >= (7, 0)"
   "torch==2.13.0|ver('torch') == (2, 13, 0)"
@@ -155,8 +156,18 @@ if [ "${GOBLIN_SETUP_ASAN:-1}" = 1 ]; then
   # AddressSanitizer + UBSan build of the library and the unit tests.
   # b_lundef=false: the sanitizer runtimes resolve symbols at load time.
   configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dcuda=disabled -Dexamples=false -Dbench=false "${extra[@]}"
+    -Dcuda=disabled -Dexamples=false -Dbench=false -Dpython=disabled "${extra[@]}"
   build build-asan
+fi
+
+if [ "${GOBLIN_SETUP_PYPKG:-1}" = 1 ]; then
+  # The Python package (import goblin), built by meson-python into build-py/
+  # (reused, so a rebuild after a change takes seconds). The CUDA backend is
+  # compiled and tested in build/; the package stays CPU-only here.
+  log "installing the goblin Python package"
+  out=$(PIP_ROOT_USER_ACTION=ignore "$py" -m pip install -q --no-build-isolation \
+        -Cbuild-dir=build-py -Csetup-args=-Dcuda=disabled . 2>&1) ||
+    { printf '%s\n' "$out" >&2; die "pip install . failed"; }
 fi
 
 log "ready"

@@ -19,6 +19,8 @@
 #include "node.h"
 #include "worker.h"
 #include "grid.h"
+#include "npy.h"
+#include "client.h"
 #include "autodiff.h"
 #include "optim.h"
 

@@ -1,0 +1,152 @@
+/* goblin/client.h - talking to a running node from another process.
+ *
+ * A node that serves clients runs a gateway (goblin_gateway_*) in its process: it
+ * listens on its own URL(s) (tcp://, ipc://, tls+tcp://), decodes each request as
+ * hostile bytes and calls the node's public API (goblin_node_submit_matmul,
+ * goblin_job_*). A client (goblin_client_*) connects to that URL, submits matmul
+ * jobs (tensors it sends, or .npy files that already lie on the node's disk and are
+ * memory-mapped there), follows their progress, cancels them, fetches results and
+ * reads the node's verification counters.
+ *
+ * The client protocol is request/reply (nng req0/rep0) with its own versioned framing
+ * (magic "GBLC"); its byte layout is at the top of libgoblin/client_wire.h.
+ * File paths name the lab's own files on the node; they never go to workers.
+ *
+ * Thread safety: one client object serves one thread at a time (its calls are
+ * serialized internally, so sharing it is safe but not concurrent). Gateway calls
+ * are thread-safe except _free. */
+#ifndef GOBLIN_CLIENT_H
+#define GOBLIN_CLIENT_H
+
+#include "api.h"
+#include "error.h"
+#include "node.h"
+#include "tensor.h"
+
+GOBLIN_BEGIN_DECLS
+
+/* ---- client ----------------------------------------------------------------- */
+
+typedef struct goblin_client_params {
+    const char *ca_file;      /* tls+tcp://: trust these PEM CA certificates, or */
+    const char *fingerprint;  /* tls+tcp://: pin the node's certificate SHA-256 (hex) */
+    const char *server_name;  /* CA mode: name to check (NULL: see tls_impl rules) */
+    uint32_t timeout_ms;      /* one request/reply (default 120000; uploads can be large) */
+    uint32_t connect_timeout_ms; /* first connection (default 10000) */
+    uint32_t poll_ms;         /* progress polling period of goblin_client_matmul* (default 100) */
+    uint64_t recv_max_bytes;  /* largest reply accepted (default 16 GiB) */
+} goblin_client_params;
+
+GOBLIN_API void goblin_client_params_default(goblin_client_params *p);
+
+typedef struct goblin_client goblin_client;
+
+/** Connect to the gateway at @p url (borrowed). @p p NULL for defaults (copied).
+ *  *out set on success. GOBLIN_EINVAL, GOBLIN_ECONNREFUSED / GOBLIN_ETIMEDOUT (nobody
+ *  there), GOBLIN_EAUTH (TLS: wrong fingerprint or certificate), GOBLIN_EIO,
+ *  GOBLIN_ENOMEM; @p err_msg (if not NULL, @p err_cap bytes) says why. */
+GOBLIN_API goblin_err goblin_client_connect(goblin_client **out, const char *url,
+                                            const goblin_client_params *p, char *err_msg,
+                                            size_t err_cap);
+
+/** Why the client's last call failed (owned by the client; "" after a success). */
+GOBLIN_API const char *goblin_client_error(const goblin_client *c);
+
+/** Called between polls with the job's accepted tasks so far; return false to cancel. */
+typedef bool (*goblin_client_progress_fn)(void *user, int64_t done, int64_t total);
+
+/** One job's state as the node reports it. */
+typedef struct goblin_client_job_info {
+    goblin_job_status status;
+    goblin_err error;       /* the job's result once it ended (GOBLIN_OK when done) */
+    int64_t done, total;    /* tasks accepted / planned */
+    char message[513];      /* why it failed or was canceled */
+} goblin_client_job_info;
+
+/** Send A [m, k] and B [k, n] (borrowed; contiguous, both f32 or both f64) and submit
+ *  C = A . B. *job_id set on success. Errors the node reports (GOBLIN_ESHAPE,
+ *  GOBLIN_EDTYPE, GOBLIN_ESTATE, ...) come back as they are. */
+GOBLIN_API goblin_err goblin_client_submit_matmul(goblin_client *c, const goblin_tensor *a,
+                                                  const goblin_tensor *b, uint64_t *job_id);
+/** Submit C = A . B over .npy files on the NODE's disk (paths borrowed, as the node
+ *  sees them): A and B are mapped read-only, @p c_path created (replaced) and mapped.
+ *  GOBLIN_ENOTSUP if the gateway does not allow file jobs. */
+GOBLIN_API goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_path,
+                                                        const char *b_path, const char *c_path,
+                                                        uint64_t *job_id);
+GOBLIN_API goblin_err goblin_client_job_status(goblin_client *c, uint64_t job_id,
+                                               goblin_client_job_info *out);
+GOBLIN_API goblin_err goblin_client_cancel(goblin_client *c, uint64_t job_id);
+/** Fetch a finished job's result and release the job on the node. For a tensor job,
+ *  @p out (if not NULL) receives C in a new buffer (goblin_buffer_free its data); a
+ *  file job has no tensor to fetch (@p out untouched): the product is in its file.
+ *  Returns the job's own result (GOBLIN_OK, its failure, GOBLIN_ECANCELED), or
+ *  GOBLIN_EBUSY if it is still running, GOBLIN_ENOTFOUND for an unknown job. */
+GOBLIN_API goblin_err goblin_client_fetch_result(goblin_client *c, uint64_t job_id,
+                                                 goblin_tensor *out);
+
+/** Submit, poll with @p progress (may be NULL) every poll_ms, fetch. @p out: as for
+ *  goblin_client_fetch_result (its data allocated for you). GOBLIN_ECANCELED if
+ *  @p progress returned false (the job is canceled on the node). */
+GOBLIN_API goblin_err goblin_client_matmul(goblin_client *c, const goblin_tensor *a,
+                                           const goblin_tensor *b, goblin_tensor *out,
+                                           goblin_client_progress_fn progress, void *user);
+/** The same for a file job (goblin_client_submit_matmul_files). */
+GOBLIN_API goblin_err goblin_client_matmul_files(goblin_client *c, const char *a_path,
+                                                 const char *b_path, const char *c_path,
+                                                 goblin_client_progress_fn progress, void *user);
+
+/** The node's counters, and up to @p cap per-worker records into @p workers (may be NULL
+ *  when @p cap is 0); *n_workers (if not NULL) = how many the node has. */
+GOBLIN_API goblin_err goblin_client_stats(goblin_client *c, goblin_node_stats *out,
+                                          goblin_node_worker_stats *workers, int64_t cap,
+                                          int64_t *n_workers);
+
+/** Close the connection and free. NULL is a no-op. */
+GOBLIN_API void goblin_client_free(goblin_client *c);
+
+/* ---- gateway (node side) ----------------------------------------------------------- */
+
+#define GOBLIN_GATEWAY_MAX_LISTEN 8
+
+typedef struct goblin_gateway_params {
+    const char *listen[GOBLIN_GATEWAY_MAX_LISTEN]; /* URLs (copied) */
+    int32_t n_listen;            /* 1 .. GOBLIN_GATEWAY_MAX_LISTEN */
+    const char *cert_file;       /* needed for tls+tcp:// URLs (copied) */
+    const char *key_file;
+    bool allow_files;            /* accept SUBMIT_MATMUL_FILES (default true) */
+    uint64_t recv_max_bytes;     /* largest request (default 8 GiB) */
+    int32_t max_jobs;            /* jobs held at once, running or unfetched (default 64) */
+    goblin_job_params job;       /* for every submitted job (progress fields ignored) */
+    goblin_log_fn log;
+    void *log_user;
+    goblin_log_level log_level;  /* default INFO */
+} goblin_gateway_params;
+
+GOBLIN_API void goblin_gateway_params_default(goblin_gateway_params *p);
+
+typedef struct goblin_gateway goblin_gateway;
+
+/** A gateway for @p node (borrowed: must outlive the gateway). Not yet listening.
+ *  GOBLIN_EINVAL, GOBLIN_ENOMEM. */
+GOBLIN_API goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
+                                         const goblin_gateway_params *p);
+/** Listen and serve in the gateway's own thread. GOBLIN_EIO (logged) if a URL cannot be
+ *  listened on, GOBLIN_ESTATE if already started. */
+GOBLIN_API goblin_err goblin_gateway_start(goblin_gateway *gw);
+/** Stop serving. Jobs that are still running are canceled; for up to @p drain_ms the
+ *  gateway keeps answering so clients learn that their jobs ended, returning early once
+ *  every job's end has been reported (or no job is held). Idempotent. */
+GOBLIN_API void goblin_gateway_stop(goblin_gateway *gw, uint32_t drain_ms);
+/** Stop (without draining) and free, with its jobs. NULL is a no-op. */
+GOBLIN_API void goblin_gateway_free(goblin_gateway *gw);
+
+typedef struct goblin_gateway_stats {
+    int64_t requests, jobs_submitted, jobs_held, refused; /* refused: malformed requests */
+} goblin_gateway_stats;
+
+GOBLIN_API void goblin_gateway_stats_get(goblin_gateway *gw, goblin_gateway_stats *out);
+
+GOBLIN_END_DECLS
+
+#endif

@@ -1,0 +1,498 @@
+"""Process-level tests of the distributed runtime: a real goblin-node and goblin-worker
+processes on loopback, driven through goblin-client (the gateway's client library).
+
+The executables come from the build directory ($GOBLIN_BUILD, default build/).
+References are NumPy products; tolerances are the matmul contract, gamma_k * (|A| |B|)
+elementwise with k the inner dimension, in the dtype the workers compute in.
+
+The issue's full-size product (6000 x 5000 by 5000 x 7000) is test_big_products_slow,
+which runs only with GOBLIN_RUN_SLOW=1 (CI does not set it).
+"""
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("GOBLIN_BUILD", os.path.join(ROOT, "build"))
+TOOLS = os.path.join(BUILD, "tools")
+NODE = os.path.join(TOOLS, "goblin-node")
+WORKER = os.path.join(TOOLS, "goblin-worker")
+CLIENT = os.path.join(TOOLS, "goblin-client")
+
+pytestmark = pytest.mark.skipif(
+    not all(os.path.exists(p) for p in (NODE, WORKER, CLIENT)),
+    reason=f"goblin-node/goblin-worker/goblin-client not built in {TOOLS}")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def contract_ok(c, a, b):
+    """|C - A B| <= gamma_k (|A| |B|) in the operands' dtype (plus a tiny absolute floor)."""
+    k = a.shape[1]
+    u = np.finfo(a.dtype).eps / 2
+    gamma = k * u / (1 - k * u)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    bound = gamma * (np.abs(a64) @ np.abs(b64)) + np.finfo(a.dtype).tiny
+    err = np.abs(c.astype(np.float64) - ref)
+    return bool(np.all(err <= bound)), float(err.max()), float((err / bound).max())
+
+
+class Grid:
+    """A node process, its worker processes and a client URL, all on loopback."""
+
+    def __init__(self, tmp, scheme="tcp", node_args=(), cert=None, key=None):
+        self.tmp = tmp
+        self.port = free_port()
+        self.cport = free_port()
+        host = "127.0.0.1"
+        self.url = f"{scheme}://{host}:{self.port}"
+        self.client_url = f"tcp://{host}:{self.cport}"
+        self.workers = []
+        self.logs = []
+        args = [NODE, "--listen", self.url, "--client-listen", self.client_url, *node_args]
+        if cert:
+            args += ["--cert", cert, "--key", key]
+        self.node_log = os.path.join(tmp, f"node-{self.port}.log")
+        self.node = subprocess.Popen(args, stderr=open(self.node_log, "w"))
+        self.wait_port(self.cport)
+
+    def wait_port(self, port, timeout=10):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.node.poll() is not None:
+                raise AssertionError(f"node exited: {self.node_log_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("node did not start listening")
+
+    def node_log_text(self):
+        with open(self.node_log) as f:
+            return f.read()
+
+    def add_worker(self, *extra, threads=1, memory="512M"):
+        i = len(self.workers)
+        log = os.path.join(self.tmp, f"worker-{self.port}-{i}.log")
+        args = [WORKER, "--connect", self.url, "--threads", str(threads), "--memory", memory,
+                *extra]
+        p = subprocess.Popen(args, stderr=open(log, "w"))
+        self.workers.append(p)
+        self.logs.append(log)
+        return p
+
+    def worker_log(self, i):
+        with open(self.logs[i]) as f:
+            return f.read()
+
+    def client(self, *args, timeout=120, check=True):
+        r = subprocess.run([CLIENT, "--connect", self.client_url, *args], capture_output=True,
+                           text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"goblin-client {args} -> {r.returncode}: {r.stderr}\n"
+                                 f"node log:\n{self.node_log_text()[-3000:]}")
+        return r
+
+    def stats(self):
+        return json.loads(self.client("stats").stdout)
+
+    def wait_workers(self, n, timeout=15):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.stats()["workers_connected"] >= n:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{n} workers did not connect: {self.node_log_text()[-2000:]}")
+
+    def matmul(self, a, b, name="p", timeout=180):
+        pa, pb, pc = (os.path.join(self.tmp, f"{name}-{x}.npy") for x in "abc")
+        np.save(pa, a)
+        np.save(pb, b)
+        r = self.client("matmul", pa, pb, pc, timeout=timeout)
+        return np.load(pc), json.loads(r.stdout.strip().splitlines()[-1])
+
+    def close(self):
+        for w in self.workers:
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+        for w in self.workers:
+            try:
+                w.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait()
+        if self.node.poll() is None:
+            self.node.send_signal(signal.SIGTERM)
+            try:
+                self.node.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.node.kill()
+                self.node.wait()
+
+
+@pytest.fixture
+def tmp():
+    with tempfile.TemporaryDirectory(prefix="goblin-rt-") as d:
+        yield d
+
+
+def operands(m, k, n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype))
+
+
+# ---- products over tcp:// ------------------------------------------------------------
+
+def test_products_tcp_three_workers(tmp):
+    g = Grid(tmp)
+    try:
+        for _ in range(3):
+            g.add_worker()
+        g.wait_workers(3)
+        for dt, seed in ((np.float32, 1), (np.float64, 2)):
+            a, b = operands(1500, 1200, 1700, dt, seed)
+            c, st = g.matmul(a, b, name=np.dtype(dt).name)
+            assert c.dtype == dt and c.shape == (1500, 1700)
+            ok, err, ratio = contract_ok(c, a, b)
+            assert ok, f"{np.dtype(dt).name}: max error {err} ({ratio:.2f} of the bound)"
+            print(f"tcp {np.dtype(dt).name}: {st['seconds']:.2f} s, max error {err:.3g} "
+                  f"({ratio:.3f} of the contract), accepted {st['results_accepted']}")
+        st = g.stats()
+        assert st["results_rejected"] == 0 and st["workers_quarantined"] == 0
+        assert st["results_accepted"] == st["tasks_completed"] > 0
+        # Every worker took part.
+        assert sum(1 for w in st["workers"] if w["accepted"] > 0) == 3
+    finally:
+        g.close()
+    # SIGTERM: every process ended cleanly.
+    assert g.node.returncode == 0, g.node_log_text()[-2000:]
+    assert all(w.returncode == 0 for w in g.workers)
+
+
+def test_file_job_on_node(tmp):
+    """A job over .npy files on the node's disk: mapped there, output created there."""
+    g = Grid(tmp)
+    try:
+        g.add_worker()
+        g.add_worker()
+        g.wait_workers(2)
+        a, b = operands(700, 900, 500, np.float64, 3)
+        pa, pb, pc = (os.path.join(tmp, f"f-{x}.npy") for x in "abc")
+        np.save(pa, a)
+        np.save(pb, b)
+        g.client("matmul", pa, pb, pc, "--on-node")
+        ok, err, _ = contract_ok(np.load(pc), a, b)
+        assert ok, err
+        # Shape mismatch and a missing file: refused with the reason, node keeps serving.
+        np.save(pb, b[:-1])
+        r = g.client("matmul", pa, pb, pc, "--on-node", check=False)
+        assert r.returncode != 0 and "inner dimensions" in r.stderr
+        r = g.client("matmul", pa, os.path.join(tmp, "missing.npy"), pc, "--on-node", check=False)
+        assert r.returncode != 0 and "cannot open" in r.stderr
+        assert g.stats()["workers_connected"] == 2
+    finally:
+        g.close()
+
+
+# ---- TLS ------------------------------------------------------------------------------
+
+def node_init(tmp):
+    d = os.path.join(tmp, "identity")
+    r = subprocess.run([NODE, "init", d], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    fp = [ln.split(": ")[1] for ln in r.stdout.splitlines() if ln.startswith("fingerprint")][0]
+    assert len(fp) == 64
+    assert f"--fingerprint {fp}" in r.stdout  # the exact worker command line
+    return os.path.join(d, "cert.pem"), os.path.join(d, "key.pem"), fp
+
+
+def worker_tls_supported(tmp, cert, key):
+    """goblin-node refuses tls+tcp:// for workers while the library lacks it."""
+    port = free_port()
+    p = subprocess.Popen([NODE, "--listen", f"tls+tcp://127.0.0.1:{port}", "--cert", cert,
+                          "--key", key], stderr=subprocess.PIPE, text=True)
+    time.sleep(0.7)
+    if p.poll() is not None:
+        err = p.stderr.read()
+        return False, err
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=10)
+    return True, ""
+
+
+def test_tls_workers_fingerprint(tmp):
+    cert, key, fp = node_init(tmp)
+    ok, why = worker_tls_supported(tmp, cert, key)
+    if not ok:
+        assert "not available in this library build" in why, why
+        pytest.skip("worker TLS is not in the node library yet: " + why.strip().splitlines()[-1])
+    g = Grid(tmp, scheme="tls+tcp", cert=cert, key=key)
+    try:
+        for _ in range(3):
+            g.add_worker("--fingerprint", fp)
+        g.wait_workers(3)
+        for dt, seed in ((np.float32, 4), (np.float64, 5)):
+            a, b = operands(1500, 1200, 1700, dt, seed)
+            c, st = g.matmul(a, b, name=np.dtype(dt).name)
+            ok, err, ratio = contract_ok(c, a, b)
+            assert ok, err
+            print(f"tls {np.dtype(dt).name}: {st['seconds']:.2f} s, max error {err:.3g}")
+        # A worker pinning another fingerprint is refused with a clear log.
+        bad = g.add_worker("--fingerprint", "ab" * 32)
+        bad.wait(timeout=30)
+        log = g.worker_log(len(g.workers) - 1)
+        assert bad.returncode != 0 and "fingerprint" in log.lower(), log
+        assert g.stats()["workers_connected"] == 3
+    finally:
+        g.close()
+
+
+def test_tls_client_gateway_fingerprint(tmp):
+    """Clients over tls+tcp:// pinning the node's fingerprint; a wrong pin is refused."""
+    cert, key, fp = node_init(tmp)
+    port, cport = free_port(), free_port()
+    log = os.path.join(tmp, "node.log")
+    node = subprocess.Popen([NODE, "--listen", f"tcp://127.0.0.1:{port}", "--client-listen",
+                             f"tls+tcp://127.0.0.1:{cport}", "--cert", cert, "--key", key],
+                            stderr=open(log, "w"))
+    w = subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1"],
+                         stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        a, b = operands(300, 200, 250, np.float32, 6)
+        pa, pb, pc = (os.path.join(tmp, f"t-{x}.npy") for x in "abc")
+        np.save(pa, a)
+        np.save(pb, b)
+        url = f"tls+tcp://127.0.0.1:{cport}"
+        r = subprocess.run([CLIENT, "--connect", url, "--fingerprint", fp, "matmul", pa, pb, pc],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr + open(log).read()
+        assert contract_ok(np.load(pc), a, b)[0]
+        r = subprocess.run([CLIENT, "--connect", url, "--fingerprint", "cd" * 32, "stats"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 4, (r.returncode, r.stderr)  # authentication
+        assert "fingerprint" in r.stderr.lower(), r.stderr
+    finally:
+        w.send_signal(signal.SIGTERM)
+        w.wait(timeout=10)
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=15)
+    assert node.returncode == 0
+
+
+# ---- workers that die -----------------------------------------------------------------
+
+def test_kill_workers_mid_job(tmp):
+    g = Grid(tmp, node_args=("--lease-ms", "4000"))
+    try:
+        for _ in range(3):
+            g.add_worker()
+        g.wait_workers(3)
+        a, b = operands(3000, 2400, 3000, np.float64, 7)
+        pa, pb, pc = (os.path.join(tmp, f"k-{x}.npy") for x in "abc")
+        np.save(pa, a)
+        np.save(pb, b)
+        client = subprocess.Popen([CLIENT, "--connect", g.client_url, "matmul", pa, pb, pc,
+                                   "--progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        kills = 0
+        for _ in range(3):
+            time.sleep(0.6)
+            if client.poll() is not None:
+                break
+            victim = next(w for w in g.workers if w.poll() is None)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            kills += 1
+            g.add_worker()  # a replacement joins mid-job
+        out, err = client.communicate(timeout=240)
+        assert client.returncode == 0, err + g.node_log_text()[-3000:]
+        assert kills >= 2, "the job ended before workers could be killed: make it larger"
+        st = json.loads(out.strip().splitlines()[-1])
+        ok, e, _ = contract_ok(np.load(pc), a, b)
+        assert ok, e
+        # No task lost or counted twice: each completed exactly once, each accepted once.
+        total = int(err.strip().splitlines()[-1].split()[1].split("/")[1])
+        assert st["tasks_completed"] == total, (st, total)
+        assert st["results_accepted"] == total
+        assert st["tasks_reissued"] >= 1  # the killed workers' leases came back
+        assert st["results_rejected"] == 0
+        print(f"kill -9 x{kills}: {total} tasks, reissued {st['tasks_reissued']}, "
+              f"late {st['results_late']}, duplicate {st['results_duplicate']}")
+    finally:
+        g.close()
+
+
+# ---- workers that lie -----------------------------------------------------------------
+
+CHEATS = ["wrong", "scale", "nan", "stale", "swap", "truncate"]
+OTHER = ["silent", "slow", "crash"]
+TALLY = {"caught": 0, "wrongly_rejected": 0}
+
+
+@pytest.mark.parametrize("mode", CHEATS + OTHER)
+def test_misbehave_modes(tmp, mode):
+    g = Grid(tmp, node_args=("--lease-ms", "1500"))
+    try:
+        # The misbehaving worker says HELLO first: it is worker 0 in the counters.
+        g.add_worker("--misbehave", f"{mode}:0.3", "--misbehave-seed", "12345",
+                     "--slow-ms", "300", memory="256M")
+        g.wait_workers(1)
+        g.add_worker(memory="256M")
+        g.add_worker(memory="256M")
+        g.wait_workers(3)
+        a, b = operands(1000, 800, 1000, np.float64, 8)
+        c, st = g.matmul(a, b, timeout=60)
+        ok, err, _ = contract_ok(c, a, b)
+        assert ok, f"{mode}: wrong product, max error {err}"
+        cheater, honest = st["workers"][0], st["workers"][1:]
+        caught = cheater["rejected"]
+        wrongly = sum(w["rejected"] for w in honest)
+        TALLY["caught"] += caught
+        TALLY["wrongly_rejected"] += wrongly
+        print(f"misbehave {mode}:0.3 -> bad results caught {caught}, good results wrongly "
+              f"rejected {wrongly}; running totals caught {TALLY['caught']}, wrongly rejected "
+              f"{TALLY['wrongly_rejected']}")
+        assert wrongly == 0 and all(not w["quarantined"] for w in honest)
+        if mode in CHEATS:
+            g.workers[0].send_signal(signal.SIGTERM)
+            g.workers[0].wait(timeout=10)
+            log = g.worker_log(0)
+            misbehaved = int(log.split("misbehaved ")[1].split()[0]) if "misbehaved " in log else 0
+            if misbehaved > 0:
+                assert caught >= 1 and cheater["quarantined"], (mode, st, log[-500:])
+                assert st["workers_quarantined"] == 1
+                assert st["results_rejected"] >= 1
+                assert "quarantined" in g.node_log_text()
+        elif mode == "silent":
+            assert st["workers_quarantined"] == 0
+        else:
+            assert st["workers_quarantined"] == 0 and st["results_rejected"] == 0
+    finally:
+        g.close()
+
+
+# ---- refusals -------------------------------------------------------------------------
+
+def test_wrong_catalogue_version_refused(tmp):
+    g = Grid(tmp)
+    try:
+        g.add_worker()
+        g.wait_workers(1)
+        bad = g.add_worker("--test-catalog-version", "999")
+        bad.wait(timeout=30)
+        assert bad.returncode == 5, g.worker_log(1)  # version mismatch
+        assert "catalog" in g.worker_log(1).lower() or "version" in g.worker_log(1).lower()
+        st = g.stats()
+        assert st["workers_refused"] >= 1 and st["workers_connected"] == 1
+        a, b = operands(200, 150, 180, np.float32, 9)
+        c, _ = g.matmul(a, b)
+        assert contract_ok(c, a, b)[0]
+    finally:
+        g.close()
+
+
+def sp_connect(port, proto):
+    """A raw SP (nng) connection: the 8-byte handshake, as pair1 (0x11) or req0 (0x30)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(bytes([0, ord("S"), ord("P"), 0]) + struct.pack(">H", proto) + b"\0\0")
+    s.recv(8)
+    return s
+
+
+def sp_send(s, payload):
+    s.sendall(struct.pack(">Q", len(payload)) + payload)
+
+
+def test_garbage_frames_refused(tmp):
+    g = Grid(tmp)
+    try:
+        g.add_worker()
+        g.wait_workers(1)
+        rng = np.random.default_rng(10)
+        # To the node (pair1: 4-byte hop header, then the message).
+        for payload in (rng.bytes(64), b"GBLW\x01\x00\x01\x00" + b"\0" * 8 + b"\xff" * 8,
+                        b"GBLW\x01\x00\x06\x00" + b"\0" * 16 + rng.bytes(40), b"GB"):
+            s = sp_connect(g.port, 0x11)
+            sp_send(s, b"\0\0\0\1" + payload)
+            time.sleep(0.2)
+            s.close()
+        # Oversized: a length prefix far above the receive limit.
+        s = sp_connect(g.port, 0x11)
+        s.sendall(struct.pack(">Q", 1 << 40) + b"\0" * 64)
+        time.sleep(0.2)
+        s.close()
+        # To the gateway (req0: 4-byte request id with the high bit, then the message).
+        for payload in (rng.bytes(100), b"GBLC\x01\x00\x01\x00" + b"\0" * 8 + b"\x10" + b"\0" * 7,
+                        b"GBLC\x02\x00\x03\x00" + b"\0" * 16, b"GBLC\x01\x00\x07\x00" + b"\0" * 7):
+            s = sp_connect(g.cport, 0x30)
+            sp_send(s, b"\x80\0\0\1" + payload)
+            time.sleep(0.2)
+            s.close()
+        s = sp_connect(g.cport, 0x30)
+        s.sendall(struct.pack(">Q", 1 << 40) + b"\0" * 64)
+        time.sleep(0.2)
+        s.close()
+        log = g.node_log_text()
+        assert "dropping peer" in log, log[-2000:]
+        assert log.count("gateway: malformed request") >= 4, log[-2000:]
+        # Still serving: the honest worker and a client job.
+        a, b = operands(300, 250, 280, np.float32, 11)
+        c, st = g.matmul(a, b)
+        assert contract_ok(c, a, b)[0]
+        assert st["workers_connected"] == 1 and st["peers_dropped"] >= 1
+    finally:
+        g.close()
+
+
+def test_sigterm_tells_clients(tmp):
+    """SIGTERM to the node while a client follows a job: the client hears it ended."""
+    g = Grid(tmp)
+    g.add_worker("--misbehave", "slow:1", "--slow-ms", "5000")
+    g.wait_workers(1)
+    a, b = operands(400, 300, 400, np.float32, 12)
+    pa, pb, pc = (os.path.join(tmp, f"s-{x}.npy") for x in "abc")
+    np.save(pa, a)
+    np.save(pb, b)
+    client = subprocess.Popen([CLIENT, "--connect", g.client_url, "matmul", pa, pb, pc],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    g.node.send_signal(signal.SIGTERM)
+    out, err = client.communicate(timeout=30)
+    g.node.wait(timeout=15)
+    g.close()
+    assert client.returncode != 0 and "cancel" in err.lower(), err
+    assert g.node.returncode == 0
+
+
+@pytest.mark.skipif(os.environ.get("GOBLIN_RUN_SLOW") != "1",
+                    reason="slow (minutes on 2 cores): set GOBLIN_RUN_SLOW=1")
+def test_big_products_slow(tmp):
+    g = Grid(tmp)
+    try:
+        for _ in range(3):
+            g.add_worker(threads=0, memory="512M")
+        g.wait_workers(3)
+        for dt in (np.float32, np.float64):
+            a, b = operands(6000, 5000, 7000, dt, 13)
+            c, st = g.matmul(a, b, timeout=3600)
+            ok, err, _ = contract_ok(c, a, b)
+            assert ok, err
+    finally:
+        g.close()

@@ -1,0 +1,146 @@
+/* tools/goblin-client/main.c - a command-line client of a node's gateway (for scripts
+ * and the process-level tests): run a matmul over .npy files, or print the node's
+ * counters as JSON. All work is done by goblin_client_* (goblin/client.h).
+ *
+ *   goblin-client --connect URL [--fingerprint HEX | --ca FILE] matmul A B C [--on-node] [--progress]
+ *   goblin-client --connect URL [...] stats */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/tool_common.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "Usage: goblin-client --connect URL [--fingerprint HEX | --ca FILE] COMMAND\n"
+        "  matmul A.npy B.npy C.npy [--on-node] [--progress]\n"
+        "      C = A . B through the node. Without --on-node A and B are read here and C\n"
+        "      written here; with it the paths are files on the node's disk.\n"
+        "      Prints one JSON line: seconds and the node's counters.\n"
+        "  stats   print the node's counters as one JSON line\n"
+        TOOL_EXIT_CODES_HELP);
+}
+
+static bool show_progress(void *user, int64_t done, int64_t total) {
+    int *last = user;
+    int pct = total > 0 ? (int)(100 * done / total) : 0;
+    if (pct != *last) {
+        fprintf(stderr, "progress %lld/%lld (%d%%)\n", (long long)done, (long long)total, pct);
+        *last = pct;
+    }
+    return true;
+}
+
+static void print_stats(goblin_client *c, double seconds) {
+    goblin_node_stats s;
+    goblin_node_worker_stats ws[256];
+    int64_t nw = 0;
+    goblin_err e = goblin_client_stats(c, &s, ws, 256, &nw);
+    if (e) {
+        fprintf(stderr, "goblin-client: stats: %s\n", goblin_client_error(c));
+        return;
+    }
+    printf("{\"seconds\": %.6f, \"tasks_issued\": %lld, \"tasks_completed\": %lld, "
+           "\"results_accepted\": %lld, \"results_rejected\": %lld, \"rejected_by_reason\": [",
+           seconds, (long long)s.tasks_issued, (long long)s.tasks_completed,
+           (long long)s.results_accepted, (long long)s.results_rejected);
+    for (int i = 0; i < GOBLIN_VERIFY_REASON_COUNT; i++)
+        printf("%s%lld", i ? ", " : "", (long long)s.rejected_by_reason[i]);
+    printf("], \"results_escalated\": %lld, \"results_duplicate\": %lld, \"results_late\": %lld, "
+           "\"tasks_reissued\": %lld, \"tasks_speculative\": %lld, \"panel_cache_hits\": %lld, "
+           "\"panel_cache_misses\": %lld, \"rechecked\": %lld, \"recheck_failed\": %lld, "
+           "\"peers_dropped\": %lld, \"workers_refused\": %lld, \"workers_connected\": %lld, "
+           "\"workers_quarantined\": %lld, \"workers_seen\": %lld, \"workers\": [",
+           (long long)s.results_escalated, (long long)s.results_duplicate,
+           (long long)s.results_late, (long long)s.tasks_reissued, (long long)s.tasks_speculative,
+           (long long)s.panel_cache_hits, (long long)s.panel_cache_misses, (long long)s.rechecked,
+           (long long)s.recheck_failed, (long long)s.peers_dropped, (long long)s.workers_refused,
+           (long long)s.workers_connected, (long long)s.workers_quarantined,
+           (long long)s.workers_seen);
+    for (int64_t i = 0; i < nw && i < 256; i++)
+        printf("%s{\"session_id\": %llu, \"connected\": %s, \"quarantined\": %s, \"threads\": %d, "
+               "\"memory_bytes\": %llu, \"issued\": %lld, \"accepted\": %lld, \"rejected\": %lld, "
+               "\"failed_leases\": %lld}",
+               i ? ", " : "", (unsigned long long)ws[i].session_id,
+               ws[i].connected ? "true" : "false", ws[i].quarantined ? "true" : "false",
+               ws[i].threads, (unsigned long long)ws[i].memory_bytes, (long long)ws[i].issued,
+               (long long)ws[i].accepted, (long long)ws[i].rejected,
+               (long long)ws[i].failed_leases);
+    printf("]}\n");
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    tool_name = "goblin-client";
+    goblin_client_params cp;
+    goblin_client_params_default(&cp);
+    const char *url = NULL, *cmd = NULL, *pos[3];
+    int npos = 0;
+    bool on_node = false, progress = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool hasv = i + 1 < argc;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--connect") == 0 && hasv) url = argv[++i];
+        else if (strcmp(a, "--fingerprint") == 0 && hasv) cp.fingerprint = argv[++i];
+        else if (strcmp(a, "--ca") == 0 && hasv) cp.ca_file = argv[++i];
+        else if (strcmp(a, "--on-node") == 0) on_node = true;
+        else if (strcmp(a, "--progress") == 0) progress = true;
+        else if (a[0] != '-' && !cmd) cmd = a;
+        else if (a[0] != '-' && npos < 3) pos[npos++] = a;
+        else {
+            fprintf(stderr, "goblin-client: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return TOOL_EXIT_USAGE;
+        }
+    }
+    bool is_mm = cmd && strcmp(cmd, "matmul") == 0, is_stats = cmd && strcmp(cmd, "stats") == 0;
+    if (!url || !(is_mm || is_stats) || (is_mm && npos != 3) || (is_stats && npos)) {
+        usage(stderr);
+        return TOOL_EXIT_USAGE;
+    }
+    char why[600];
+    goblin_client *c;
+    goblin_err e = goblin_client_connect(&c, url, &cp, why, sizeof why);
+    if (e) {
+        fprintf(stderr, "goblin-client: %s (%s)\n", why, goblin_strerror(e));
+        return tool_exit_code(e);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int last = -1;
+    if (is_mm && on_node) {
+        e = goblin_client_matmul_files(c, pos[0], pos[1], pos[2], progress ? show_progress : NULL,
+                                       &last);
+    } else if (is_mm) {
+        goblin_npy *fa = NULL, *fb = NULL;
+        if ((e = goblin_npy_open(pos[0], false, &fa, why, sizeof why)) ||
+            (e = goblin_npy_open(pos[1], false, &fb, why, sizeof why))) {
+            fprintf(stderr, "goblin-client: %s\n", why);
+            goblin_npy_close(fa);
+            goblin_client_free(c);
+            return tool_exit_code(e);
+        }
+        goblin_tensor out;
+        e = goblin_client_matmul(c, goblin_npy_tensor(fa), goblin_npy_tensor(fb), &out,
+                                 progress ? show_progress : NULL, &last);
+        goblin_npy_close(fa);
+        goblin_npy_close(fb);
+        if (!e) {
+            e = goblin_npy_save(pos[2], &out, why, sizeof why);
+            goblin_buffer_free(out.data);
+            if (e) fprintf(stderr, "goblin-client: %s\n", why);
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (e) {
+        fprintf(stderr, "goblin-client: %s (%s)\n", goblin_client_error(c), goblin_strerror(e));
+        goblin_client_free(c);
+        return tool_exit_code(e);
+    }
+    print_stats(c, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    goblin_client_free(c);
+    return 0;
+}

@@ -1,0 +1,168 @@
+/* tools/goblin-node/cli.c - argv -> node_cli (params structs); no other logic. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/tool_common.h"
+#include "cli.h"
+
+void node_cli_usage(FILE *f) {
+    fprintf(f,
+        "Usage: goblin-node --listen URL [--listen URL ...] [options]\n"
+        "       goblin-node init DIR [--force] [--host NAME] [--port N]\n"
+        "\n"
+        "Runs the node of a GPU Goblin grid: it plans jobs into tasks, leases them to\n"
+        "workers (which dial in), verifies every result and assembles the output.\n"
+        "\n"
+        "  --listen URL            address for workers (repeatable, up to %d):\n"
+        "                          tls+tcp://HOST:PORT, tcp://HOST:PORT, ipc:///path\n"
+        "  --client-listen URL     address for clients (goblin_client_*, matmul_client)\n"
+        "                          (repeatable, up to %d)\n"
+        "  --cert FILE --key FILE  the node's identity (from `goblin-node init`); needed\n"
+        "                          for tls+tcp:// addresses\n"
+        "  --workers-token-file F  workers must present the token in F (its first line)\n"
+        "  --insecure-plaintext    allow plain tcp:// on a non-loopback address\n"
+        "  --verify MODE           freivalds (default) | recompute | unsafe-none\n"
+        "  --lease-ms N            lease duration (default 30000)\n"
+        "  --max-retries N         failed leases per task before its job fails (default 4)\n"
+        "  --min-tasks N           client jobs: cut into at least N tasks (default: 4 per\n"
+        "                          connected worker)\n"
+        "  --task-memory BYTES     client jobs: memory of one task (default: the smallest\n"
+        "                          budget the connected workers advertise)\n"
+        "  --stats-interval-ms N   log the verification counters every N ms (0: at exit)\n"
+        "  -v, --verbose           more logging (repeatable); --log-level LEVEL sets it:\n"
+        "                          error, warn, info (default), debug\n"
+        "  -h, --help, --version\n"
+        "\n"
+        "TLS is the default for anything that is not loopback or ipc: the node refuses\n"
+        "to listen on a non-loopback tcp:// address unless --insecure-plaintext is given.\n"
+        "`init DIR` writes DIR/cert.pem and DIR/key.pem (self-signed, EC P-256) and\n"
+        "prints the certificate's SHA-256 fingerprint and the worker command line.\n"
+        "SIGINT/SIGTERM stop the node: running jobs end (canceled) and clients are told.\n"
+        TOOL_EXIT_CODES_HELP,
+        GOBLIN_NODE_MAX_LISTEN, GOBLIN_GATEWAY_MAX_LISTEN);
+}
+
+static goblin_err bad(const char *fmt, const char *arg) {
+    fprintf(stderr, "goblin-node: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(try goblin-node --help)\n");
+    return GOBLIN_EINVAL;
+}
+
+goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
+    memset(cli, 0, sizeof *cli);
+    goblin_node_params_default(&cli->node);
+    goblin_gateway_params_default(&cli->gateway);
+    cli->log_level = GOBLIN_LOG_INFO;
+    cli->drain_ms = 3000;
+    cli->init_host = "HOST";
+    cli->init_port = 7700;
+    int i = 1;
+    if (argc > 1 && strcmp(argv[1], "init") == 0) {
+        cli->action = NODE_CLI_INIT;
+        i = 2;
+    }
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDV() do { if (!v) return bad("%s needs a value", a); i++; } while (0)
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cli->action = NODE_CLI_HELP;
+            return GOBLIN_OK;
+        } else if (strcmp(a, "--version") == 0) {
+            cli->action = NODE_CLI_VERSION;
+            return GOBLIN_OK;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            if (cli->log_level < GOBLIN_LOG_DEBUG) cli->log_level++;
+        } else if (strcmp(a, "--log-level") == 0) {
+            NEEDV();
+            if (!tool_parse_level(v, &cli->log_level)) return bad("unknown log level '%s'", v);
+        } else if (cli->action == NODE_CLI_INIT) {
+            if (strcmp(a, "--force") == 0) cli->init_force = true;
+            else if (strcmp(a, "--host") == 0) { NEEDV(); cli->init_host = v; }
+            else if (strcmp(a, "--port") == 0) {
+                NEEDV();
+                int64_t n;
+                if (!tool_parse_i64(v, 1, 65535, &n)) return bad("bad --port '%s'", v);
+                cli->init_port = (int)n;
+            } else if (a[0] != '-' && !cli->init_dir) cli->init_dir = a;
+            else return bad("unknown argument '%s' for init", a);
+        } else if (strcmp(a, "--listen") == 0) {
+            NEEDV();
+            if (cli->node.n_listen >= GOBLIN_NODE_MAX_LISTEN) return bad("too many --listen (%s)", v);
+            cli->node.listen[cli->node.n_listen++] = v;
+        } else if (strcmp(a, "--client-listen") == 0) {
+            NEEDV();
+            if (cli->gateway.n_listen >= GOBLIN_GATEWAY_MAX_LISTEN)
+                return bad("too many --client-listen (%s)", v);
+            cli->gateway.listen[cli->gateway.n_listen++] = v;
+        } else if (strcmp(a, "--cert") == 0) {
+            NEEDV();
+            cli->cert_file = v;
+        } else if (strcmp(a, "--key") == 0) {
+            NEEDV();
+            cli->key_file = v;
+        } else if (strcmp(a, "--workers-token-file") == 0) {
+            NEEDV();
+            cli->token_file = v;
+        } else if (strcmp(a, "--insecure-plaintext") == 0) {
+            cli->insecure_plaintext = true;
+        } else if (strcmp(a, "--verify") == 0) {
+            NEEDV();
+            if (strcmp(v, "freivalds") == 0) cli->node.verify = GOBLIN_VERIFY_POLICY_FREIVALDS;
+            else if (strcmp(v, "recompute") == 0) cli->node.verify = GOBLIN_VERIFY_POLICY_RECOMPUTE;
+            else if (strcmp(v, "unsafe-none") == 0) cli->node.verify = GOBLIN_VERIFY_POLICY_UNSAFE_NONE;
+            else return bad("unknown --verify mode '%s'", v);
+        } else if (strcmp(a, "--lease-ms") == 0) {
+            NEEDV();
+            int64_t n;
+            if (!tool_parse_i64(v, 1, 86400000, &n)) return bad("bad --lease-ms '%s'", v);
+            cli->node.lease_ms = (uint32_t)n;
+        } else if (strcmp(a, "--max-retries") == 0) {
+            NEEDV();
+            int64_t n;
+            if (!tool_parse_i64(v, 0, 1000, &n)) return bad("bad --max-retries '%s'", v);
+            cli->node.max_retries = (int32_t)n;
+        } else if (strcmp(a, "--min-tasks") == 0) {
+            NEEDV();
+            int64_t n;
+            if (!tool_parse_i64(v, 0, INT32_MAX, &n)) return bad("bad --min-tasks '%s'", v);
+            cli->gateway.job.min_tasks = n;
+        } else if (strcmp(a, "--task-memory") == 0) {
+            NEEDV();
+            if (!tool_parse_bytes(v, &cli->gateway.job.task_memory_bytes))
+                return bad("bad --task-memory '%s' (bytes, with an optional K/M/G/T suffix)", v);
+        } else if (strcmp(a, "--stats-interval-ms") == 0) {
+            NEEDV();
+            int64_t n;
+            if (!tool_parse_i64(v, 0, 86400000, &n)) return bad("bad --stats-interval-ms '%s'", v);
+            cli->stats_interval_ms = (uint32_t)n;
+        } else {
+            return bad("unknown argument '%s'", a);
+        }
+#undef NEEDV
+    }
+    if (cli->action == NODE_CLI_INIT) {
+        if (!cli->init_dir) return bad("%s", "init needs a directory");
+        return GOBLIN_OK;
+    }
+    if (cli->node.n_listen == 0) return bad("%s", "at least one --listen URL is needed");
+    if (!!cli->cert_file != !!cli->key_file) return bad("%s", "--cert and --key go together");
+    cli->node.log_level = cli->gateway.log_level = cli->log_level;
+    cli->gateway.cert_file = cli->cert_file;
+    cli->gateway.key_file = cli->key_file;
+    /* The security rule: plain tcp only on loopback unless explicitly waived; TLS
+     * needs an identity. Checked for worker and client addresses alike. */
+    for (int k = 0; k < cli->node.n_listen + cli->gateway.n_listen; k++) {
+        const char *url = k < cli->node.n_listen ? cli->node.listen[k]
+                                                  : cli->gateway.listen[k - cli->node.n_listen];
+        if (tool_url_is_plain_tcp(url) && !tool_url_is_local(url) && !cli->insecure_plaintext)
+            return bad("refusing to listen on %s in plain text: it is not a loopback address. "
+                       "Use tls+tcp:// with --cert/--key (see `goblin-node init`), or pass "
+                       "--insecure-plaintext if you really mean it", url);
+        if (tool_url_is_tls(url) && !cli->cert_file)
+            return bad("%s needs --cert FILE --key FILE (create them with `goblin-node init DIR`)",
+                       url);
+    }
+    return GOBLIN_OK;
+}

@@ -1,0 +1,190 @@
+/* tools/goblin-node/main.c - goblin-node: parse the command line, then run a node
+ * (and a client gateway) through the library until SIGINT/SIGTERM. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/tool_common.h"
+#include "cli.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static int run_init(const node_cli *cli) {
+    goblin_tls_init_params ip;
+    goblin_tls_init_params_default(&ip);
+    ip.force = cli->init_force;
+    const char *names[1] = {cli->init_host};
+    if (strcmp(cli->init_host, "HOST") != 0) {
+        ip.dns_names = names;
+        ip.n_dns_names = 1;
+    }
+    goblin_tls_identity id;
+    char why[512];
+    goblin_err e = goblin_tls_init_dir(cli->init_dir, &ip, &id, why, sizeof why);
+    if (e) {
+        fprintf(stderr, "goblin-node: init %s: %s (%s)\n", cli->init_dir, why, goblin_strerror(e));
+        return tool_exit_code(e);
+    }
+    printf("identity written:\n  certificate %s\n  private key %s\n", id.cert_path, id.key_path);
+    printf("fingerprint (SHA-256): %s\n\n", id.fingerprint);
+    printf("start the node:\n  goblin-node --listen tls+tcp://0.0.0.0:%d --cert %s --key %s\n\n",
+           cli->init_port, id.cert_path, id.key_path);
+    printf("start a worker:\n  goblin-worker --connect tls+tcp://%s:%d --fingerprint %s\n",
+           cli->init_host, cli->init_port, id.fingerprint);
+    return TOOL_EXIT_OK;
+}
+
+/* The join token: the first line of the token file, without surrounding blanks. */
+static goblin_err read_token(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        tool_logf(GOBLIN_LOG_ERROR, GOBLIN_LOG_ERROR, "cannot read the token file %s: %s", path,
+                  strerror(errno));
+        return GOBLIN_EIO;
+    }
+    char line[GOBLIN_TOKEN_MAX_BYTES + 4] = "";
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t n = got ? strcspn(line, "\r\n") : 0;
+    while (n && (line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
+    line[n] = 0;
+    const char *s = line + strspn(line, " \t");
+    if (!*s || strlen(s) > GOBLIN_TOKEN_MAX_BYTES || strlen(s) >= cap) {
+        tool_logf(GOBLIN_LOG_ERROR, GOBLIN_LOG_ERROR,
+                  "the token file %s must hold a token of 1..%d bytes on its first line", path,
+                  GOBLIN_TOKEN_MAX_BYTES);
+        return GOBLIN_EINVAL;
+    }
+    snprintf(out, cap, "%s", s);
+    return GOBLIN_OK;
+}
+
+/* Worker-facing TLS: the node listens with the identity given on the command line. */
+static goblin_err set_node_tls(node_cli *cli) {
+    bool any_tls = false;
+    for (int i = 0; i < cli->node.n_listen; i++) any_tls |= tool_url_is_tls(cli->node.listen[i]);
+    if (!any_tls) return GOBLIN_OK;
+    goblin_tls_identity id;
+    char why[512];
+    goblin_err e = goblin_tls_identity_load(cli->cert_file, cli->key_file, &id, why, sizeof why);
+    if (e) {
+        tool_logf(cli->log_level, GOBLIN_LOG_ERROR, "identity: %s", why);
+        return e;
+    }
+    tool_logf(cli->log_level, GOBLIN_LOG_INFO, "identity %s, fingerprint %s", id.cert_path,
+              id.fingerprint);
+    /* goblin_node_params has no certificate fields yet: the worker listener cannot
+     * speak TLS until the library takes them (the client gateway already does). */
+    tool_logf(cli->log_level, GOBLIN_LOG_ERROR,
+              "TLS for worker connections is not available in this library build yet; "
+              "use tcp:// on loopback or ipc:// for workers (--client-listen tls+tcp:// works)");
+    return GOBLIN_ENOTSUP;
+}
+
+static void log_stats(goblin_node *node, goblin_log_level max) {
+    goblin_node_stats s;
+    goblin_node_stats_get(node, &s);
+    tool_logf(max, GOBLIN_LOG_INFO,
+              "counters: issued %lld completed %lld accepted %lld rejected %lld reissued %lld "
+              "speculative %lld duplicate %lld late %lld escalated %lld rechecked %lld "
+              "workers connected %lld seen %lld quarantined %lld refused %lld peers dropped %lld",
+              (long long)s.tasks_issued, (long long)s.tasks_completed,
+              (long long)s.results_accepted, (long long)s.results_rejected,
+              (long long)s.tasks_reissued, (long long)s.tasks_speculative,
+              (long long)s.results_duplicate, (long long)s.results_late,
+              (long long)s.results_escalated, (long long)s.rechecked,
+              (long long)s.workers_connected, (long long)s.workers_seen,
+              (long long)s.workers_quarantined, (long long)s.workers_refused,
+              (long long)s.peers_dropped);
+}
+
+int main(int argc, char **argv) {
+    tool_name = "goblin-node";
+    node_cli cli;
+    goblin_err e = node_cli_parse(argc, argv, &cli);
+    if (e) return tool_exit_code(e);
+    if (cli.action == NODE_CLI_HELP) {
+        node_cli_usage(stdout);
+        return TOOL_EXIT_OK;
+    }
+    if (cli.action == NODE_CLI_VERSION) {
+        printf("goblin-node %s (catalogue %u, wire protocol %d)\n", GOBLIN_VERSION_STRING,
+               goblin_catalog_version(), GOBLIN_WIRE_VERSION);
+        return TOOL_EXIT_OK;
+    }
+    if (cli.action == NODE_CLI_INIT) return run_init(&cli);
+
+    char token[GOBLIN_TOKEN_MAX_BYTES + 1];
+    if (cli.token_file) {
+        if ((e = read_token(cli.token_file, token, sizeof token))) return tool_exit_code(e);
+        cli.node.join_token = (const uint8_t *)token;
+        cli.node.token_len = (uint32_t)strlen(token);
+    }
+    if ((e = set_node_tls(&cli))) return tool_exit_code(e);
+    cli.node.log = tool_log;
+    cli.gateway.log = tool_log;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    goblin_node *node = NULL;
+    goblin_gateway *gw = NULL;
+    if ((e = goblin_node_new(&node, &cli.node))) {
+        tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot create the node: %s", goblin_strerror(e));
+        return tool_exit_code(e);
+    }
+    if ((e = goblin_node_start(node))) {
+        tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot start the node: %s", goblin_strerror(e));
+        goblin_node_free(node);
+        return tool_exit_code(e);
+    }
+    if (cli.gateway.n_listen > 0) {
+        if ((e = goblin_gateway_new(&gw, node, &cli.gateway)) || (e = goblin_gateway_start(gw))) {
+            tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot start the client gateway: %s",
+                      goblin_strerror(e));
+            goblin_gateway_free(gw);
+            goblin_node_free(node);
+            return tool_exit_code(e);
+        }
+    }
+    tool_logf(cli.log_level, GOBLIN_LOG_INFO, "node %s running (catalogue %u); SIGINT/SIGTERM stop it",
+              GOBLIN_VERSION_STRING, goblin_catalog_version());
+
+    struct timespec last;
+    clock_gettime(CLOCK_MONOTONIC, &last);
+    while (!stop_requested) {
+        usleep(100 * 1000);
+        if (cli.stats_interval_ms) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            int64_t ms = (now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000;
+            if (ms >= cli.stats_interval_ms) {
+                log_stats(node, cli.log_level);
+                last = now;
+            }
+        }
+    }
+    tool_logf(cli.log_level, GOBLIN_LOG_INFO, "stopping");
+    /* The node ends its running jobs (canceled); the gateway then keeps answering for a
+     * moment so that clients polling their jobs learn that they ended. */
+    goblin_node_stop(node);
+    goblin_gateway_stop(gw, cli.drain_ms);
+    log_stats(node, cli.log_level);
+    goblin_gateway_free(gw);
+    goblin_node_free(node);
+    tool_logf(cli.log_level, GOBLIN_LOG_INFO, "stopped");
+    return TOOL_EXIT_OK;
+}

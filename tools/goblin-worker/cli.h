@@ -1,0 +1,29 @@
+/* tools/goblin-worker/cli.h - goblin-worker's command line as params structs. */
+#ifndef GOBLIN_WORKER_CLI_H
+#define GOBLIN_WORKER_CLI_H
+
+#include <goblin/goblin.h>
+#include <stdio.h>
+
+typedef enum worker_cli_action {
+    WORKER_CLI_RUN = 0,
+    WORKER_CLI_HELP = 1,
+    WORKER_CLI_VERSION = 2,
+    WORKER_CLI_LIST_OPS = 3,
+} worker_cli_action;
+
+typedef struct worker_cli {
+    worker_cli_action action;
+    goblin_worker_params worker;
+    const char *ca_file;
+    const char *fingerprint;
+    const char *token;
+    bool seed_given;
+    goblin_log_level log_level;
+} worker_cli;
+
+/** Parse argv into @p cli. On error prints why to stderr and returns GOBLIN_EINVAL. */
+goblin_err worker_cli_parse(int argc, char **argv, worker_cli *cli);
+void worker_cli_usage(FILE *f);
+
+#endif

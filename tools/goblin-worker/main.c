@@ -1,0 +1,86 @@
+/* tools/goblin-worker/main.c - goblin-worker: parse the command line, then serve
+ * through goblin_worker_run until SIGINT/SIGTERM. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/tool_common.h"
+#include "cli.h"
+
+static goblin_worker *the_worker;
+
+static void on_signal(int sig) {
+    (void)sig;
+    /* goblin_worker_stop only sets a flag: safe in a signal handler. */
+    if (the_worker) goblin_worker_stop(the_worker);
+}
+
+static int list_ops(void) {
+    int n = 0;
+    for (int op = goblin_op_next(-1); op >= 0; op = goblin_op_next(op)) {
+        goblin_op_info in;
+        if (goblin_op_get_info((goblin_op)op, &in) != GOBLIN_OK) continue;
+        printf("%-24s %-12s %s\n", in.name, in.group, in.summary);
+        n++;
+    }
+    printf("# %d ops, catalogue version %u\n", n, goblin_catalog_version());
+    return TOOL_EXIT_OK;
+}
+
+/* Node-facing TLS trust: a CA file or a pinned fingerprint. */
+static goblin_err set_worker_tls(worker_cli *cli) {
+    if (!cli->ca_file && !cli->fingerprint) return GOBLIN_OK;
+    /* goblin_worker_params has no TLS trust fields yet. */
+    tool_logf(cli->log_level, GOBLIN_LOG_ERROR,
+              "TLS to the node (--ca/--fingerprint) is not available in this library build yet");
+    return GOBLIN_ENOTSUP;
+}
+
+int main(int argc, char **argv) {
+    tool_name = "goblin-worker";
+    worker_cli cli;
+    goblin_err e = worker_cli_parse(argc, argv, &cli);
+    if (e) return tool_exit_code(e);
+    switch (cli.action) {
+    case WORKER_CLI_HELP: worker_cli_usage(stdout); return TOOL_EXIT_OK;
+    case WORKER_CLI_VERSION:
+        printf("goblin-worker %s (catalogue %u, wire protocol %d)\n", GOBLIN_VERSION_STRING,
+               goblin_catalog_version(), GOBLIN_WIRE_VERSION);
+        return TOOL_EXIT_OK;
+    case WORKER_CLI_LIST_OPS: return list_ops();
+    default: break;
+    }
+    if ((e = set_worker_tls(&cli))) return tool_exit_code(e);
+    if (cli.worker.misbehave != GOBLIN_MISBEHAVE_NONE) {
+        if (!cli.seed_given) cli.worker.misbehave_seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
+        /* A dedicated process may really die for `crash`. */
+        cli.worker.crash_may_exit = true;
+        tool_logf(cli.log_level, GOBLIN_LOG_WARN,
+                  "FAULT INJECTION: this worker misbehaves (%s, rate %.3g) for tests and demos",
+                  goblin_misbehave_name(cli.worker.misbehave), cli.worker.misbehave_rate);
+    }
+    cli.worker.log = tool_log;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    signal(SIGPIPE, SIG_IGN);
+
+    if ((e = goblin_worker_new(&the_worker, &cli.worker))) {
+        tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot create the worker: %s", goblin_strerror(e));
+        return tool_exit_code(e);
+    }
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    e = goblin_worker_run(the_worker);
+    goblin_worker_stats s;
+    goblin_worker_stats_get(the_worker, &s);
+    tool_logf(cli.log_level, e ? GOBLIN_LOG_ERROR : GOBLIN_LOG_INFO,
+              "worker ended: %s; tasks done %lld failed %lld misbehaved %lld connects %lld",
+              e ? goblin_strerror(e) : "stopped", (long long)s.tasks_done, (long long)s.tasks_failed,
+              (long long)s.misbehaved, (long long)s.connects);
+    goblin_worker_free(the_worker);
+    return tool_exit_code(e);
+}
