@@ -19,6 +19,7 @@
 #include "goblin/graph.h"
 #include "goblin/ops.h"
 #include "goblin/plan.h"
+#include "goblin/tls.h"
 #include "goblin/wire.h"
 #include "scheduler.h"
 #include "transport.h"
@@ -96,6 +97,8 @@ struct goblin_job {
 struct goblin_node {
     goblin_node_params p;
     char *urls[GOBLIN_NODE_MAX_LISTEN];
+    char *cert_file, *key_file; /* copies behind p.cert_file / p.key_file */
+    char *token_file;           /* copy behind p.token_file */
     uint8_t *token;
     pthread_mutex_t mu;
     pthread_t thread;
@@ -172,6 +175,16 @@ static bool grow(void **arr, int64_t *cap, int64_t need, size_t elem) {
 
 /* ---- params ----------------------------------------------------------------- */
 
+/* Logging before a node exists (parameter checks in goblin_node_new). */
+static void plog(const goblin_node_params *p, goblin_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void plog(const goblin_node_params *p, goblin_log_level lvl, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    goblin__logv(p->log, p->log_user, p->log_level, lvl, fmt, ap);
+    va_end(ap);
+}
+
 void goblin_node_params_default(goblin_node_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
@@ -204,6 +217,33 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
         return GOBLIN_EINVAL;
     for (int32_t i = 0; i < p->n_listen; i++)
         if (!p->listen[i] || !p->listen[i][0]) return GOBLIN_EINVAL;
+    for (int32_t i = 0; i < p->n_listen; i++) {
+        const char *u = p->listen[i];
+        /* Worker traffic (tasks, panels, results, join tokens) must not cross a
+         * network in clear unless the caller says so explicitly. */
+        if (goblin__transport_url_is_plain_tcp(u) && !goblin__transport_url_is_local(u) &&
+            !p->insecure_plaintext) {
+            plog(p, GOBLIN_LOG_ERROR,
+                         "refusing to listen on %s in plain text: it is not a loopback address; "
+                         "use tls+tcp:// with a certificate and key, or set insecure_plaintext", u);
+            return GOBLIN_EINVAL;
+        }
+        if (goblin__transport_url_is_tls(u) && (!p->cert_file || !p->key_file)) {
+            plog(p, GOBLIN_LOG_ERROR,
+                         "cannot listen on %s: TLS needs cert_file and key_file", u);
+            return GOBLIN_EINVAL;
+        }
+    }
+    if (p->token_file) {
+        /* A well-formed file answers EAUTH for a token it does not hold. */
+        char why[256] = "";
+        goblin_err te = goblin_token_check_file(p->token_file, "-", why, sizeof why);
+        if (te != GOBLIN_EAUTH && te != GOBLIN_OK) {
+            plog(p, GOBLIN_LOG_ERROR, "the token file %s cannot be used (%s): %s", p->token_file,
+                 goblin_err_name(te), why);
+            return GOBLIN_EINVAL;
+        }
+    }
     goblin_node *n = goblin__calloc(1, sizeof *n);
     if (!n) return GOBLIN_ENOMEM;
     n->p = *p;
@@ -212,6 +252,14 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
         if (!n->urls[i]) goto nomem;
         n->p.listen[i] = n->urls[i];
     }
+    n->p.cert_file = n->p.key_file = n->p.token_file = NULL;
+    if ((p->cert_file && !(n->cert_file = goblin__strdup(p->cert_file))) ||
+        (p->key_file && !(n->key_file = goblin__strdup(p->key_file))) ||
+        (p->token_file && !(n->token_file = goblin__strdup(p->token_file))))
+        goto nomem;
+    n->p.token_file = n->token_file;
+    n->p.cert_file = n->cert_file;
+    n->p.key_file = n->key_file;
     if (p->token_len) {
         n->token = goblin__memdup(p->join_token, p->token_len);
         if (!n->token) goto nomem;
@@ -229,6 +277,9 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     return GOBLIN_OK;
 nomem:
     for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
+    goblin__free(n->cert_file);
+    goblin__free(n->key_file);
+    goblin__free(n->token_file);
     goblin__free(n);
     return GOBLIN_ENOMEM;
 }
@@ -412,9 +463,10 @@ static void lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why
     goblin_job *j = L.job;
     task *t = &j->tasks[L.task];
     if (t->n_leases > 0) t->n_leases--;
-    if (L.peer >= 0 && L.peer < n->n_peers) n->peers[L.peer].failed++;
+    bool miss = why == GOBLIN_ENOTFOUND;
+    if (L.peer >= 0 && L.peer < n->n_peers && !miss) n->peers[L.peer].failed++;
     if (t->state == T_DONE || !j->running) return;
-    n->st.tasks_reissued++;
+    if (!miss) n->st.tasks_reissued++;
     if (counts) t->attempts++;
     if (t->n_leases == 0) {
         t->state = T_PENDING;
@@ -881,12 +933,27 @@ static void refuse(goblin_node *n, int32_t pi, goblin_err why, const char *text)
 }
 
 static bool token_ok(const goblin_node *n, const goblin_wire_hello *h) {
-    if (!n->p.token_len) return true;
-    /* Constant time in the token's content. */
-    uint8_t diff = (uint8_t)(h->token_len != n->p.token_len);
-    for (uint32_t i = 0; i < n->p.token_len; i++)
-        diff |= (uint8_t)(n->p.join_token[i] ^ (i < h->token_len ? h->token[i] : 0));
-    return diff == 0;
+    if (!n->p.token_len && !n->p.token_file) return true;
+    if (n->p.token_len) {
+        /* Constant time in the token's content. */
+        uint8_t diff = (uint8_t)(h->token_len != n->p.token_len);
+        for (uint32_t i = 0; i < n->p.token_len; i++)
+            diff |= (uint8_t)(n->p.join_token[i] ^ (i < h->token_len ? h->token[i] : 0));
+        if (diff == 0) return true;
+    }
+    if (n->p.token_file && h->token_len > 0 && h->token_len <= GOBLIN_TOKEN_MAX_BYTES &&
+        !memchr(h->token, 0, h->token_len)) {
+        char presented[GOBLIN_TOKEN_MAX_BYTES + 1];
+        memcpy(presented, h->token, h->token_len);
+        presented[h->token_len] = 0;
+        char why[256] = "";
+        goblin_err e = goblin_token_check_file(n->p.token_file, presented, why, sizeof why);
+        if (e == GOBLIN_OK) return true;
+        if (e != GOBLIN_EAUTH)
+            nlog((goblin_node *)n, GOBLIN_LOG_ERROR, "token file %s: %s (%s)", n->p.token_file,
+                 goblin_err_name(e), why);
+    }
+    return false;
 }
 
 static void handle_msg(goblin_node *n, nng_msg *msg) {
@@ -990,8 +1057,11 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
             memset(p->panels, 0, sizeof p->panels);
             p->panel_next[0] = p->panel_next[1] = 0;
             p->memo_cap /= 2; /* 0 after enough misses: panels are then always sent */
+            /* Not a failure: neither a retry, nor a reissue, nor a failed lease of the
+             * worker. The task is pending again and the scheduler (this very loop
+             * iteration) resends it with data; the worker asks for a lease after its
+             * ERROR, so it keeps its slot. */
             lease_failed(n, li, false, GOBLIN_ENOTFOUND, "panel cache miss");
-            n->st.tasks_reissued--; /* not a failure */
         } else {
             char why[160];
             snprintf(why, sizeof why, "worker error %s: %s", goblin_err_name(m->body.error.code),
@@ -1092,7 +1162,8 @@ goblin_err goblin_node_start(goblin_node *n) {
     nng_socket_set_ms(n->sock, NNG_OPT_SENDTIMEO, 2000);
     nng_pipe_notify(n->sock, NNG_PIPE_EV_REM_POST, pipe_cb, n);
     for (int32_t i = 0; i < n->p.n_listen; i++) {
-        if ((e = goblin__transport_listen(n->sock, n->p.listen[i], msg, sizeof msg)) != GOBLIN_OK) {
+        if ((e = goblin__transport_listen(n->sock, n->p.listen[i], n->p.cert_file,
+                                            n->p.key_file, msg, sizeof msg)) != GOBLIN_OK) {
             nlog(n, GOBLIN_LOG_ERROR, "%s", msg);
             nng_close(n->sock);
             return e;
@@ -1132,6 +1203,9 @@ void goblin_node_free(goblin_node *n) {
     for (int32_t k = 0; k < n->n_jobs; k++) n->jobs[k]->node = NULL;
     for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
     goblin__free(n->token);
+    goblin__free(n->cert_file);
+    goblin__free(n->key_file);
+    goblin__free(n->token_file);
     goblin__free(n->peers);
     goblin__free(n->leases);
     goblin__free(n->jobs);

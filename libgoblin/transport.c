@@ -1,7 +1,9 @@
 /* transport.c - socket setup for node and worker (see transport.h). */
 #include "transport.h"
+#include "tls_impl.h"
 
 #include <nng/protocol/pair1/pair.h>
+#include <nng/supplemental/util/platform.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,17 +49,42 @@ goblin_err goblin__transport_open_worker(nng_socket *s, uint64_t recv_max, char 
     return open_common(s, false, recv_max, msg, cap);
 }
 
-static bool is_tls(const char *url) { return strncmp(url, "tls+", 4) == 0; }
+bool goblin__transport_url_is_tls(const char *url) { return strncmp(url, "tls+", 4) == 0; }
 
-goblin_err goblin__transport_listen(nng_socket s, const char *url, char *msg, size_t cap) {
-    if (is_tls(url)) {
-        /* The TLS configuration (tls.h) attaches here, between create and start. */
-        if (msg && cap) snprintf(msg, cap, "cannot listen on %s: TLS is not available in this build yet", url);
-        return GOBLIN_ENOTSUP;
+bool goblin__transport_url_is_plain_tcp(const char *url) {
+    return strncmp(url, "tcp://", 6) == 0 || strncmp(url, "tcp4://", 7) == 0 ||
+           strncmp(url, "tcp6://", 7) == 0;
+}
+
+bool goblin__transport_url_is_local(const char *url) {
+    if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0) return true;
+    const char *h = strstr(url, "://");
+    if (!h) return false;
+    h += 3;
+    return strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost:", 10) == 0 ||
+           strncmp(h, "[::1]:", 6) == 0;
+}
+
+goblin_err goblin__transport_listen(nng_socket s, const char *url, const char *cert_file,
+                                    const char *key_file, char *msg, size_t cap) {
+    bool tls = goblin__transport_url_is_tls(url);
+    if (tls && (!cert_file || !key_file)) {
+        if (msg && cap)
+            snprintf(msg, cap, "cannot listen on %s: TLS needs a certificate and a key file", url);
+        return GOBLIN_EINVAL;
     }
     nng_listener l;
     int rv = nng_listener_create(&l, s, url);
     if (rv) return fail(rv, "cannot listen on", url, msg, cap);
+    if (tls) {
+        char why[384];
+        goblin_err e = goblin__tls_listener_setup(l, cert_file, key_file, why, sizeof why);
+        if (e) {
+            nng_listener_close(l);
+            if (msg && cap) snprintf(msg, cap, "cannot listen on %s: %s", url, why);
+            return e;
+        }
+    }
     if ((rv = nng_listener_start(l, 0)) != 0) {
         nng_listener_close(l);
         return fail(rv, "cannot listen on", url, msg, cap);
@@ -65,17 +92,54 @@ goblin_err goblin__transport_listen(nng_socket s, const char *url, char *msg, si
     return GOBLIN_OK;
 }
 
+/* Errors that mean "the node is not (yet) there": worth another try. */
+static bool transient(goblin_err e) {
+    return e == GOBLIN_ECONNREFUSED || e == GOBLIN_ETIMEDOUT || e == GOBLIN_EIO ||
+           e == GOBLIN_ECLOSED;
+}
+
 goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms, uint32_t max_ms,
-                                  char *msg, size_t cap) {
-    if (is_tls(url)) {
-        if (msg && cap) snprintf(msg, cap, "cannot dial %s: TLS is not available in this build yet", url);
-        return GOBLIN_ENOTSUP;
+                                  const goblin__transport_trust *trust,
+                                  goblin__transport_stop_fn stop, void *stop_user, char *msg,
+                                  size_t cap) {
+    bool tls = goblin__transport_url_is_tls(url);
+    if (tls && (!trust || (!trust->ca_file == !trust->fingerprint))) {
+        if (msg && cap)
+            snprintf(msg, cap, "cannot dial %s: TLS needs exactly one of a CA file and a pinned "
+                     "fingerprint", url);
+        return GOBLIN_EINVAL;
     }
     nng_dialer d;
     int rv = nng_dialer_create(&d, s, url);
     if (rv) return fail(rv, "cannot dial", url, msg, cap);
     nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, (nng_duration)min_ms);
     nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, (nng_duration)max_ms);
+    if (tls) {
+        goblin__tls_client_opts o = {.ca_file = trust->ca_file, .fingerprint = trust->fingerprint,
+                                     .server_name = trust->server_name, .timeout_ms = 0};
+        uint32_t wait_ms = min_ms ? min_ms : 100;
+        char why[512];
+        for (;;) {
+            goblin_err e = goblin__tls_dialer_setup(d, url, &o, why, sizeof why);
+            if (e == GOBLIN_OK) break;
+            /* Only pinned mode probes the node; CA-mode errors are never transient. */
+            if (!trust->fingerprint || !transient(e)) {
+                nng_dialer_close(d);
+                if (msg && cap) snprintf(msg, cap, "cannot dial %s: %s", url, why);
+                return e;
+            }
+            for (uint32_t t = 0; t < wait_ms; t += 10) {
+                if (stop && stop(stop_user)) {
+                    nng_dialer_close(d);
+                    if (msg && cap) snprintf(msg, cap, "cannot dial %s: stopped while waiting for "
+                                             "the node (%s)", url, why);
+                    return GOBLIN_ECANCELED;
+                }
+                nng_msleep(10);
+            }
+            if (max_ms && wait_ms < max_ms) wait_ms = wait_ms * 2 > max_ms ? max_ms : wait_ms * 2;
+        }
+    }
     /* Non-blocking: a node that is not up yet is redialed in the background
      * instead of failing here (a blocking start fails with ECONNREFUSED). */
     if ((rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {

@@ -9,6 +9,7 @@
 #define GOBLIN_TRANSPORT_H
 
 #include <nng/nng.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,12 +20,37 @@
 goblin_err goblin__transport_open_node(nng_socket *s, uint64_t recv_max, char *msg, size_t cap);
 /** Open a worker's socket: pair1, receive limit @p recv_max. */
 goblin_err goblin__transport_open_worker(nng_socket *s, uint64_t recv_max, char *msg, size_t cap);
-/** Listen on @p url. GOBLIN_EIO / GOBLIN_ENOTSUP with @p msg saying why. */
-goblin_err goblin__transport_listen(nng_socket s, const char *url, char *msg, size_t cap);
+/** Listen on @p url. tls+tcp:// URLs need @p cert_file and @p key_file (PEM).
+ *  GOBLIN_EIO / GOBLIN_EINVAL / GOBLIN_ECRYPTO with @p msg saying why. */
+goblin_err goblin__transport_listen(nng_socket s, const char *url, const char *cert_file,
+                                    const char *key_file, char *msg, size_t cap);
+
+/** What a worker trusts for tls+tcp:// nodes: a CA file or a pinned fingerprint. */
+typedef struct goblin__transport_trust {
+    const char *ca_file;
+    const char *fingerprint;
+    const char *server_name;
+} goblin__transport_trust;
+
+/** Asked between retries of a pinned-TLS dial setup: true ends the wait. */
+typedef bool (*goblin__transport_stop_fn)(void *user);
+
 /** Dial @p url in the background: nng redials with backoff between @p min_ms and
- *  @p max_ms whenever the connection is lost or refused. */
+ *  @p max_ms whenever the connection is lost or refused. tls+tcp:// needs @p trust;
+ *  in pinned mode the setup itself must reach the node (tls_impl.h), so it is
+ *  retried here with the same backoff while the node is not up (refused, timed
+ *  out, unreachable) until @p stop says so (GOBLIN_ECANCELED). A fingerprint
+ *  mismatch (GOBLIN_EAUTH) or a bad CA file fails at once. */
 goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms, uint32_t max_ms,
-                                  char *msg, size_t cap);
+                                  const goblin__transport_trust *trust,
+                                  goblin__transport_stop_fn stop, void *stop_user, char *msg,
+                                  size_t cap);
+/** tcp://, tcp4://, tcp6:// (not TLS). */
+bool goblin__transport_url_is_plain_tcp(const char *url);
+/** Is @p url ipc://, inproc:// or on a loopback host (127.x, localhost, [::1])? */
+bool goblin__transport_url_is_local(const char *url);
+/** tls+tcp:// and its variants. */
+bool goblin__transport_url_is_tls(const char *url);
 /** goblin_err for an nng error code. */
 goblin_err goblin__transport_err(int rv);
 

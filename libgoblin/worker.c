@@ -32,6 +32,7 @@ typedef struct panel {
 struct goblin_worker {
     goblin_worker_params p;
     char *urls[GOBLIN_WORKER_MAX_CONNECT];
+    char *tls_ca, *tls_fp, *tls_name; /* copies behind p.tls_* */
     uint8_t *token;
     atomic_bool stop;
     atomic_int pipes_added, pipes_removed;
@@ -106,7 +107,8 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
         p->threads < 0 || p->memory_bytes == 0 || (unsigned)p->misbehave >= GOBLIN_MISBEHAVE_COUNT ||
         !(p->misbehave_rate >= 0.0 && p->misbehave_rate <= 1.0) ||
         p->token_len > GOBLIN_WIRE_MAX_TOKEN_BYTES || (p->token_len && !p->join_token) ||
-        p->recv_max_bytes < GOBLIN_WIRE_HEADER_SIZE || p->recv_max_bytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES)
+        p->recv_max_bytes < GOBLIN_WIRE_HEADER_SIZE || p->recv_max_bytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES ||
+        (p->tls_ca_file && p->tls_fingerprint))
         return GOBLIN_EINVAL;
     for (int32_t i = 0; i < p->n_connect; i++)
         if (!p->connect[i] || !p->connect[i][0]) return GOBLIN_EINVAL;
@@ -117,6 +119,14 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
         if (!(w->urls[i] = goblin__strdup(p->connect[i]))) goto nomem;
         w->p.connect[i] = w->urls[i];
     }
+    w->p.tls_ca_file = w->p.tls_fingerprint = w->p.tls_server_name = NULL;
+    if ((p->tls_ca_file && !(w->tls_ca = goblin__strdup(p->tls_ca_file))) ||
+        (p->tls_fingerprint && !(w->tls_fp = goblin__strdup(p->tls_fingerprint))) ||
+        (p->tls_server_name && !(w->tls_name = goblin__strdup(p->tls_server_name))))
+        goto nomem;
+    w->p.tls_ca_file = w->tls_ca;
+    w->p.tls_fingerprint = w->tls_fp;
+    w->p.tls_server_name = w->tls_name;
     w->p.join_token = NULL;
     if (p->token_len) {
         if (!(w->token = goblin__memdup(p->join_token, p->token_len))) goto nomem;
@@ -130,6 +140,9 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
     return GOBLIN_OK;
 nomem:
     for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
+    goblin__free(w->tls_ca);
+    goblin__free(w->tls_fp);
+    goblin__free(w->tls_name);
     goblin__free(w);
     return GOBLIN_ENOMEM;
 }
@@ -151,6 +164,9 @@ void goblin_worker_free(goblin_worker *w) {
     goblin__free(w->first_out);
     goblin__free(w->prev_out);
     for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
+    goblin__free(w->tls_ca);
+    goblin__free(w->tls_fp);
+    goblin__free(w->tls_name);
     goblin__free(w->token);
     pthread_mutex_destroy(&w->st_mu);
     goblin__free(w);
@@ -442,6 +458,11 @@ static void wpipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     else if (ev == NNG_PIPE_EV_REM_POST) atomic_fetch_add(&w->pipes_removed, 1);
 }
 
+static bool worker_stopping(void *user) {
+    goblin_worker *w = user;
+    return atomic_load(&w->stop);
+}
+
 goblin_err goblin_worker_run(goblin_worker *w) {
     if (!w) return GOBLIN_EINVAL;
     char msg[256];
@@ -457,8 +478,16 @@ goblin_err goblin_worker_run(goblin_worker *w) {
     nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, wpipe_cb, w);
     nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, wpipe_cb, w);
     for (int32_t i = 0; i < w->p.n_connect; i++) {
+        goblin__transport_trust trust = {.ca_file = w->p.tls_ca_file,
+                                         .fingerprint = w->p.tls_fingerprint,
+                                         .server_name = w->p.tls_server_name};
         if ((e = goblin__transport_dial(w->sock, w->p.connect[i], w->p.reconnect_min_ms,
-                                        w->p.reconnect_max_ms, msg, sizeof msg)) != GOBLIN_OK) {
+                                        w->p.reconnect_max_ms, &trust, worker_stopping, w, msg,
+                                        sizeof msg)) != GOBLIN_OK) {
+            if (e == GOBLIN_ECANCELED) { /* goblin_worker_stop while waiting for the node */
+                nng_close(w->sock);
+                return GOBLIN_OK;
+            }
             wlog(w, GOBLIN_LOG_ERROR, "%s", msg);
             nng_close(w->sock);
             return e;

@@ -68,6 +68,19 @@ typedef struct goblin_node_params {
     goblin_log_fn log;            /* NULL: no logging */
     void *log_user;
     goblin_log_level log_level;   /* lines above this level are dropped (default INFO) */
+    /* TLS (docs/security.md): the node's PEM certificate (chain) and unencrypted PEM
+     * key, used by every tls+tcp:// listen URL (required for those; copied). */
+    const char *cert_file;
+    const char *key_file;
+    /* Plain tcp:// is refused on a non-loopback address (GOBLIN_EINVAL from _new)
+     * unless this is set: worker traffic must be encrypted off the machine. */
+    bool insecure_plaintext;
+    /* A token file of salted hashes (tls.h, goblin_token_check_file; copied path): if
+     * set, a worker's HELLO token must match one of its entries (read at every HELLO,
+     * so entries can be added or revoked while the node runs). Checked for format by
+     * _new (GOBLIN_EINVAL with a log line). May be combined with join_token: then
+     * either is accepted. */
+    const char *token_file;
 } goblin_node_params;
 
 GOBLIN_API void goblin_node_params_default(goblin_node_params *p);

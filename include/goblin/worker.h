@@ -71,6 +71,13 @@ typedef struct goblin_worker_params {
     goblin_log_fn log;
     void *log_user;
     goblin_log_level log_level;     /* default INFO */
+    /* TLS trust for tls+tcp:// nodes (copied): exactly one of a PEM CA file and a
+     * pinned SHA-256 fingerprint of the node's certificate (hex, any form
+     * goblin_tls_fingerprint_normalize takes). tls_server_name: CA mode only, the
+     * name checked against the node's certificate (NULL: see tls_impl.h). */
+    const char *tls_ca_file;
+    const char *tls_fingerprint;
+    const char *tls_server_name;
 } goblin_worker_params;
 
 GOBLIN_API void goblin_worker_params_default(goblin_worker_params *p);

@@ -222,33 +222,17 @@ def node_init(tmp):
     return os.path.join(d, "cert.pem"), os.path.join(d, "key.pem"), fp
 
 
-def worker_tls_supported(tmp, cert, key):
-    """goblin-node refuses tls+tcp:// for workers while the library lacks it."""
-    port = free_port()
-    p = subprocess.Popen([NODE, "--listen", f"tls+tcp://127.0.0.1:{port}", "--cert", cert,
-                          "--key", key], stderr=subprocess.PIPE, text=True)
-    time.sleep(0.7)
-    if p.poll() is not None:
-        err = p.stderr.read()
-        return False, err
-    p.send_signal(signal.SIGTERM)
-    p.wait(timeout=10)
-    return True, ""
-
-
 def test_tls_workers_fingerprint(tmp):
+    """Node and workers over tls+tcp:// with a generated identity, workers pinning its
+    fingerprint; a worker pinning another one is refused and the node keeps serving."""
     cert, key, fp = node_init(tmp)
-    ok, why = worker_tls_supported(tmp, cert, key)
-    if not ok:
-        assert "not available in this library build" in why, why
-        pytest.skip("worker TLS is not in the node library yet: " + why.strip().splitlines()[-1])
     g = Grid(tmp, scheme="tls+tcp", cert=cert, key=key)
     try:
         for _ in range(3):
             g.add_worker("--fingerprint", fp)
-        g.wait_workers(3)
+        g.wait_workers(3, timeout=60)
         for dt, seed in ((np.float32, 4), (np.float64, 5)):
-            a, b = operands(1500, 1200, 1700, dt, seed)
+            a, b = operands(700, 600, 800, dt, seed)
             c, st = g.matmul(a, b, name=np.dtype(dt).name)
             ok, err, ratio = contract_ok(c, a, b)
             assert ok, err
@@ -259,6 +243,9 @@ def test_tls_workers_fingerprint(tmp):
         log = g.worker_log(len(g.workers) - 1)
         assert bad.returncode != 0 and "fingerprint" in log.lower(), log
         assert g.stats()["workers_connected"] == 3
+        a, b = operands(300, 200, 250, np.float32, 6)
+        c, _ = g.matmul(a, b, name="after-refusal")
+        assert contract_ok(c, a, b)[0]
     finally:
         g.close()
 
@@ -375,8 +362,14 @@ def test_misbehave_modes(tmp, mode):
             g.workers[0].wait(timeout=10)
             log = g.worker_log(0)
             misbehaved = int(log.split("misbehaved ")[1].split()[0]) if "misbehaved " in log else 0
+            # A lie is either caught, or it reached the node after its task was already
+            # completed by another worker (speculation near the job's end) and was discarded
+            # unread. Either way it never reached the product, which contract_ok checked.
+            discarded = st["results_late"] + st["results_duplicate"]
             if misbehaved > 0:
-                assert caught >= 1 and cheater["quarantined"], (mode, st, log[-500:])
+                assert caught >= 1 or discarded >= 1, (mode, st, log[-500:])
+            if caught >= 1:
+                assert cheater["quarantined"], (mode, st, log[-500:])
                 assert st["workers_quarantined"] == 1
                 assert st["results_rejected"] >= 1
                 assert "quarantined" in g.node_log_text()
@@ -472,7 +465,13 @@ def test_sigterm_tells_clients(tmp):
     np.save(pb, b)
     client = subprocess.Popen([CLIENT, "--connect", g.client_url, "matmul", pa, pb, pc],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    # Signal only once the job is really running on the node (a task leased), not
+    # after a guessed delay: on a loaded machine the upload can take seconds.
+    t0 = time.time()
+    while g.stats()["tasks_issued"] < 1:
+        assert client.poll() is None, client.communicate()
+        assert time.time() - t0 < 60, "the client's job never started"
+        time.sleep(0.05)
     g.node.send_signal(signal.SIGTERM)
     out, err = client.communicate(timeout=30)
     g.node.wait(timeout=15)

@@ -7,6 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <goblin/alloc.h>
+#include <goblin/tls.h>
+
 #include "runtime_util.h"
 
 static void run_product(goblin_node *node, goblin_dtype dt, int64_t m, int64_t k, int64_t n,
@@ -458,4 +461,172 @@ Test(node, tasks_sized_to_smallest_worker_memory) {
     cr_assert_eq(st.results_rejected, 0);
     cr_assert_eq(st.workers_quarantined, 0);
     goblin_grid_free(g);
+}
+
+/* ---- panel cache misses (regression: the node used to stop issuing tasks) --------- */
+
+/* Workers whose cache holds at most one panel: the node's belief (it remembers
+ * several panels per worker) is wrong on purpose, so workers answer ENOTFOUND and the
+ * node must resend those tasks with data. A second job then starts with the node
+ * still believing in panels of the first (different ids: misses again). */
+Test(node, panel_cache_misses_resent_two_jobs, .timeout = 120) {
+    goblin_grid_params gp;
+    goblin_grid_params_default(&gp);
+    gp.worker.memory_bytes = 256 * 1024;
+    gp.worker.cache_bytes = 40 * 1024; /* about one panel of the tasks planned below */
+    gp.node.speculate = false;        /* only cache-miss resends put tasks back */
+    goblin_grid *g = NULL;
+    cr_assert_eq(goblin_grid_local(2, &gp, &g), GOBLIN_OK);
+    goblin_node *node = goblin_grid_node(g);
+    cr_assert(rt_wait_workers(node, 2));
+    run_product(node, GOBLIN_DTYPE_F32, 300, 310, 290, NULL, NULL);
+    run_product(node, GOBLIN_DTYPE_F32, 260, 300, 280, NULL, NULL);
+    goblin_node_stats st;
+    goblin_node_stats_get(node, &st);
+    cr_assert_gt(st.panel_cache_misses, 0, "the test must provoke cache misses");
+    cr_assert_eq(st.results_rejected, 0);
+    cr_assert_eq(st.workers_quarantined, 0);
+    cr_assert_geq(st.tasks_reissued, 0);
+    int64_t misses = 0;
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_stats ws;
+        goblin_worker_stats_get(goblin_grid_worker(g, i), &ws);
+        misses += ws.cache_misses;
+    }
+    cr_assert_eq(misses, st.panel_cache_misses);
+    goblin_grid_free(g);
+}
+
+/* ---- TLS between node and workers --------------------------------------------------- */
+
+static char tls_dir[128];
+
+static void make_identity(goblin_tls_identity *id) {
+    snprintf(tls_dir, sizeof tls_dir, "/tmp/goblin-test-node-tls-%d", (int)getpid());
+    goblin_tls_init_params ip;
+    goblin_tls_init_params_default(&ip);
+    ip.force = true;
+    char why[512];
+    goblin_err e = goblin_tls_init_dir(tls_dir, &ip, id, why, sizeof why);
+    cr_assert_eq(e, GOBLIN_OK, "init identity: %s", why);
+}
+
+static void remove_identity(const goblin_tls_identity *id) {
+    unlink(id->cert_path);
+    unlink(id->key_path);
+    rmdir(tls_dir);
+}
+
+Test(node, grid_over_tls_loopback_pinned_and_ca, .timeout = 120) {
+    goblin_tls_identity id;
+    make_identity(&id);
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.cert_file = id.cert_path;
+    np.key_file = id.key_path;
+    goblin_worker_params wp[2];
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    wp[0].tls_fingerprint = id.fingerprint; /* pinned */
+    wp[1].tls_ca_file = id.cert_path;       /* the identity as its own CA */
+    char url[64];
+    snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", 20000 + (int)((getpid() + 7) % 20000));
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 2), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 2));
+    run_product(g.node, GOBLIN_DTYPE_F32, 90, 70, 80, NULL, NULL);
+    /* A worker pinning another fingerprint is refused before it says anything. */
+    goblin_worker_params bad;
+    goblin_worker_params_default(&bad);
+    bad.connect[0] = url;
+    bad.n_connect = 1;
+    bad.tls_fingerprint = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    rt_log lg;
+    memset(&lg, 0, sizeof lg);
+    pthread_mutex_init(&lg.mu, NULL);
+    bad.log = rt_log_fn;
+    bad.log_user = &lg;
+    goblin_worker *bw = NULL;
+    cr_assert_eq(goblin_worker_new(&bw, &bad), GOBLIN_OK);
+    cr_assert_eq(goblin_worker_run(bw), GOBLIN_EAUTH);
+    cr_assert(rt_log_has(&lg, "fingerprint"), "log: %s", lg.buf);
+    goblin_worker_free(bw);
+    /* The node keeps serving. */
+    run_product(g.node, GOBLIN_DTYPE_F64, 40, 50, 30, NULL, NULL);
+    rt_grid_stop(&g);
+    remove_identity(&id);
+}
+
+Test(node, plaintext_off_loopback_refused_tls_needs_cert) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.listen[0] = "tcp://0.0.0.0:0";
+    np.n_listen = 1;
+    goblin_node *node = NULL;
+    cr_assert_eq(goblin_node_new(&node, &np), GOBLIN_EINVAL);
+    np.insecure_plaintext = true;
+    cr_assert_eq(goblin_node_new(&node, &np), GOBLIN_OK);
+    goblin_node_free(node);
+    node = NULL;
+    np.insecure_plaintext = false;
+    np.listen[0] = "tls+tcp://127.0.0.1:0";
+    cr_assert_eq(goblin_node_new(&node, &np), GOBLIN_EINVAL);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = "tls+tcp://127.0.0.1:1";
+    wp.n_connect = 1;
+    wp.tls_ca_file = "/nonexistent";
+    wp.tls_fingerprint = "00";
+    goblin_worker *w = NULL;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_EINVAL);
+}
+
+/* Salted-hash token file (tls.h): only a token with an entry joins; a malformed file is
+ * refused when the node is created. */
+Test(node, join_token_file) {
+    char tok[GOBLIN_TOKEN_SIZE], line[GOBLIN_TOKEN_ENTRY_SIZE], path[96];
+    cr_assert_eq(goblin_token_generate(tok), GOBLIN_OK);
+    cr_assert_eq(goblin_token_entry(tok, line), GOBLIN_OK);
+    snprintf(path, sizeof path, "/tmp/goblin-test-node-tokens-%d", (int)getpid());
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "# workers\n%s\n", line);
+    fclose(f);
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.token_file = path;
+    goblin_worker_params wp[2];
+    goblin_worker_params_default(&wp[0]);
+    goblin_worker_params_default(&wp[1]);
+    wp[0].join_token = (const uint8_t *)tok;
+    wp[0].token_len = 64;
+    char wrong[GOBLIN_TOKEN_SIZE];
+    memcpy(wrong, tok, sizeof wrong);
+    wrong[0] = wrong[0] == 'a' ? 'b' : 'a';
+    wp[1].join_token = (const uint8_t *)wrong;
+    wp[1].token_len = 64;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-token-file", &np, wp, 2), GOBLIN_OK);
+    pthread_join(g.th[1], NULL);
+    cr_assert_eq(g.rc[1], GOBLIN_EAUTH);
+    g.th[1] = pthread_self();
+    cr_assert(rt_wait_workers(g.node, 1));
+    run_product(g.node, GOBLIN_DTYPE_F32, 20, 30, 40, NULL, NULL);
+    goblin_worker_stop(g.w[0]);
+    pthread_join(g.th[0], NULL);
+    goblin_node_free(g.node);
+    goblin_worker_free(g.w[0]);
+    goblin_worker_free(g.w[1]);
+    /* A file that is not salt:hash lines. */
+    f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "%s\n", tok);
+    fclose(f);
+    np.listen[0] = "inproc://test-node-token-file-bad";
+    np.n_listen = 1;
+    goblin_node *node = NULL;
+    cr_assert_eq(goblin_node_new(&node, &np), GOBLIN_EINVAL);
+    unlink(path);
 }

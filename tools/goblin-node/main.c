@@ -42,31 +42,6 @@ static int run_init(const node_cli *cli) {
     return TOOL_EXIT_OK;
 }
 
-/* The join token: the first line of the token file, without surrounding blanks. */
-static goblin_err read_token(const char *path, char *out, size_t cap) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        tool_logf(GOBLIN_LOG_ERROR, GOBLIN_LOG_ERROR, "cannot read the token file %s: %s", path,
-                  strerror(errno));
-        return GOBLIN_EIO;
-    }
-    char line[GOBLIN_TOKEN_MAX_BYTES + 4] = "";
-    bool got = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    size_t n = got ? strcspn(line, "\r\n") : 0;
-    while (n && (line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
-    line[n] = 0;
-    const char *s = line + strspn(line, " \t");
-    if (!*s || strlen(s) > GOBLIN_TOKEN_MAX_BYTES || strlen(s) >= cap) {
-        tool_logf(GOBLIN_LOG_ERROR, GOBLIN_LOG_ERROR,
-                  "the token file %s must hold a token of 1..%d bytes on its first line", path,
-                  GOBLIN_TOKEN_MAX_BYTES);
-        return GOBLIN_EINVAL;
-    }
-    snprintf(out, cap, "%s", s);
-    return GOBLIN_OK;
-}
-
 /* Worker-facing TLS: the node listens with the identity given on the command line. */
 static goblin_err set_node_tls(node_cli *cli) {
     bool any_tls = false;
@@ -81,12 +56,9 @@ static goblin_err set_node_tls(node_cli *cli) {
     }
     tool_logf(cli->log_level, GOBLIN_LOG_INFO, "identity %s, fingerprint %s", id.cert_path,
               id.fingerprint);
-    /* goblin_node_params has no certificate fields yet: the worker listener cannot
-     * speak TLS until the library takes them (the client gateway already does). */
-    tool_logf(cli->log_level, GOBLIN_LOG_ERROR,
-              "TLS for worker connections is not available in this library build yet; "
-              "use tcp:// on loopback or ipc:// for workers (--client-listen tls+tcp:// works)");
-    return GOBLIN_ENOTSUP;
+    cli->node.cert_file = cli->cert_file;
+    cli->node.key_file = cli->key_file;
+    return GOBLIN_OK;
 }
 
 static void log_stats(goblin_node *node, goblin_log_level max) {
@@ -122,13 +94,10 @@ int main(int argc, char **argv) {
     }
     if (cli.action == NODE_CLI_INIT) return run_init(&cli);
 
-    char token[GOBLIN_TOKEN_MAX_BYTES + 1];
-    if (cli.token_file) {
-        if ((e = read_token(cli.token_file, token, sizeof token))) return tool_exit_code(e);
-        cli.node.join_token = (const uint8_t *)token;
-        cli.node.token_len = (uint32_t)strlen(token);
-    }
+    /* A file of salted hashes (tls.h): the node never holds the tokens themselves. */
+    cli.node.token_file = cli.token_file;
     if ((e = set_node_tls(&cli))) return tool_exit_code(e);
+    cli.node.insecure_plaintext = cli.insecure_plaintext;
     cli.node.log = tool_log;
     cli.gateway.log = tool_log;
 

@@ -31,10 +31,10 @@ static int list_ops(void) {
 /* Node-facing TLS trust: a CA file or a pinned fingerprint. */
 static goblin_err set_worker_tls(worker_cli *cli) {
     if (!cli->ca_file && !cli->fingerprint) return GOBLIN_OK;
-    /* goblin_worker_params has no TLS trust fields yet. */
-    tool_logf(cli->log_level, GOBLIN_LOG_ERROR,
-              "TLS to the node (--ca/--fingerprint) is not available in this library build yet");
-    return GOBLIN_ENOTSUP;
+    /* The command line already checked that at most one is given. */
+    cli->worker.tls_ca_file = cli->ca_file;
+    cli->worker.tls_fingerprint = cli->fingerprint;
+    return GOBLIN_OK;
 }
 
 int main(int argc, char **argv) {
