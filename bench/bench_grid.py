@@ -1,0 +1,134 @@
+"""bench/bench_grid.py - a goblin grid against Dask distributed on the same chunked product.
+
+    python3 bench/bench_grid.py
+
+goblin: a node (in build/bench/bench_grid --procs N) + 2 goblin-worker processes
+with 1 thread each over tcp loopback, every tile verified with Freivalds. Dask: a
+LocalCluster of 2 worker processes x 1 thread, the inputs starting as NumPy arrays in
+this process, chunked exactly like goblin's plan (A in tile_rows x tile_k blocks, B in
+tile_k x tile_cols blocks), result gathered back as one NumPy array. Each time is the
+best of GOBLIN_BENCH_GRID_REPS (default 2) runs after a warm-up, the two
+sides alternating (goblin keeps its node and workers up between runs; so does Dask). Goal: goblin >= 1.6x
+faster. Markdown on stdout, progress on stderr.
+
+Environment: GOBLIN_BENCH_GRID_N (default 4096), GOBLIN_BENCH_GRID_BIN (the C program;
+default build/bench/bench_grid next to GOBLIN_LIB's build directory),
+GOBLIN_BENCH_THREADS (printed; this comparison always uses 2 workers x 1 thread).
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+N = int(os.environ.get("GOBLIN_BENCH_GRID_N", "4096"))
+REPS = int(os.environ.get("GOBLIN_BENCH_GRID_REPS", "2"))
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def find_bin():
+    b = os.environ.get("GOBLIN_BENCH_GRID_BIN")
+    if b:
+        return b
+    lib = os.environ.get("GOBLIN_LIB")
+    if lib:
+        cand = os.path.join(os.path.dirname(os.path.dirname(lib)), "bench", "bench_grid")
+        if os.path.exists(cand):
+            return cand
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(top, "build", "bench", "bench_grid")
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def main():
+    # One BLAS thread per Dask worker, set before NumPy loads so the worker processes
+    # (which inherit the environment) do the same.
+    for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        os.environ[v] = "1"
+    import numpy as np
+
+    print(f"Same chunked f32 product C = A B, n = {N}, on 2 workers x 1 thread; best of {REPS} runs after a "
+          f"warm-up. GOBLIN_BENCH_THREADS={os.environ.get('GOBLIN_BENCH_THREADS', '?')} (not used: the "
+          f"comparison is fixed at 2 x 1). Load average at start: {loadavg()}.\n")
+    try:
+        import dask
+        import dask.array as da
+        from dask.distributed import Client, LocalCluster
+    except ImportError as e:
+        print(f"Dask is not installed ({e}): `python3 -m pip install dask distributed` failed or was not run, "
+              f"so there is nothing to compare with.")
+        return 0
+    import warnings
+    warnings.filterwarnings("ignore", message="Sending large graph")
+
+    bin_ = find_bin()
+    log(f"goblin: {bin_} --procs {N} serve")
+    try:
+        proc = subprocess.Popen([bin_, "--procs", str(N), "serve"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, bufsize=1)
+    except OSError as e:
+        print(f"goblin side failed to start ({bin_}): {e}")
+        return 1
+
+    def goblin_line():
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{bin_} --procs ended early (exit {proc.wait()})")
+        return line.split()
+
+    rng = np.random.default_rng(1)
+    a = (rng.random((N, N), dtype=np.float32) - 0.5)
+    b = (rng.random((N, N), dtype=np.float32) - 0.5)
+    try:
+        tr, tc, tk, tasks = (int(v) for v in goblin_line())  # after goblin's warm-up job
+        log("dask: starting LocalCluster(2 x 1)")
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                          silence_logs=40) as cluster, Client(cluster):
+            best = float("inf")
+            t_goblin = float("inf")
+            out = None
+            for rep in range(REPS + 1):  # rep 0 warms Dask up
+                t0 = time.perf_counter()
+                x = da.from_array(a, chunks=(tr, tk))
+                y = da.from_array(b, chunks=(tk, tc))
+                out = (x @ y).compute()
+                t = time.perf_counter() - t0
+                if rep > 0:
+                    best = min(best, t)
+                    proc.stdin.write("run\n")
+                    tg = float(goblin_line()[0])
+                    if tg < 0:
+                        raise RuntimeError("goblin job failed")
+                    t_goblin = min(t_goblin, tg)
+                    log(f"rep {rep}: dask {t:.3f} s, goblin {tg:.3f} s")
+            ref = a @ b
+            err = float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
+    except RuntimeError as e:
+        print(f"goblin side failed: {e}")
+        proc.kill()
+        return 1
+    finally:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.wait()
+    print("| n | chunks (rows x cols x k) | tasks | goblin node + 2 workers (tcp, Freivalds) | Dask distributed "
+          "| goblin speed-up (Dask / goblin) |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {N} | {tr} x {tc} x {tk} | {tasks} | {t_goblin:.3f} s | {best:.3f} s | **{best / t_goblin:.2f}x** |")
+    print(f"\nDask {dask.__version__}; Dask result max rel err vs NumPy {err:.1e}. "
+          f"Load average at end: {loadavg()}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
