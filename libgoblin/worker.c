@@ -21,6 +21,9 @@
 #include "goblin/wire.h"
 #include "scheduler.h"
 #include "transport.h"
+#ifdef GOBLIN_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 typedef struct panel {
     uint64_t id;
@@ -463,8 +466,33 @@ static bool worker_stopping(void *user) {
     return atomic_load(&w->stop);
 }
 
+/* A GPU worker without a usable device offers the CPU instead; with one, the memory
+ * it advertises never exceeds 90% of what the device has free. */
+static void choose_backend(goblin_worker *w) {
+    if (w->p.backend != GOBLIN_BACKEND_CUDA) return;
+    goblin_err ae = goblin_backend_available(GOBLIN_BACKEND_CUDA);
+    if (ae) {
+        goblin_backend_kind cpu = goblin_backend_available(GOBLIN_BACKEND_BLIS) == GOBLIN_OK
+                                      ? GOBLIN_BACKEND_BLIS : GOBLIN_BACKEND_REF;
+        wlog(w, GOBLIN_LOG_WARN, "CUDA backend unavailable (%s: %s): offering the CPU (%s) only",
+             goblin_err_name(ae), goblin_strerror(ae), goblin_backend_name(cpu));
+        w->p.backend = cpu;
+        return;
+    }
+#ifdef GOBLIN_HAVE_CUDA
+    uint64_t free_b = 0, total_b = 0;
+    if (goblin__cuda_device_memory(0, &free_b, &total_b) == GOBLIN_OK && free_b > 0 &&
+        w->p.memory_bytes > free_b / 10 * 9) {
+        wlog(w, GOBLIN_LOG_INFO, "memory budget lowered to 90%% of the GPU's free %llu bytes",
+             (unsigned long long)free_b);
+        w->p.memory_bytes = free_b / 10 * 9;
+    }
+#endif
+}
+
 goblin_err goblin_worker_run(goblin_worker *w) {
     if (!w) return GOBLIN_EINVAL;
+    choose_backend(w);
     char msg[256];
     goblin_err e = goblin__transport_open_worker(&w->sock, w->p.recv_max_bytes, msg, sizeof msg);
     if (e) {

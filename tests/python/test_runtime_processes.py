@@ -185,6 +185,28 @@ def test_products_tcp_three_workers(tmp):
     assert all(w.returncode == 0 for w in g.workers)
 
 
+def test_cuda_worker_without_device_offers_cpu(tmp):
+    """--backend cuda on a machine with no usable GPU: the worker says so and computes on
+    the CPU instead of failing every task. (On a GPU machine it uses the GPU.)"""
+    g = Grid(tmp)
+    try:
+        g.add_worker("--backend", "cuda")
+        g.wait_workers(1)
+        a, b = operands(300, 200, 250, np.float32, 5)
+        c, st = g.matmul(a, b, name="cuda")
+        ok, err, _ = contract_ok(c, a, b)
+        assert ok, f"max error {err}"
+        assert st["results_rejected"] == 0
+        log = g.worker_log(0)
+        import goblin_ct
+        if goblin_ct.backend_available("cuda"):
+            assert "CUDA backend unavailable" not in log
+        else:
+            assert "CUDA backend unavailable" in log and "offering the CPU" in log, log[-1000:]
+    finally:
+        g.close()
+
+
 def test_file_job_on_node(tmp):
     """A job over .npy files on the node's disk: mapped there, output created there."""
     g = Grid(tmp)
