@@ -277,8 +277,22 @@ goblin_err goblin_client_cancel(goblin_client *c, uint64_t job_id) {
     return job_request(c, GOBLIN__CW_CANCEL, job_id, NULL);
 }
 
-goblin_err goblin_client_fetch_result(goblin_client *c, uint64_t job_id, goblin_tensor *out) {
-    if (!c) return GOBLIN_EINVAL;
+/* A copy of a decoded tensor (which points into the reply) in a new buffer. */
+static goblin_err copy_out(goblin_client *c, const goblin_tensor *t, goblin_tensor *out) {
+    size_t bytes = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
+    void *data = bytes ? goblin__alloc(bytes) : NULL;
+    if (bytes && !data) return cerr(c, GOBLIN_ENOMEM, "out of memory for a %zu-byte result", bytes);
+    if (bytes) memcpy(data, t->data, bytes);
+    goblin_tensor_init(out, t->dtype, t->rank, t->shape, data);
+    return GOBLIN_OK;
+}
+
+/* FETCH @p job_id: a matmul job answers RESULT (at most one tensor), a graph job
+ * OUTPUTS. @p outs (NULL: only release the job) receives the reply's tensors in new
+ * buffers: exactly @p n_outs of them, or with @p any_count at most that many (a file
+ * job's RESULT has none, and leaves @p outs untouched). */
+static goblin_err fetch(goblin_client *c, uint64_t job_id, goblin_tensor *outs, int32_t n_outs,
+                        bool any_count) {
     pthread_mutex_lock(&c->mu);
     pair *p = pair_new(c);
     goblin_err e = GOBLIN_ENOMEM;
@@ -287,22 +301,32 @@ goblin_err goblin_client_fetch_result(goblin_client *c, uint64_t job_id, goblin_
         p->req.job_id = job_id;
         nng_msg *keep = NULL;
         e = roundtrip(c, &p->req, &p->rep, &keep);
-        if (!e && !(e = expect(c, &p->rep, GOBLIN__CW_RESULT))) {
-            if (p->rep.has_tensor && out) {
-                const goblin_tensor *t = &p->rep.tensors[0];
-                size_t bytes = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
-                void *data = bytes ? goblin__alloc(bytes) : NULL;
-                if (bytes && !data) {
-                    e = cerr(c, GOBLIN_ENOMEM, "out of memory for the %zu-byte result", bytes);
-                } else {
-                    if (bytes) memcpy(data, t->data, bytes);
-                    goblin_tensor_init(out, t->dtype, t->rank, t->shape, data);
-                    c->err[0] = 0;
-                }
-            } else {
-                c->err[0] = 0;
+        const goblin_tensor *ts = NULL;
+        uint32_t nt = 0;
+        if (!e) {
+            if (p->rep.type == GOBLIN__CW_RESULT) {
+                ts = p->rep.tensors;
+                nt = p->rep.has_tensor ? 1 : 0;
+            } else if (!(e = expect(c, &p->rep, GOBLIN__CW_OUTPUTS))) {
+                ts = p->rep.io;
+                nt = p->rep.n_io;
             }
         }
+        if (!e && outs) {
+            if (any_count ? nt > (uint32_t)n_outs : nt != (uint32_t)n_outs) {
+                e = cerr(c, GOBLIN_EINVAL, "job %llu has %u output(s), %d expected (job released)",
+                         (unsigned long long)job_id, nt, n_outs);
+            } else {
+                int32_t k = 0;
+                for (; k < n_outs && k < (int32_t)nt && !e; k++) e = copy_out(c, &ts[k], &outs[k]);
+                if (e)
+                    for (int32_t i = 0; i < k - 1; i++) {
+                        goblin__free(outs[i].data);
+                        outs[i].data = NULL;
+                    }
+            }
+        }
+        if (!e) c->err[0] = 0;
         goblin__cw_msg_clear(&p->rep);
         if (keep) nng_msg_free(keep);
     }
@@ -311,27 +335,47 @@ goblin_err goblin_client_fetch_result(goblin_client *c, uint64_t job_id, goblin_
     return e;
 }
 
+goblin_err goblin_client_fetch_result(goblin_client *c, uint64_t job_id, goblin_tensor *out) {
+    if (!c) return GOBLIN_EINVAL;
+    /* A file job has no tensor: *out untouched. A graph job with one output is fine. */
+    return fetch(c, job_id, out, out ? 1 : 0, true);
+}
+
+goblin_err goblin_client_fetch_outputs(goblin_client *c, uint64_t job_id, goblin_tensor *outputs,
+                                       int32_t n_outputs) {
+    if (!c || n_outputs < 0 || n_outputs > GOBLIN__CW_MAX_IO || (n_outputs && !outputs))
+        return GOBLIN_EINVAL;
+    return fetch(c, job_id, outputs, n_outputs, false);
+}
+
 static void sleep_ms(uint32_t ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
 }
 
-static goblin_err follow(goblin_client *c, uint64_t id, goblin_tensor *out,
-                         goblin_client_progress_fn progress, void *user) {
+/* Poll job @p id until it ends, then fetch its @p n_outs outputs into @p outs (a
+ * matmul job: at most one, and a file job none). */
+static goblin_err follow_n(goblin_client *c, uint64_t id, goblin_tensor *outs, int32_t n_outs,
+                           bool any_count, goblin_client_progress_fn progress, void *user) {
     goblin_client_job_info info;
     for (;;) {
         goblin_err e = goblin_client_job_status(c, id, &info);
         if (e) return e;
         if (progress && !progress(user, info.done, info.total)) {
             goblin_client_cancel(c, id);
-            goblin_client_fetch_result(c, id, NULL); /* releases the job on the node */
+            fetch(c, id, NULL, 0, true); /* releases the job on the node */
             return cerr(c, GOBLIN_ECANCELED, "canceled by the progress callback");
         }
         if (info.status != GOBLIN_JOB_RUNNING) break;
         sleep_ms(c->p.poll_ms ? c->p.poll_ms : 100);
     }
-    return goblin_client_fetch_result(c, id, out);
+    return fetch(c, id, outs, n_outs, any_count);
+}
+
+static goblin_err follow(goblin_client *c, uint64_t id, goblin_tensor *out,
+                         goblin_client_progress_fn progress, void *user) {
+    return follow_n(c, id, out, out ? 1 : 0, true, progress, user);
 }
 
 goblin_err goblin_client_matmul(goblin_client *c, const goblin_tensor *a, const goblin_tensor *b,
@@ -372,4 +416,102 @@ goblin_err goblin_client_stats(goblin_client *c, goblin_node_stats *out,
     goblin__free(p);
     pthread_mutex_unlock(&c->mu);
     return e;
+}
+
+/* ---- graph jobs ------------------------------------------------------------- */
+
+goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
+                                      const goblin_tensor *inputs, int32_t n_inputs,
+                                      const goblin_graph_job_params *jp, uint64_t *job_id) {
+    if (!c || !g || !job_id || n_inputs < 0 || (n_inputs && !inputs)) return GOBLIN_EINVAL;
+    int32_t gi = goblin_graph_input_count(g), go = goblin_graph_output_count(g);
+    if (n_inputs != gi)
+        return cerr(c, GOBLIN_EINVAL, "%d inputs for a graph of %d", n_inputs, gi);
+    if (gi > GOBLIN__CW_MAX_IO || go > GOBLIN__CW_MAX_IO || go < 0)
+        return cerr(c, GOBLIN_EINVAL, "a graph job takes at most %d inputs and outputs",
+                    GOBLIN__CW_MAX_IO);
+    goblin_graph_job_params dp;
+    if (!jp) {
+        goblin_graph_job_params_default(&dp);
+        jp = &dp;
+    }
+    if (jp->verify < 0 || jp->verify >= GOBLIN_GRAPH_VERIFY_COUNT)
+        return cerr(c, GOBLIN_EINVAL, "unknown verify mode %d", (int)jp->verify);
+    uint8_t *split = NULL, *combine = NULL;
+    /* One block for both enum arrays as bytes (+1: never a zero-size allocation). */
+    uint8_t *arrays = goblin__alloc((size_t)gi + (size_t)go + 1);
+    if (!arrays) return cerr(c, GOBLIN_ENOMEM, "out of memory");
+    if (jp->split) {
+        split = arrays;
+        for (int32_t i = 0; i < gi; i++) {
+            if (jp->split[i] != GOBLIN_SPLIT_BROADCAST && jp->split[i] != GOBLIN_SPLIT_BATCH) {
+                goblin__free(arrays);
+                return cerr(c, GOBLIN_EINVAL, "input %d: unknown split %d", i, (int)jp->split[i]);
+            }
+            split[i] = (uint8_t)jp->split[i];
+        }
+    }
+    if (jp->combine) {
+        combine = arrays + gi;
+        for (int32_t i = 0; i < go; i++) {
+            if (jp->combine[i] < 0 || jp->combine[i] >= GOBLIN_COMBINE_COUNT) {
+                goblin__free(arrays);
+                return cerr(c, GOBLIN_EINVAL, "output %d: unknown combine %d", i, (int)jp->combine[i]);
+            }
+            combine[i] = (uint8_t)jp->combine[i];
+        }
+    }
+    uint8_t *blob = NULL;
+    size_t blob_len = 0;
+    goblin_err e = goblin_graph_serialize(g, &blob, &blob_len);
+    if (e) {
+        goblin__free(arrays);
+        return cerr(c, e, "cannot serialize the graph: %s", goblin_strerror(e));
+    }
+    pthread_mutex_lock(&c->mu);
+    pair *p = pair_new(c);
+    e = GOBLIN_ENOMEM;
+    if (p) {
+        goblin__cw_msg *m = &p->req;
+        m->type = GOBLIN__CW_SUBMIT_GRAPH;
+        m->graph = blob;
+        m->graph_len = blob_len;
+        m->n_io = (uint32_t)gi;
+        m->n_outputs = (uint32_t)go;
+        m->io = (goblin_tensor *)(uintptr_t)inputs; /* encoding only reads it */
+        m->split = split;
+        m->combine = combine;
+        m->cache_ids = (uint64_t *)(uintptr_t)jp->cache_ids;
+        m->verify = (uint8_t)jp->verify;
+        m->min_replication = jp->min_replication;
+        m->trust_halflife = jp->trust_halflife;
+        m->chunk_rows = jp->chunk_rows;
+        m->task_memory_bytes = jp->job.task_memory_bytes;
+        m->min_tasks = jp->job.min_tasks;
+        size_t sz;
+        if (goblin__cw_encoded_size(m, &sz) != GOBLIN_OK)
+            e = cerr(c, GOBLIN_EINVAL, "graph job not encodable: a parameter is negative or not "
+                     "finite, or an input has a bad dtype or shape");
+        else
+            e = submit_common(c, p, job_id);
+    }
+    goblin__free(p);
+    pthread_mutex_unlock(&c->mu);
+    goblin_buffer_free(blob);
+    goblin__free(arrays);
+    return e;
+}
+
+goblin_err goblin_client_run_graph(goblin_client *c, const goblin_graph *g,
+                                   const goblin_tensor *inputs, int32_t n_inputs,
+                                   const goblin_graph_job_params *jp, goblin_tensor *outputs,
+                                   int32_t n_outputs, goblin_client_progress_fn progress,
+                                   void *user) {
+    if (!c || !g || n_outputs < 0 || (n_outputs && !outputs)) return GOBLIN_EINVAL;
+    if (n_outputs != goblin_graph_output_count(g))
+        return cerr(c, GOBLIN_EINVAL, "%d outputs for a graph of %d", n_outputs,
+                    goblin_graph_output_count(g));
+    uint64_t id;
+    goblin_err e = goblin_client_submit_graph(c, g, inputs, n_inputs, jp, &id);
+    return e ? e : follow_n(c, id, outputs, n_outputs, false, progress, user);
 }

@@ -5,11 +5,18 @@
  * Bodies (offsets from the body start; tensors and strings padded to 8 bytes):
  *   SUBMIT_MATMUL        tensor A, tensor B
  *   SUBMIT_MATMUL_FILES  u32 len_a, len_b, len_c, u32 0, then the three paths (no NUL)
+ *   SUBMIT_GRAPH         u32 n_inputs, u32 n_outputs, u8 verify, u8 have (bit 0 split, bit 1
+ *                        combine, bit 2 cache ids), u8 0 x6, f64 min_replication,
+ *                        f64 trust_halflife, i64 chunk_rows, u64 task_memory_bytes,
+ *                        i64 min_tasks, u64 graph_len, graph (pad 8), [u8 split[n_inputs]
+ *                        (pad 8)], [u8 combine[n_outputs] (pad 8)], [u64 cache_ids[n_inputs]],
+ *                        tensor[n_inputs]
  *   STATUS/CANCEL/FETCH/RELEASE  u64 job id
  *   STATS                (empty)
  *   SUBMITTED            u64 job id, i64 total tasks
  *   JOB_STATUS           u64 job, u8 status, u8 0 x3, i32 error, i64 done, i64 total, u32 len, u32 0, text
  *   RESULT               u64 job, u8 has_tensor, u8 0 x7, [tensor]
+ *   OUTPUTS              u64 job, u32 n, u32 0, tensor[n]      (FETCH of a graph job)
  *   STATS_REPLY          u32 n_counters, u32 n_workers, i64 counters[n], workers[n] (56 bytes each)
  *   ERROR                i32 code, u32 len, text
  *   OK                   u64 job id
@@ -34,6 +41,8 @@
 #define GOBLIN__CW_MAX_WORKERS 65536
 #define GOBLIN__CW_MAX_COUNTERS 256
 #define GOBLIN__CW_WORKER_RECORD 56
+#define GOBLIN__CW_MAX_IO GOBLIN_GRAPH_JOB_MAX_IO /* tensors of one graph job, each way */
+#define GOBLIN__CW_GRAPH_FIXED 64                 /* SUBMIT_GRAPH bytes before the graph */
 
 typedef enum goblin__cw_type {
     GOBLIN__CW_SUBMIT_MATMUL = 1,
@@ -43,12 +52,14 @@ typedef enum goblin__cw_type {
     GOBLIN__CW_FETCH = 5,
     GOBLIN__CW_RELEASE = 6,
     GOBLIN__CW_STATS = 7,
+    GOBLIN__CW_SUBMIT_GRAPH = 8,
     GOBLIN__CW_SUBMITTED = 64,
     GOBLIN__CW_JOB_STATUS = 65,
     GOBLIN__CW_RESULT = 66,
     GOBLIN__CW_STATS_REPLY = 67,
     GOBLIN__CW_ERROR = 68,
     GOBLIN__CW_OK = 69,
+    GOBLIN__CW_OUTPUTS = 70,
 } goblin__cw_type;
 
 /* One message. Encoding borrows every pointer; decoding points tensors into the
@@ -68,6 +79,23 @@ typedef struct goblin__cw_msg {
     goblin_node_stats stats;
     uint32_t n_workers;
     goblin_node_worker_stats *workers; /* decode: allocated (goblin__cw_msg_clear) */
+    /* SUBMIT_GRAPH (and OUTPUTS: job_id, n_io, io). Encoding borrows the arrays, and
+     * the SUBMIT_GRAPH inputs may have any strides (packed while encoding); decoding
+     * allocates io, split, combine and cache_ids in one block (goblin__cw_msg_clear)
+     * and points graph and the tensors' data into the buffer. */
+    const uint8_t *graph;
+    uint64_t graph_len;
+    uint32_t n_io;            /* inputs (SUBMIT_GRAPH) or outputs (OUTPUTS) */
+    uint32_t n_outputs;       /* SUBMIT_GRAPH: the graph's output count (combine's length) */
+    goblin_tensor *io;
+    uint8_t *split;           /* NULL or n_io goblin_split values */
+    uint8_t *combine;         /* NULL or n_outputs goblin_combine values */
+    uint64_t *cache_ids;      /* NULL or n_io */
+    uint8_t verify;           /* a goblin_graph_verify */
+    double min_replication, trust_halflife;
+    int64_t chunk_rows, min_tasks;
+    uint64_t task_memory_bytes;
+    void *owned;              /* decode: the block behind io/split/combine/cache_ids */
 } goblin__cw_msg;
 
 typedef struct goblin__cw_limits {
@@ -77,8 +105,9 @@ typedef struct goblin__cw_limits {
 
 /* Name of a type for logs ("SUBMIT_MATMUL") or NULL. */
 const char *goblin__cw_type_name(uint8_t type);
-/* Exact encoded size; GOBLIN_EINVAL for a field out of range (non-contiguous tensor,
- * bad dtype, path empty/too long, text too long). */
+/* Exact encoded size; GOBLIN_EINVAL for a field out of range (non-contiguous tensor
+ * where one must be contiguous, bad dtype, path empty/too long, text too long, a graph
+ * job's counts, enums or parameters out of range). */
 goblin_err goblin__cw_encoded_size(const goblin__cw_msg *m, size_t *out);
 /* Encode into @p buf (@p cap bytes). */
 goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t cap, size_t *out_len);
@@ -87,7 +116,7 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
  * GOBLIN_ENOMEM; @p msg says why and where. On failure @p out holds nothing to free. */
 goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_limits *lim,
                              goblin__cw_msg *out, char *msg, size_t cap);
-/* Free what decode allocated (workers); the struct is then reusable. */
+/* Free what decode allocated (workers, the graph job arrays); the struct is then reusable. */
 void goblin__cw_msg_clear(goblin__cw_msg *m);
 
 #endif

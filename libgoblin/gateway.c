@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <mbedtls/sha256.h>
+#include <mbedtls/version.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
@@ -32,6 +34,12 @@ typedef struct gw_job {
     void *a_buf, *b_buf, *c_buf;
     goblin_tensor a, b, c;
     goblin_npy *fa, *fb, *fc;
+    /* a graph job: its inputs (copied from the request) and outputs (allocated with
+     * the graph's output shapes), each set in one block */
+    bool is_graph;
+    int32_t n_in, n_out;
+    goblin_tensor *io;  /* n_in inputs then n_out outputs */
+    void *in_buf, *out_buf;
 } gw_job;
 
 struct goblin_gateway {
@@ -90,6 +98,9 @@ static void job_release(gw_job *j) {
     goblin_npy_close(j->fa);
     goblin_npy_close(j->fb);
     goblin_npy_close(j->fc);
+    goblin__free(j->io);
+    goblin__free(j->in_buf);
+    goblin__free(j->out_buf);
     memset(j, 0, sizeof *j);
 }
 
@@ -198,7 +209,30 @@ static void fill_status(gw_job *j, goblin__cw_msg *r) {
     snprintf(r->text, sizeof r->text, "%s", st == GOBLIN_JOB_RUNNING ? "" : goblin_job_error(j->job));
 }
 
-/* Start the job held in @p j (operands set up); on failure the slot is released. */
+/* The node took the job in @p j: give it an id and tell the client. */
+static void accepted(goblin_gateway *g, gw_job *j, goblin__cw_msg *r, uint64_t rid) {
+    j->id = g->next_id++;
+    g->stats.jobs_submitted++;
+    int64_t done = 0, total = 0;
+    goblin_job_progress(j->job, &done, &total);
+    if (j->is_graph)
+        glog(g, GOBLIN_LOG_INFO, "job %llu: graph, %d input(s), %d output(s), %lld tasks",
+             (unsigned long long)j->id, j->n_in, j->n_out, (long long)total);
+    else
+        glog(g, GOBLIN_LOG_INFO,
+             "job %llu: %s C[%lld x %lld] = A[%lld x %lld] . B[%lld x %lld], %lld tasks",
+             (unsigned long long)j->id, j->is_file ? "file" : "tensor", (long long)j->c.shape[0],
+             (long long)j->c.shape[1], (long long)j->a.shape[0], (long long)j->a.shape[1],
+             (long long)j->b.shape[0], (long long)j->b.shape[1], (long long)total);
+    memset(r, 0, sizeof *r);
+    r->type = GOBLIN__CW_SUBMITTED;
+    r->request_id = rid;
+    r->job_id = j->id;
+    r->total = total;
+    send_msg(g, r);
+}
+
+/* Start the matmul job held in @p j (operands set up); on failure the slot is released. */
 static void submit(goblin_gateway *g, gw_job *j, goblin__cw_msg *r, uint64_t rid) {
     goblin_err e = goblin_node_submit_matmul(g->node, &j->a, &j->b, &j->c, &g->p.job, &j->job);
     if (e) {
@@ -207,20 +241,7 @@ static void submit(goblin_gateway *g, gw_job *j, goblin__cw_msg *r, uint64_t rid
         glog(g, GOBLIN_LOG_WARN, "job refused by the node: %s", goblin_strerror(e));
         return;
     }
-    j->id = g->next_id++;
-    g->stats.jobs_submitted++;
-    int64_t done = 0, total = 0;
-    goblin_job_progress(j->job, &done, &total);
-    glog(g, GOBLIN_LOG_INFO, "job %llu: %s C[%lld x %lld] = A[%lld x %lld] . B[%lld x %lld], %lld tasks",
-         (unsigned long long)j->id, j->is_file ? "file" : "tensor", (long long)j->c.shape[0],
-         (long long)j->c.shape[1], (long long)j->a.shape[0], (long long)j->a.shape[1],
-         (long long)j->b.shape[0], (long long)j->b.shape[1], (long long)total);
-    memset(r, 0, sizeof *r);
-    r->type = GOBLIN__CW_SUBMITTED;
-    r->request_id = rid;
-    r->job_id = j->id;
-    r->total = total;
-    send_msg(g, r);
+    accepted(g, j, r, rid);
 }
 
 /* Operands must be 2-D and of one float dtype; checked here so that a file job
@@ -314,6 +335,186 @@ static void handle_submit_files(goblin_gateway *g, goblin__cw_msg *m, goblin__cw
     submit(g, j, r, rid);
 }
 
+/* ---- graph jobs ---------------------------------------------------------------- */
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* A cache id for a broadcast input's content: the first 8 bytes of SHA-256 over its
+ * dtype, shape and data (never 0). Workers keep cached inputs across jobs and
+ * clients, so an id must always mean the same bytes; a client's own ids cannot be
+ * trusted for that (one client could plant bytes under an id another one uses), so
+ * a non-zero id from a client only asks for caching, and the gateway names the
+ * content itself. */
+static goblin_err content_id(const goblin_tensor *t, uint64_t *out) {
+    uint8_t head[8 + 8 * GOBLIN_MAX_RANK] = {0}, dg[32];
+    head[0] = (uint8_t)t->dtype;
+    head[1] = (uint8_t)t->rank;
+    for (int32_t i = 0; i < t->rank; i++)
+        for (int b = 0; b < 8; b++) head[8 + 8 * i + b] = (uint8_t)((uint64_t)t->shape[i] >> (8 * b));
+    size_t bytes = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
+    mbedtls_sha256_context c;
+    int rc;
+    mbedtls_sha256_init(&c);
+#if MBEDTLS_VERSION_NUMBER >= 0x03000000
+    rc = mbedtls_sha256_starts(&c, 0);
+    if (rc == 0) rc = mbedtls_sha256_update(&c, head, sizeof head);
+    if (rc == 0 && bytes) rc = mbedtls_sha256_update(&c, t->data, bytes);
+    if (rc == 0) rc = mbedtls_sha256_finish(&c, dg);
+#else
+    rc = mbedtls_sha256_starts_ret(&c, 0);
+    if (rc == 0) rc = mbedtls_sha256_update_ret(&c, head, sizeof head);
+    if (rc == 0 && bytes) rc = mbedtls_sha256_update_ret(&c, t->data, bytes);
+    if (rc == 0) rc = mbedtls_sha256_finish_ret(&c, dg);
+#endif
+    mbedtls_sha256_free(&c);
+    if (rc) return GOBLIN_EIO;
+    uint64_t v = 0;
+    for (int b = 0; b < 8; b++) v |= (uint64_t)dg[b] << (8 * b);
+    *out = v ? v : 1;
+    return GOBLIN_OK;
+}
+
+/* Sizes of a graph job's tensors in one block, each 64-byte aligned; GOBLIN_ELIMIT if
+ * they overflow or exceed @p cap. */
+static goblin_err block_size(const goblin_tensor *ts, int32_t n, uint64_t cap, size_t *out) {
+    size_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        size_t b;
+        if (!goblin__mul_size((size_t)goblin_tensor_numel(&ts[i]), goblin_dtype_size(ts[i].dtype), &b) ||
+            round64(b) < b || total + round64(b) < total)
+            return GOBLIN_ELIMIT;
+        total += round64(b);
+    }
+    if (total > cap) return GOBLIN_ELIMIT;
+    *out = total;
+    return GOBLIN_OK;
+}
+
+/* Per-request arrays for goblin_graph_job_params (borrowed by the node during submit). */
+typedef struct graph_arrays {
+    goblin_split split[GOBLIN__CW_MAX_IO];
+    goblin_combine combine[GOBLIN__CW_MAX_IO];
+    uint64_t cache_ids[GOBLIN__CW_MAX_IO];
+} graph_arrays;
+
+static goblin_err setup_graph_job(goblin_gateway *g, gw_job *j, const goblin__cw_msg *m,
+                                  const goblin_graph *graph, char *why, size_t cap) {
+    int32_t ni = goblin_graph_input_count(graph), no = goblin_graph_output_count(graph);
+    if ((uint32_t)ni != m->n_io || (uint32_t)no != m->n_outputs) {
+        snprintf(why, cap, "the request has %u input(s) and %u output(s), the graph %d and %d",
+                 m->n_io, m->n_outputs, ni, no);
+        return GOBLIN_EINVAL;
+    }
+    j->is_graph = true;
+    j->n_in = ni;
+    j->n_out = no;
+    j->io = goblin__calloc((size_t)ni + (size_t)no + 1, sizeof *j->io);
+    if (!j->io) {
+        snprintf(why, cap, "out of memory");
+        return GOBLIN_ENOMEM;
+    }
+    goblin_tensor *outs = j->io + ni;
+    for (int32_t i = 0; i < no; i++) {
+        goblin_err e = goblin_graph_node(graph, goblin_graph_output_id(graph, i), NULL, &outs[i],
+                                         NULL, NULL);
+        if (e) {
+            snprintf(why, cap, "output %d: %s", i, goblin_strerror(e));
+            return e;
+        }
+    }
+    /* The outputs must come back in one reply: bound them like a request. */
+    size_t in_bytes, out_bytes;
+    if (block_size(outs, no, g->p.recv_max_bytes, &out_bytes)) {
+        snprintf(why, cap, "the graph's outputs are over the %llu-byte reply limit",
+                 (unsigned long long)g->p.recv_max_bytes);
+        return GOBLIN_ELIMIT;
+    }
+    if (block_size(m->io, ni, UINT64_MAX, &in_bytes)) {
+        snprintf(why, cap, "inputs too large");
+        return GOBLIN_ELIMIT;
+    }
+    j->in_buf = in_bytes ? goblin__alloc(in_bytes) : NULL;
+    j->out_buf = out_bytes ? goblin__alloc(out_bytes) : NULL;
+    if ((in_bytes && !j->in_buf) || (out_bytes && !j->out_buf)) {
+        snprintf(why, cap, "out of memory for the job's %zu input and %zu output bytes", in_bytes,
+                 out_bytes);
+        return GOBLIN_ENOMEM;
+    }
+    size_t o = 0;
+    for (int32_t i = 0; i < ni; i++) {
+        const goblin_tensor *t = &m->io[i];
+        size_t b = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
+        void *d = b ? (uint8_t *)j->in_buf + o : NULL;
+        if (b) memcpy(d, t->data, b);
+        goblin_tensor_init(&j->io[i], t->dtype, t->rank, t->shape, d);
+        o += round64(b);
+    }
+    o = 0;
+    for (int32_t i = 0; i < no; i++) {
+        size_t b = (size_t)goblin_tensor_numel(&outs[i]) * goblin_dtype_size(outs[i].dtype);
+        outs[i].data = b ? (uint8_t *)j->out_buf + o : NULL;
+        o += round64(b);
+    }
+    return GOBLIN_OK;
+}
+
+static void handle_submit_graph(goblin_gateway *g, goblin__cw_msg *m, goblin__cw_msg *r) {
+    uint64_t rid = m->request_id;
+    if (atomic_load(&g->draining))
+        return reply_error(g, r, rid, GOBLIN_ECLOSED, "the node is shutting down");
+    gw_job *j = free_slot(g);
+    if (!j) return reply_error(g, r, rid, GOBLIN_EBUSY, "%d jobs held: fetch or release one first",
+                               g->p.max_jobs);
+    char why[600];
+    goblin_graph *graph = NULL;
+    goblin_err e = goblin_graph_deserialize(m->graph, (size_t)m->graph_len, NULL, &graph, why,
+                                            sizeof why);
+    if (e) {
+        glog(g, GOBLIN_LOG_WARN, "graph job refused: %s", why);
+        return reply_error(g, r, rid, e, "graph: %s", why);
+    }
+    graph_arrays *arr = NULL;
+    if ((e = setup_graph_job(g, j, m, graph, why, sizeof why)) ||
+        (!(arr = goblin__calloc(1, sizeof *arr)) && (e = GOBLIN_ENOMEM))) {
+        if (e == GOBLIN_ENOMEM) snprintf(why, sizeof why, "out of memory");
+        goblin_graph_free(graph);
+        job_release(j);
+        glog(g, GOBLIN_LOG_WARN, "graph job refused: %s", why);
+        return reply_error(g, r, rid, e, "%s", why);
+    }
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.job = g->p.job;
+    if (m->task_memory_bytes) jp.job.task_memory_bytes = m->task_memory_bytes;
+    if (m->min_tasks) jp.job.min_tasks = m->min_tasks;
+    jp.chunk_rows = m->chunk_rows;
+    jp.verify = (goblin_graph_verify)m->verify;
+    jp.min_replication = m->min_replication;
+    jp.trust_halflife = m->trust_halflife;
+    for (uint32_t i = 0; m->split && i < m->n_io; i++) arr->split[i] = (goblin_split)m->split[i];
+    for (uint32_t i = 0; m->combine && i < m->n_outputs; i++)
+        arr->combine[i] = (goblin_combine)m->combine[i];
+    jp.split = m->split ? arr->split : NULL;
+    jp.combine = m->combine ? arr->combine : NULL;
+    if (m->cache_ids) {
+        for (uint32_t i = 0; i < m->n_io && !e; i++)
+            if (m->cache_ids[i]) e = content_id(&j->io[i], &arr->cache_ids[i]);
+        jp.cache_ids = arr->cache_ids;
+    }
+    if (!e)
+        e = goblin_node_submit_graph(g->node, graph, j->io, j->n_in, j->io + j->n_in, j->n_out, &jp,
+                                     &j->job);
+    goblin_graph_free(graph); /* the node keeps its own copy */
+    goblin__free(arr);
+    if (e) {
+        job_release(j);
+        glog(g, GOBLIN_LOG_WARN, "graph job refused by the node: %s", goblin_strerror(e));
+        return reply_error(g, r, rid, e, "the node refused the graph job: %s (the node's log says "
+                           "why)", goblin_strerror(e));
+    }
+    accepted(g, j, r, rid);
+}
+
 static void handle_fetch(goblin_gateway *g, goblin__cw_msg *m, goblin__cw_msg *r, gw_job *j) {
     goblin_err res = goblin_job_wait(j->job, 0);
     if (res == GOBLIN_ETIMEDOUT && goblin_job_get_status(j->job) == GOBLIN_JOB_RUNNING)
@@ -331,11 +532,17 @@ static void handle_fetch(goblin_gateway *g, goblin__cw_msg *m, goblin__cw_msg *r
         return reply_error(g, r, m->request_id, GOBLIN_EIO, "cannot write the output file");
     }
     memset(r, 0, sizeof *r);
-    r->type = GOBLIN__CW_RESULT;
     r->request_id = m->request_id;
     r->job_id = j->id;
-    r->has_tensor = !j->is_file;
-    if (!j->is_file) r->tensors[0] = j->c;
+    if (j->is_graph) {
+        r->type = GOBLIN__CW_OUTPUTS;
+        r->n_io = (uint32_t)j->n_out;
+        r->io = j->io + j->n_in;
+    } else {
+        r->type = GOBLIN__CW_RESULT;
+        r->has_tensor = !j->is_file;
+        if (!j->is_file) r->tensors[0] = j->c;
+    }
     send_msg(g, r);
     job_release(j);
 }
@@ -388,6 +595,7 @@ static void handle(goblin_gateway *g, nng_msg *in) {
     switch (m->type) {
     case GOBLIN__CW_SUBMIT_MATMUL: handle_submit(g, m, r); break;
     case GOBLIN__CW_SUBMIT_MATMUL_FILES: handle_submit_files(g, m, r); break;
+    case GOBLIN__CW_SUBMIT_GRAPH: handle_submit_graph(g, m, r); break;
     case GOBLIN__CW_STATS: handle_stats(g, m, r); break;
     case GOBLIN__CW_STATUS:
     case GOBLIN__CW_CANCEL:

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "graph_impl.h"
 #include "goblin/graph.h"
 #include "goblin/ops.h"
 #include "goblin/plan.h"
@@ -50,6 +51,10 @@ typedef struct peer {
     int32_t panel_next[2];
     int32_t memo_cap; /* panels per kind believed cached: halved on every miss, since
                          HELLO does not say how big the worker's cache is */
+    uint64_t gids[PANEL_MEMO]; /* graph jobs: cache ids of broadcast inputs it holds */
+    int32_t gnext;
+    int64_t agreements; /* replicated results that agreed (adaptive trust) */
+    int64_t last_heard_ms; /* any message from the peer */
 } peer;
 
 typedef struct task {
@@ -59,7 +64,40 @@ typedef struct task {
     int32_t accepted_peer; /* peer index, -1: the node computed it */
     int64_t leased_at_ms;
     void *partial;         /* split-K partial tile (contiguous rows x cols) until summed */
+    /* graph jobs */
+    int32_t holder;        /* peer index + 1 of a result held until its replica arrives; 0: none */
+    bool replicated;       /* the accepted result was checked (replica or node) */
+    void **held;           /* the held result: one contiguous buffer per output */
+    void **outs;           /* accepted outputs of reductions, combined at the end */
 } task;
+
+enum { JOB_MATMUL = 0, JOB_GRAPH = 1 };
+
+/* A chunk graph: the job's graph rebatched for one chunk size, serialized once. */
+typedef struct gvariant {
+    int64_t rows;
+    goblin_graph *g;
+    uint8_t *buf;
+    size_t len;
+    uint64_t bytes;
+    goblin_tensor *oshape; /* per output: dtype and shape (data NULL) */
+    goblin_op *oop;        /* per output: the op of its node and its reduction length */
+    int64_t *ok;
+} gvariant;
+
+typedef struct gjob {
+    int32_t n_in, n_out;
+    goblin_tensor *in, *out; /* the caller's (borrowed) */
+    uint8_t *batched;
+    uint64_t *cid;           /* cache id per broadcast input */
+    void **packed;           /* contiguous copy of a strided broadcast input, or NULL */
+    goblin_combine *comb;
+    int64_t batch, rows, nchunks;
+    gvariant v[2];
+    int32_t nv;
+    goblin_graph_verify verify;
+    double min_rep, halflife;
+} gjob;
 
 typedef struct lease {
     uint64_t id;
@@ -73,6 +111,8 @@ typedef struct lease {
 struct goblin_job {
     goblin_node *node; /* NULL once detached */
     uint64_t id;
+    int kind;          /* JOB_MATMUL, JOB_GRAPH */
+    gjob *g;           /* graph jobs */
     goblin_tensor a, b, c;
     goblin_dtype dt;
     size_t esz;
@@ -112,12 +152,20 @@ struct goblin_node {
     goblin_job **jobs;
     int32_t n_jobs, cap_jobs;
     uint64_t next_lease_id, next_job_id, next_session;
+    int64_t last_housekeeping_ms;
     goblin_node_stats st;
     /* pipe events from nng's threads, under ev_mu */
     pthread_mutex_t ev_mu;
     uint32_t *ev_removed;
     int32_t n_ev, cap_ev;
 };
+
+/* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */
+static inline gvariant *gvar(const goblin_job *j, int64_t ti) {
+    return ti == j->ntasks - 1 && j->g->nv == 2 ? &j->g->v[1] : &j->g->v[0];
+}
+
+static void gjob_free(gjob *G);
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -199,6 +247,7 @@ void goblin_node_params_default(goblin_node_params *p) {
     p->recompute_threads = 0;
     p->speculate = true;
     p->log_level = GOBLIN_LOG_INFO;
+    p->heartbeat_ms = 5000;
 }
 
 void goblin_job_params_default(goblin_job_params *p) {
@@ -306,6 +355,20 @@ static int32_t find_peer(goblin_node *n, uint32_t pipe_id) {
 
 /* ---- job status --------------------------------------------------------------- */
 
+static void free_bufs(void ***bufs, int32_t n) {
+    if (!*bufs) return;
+    for (int32_t o = 0; o < n; o++) goblin__free((*bufs)[o]);
+    goblin__free(*bufs);
+    *bufs = NULL;
+}
+
+static void task_free_graph_bufs(goblin_job *j, task *t) {
+    if (j->kind != JOB_GRAPH) return;
+    free_bufs(&t->held, j->g->n_out);
+    free_bufs(&t->outs, j->g->n_out);
+    t->holder = 0;
+}
+
 static void job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const char *fmt, ...) {
@@ -313,6 +376,7 @@ static void job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const 
     for (int64_t i = 0; i < j->ntasks; i++) {
         goblin__free(j->tasks[i].partial);
         j->tasks[i].partial = NULL;
+        task_free_graph_bufs(j, &j->tasks[i]);
     }
     if (j->node)
         for (int64_t i = 0; i < j->node->n_leases; i++)
@@ -473,10 +537,18 @@ static void lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why
         if (L.task < j->scan_from) j->scan_from = L.task;
     }
     if (counts && t->attempts > n->p.max_retries) {
-        goblin_matmul_tile tl;
-        job_tile(j, L.task, &tl);
         nlog(n, GOBLIN_LOG_ERROR, "job %llu failed: task %lld failed %d times (last: %s)",
              (unsigned long long)j->id, (long long)L.task, (int)t->attempts, what);
+        if (j->kind == JOB_GRAPH) {
+            int64_t r0 = L.task * j->g->rows;
+            job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ELIMIT,
+                       "task %lld (batch rows %lld..%lld) failed %d times; last failure: %s",
+                       (long long)L.task, (long long)r0, (long long)(r0 + gvar(j, L.task)->rows),
+                       (int)t->attempts, what);
+            return;
+        }
+        goblin_matmul_tile tl;
+        job_tile(j, L.task, &tl);
         job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ELIMIT,
                    "task %lld (rows %lld..%lld, cols %lld..%lld, k %lld..%lld) failed %d times; "
                    "last failure: %s",
@@ -523,8 +595,13 @@ static void drop_peer(goblin_node *n, int32_t pi, const char *why) {
     nng_pipe_close(p->pipe);
 }
 
+static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative,
+                      const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in);
+static bool issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative);
+
 /* Send task @p ti of @p j to peer @p pi. */
 static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative) {
+    if (j->kind == JOB_GRAPH) return issue_graph(n, j, ti, pi, speculative);
     peer *p = &n->peers[pi];
     goblin_matmul_tile t;
     job_tile(j, ti, &t);
@@ -549,43 +626,14 @@ static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool sp
         goblin_tensor v = view2(&j->b, t.k0, t.kn, t.col0, t.cols, j->esz);
         pack(&v, pb, j->esz);
     }
-    int64_t dir[4] = {(int64_t)ida, (int64_t)idb, (have_a ? 1 : 0) | (have_b ? 2 : 0), 0};
+    /* The cache directory (docs/runtime.md): ids, then "left out" flags. */
+    int64_t dir[4] = {(int64_t)ida, (int64_t)idb, have_a ? 1 : 0, have_b ? 1 : 0};
     int64_t sd[1] = {4};
     goblin_tensor in[3];
     goblin_tensor_init(&in[0], j->dt, 2, sa, pa);
     goblin_tensor_init(&in[1], j->dt, 2, sb, pb);
     goblin_tensor_init(&in[2], GOBLIN_DTYPE_I64, 1, sd, dir);
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
-    uint64_t lid = n->next_lease_id++;
-    m.request_id = lid;
-    m.body.task.task_id = lid;
-    m.body.task.lease_ms = n->p.lease_ms;
-    m.body.task.graph_len = glen;
-    m.body.task.graph = gbuf;
-    m.body.task.n_inputs = 3;
-    m.body.task.inputs = in;
-    int64_t cap = n->cap_leases;
-    if (!grow((void **)&n->leases, &cap, n->n_leases + 1, sizeof(lease))) goto out;
-    n->cap_leases = cap;
-    int rv = send_wire(n, p->pipe, &m);
-    if (rv) {
-        nlog(n, GOBLIN_LOG_WARN, "cannot send task to worker %llu: %s", (unsigned long long)p->session_id,
-             nng_strerror(rv));
-        goto out;
-    }
-    int64_t now = goblin__now_ms();
-    n->leases[n->n_leases++] = (lease){.id = lid, .job = j, .task = ti, .peer = pi,
-                                       .deadline_ms = now + n->p.lease_ms};
-    task *tk = &j->tasks[ti];
-    tk->state = T_LEASED;
-    tk->n_leases++;
-    if (!speculative) tk->leased_at_ms = now;
-    p->wanted--;
-    p->in_flight++;
-    p->issued++;
-    n->st.tasks_issued++;
-    if (speculative) n->st.tasks_speculative++;
+    if (!send_task(n, j, ti, pi, speculative, gbuf, glen, in, 3)) goto out;
     if (have_a) n->st.panel_cache_hits++;
     if (have_b) n->st.panel_cache_hits++;
     peer_add_panel(p, 0, ida);
@@ -599,7 +647,47 @@ out:
     return ok;
 }
 
+/* Register a lease of task @p ti of @p j for peer @p pi and send the TASK. */
+static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative,
+                      const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in) {
+    peer *p = &n->peers[pi];
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
+    uint64_t lid = n->next_lease_id++;
+    m.request_id = lid;
+    m.body.task.task_id = lid;
+    m.body.task.lease_ms = n->p.lease_ms;
+    m.body.task.graph_len = glen;
+    m.body.task.graph = (uint8_t *)gbuf;
+    m.body.task.n_inputs = n_in;
+    m.body.task.inputs = in;
+    int64_t cap = n->cap_leases;
+    if (!grow((void **)&n->leases, &cap, n->n_leases + 1, sizeof(lease))) return false;
+    n->cap_leases = cap;
+    int rv = send_wire(n, p->pipe, &m);
+    if (rv) {
+        nlog(n, GOBLIN_LOG_WARN, "cannot send task to worker %llu: %s", (unsigned long long)p->session_id,
+             nng_strerror(rv));
+        return false;
+    }
+    int64_t now = goblin__now_ms();
+    n->leases[n->n_leases++] = (lease){.id = lid, .job = j, .task = ti, .peer = pi,
+                                       .deadline_ms = now + n->p.lease_ms};
+    task *tk = &j->tasks[ti];
+    tk->state = T_LEASED;
+    tk->n_leases++;
+    if (!speculative) tk->leased_at_ms = now;
+    p->wanted--;
+    p->in_flight++;
+    p->issued++;
+    n->st.tasks_issued++;
+    if (speculative) n->st.tasks_speculative++;
+    if (j->kind == JOB_GRAPH && tk->holder) n->st.replicas_issued++;
+    return true;
+}
+
 static bool task_fits(const goblin_job *j, int64_t ti, const peer *p) {
+    if (j->kind == JOB_GRAPH) return gvar(j, ti)->bytes <= p->memory;
     goblin_matmul_tile t;
     uint64_t bytes = 0;
     job_tile(j, ti, &t);
@@ -626,6 +714,11 @@ static bool assign_one(goblin_node *n, int32_t pi) {
             if (j->tasks[i].state != T_PENDING) continue;
             seen++;
             if (!task_fits(j, i, p)) continue;
+            if (j->kind == JOB_GRAPH) {
+                if (j->tasks[i].holder == pi + 1) continue; /* a replica goes elsewhere */
+                first = i;
+                break;
+            }
             if (first < 0) first = i;
             if (peer_has_panel(p, 0, panel_id(j, 0, i)) || peer_has_panel(p, 1, panel_id(j, 1, i))) {
                 best = i;
@@ -645,14 +738,17 @@ static bool assign_one(goblin_node *n, int32_t pi) {
         for (int64_t i = 0; i < j->ntasks; i++) {
             task *t = &j->tasks[i];
             if (t->state != T_LEASED || t->n_leases != 1 || now - t->leased_at_ms < thresh) continue;
-            if (lease_held_by(n, j, i, pi) || !task_fits(j, i, p)) continue;
+            if (lease_held_by(n, j, i, pi) || !task_fits(j, i, p) || t->holder == pi + 1) continue;
             return issue(n, j, i, pi, true);
         }
     }
     return false;
 }
 
+static void resolve_orphans(goblin_node *n);
+
 static void schedule(goblin_node *n) {
+    resolve_orphans(n);
     bool progress = true;
     while (progress) {
         progress = false;
@@ -675,6 +771,9 @@ static void job_progress_cb(goblin_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (j->jp.progress) j->jp.progress(j->jp.progress_user, d, j->ntasks);
 }
+
+static void task_done(goblin_node *n, goblin_job *j, int64_t ti);
+static goblin_err graph_combine(goblin_job *j);
 
 /* Task @p ti's result (contiguous rows x cols at @p data) is final. */
 static void task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
@@ -730,6 +829,12 @@ static void task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *d
             }
         }
     }
+    task_done(n, j, ti);
+}
+
+/* Common end of an accepted task: counters, progress, the job's end. */
+static void task_done(goblin_node *n, goblin_job *j, int64_t ti) {
+    task *t = &j->tasks[ti];
     n->st.tasks_completed++;
     int64_t now = goblin__now_ms();
     if (t->leased_at_ms) {
@@ -741,6 +846,14 @@ static void task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *d
     pthread_mutex_unlock(&j->mu);
     job_progress_cb(j);
     if (d == j->ntasks) {
+        if (j->kind == JOB_GRAPH) {
+            goblin_err e = graph_combine(j);
+            if (e) {
+                job_finish(j, GOBLIN_JOB_FAILED, e, "combining the chunks' outputs failed: %s",
+                           goblin_strerror(e));
+                return;
+            }
+        }
         nlog(n, GOBLIN_LOG_INFO, "job %llu done: %lld tasks", (unsigned long long)j->id, (long long)j->ntasks);
         job_finish(j, GOBLIN_JOB_DONE, GOBLIN_OK, NULL);
     }
@@ -767,6 +880,8 @@ static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool who
 
 static void quarantine(goblin_node *n, int32_t pi);
 
+static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r);
+
 /* Judge a RESULT for lease @p li. */
 static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
     int64_t li = find_lease(n, r->task_id);
@@ -782,6 +897,10 @@ static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
         return;
     }
     goblin_job *j = L.job;
+    if (j->kind == JOB_GRAPH) {
+        handle_graph_result(n, pi, li, r);
+        return;
+    }
     goblin_matmul_tile t;
     job_tile(j, L.task, &t);
     goblin_verdict v;
@@ -855,11 +974,17 @@ static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
     goblin__free(mine);
 }
 
+static void recheck_graph(goblin_node *n, goblin_job *j, int32_t pi);
+
 /* Re-verify what peer @p pi had accepted in running jobs; recompute what fails. */
 static void recheck_peer(goblin_node *n, int32_t pi) {
     for (int32_t k = 0; k < n->n_jobs; k++) {
         goblin_job *j = n->jobs[k];
         if (!j->running) continue;
+        if (j->kind == JOB_GRAPH) {
+            recheck_graph(n, j, pi);
+            continue;
+        }
         int64_t s = j->info.k_slices;
         for (int64_t i = 0; i < j->ntasks && j->running; i++) {
             task *t = &j->tasks[i];
@@ -907,6 +1032,8 @@ static void recheck_peer(goblin_node *n, int32_t pi) {
     }
 }
 
+static void drop_held(goblin_node *n, int32_t pi);
+
 static void quarantine(goblin_node *n, int32_t pi) {
     peer *p = &n->peers[pi];
     if (p->quarantined) return;
@@ -915,6 +1042,7 @@ static void quarantine(goblin_node *n, int32_t pi) {
     nlog(n, GOBLIN_LOG_WARN, "worker %llu quarantined: it returned a wrong result; no more tasks, "
          "its earlier results are rechecked", (unsigned long long)p->session_id);
     fail_peer_leases(n, pi, false, GOBLIN_EVERIFY, "worker quarantined");
+    drop_held(n, pi);
     recheck_peer(n, pi);
 }
 
@@ -972,6 +1100,7 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
     }
     peer *p = &n->peers[pi];
     if (p->close_at_ms) return; /* refused: ignore until closed */
+    p->last_heard_ms = goblin__now_ms();
     const uint8_t *buf = nng_msg_body(msg);
     size_t len = nng_msg_len(msg);
     goblin_wire_msg *m = NULL;
@@ -1028,7 +1157,7 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
         goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
         a.request_id = m->request_id;
         a.body.hello_ack.session_id = p->session_id;
-        a.body.hello_ack.heartbeat_ms = 0;
+        a.body.hello_ack.heartbeat_ms = n->p.heartbeat_ms;
         a.body.hello_ack.max_message_bytes = n->p.recv_max_bytes;
         send_wire(n, pp, &a);
         nlog(n, GOBLIN_LOG_INFO, "worker %llu joined (pipe %u, %u threads, %llu bytes)",
@@ -1055,7 +1184,8 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
             /* The worker evicted a panel we thought it held: forget its panels, resend. */
             n->st.panel_cache_misses++;
             memset(p->panels, 0, sizeof p->panels);
-            p->panel_next[0] = p->panel_next[1] = 0;
+            memset(p->gids, 0, sizeof p->gids);
+            p->panel_next[0] = p->panel_next[1] = p->gnext = 0;
             p->memo_cap /= 2; /* 0 after enough misses: panels are then always sent */
             /* Not a failure: neither a retry, nor a reissue, nor a failed lease of the
              * worker. The task is pending again and the scheduler (this very loop
@@ -1115,6 +1245,23 @@ static void housekeeping(goblin_node *n) {
             nlog(n, GOBLIN_LOG_INFO, "lease %llu (task %lld) expired", (unsigned long long)L->id,
                  (long long)L->task);
         lease_failed(n, i, true, GOBLIN_ETIMEDOUT, "lease expired");
+    }
+    /* Time the node's own loop was busy (a long recomputation) does not count as a
+     * worker's silence: its HEARTBEATs may be waiting in the socket. */
+    int64_t gap = n->last_housekeeping_ms ? now - n->last_housekeeping_ms : 0;
+    n->last_housekeeping_ms = now;
+    if (gap > 200)
+        for (int32_t i = 0; i < n->n_peers; i++) n->peers[i].last_heard_ms += gap;
+    if (n->p.heartbeat_ms) {
+        int64_t silent = 3 * (int64_t)n->p.heartbeat_ms;
+        for (int32_t i = 0; i < n->n_peers; i++) {
+            peer *p = &n->peers[i];
+            if (!p->connected || !p->hello || p->close_at_ms || now - p->last_heard_ms <= silent) continue;
+            char why[96];
+            snprintf(why, sizeof why, "silent for %lld ms (heartbeat %u ms)", (long long)(now - p->last_heard_ms),
+                     (unsigned)n->p.heartbeat_ms);
+            drop_peer(n, i, why);
+        }
     }
     for (int32_t i = 0; i < n->n_peers; i++) {
         peer *p = &n->peers[i];
@@ -1323,6 +1470,850 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
     return GOBLIN_OK;
 }
 
+/* ---- graph jobs --------------------------------------------------------------------- */
+
+static void gjob_free(gjob *G) {
+    if (!G) return;
+    for (int32_t k = 0; k < 2; k++) {
+        goblin_graph_free(G->v[k].g);
+        goblin_buffer_free(G->v[k].buf);
+        goblin__free(G->v[k].oshape);
+        goblin__free(G->v[k].oop);
+        goblin__free(G->v[k].ok);
+    }
+    if (G->packed)
+        for (int32_t i = 0; i < G->n_in; i++) goblin__free(G->packed[i]);
+    goblin__free(G->packed);
+    goblin__free(G->in);
+    goblin__free(G->out);
+    goblin__free(G->batched);
+    goblin__free(G->cid);
+    goblin__free(G->comb);
+    goblin__free(G);
+}
+
+/* Rows [r0, r0 + rows) of @p t (a view). */
+static goblin_tensor rows_view(const goblin_tensor *t, int64_t r0, int64_t rows) {
+    goblin_tensor v = *t;
+    v.shape[0] = rows;
+    v.data = (char *)t->data + r0 * t->strides[0] * (int64_t)goblin_dtype_size(t->dtype);
+    return v;
+}
+
+/* Input @p i of task @p ti as the node sees it (caller's memory, any strides). */
+static goblin_tensor task_input(const goblin_job *j, int64_t ti, int32_t i) {
+    const gjob *G = j->g;
+    if (G->batched[i]) return rows_view(&G->in[i], ti * G->rows, gvar(j, ti)->rows);
+    return G->in[i];
+}
+
+static size_t out_bytes(const goblin_tensor *shape) {
+    return (size_t)goblin_tensor_numel(shape) * goblin_dtype_size(shape->dtype);
+}
+
+static bool peer_has_gid(const peer *p, uint64_t id) {
+    for (int i = 0; i < p->memo_cap; i++)
+        if (p->gids[i] == id) return true;
+    return false;
+}
+
+static void peer_add_gid(peer *p, uint64_t id) {
+    if (peer_has_gid(p, id) || p->memo_cap < 1) return;
+    p->gids[p->gnext % p->memo_cap] = id;
+    p->gnext = (p->gnext + 1) % p->memo_cap;
+}
+
+static bool issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative) {
+    peer *p = &n->peers[pi];
+    gjob *G = j->g;
+    gvariant *v = gvar(j, ti);
+    int32_t ni = G->n_in;
+    goblin_tensor *in = goblin__calloc((size_t)ni + 1, sizeof *in);
+    int64_t *dir = goblin__calloc((size_t)(2 * ni) + 1, sizeof *dir);
+    void **tmp = goblin__calloc((size_t)ni + 1, sizeof *tmp);
+    bool ok = false;
+    int64_t hits = 0;
+    if (!in || !dir || !tmp) goto out;
+    for (int32_t i = 0; i < ni; i++) {
+        if (G->batched[i]) {
+            goblin_tensor cv = task_input(j, ti, i);
+            if (goblin_tensor_is_contiguous(&cv)) {
+                in[i] = cv;
+            } else {
+                size_t bytes = out_bytes(&cv);
+                if (!(tmp[i] = goblin__alloc(bytes ? bytes : 1))) goto out;
+                goblin_tensor_init(&in[i], cv.dtype, cv.rank, cv.shape, tmp[i]);
+                goblin__tensor_copy(&in[i], &cv);
+            }
+            continue;
+        }
+        uint64_t id = G->cid[i];
+        bool have = peer_has_gid(p, id);
+        dir[i] = (int64_t)id;
+        dir[ni + i] = have ? 1 : 0;
+        if (have) {
+            int64_t zero[1] = {0};
+            goblin_tensor_init(&in[i], G->in[i].dtype, 1, zero, NULL);
+            hits++;
+        } else if (G->packed[i]) {
+            goblin_tensor_init(&in[i], G->in[i].dtype, G->in[i].rank, G->in[i].shape, G->packed[i]);
+        } else {
+            in[i] = G->in[i];
+        }
+    }
+    int64_t sd[1] = {2 * (int64_t)ni};
+    goblin_tensor_init(&in[ni], GOBLIN_DTYPE_I64, 1, sd, dir);
+    if (!send_task(n, j, ti, pi, speculative, v->buf, v->len, in, (uint32_t)ni + 1)) goto out;
+    n->st.panel_cache_hits += hits;
+    for (int32_t i = 0; i < ni; i++)
+        if (!G->batched[i]) peer_add_gid(p, G->cid[i]);
+    ok = true;
+out:
+    if (tmp)
+        for (int32_t i = 0; i < ni; i++) goblin__free(tmp[i]);
+    goblin__free(tmp);
+    goblin__free(in);
+    goblin__free(dir);
+    return ok;
+}
+
+/* Compute task @p ti on the node: *out gets one new contiguous buffer per output. */
+static goblin_err graph_compute(goblin_node *n, goblin_job *j, int64_t ti, void ***out) {
+    gjob *G = j->g;
+    gvariant *v = gvar(j, ti);
+    goblin_tensor *in = goblin__calloc((size_t)G->n_in + 1, sizeof *in);
+    goblin_tensor *ot = goblin__calloc((size_t)G->n_out, sizeof *ot);
+    void **bufs = goblin__calloc((size_t)G->n_out, sizeof *bufs);
+    goblin_err e = GOBLIN_ENOMEM;
+    if (!in || !ot || !bufs) goto fail;
+    for (int32_t i = 0; i < G->n_in; i++) in[i] = task_input(j, ti, i);
+    for (int32_t o = 0; o < G->n_out; o++) {
+        size_t bytes = out_bytes(&v->oshape[o]);
+        if (!(bufs[o] = goblin__alloc(bytes ? bytes : 1))) goto fail;
+        goblin_tensor_init(&ot[o], v->oshape[o].dtype, v->oshape[o].rank, v->oshape[o].shape, bufs[o]);
+    }
+    goblin_exec_params ep;
+    goblin_exec_params_default(&ep);
+    ep.backend = n->p.recompute_backend;
+    ep.threads = n->p.recompute_threads;
+    if ((e = goblin_graph_eval(v->g, &ep, in, G->n_in, ot, G->n_out)) != GOBLIN_OK) goto fail;
+    n->st.node_recomputed++;
+    goblin__free(in);
+    goblin__free(ot);
+    *out = bufs;
+    return GOBLIN_OK;
+fail:
+    goblin__free(in);
+    goblin__free(ot);
+    free_bufs(&bufs, G->n_out);
+    return e;
+}
+
+/* Output @p o of task @p ti over contiguous @p data. */
+static goblin_tensor out_tensor(const goblin_job *j, int64_t ti, int32_t o, void *data) {
+    const goblin_tensor *s = &gvar(j, ti)->oshape[o];
+    goblin_tensor t;
+    goblin_tensor_init(&t, s->dtype, s->rank, s->shape, data);
+    return t;
+}
+
+/* Does a worker's result have the task's output count, dtypes and shapes? */
+static bool graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin_wire_result *r,
+                                  goblin_verify_reason *why) {
+    const gvariant *v = gvar(j, ti);
+    *why = GOBLIN_VERIFY_SHAPE;
+    if ((int64_t)r->n_outputs != j->g->n_out) return false;
+    for (int32_t o = 0; o < j->g->n_out; o++) {
+        const goblin_tensor *a = &r->outputs[o], *s = &v->oshape[o];
+        if (a->dtype != s->dtype) {
+            *why = GOBLIN_VERIFY_DTYPE;
+            return false;
+        }
+        if (a->rank != s->rank || memcmp(a->shape, s->shape, (size_t)s->rank * sizeof(int64_t)) != 0 ||
+            (goblin_tensor_numel(s) > 0 && !a->data) || !goblin_tensor_is_contiguous(a))
+            return false;
+    }
+    return true;
+}
+
+/* Does result @p res (one tensor per output) agree with the node's @p mine within the
+ * output ops' contracts? Anything short of ACCEPT is a disagreement: the node's result
+ * is trusted, so "inconclusive" cannot be left to the worker's benefit. */
+static bool graph_agrees(goblin_node *n, const goblin_job *j, int64_t ti, const goblin_tensor *res,
+                         void **mine, goblin_verify_reason *why) {
+    const gvariant *v = gvar(j, ti);
+    *why = GOBLIN_VERIFY_OK;
+    for (int32_t o = 0; o < j->g->n_out; o++) {
+        goblin_tensor m = out_tensor(j, ti, o, mine[o]);
+        goblin_verdict vd;
+        memset(&vd, 0, sizeof vd);
+        goblin_err e = goblin_verify_compare(v->oop[o], m.dtype, v->ok[o], &m, &res[o], &vd);
+        if (e) {
+            nlog(n, GOBLIN_LOG_ERROR, "cannot compare output %d: %s", (int)o, goblin_strerror(e));
+            *why = GOBLIN_VERIFY_UNCHECKABLE;
+            return false;
+        }
+        if (vd.kind != GOBLIN_VERDICT_ACCEPT) {
+            *why = vd.reason == GOBLIN_VERIFY_OK || vd.reason == GOBLIN_VERIFY_BIT_EQUAL
+                       ? GOBLIN_VERIFY_BETWEEN : vd.reason;
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool graph_bit_equal(const goblin_job *j, int64_t ti, const goblin_tensor *a, void **held) {
+    const gvariant *v = gvar(j, ti);
+    for (int32_t o = 0; o < j->g->n_out; o++) {
+        size_t bytes = out_bytes(&v->oshape[o]);
+        if (bytes && memcmp(a[o].data, held[o], bytes) != 0) return false;
+    }
+    return true;
+}
+
+/* Store the outputs of task @p ti (contiguous buffers): CONCAT outputs into the
+ * caller's rows, the others kept for the combine at the end. */
+static bool graph_store(goblin_job *j, int64_t ti, void *const *data) {
+    gjob *G = j->g;
+    task *t = &j->tasks[ti];
+    gvariant *v = gvar(j, ti);
+    for (int32_t o = 0; o < G->n_out; o++) {
+        goblin_tensor src = out_tensor(j, ti, o, data[o]);
+        if (G->comb[o] == GOBLIN_COMBINE_CONCAT) {
+            goblin_tensor dst = rows_view(&G->out[o], ti * G->rows, v->rows);
+            goblin__tensor_copy(&dst, &src);
+            continue;
+        }
+        if (!t->outs && !(t->outs = goblin__calloc((size_t)G->n_out, sizeof(void *)))) return false;
+        size_t bytes = out_bytes(&v->oshape[o]);
+        void *cp = goblin__memdup(data[o], bytes ? bytes : 1);
+        if (!cp) return false;
+        goblin__free(t->outs[o]);
+        t->outs[o] = cp;
+    }
+    return true;
+}
+
+static void graph_task_accept(goblin_node *n, goblin_job *j, int64_t ti, void *const *data,
+                              int32_t by, bool replicated) {
+    task *t = &j->tasks[ti];
+    for (int64_t i = 0; i < n->n_leases; i++)
+        if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
+    t->n_leases = 0;
+    t->state = T_DONE;
+    t->accepted_peer = by;
+    t->replicated = replicated;
+    free_bufs(&t->held, j->g->n_out);
+    t->holder = 0;
+    if (!graph_store(j, ti, data)) {
+        job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory holding a chunk's outputs");
+        return;
+    }
+    task_done(n, j, ti);
+}
+
+static void count_reject(goblin_node *n, int32_t pi, int64_t ti, goblin_verify_reason why) {
+    peer *p = &n->peers[pi];
+    n->st.results_rejected++;
+    n->st.rejected_by_reason[why < GOBLIN_VERIFY_REASON_COUNT ? why : 0]++;
+    p->rejected++;
+    nlog(n, GOBLIN_LOG_WARN, "rejected result of graph task %lld from worker %llu: %s", (long long)ti,
+         (unsigned long long)p->session_id, goblin_verify_reason_name(why));
+}
+
+static void count_accept(goblin_node *n, int32_t pi, bool agreed) {
+    n->st.results_accepted++;
+    n->peers[pi].accepted++;
+    if (agreed) n->peers[pi].agreements++;
+}
+
+/* Decide task @p ti by recomputing it on the node: each candidate result (@p nc of
+ * them, from peers @p pc) is accepted if it agrees with the node's, else rejected and
+ * its worker quarantined. The node's result is the one kept. */
+static void graph_decide(goblin_node *n, goblin_job *j, int64_t ti, int32_t nc, const int32_t *pc,
+                         const goblin_tensor *const *res) {
+    void **mine = NULL;
+    goblin_err e = graph_compute(n, j, ti, &mine);
+    if (e) {
+        job_finish(j, GOBLIN_JOB_FAILED, e, "recomputing task %lld on the node failed: %s", (long long)ti,
+                   goblin_strerror(e));
+        return;
+    }
+    bool ok[2] = {false, false};
+    goblin_verify_reason why[2];
+    for (int32_t k = 0; k < nc; k++) {
+        ok[k] = graph_agrees(n, j, ti, res[k], mine, &why[k]);
+        if (ok[k]) count_accept(n, pc[k], true);
+        else count_reject(n, pc[k], ti, why[k]);
+    }
+    if (nc == 2 && ok[0] && ok[1]) n->st.replicas_agreed++;
+    graph_task_accept(n, j, ti, mine, -1, true);
+    free_bufs(&mine, j->g->n_out);
+    for (int32_t k = 0; k < nc; k++)
+        if (!ok[k]) quarantine(n, pc[k]);
+}
+
+static bool peer_eligible(const goblin_node *n, int32_t k) {
+    const peer *q = &n->peers[k];
+    return q->connected && q->hello && !q->quarantined && !q->close_at_ms;
+}
+
+/* Is a worker other than peer @p pi able to take task @p ti? */
+static bool other_eligible(const goblin_node *n, const goblin_job *j, int64_t ti, int32_t pi) {
+    for (int32_t k = 0; k < n->n_peers; k++)
+        if (k != pi && peer_eligible(n, k) && task_fits(j, ti, &n->peers[k])) return true;
+    return false;
+}
+
+static double rand_u01(void) { return (double)(goblin__secret_u64() >> 11) * 0x1p-53; }
+
+static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r) {
+    lease L = n->leases[li];
+    goblin_job *j = L.job;
+    gjob *G = j->g;
+    int64_t ti = L.task;
+    task *t = &j->tasks[ti];
+    peer *p = &n->peers[pi];
+    goblin_verify_reason why;
+    if (!graph_result_shape_ok(j, ti, r, &why)) {
+        count_reject(n, pi, ti, why);
+        char text[96];
+        snprintf(text, sizeof text, "result rejected (%s)", goblin_verify_reason_name(why));
+        lease_failed(n, li, true, GOBLIN_EVERIFY, text);
+        quarantine(n, pi);
+        return;
+    }
+    remove_lease(n, li);
+    if (p->in_flight > 0) p->in_flight--;
+    if (t->n_leases > 0) t->n_leases--;
+    if (t->holder == pi + 1) { /* cannot replicate itself */
+        n->st.results_duplicate++;
+        if (t->n_leases == 0 && t->state == T_LEASED) t->state = T_PENDING;
+        if (ti < j->scan_from) j->scan_from = ti;
+        return;
+    }
+    void **data = goblin__calloc((size_t)G->n_out, sizeof *data);
+    if (!data) {
+        job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory");
+        return;
+    }
+    for (int32_t o = 0; o < G->n_out; o++) data[o] = r->outputs[o].data;
+    const goblin_tensor *res0 = r->outputs;
+    if (G->verify == GOBLIN_GRAPH_VERIFY_UNSAFE_NONE) {
+        count_accept(n, pi, false);
+        graph_task_accept(n, j, ti, data, pi, false);
+    } else if (G->verify == GOBLIN_GRAPH_VERIFY_RECOMPUTE) {
+        graph_decide(n, j, ti, 1, &pi, &res0);
+    } else if (t->holder) {
+        int32_t h = t->holder - 1;
+        if (graph_bit_equal(j, ti, r->outputs, t->held)) {
+            n->st.replicas_agreed++;
+            count_accept(n, h, true);
+            count_accept(n, pi, true);
+            graph_task_accept(n, j, ti, data, pi, true);
+        } else {
+            goblin_tensor *ht = goblin__calloc((size_t)G->n_out, sizeof *ht);
+            if (!ht) {
+                job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory");
+            } else {
+                for (int32_t o = 0; o < G->n_out; o++) ht[o] = out_tensor(j, ti, o, t->held[o]);
+                void **held = t->held; /* graph_decide frees it through the accept */
+                t->held = NULL;
+                int32_t pc[2] = {h, pi};
+                const goblin_tensor *rs[2] = {ht, res0};
+                graph_decide(n, j, ti, 2, pc, rs);
+                free_bufs(&held, G->n_out);
+                goblin__free(ht);
+            }
+        }
+    } else {
+        double rate = 1.0 / (1.0 + (double)p->agreements / G->halflife);
+        if (rate < G->min_rep) rate = G->min_rep;
+        if (rand_u01() >= rate) {
+            count_accept(n, pi, false);
+            graph_task_accept(n, j, ti, data, pi, false);
+        } else if (!other_eligible(n, j, ti, pi)) {
+            graph_decide(n, j, ti, 1, &pi, &res0);
+        } else {
+            /* Hold the result until a different worker's replica arrives. */
+            void **held = goblin__calloc((size_t)G->n_out, sizeof *held);
+            bool okc = held != NULL;
+            for (int32_t o = 0; okc && o < G->n_out; o++) {
+                size_t bytes = out_bytes(&gvar(j, ti)->oshape[o]);
+                okc = (held[o] = goblin__memdup(data[o], bytes ? bytes : 1)) != NULL;
+            }
+            if (!okc) {
+                free_bufs(&held, G->n_out);
+                job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory holding a result");
+            } else {
+                t->held = held;
+                t->holder = pi + 1;
+                if (t->n_leases == 0) {
+                    t->state = T_PENDING;
+                    if (ti < j->scan_from) j->scan_from = ti;
+                }
+            }
+        }
+    }
+    goblin__free(data);
+}
+
+/* A held result whose replica can go nowhere (no other eligible worker): the node decides. */
+static void resolve_orphans(goblin_node *n) {
+    int32_t eligible = 0, only = -1;
+    for (int32_t k = 0; k < n->n_peers; k++)
+        if (peer_eligible(n, k)) {
+            eligible++;
+            only = k;
+        }
+    if (eligible != 1) return;
+    for (int32_t q = 0; q < n->n_jobs; q++) {
+        goblin_job *j = n->jobs[q];
+        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE) continue;
+        for (int64_t i = 0; i < j->ntasks && j->running; i++) {
+            task *t = &j->tasks[i];
+            if (t->holder != only + 1 || t->state != T_PENDING) continue;
+            goblin_tensor *ht = goblin__calloc((size_t)j->g->n_out, sizeof *ht);
+            if (!ht) return;
+            for (int32_t o = 0; o < j->g->n_out; o++) ht[o] = out_tensor(j, i, o, t->held[o]);
+            void **held = t->held;
+            t->held = NULL;
+            const goblin_tensor *rs = ht;
+            graph_decide(n, j, i, 1, &only, &rs);
+            free_bufs(&held, j->g->n_out);
+            goblin__free(ht);
+            if (n->peers[only].quarantined) return;
+        }
+    }
+}
+
+/* Peer @p pi is quarantined: forget the results it has held for replication. */
+static void drop_held(goblin_node *n, int32_t pi) {
+    for (int32_t q = 0; q < n->n_jobs; q++) {
+        goblin_job *j = n->jobs[q];
+        if (j->kind != JOB_GRAPH) continue;
+        for (int64_t i = 0; i < j->ntasks; i++)
+            if (j->tasks[i].holder == pi + 1) {
+                free_bufs(&j->tasks[i].held, j->g->n_out);
+                j->tasks[i].holder = 0;
+            }
+    }
+}
+
+/* Recompute on the node what quarantined peer @p pi had accepted without a replica. */
+static void recheck_graph(goblin_node *n, goblin_job *j, int32_t pi) {
+    gjob *G = j->g;
+    for (int64_t i = 0; i < j->ntasks && j->running; i++) {
+        task *t = &j->tasks[i];
+        if (t->state != T_DONE || t->accepted_peer != pi || t->replicated) continue;
+        n->st.rechecked++;
+        void **mine = NULL;
+        goblin_err e = graph_compute(n, j, i, &mine);
+        if (e) {
+            job_finish(j, GOBLIN_JOB_FAILED, e, "recomputing task %lld on the node failed: %s", (long long)i,
+                       goblin_strerror(e));
+            return;
+        }
+        goblin_tensor *have = goblin__calloc((size_t)G->n_out, sizeof *have);
+        bool agree = false;
+        if (have) {
+            gvariant *v = gvar(j, i);
+            for (int32_t o = 0; o < G->n_out; o++)
+                have[o] = G->comb[o] == GOBLIN_COMBINE_CONCAT ? rows_view(&G->out[o], i * G->rows, v->rows)
+                                                              : out_tensor(j, i, o, t->outs[o]);
+            goblin_verify_reason why;
+            agree = graph_agrees(n, j, i, have, mine, &why);
+        }
+        if (!agree) {
+            n->st.recheck_failed++;
+            nlog(n, GOBLIN_LOG_WARN, "recheck of graph task %lld from a quarantined worker failed: "
+                 "the node's result replaces it", (long long)i);
+            if (!graph_store(j, i, mine))
+                job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory");
+        }
+        t->accepted_peer = -1;
+        t->replicated = true;
+        goblin__free(have);
+        free_bufs(&mine, G->n_out);
+    }
+}
+
+/* Combine the reduction outputs over the chunks in chunk order (CONCAT outputs are
+ * already in place). Each in the output dtype's own arithmetic. */
+#define COMBINE_LOOP(T)                                                                   \
+    do {                                                                                  \
+        T *a = acc;                                                                       \
+        const T *x = src;                                                                 \
+        T w = (T)((double)rows_c / (double)G->batch);                                     \
+        for (int64_t e = 0; e < ne; e++) {                                                \
+            switch (c) {                                                                  \
+            case GOBLIN_COMBINE_SUM: a[e] = first ? x[e] : (T)(a[e] + x[e]); break;       \
+            case GOBLIN_COMBINE_MEAN: a[e] = first ? (T)(w * x[e]) : (T)(a[e] + w * x[e]); break; \
+            case GOBLIN_COMBINE_MAX:                                                      \
+                if (first || x[e] > a[e] || x[e] != x[e]) { if (a[e] == a[e] || first) a[e] = x[e]; } \
+                break;                                                                    \
+            default:                                                                      \
+                if (first || x[e] < a[e] || x[e] != x[e]) { if (a[e] == a[e] || first) a[e] = x[e]; } \
+                break;                                                                    \
+            }                                                                             \
+        }                                                                                 \
+    } while (0)
+
+static goblin_err graph_combine(goblin_job *j) {
+    gjob *G = j->g;
+    for (int32_t o = 0; o < G->n_out; o++) {
+        goblin_combine c = G->comb[o];
+        if (c == GOBLIN_COMBINE_CONCAT) continue;
+        goblin_tensor *dst = &G->out[o];
+        int64_t ne = goblin_tensor_numel(dst);
+        size_t bytes = (size_t)ne * goblin_dtype_size(dst->dtype);
+        void *acc = goblin__alloc(bytes ? bytes : 1);
+        if (!acc) return GOBLIN_ENOMEM;
+        for (int64_t ci = 0; ci < j->ntasks; ci++) {
+            const void *src = j->tasks[ci].outs ? j->tasks[ci].outs[o] : NULL;
+            if (!src) {
+                goblin__free(acc);
+                return GOBLIN_ESTATE;
+            }
+            int64_t rows_c = gvar(j, ci)->rows;
+            bool first = ci == 0;
+            switch (dst->dtype) {
+            case GOBLIN_DTYPE_F32: COMBINE_LOOP(float); break;
+            case GOBLIN_DTYPE_F64: COMBINE_LOOP(double); break;
+            case GOBLIN_DTYPE_I32: COMBINE_LOOP(int32_t); break;
+            case GOBLIN_DTYPE_I64: COMBINE_LOOP(int64_t); break;
+            default: goblin__free(acc); return GOBLIN_EDTYPE;
+            }
+        }
+        goblin_tensor at;
+        goblin_tensor_init(&at, dst->dtype, dst->rank, dst->shape, acc);
+        goblin__tensor_copy(dst, &at);
+        goblin__free(acc);
+    }
+    return GOBLIN_OK;
+}
+
+/* ---- graph jobs: API ---------------------------------------------------------------- */
+
+void goblin_graph_job_params_default(goblin_graph_job_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    goblin_job_params_default(&p->job);
+    p->verify = GOBLIN_GRAPH_VERIFY_REPLICATE;
+    p->min_replication = 0.25;
+    p->trust_halflife = 20.0;
+}
+
+static const char *combine_name(goblin_combine c) {
+    static const char *nm[] = {"auto", "concat", "sum", "mean", "max", "min"};
+    return (unsigned)c < GOBLIN_COMBINE_COUNT ? nm[c] : "invalid";
+}
+
+/* Build chunk graph @p v for @p rows rows. */
+static goblin_err make_variant(gjob *G, const goblin_graph *g, const goblin_split *split, int64_t rows,
+                               gvariant *v, char *msg, size_t cap) {
+    memset(v, 0, sizeof *v);
+    v->rows = rows;
+    goblin_err e = goblin_graph_rebatch(g, split, rows, &v->g, msg, cap);
+    if (e) return e;
+    v->bytes = goblin__graph_task_bytes(v->g);
+    v->oshape = goblin__calloc((size_t)G->n_out, sizeof *v->oshape);
+    v->oop = goblin__calloc((size_t)G->n_out, sizeof *v->oop);
+    v->ok = goblin__calloc((size_t)G->n_out, sizeof *v->ok);
+    if (!v->oshape || !v->oop || !v->ok) return GOBLIN_ENOMEM;
+    for (int32_t o = 0; o < G->n_out; o++) {
+        goblin_graph_node(v->g, goblin_graph_output_id(v->g, o), NULL, &v->oshape[o], NULL, NULL);
+        goblin__graph_output_contract(v->g, o, &v->oop[o], &v->ok[o]);
+        const goblin_tensor *full = &G->out[o], *s = &v->oshape[o];
+        bool same_rest = s->rank == full->rank;
+        for (int32_t d = 1; same_rest && d < s->rank; d++) same_rest = s->shape[d] == full->shape[d];
+        bool good = G->comb[o] == GOBLIN_COMBINE_CONCAT ? same_rest && s->rank >= 1 && s->shape[0] == rows
+                                                        : same_rest && (s->rank == 0 || s->shape[0] == full->shape[0]);
+        if (!good) {
+            snprintf(msg, cap, "output %d: a chunk of %lld rows gives shape [%lld...] (rank %d), which the "
+                     "%s combine cannot assemble into the output", (int)o, (long long)rows,
+                     (long long)(s->rank ? s->shape[0] : 0), (int)s->rank, combine_name(G->comb[o]));
+            return GOBLIN_EINVAL;
+        }
+    }
+    return goblin_graph_serialize(v->g, &v->buf, &v->len);
+}
+
+static bool same_shape_t(const goblin_tensor *a, const goblin_tensor *b) {
+    if (a->rank != b->rank) return false;
+    for (int32_t d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+/* Everything of a graph job that does not need the node's lock. */
+static goblin_err plan_graph(gjob *G, uint64_t job_id, const goblin_graph *g, const goblin_graph_job_params *jp,
+                             uint64_t mem, int32_t workers, char *msg, size_t cap) {
+    int32_t ni = G->n_in, no = G->n_out;
+    goblin_err e;
+    for (int32_t i = 0; i < ni; i++) {
+        goblin_tensor s;
+        goblin_graph_node(g, goblin_graph_input_id(g, i), NULL, &s, NULL, NULL);
+        const goblin_tensor *t = &G->in[i];
+        if (t->dtype != s.dtype) {
+            snprintf(msg, cap, "input %d has dtype %s, the graph wants %s", (int)i, goblin_dtype_name(t->dtype),
+                     goblin_dtype_name(s.dtype));
+            return GOBLIN_EDTYPE;
+        }
+        if (!same_shape_t(t, &s)) {
+            snprintf(msg, cap, "input %d does not have the graph's input shape", (int)i);
+            return GOBLIN_ESHAPE;
+        }
+        if (goblin_tensor_numel(t) > 0 && !t->data) {
+            snprintf(msg, cap, "input %d has no data", (int)i);
+            return GOBLIN_EINVAL;
+        }
+    }
+    for (int32_t o = 0; o < no; o++) {
+        goblin_tensor s;
+        goblin_graph_node(g, goblin_graph_output_id(g, o), NULL, &s, NULL, NULL);
+        const goblin_tensor *t = &G->out[o];
+        if (t->dtype != s.dtype) {
+            snprintf(msg, cap, "output %d has dtype %s, the graph gives %s", (int)o, goblin_dtype_name(t->dtype),
+                     goblin_dtype_name(s.dtype));
+            return GOBLIN_EDTYPE;
+        }
+        if (!same_shape_t(t, &s)) {
+            snprintf(msg, cap, "output %d does not have the graph's output shape", (int)o);
+            return GOBLIN_ESHAPE;
+        }
+        if (goblin_tensor_numel(t) > 0 && !t->data) {
+            snprintf(msg, cap, "output %d has no data", (int)o);
+            return GOBLIN_EINVAL;
+        }
+    }
+    if ((e = goblin__batch_inputs(g, jp->split, G->batched, &G->batch, msg, cap)) != GOBLIN_OK) return e;
+    int64_t B = G->batch;
+    if (B < 1) {
+        snprintf(msg, cap, "the batch is empty");
+        return GOBLIN_EINVAL;
+    }
+    for (int32_t i = 0; i < ni; i++) {
+        uint64_t id = jp->cache_ids ? jp->cache_ids[i] : 0;
+        if (G->batched[i] && id) {
+            snprintf(msg, cap, "input %d is split along the batch: it cannot have a cache id", (int)i);
+            return GOBLIN_EINVAL;
+        }
+        if (!G->batched[i] && !id) {
+            /* A job-scoped id, so a worker still receives the input once per job. */
+            uint64_t z = (job_id + 0x632BE59BD9B4E019ull) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i << 17);
+            z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+            id = (z ^ (z >> 29)) | 1;
+        }
+        G->cid[i] = id;
+        if (!G->batched[i] && !goblin_tensor_is_contiguous(&G->in[i])) {
+            size_t bytes = out_bytes(&G->in[i]);
+            if (!(G->packed[i] = goblin__alloc(bytes ? bytes : 1))) return GOBLIN_ENOMEM;
+            goblin_tensor pt;
+            goblin_tensor_init(&pt, G->in[i].dtype, G->in[i].rank, G->in[i].shape, G->packed[i]);
+            goblin__tensor_copy(&pt, &G->in[i]);
+        }
+    }
+    /* A probe at another batch size: which outputs follow the batch, and the memory
+     * a task needs per row (task bytes are affine in the rows). */
+    int64_t pr = B > 1 ? 1 : 2;
+    goblin_graph *probe = NULL;
+    char pm[256];
+    if ((e = goblin_graph_rebatch(g, jp->split, pr, &probe, pm, sizeof pm)) != GOBLIN_OK) {
+        snprintf(msg, cap, "the graph cannot be cut along the batch: %s", pm);
+        return e;
+    }
+    for (int32_t o = 0; o < no; o++) {
+        goblin_combine c = jp->combine ? jp->combine[o] : GOBLIN_COMBINE_AUTO;
+        if ((unsigned)c >= GOBLIN_COMBINE_COUNT) {
+            snprintf(msg, cap, "output %d: combine %d is not a goblin_combine", (int)o, (int)c);
+            goblin_graph_free(probe);
+            return GOBLIN_EINVAL;
+        }
+        goblin_combine a = goblin__graph_auto_combine(g, probe, B, pr, o);
+        if (c == GOBLIN_COMBINE_AUTO && a == GOBLIN_COMBINE_AUTO) {
+            snprintf(msg, cap, "output %d: AUTO cannot decide how to combine it (its leading dim does not "
+                     "follow the batch and it is not a sum/mean/max/min over the batch axis); give a "
+                     "combine rule", (int)o);
+            goblin_graph_free(probe);
+            return GOBLIN_EINVAL;
+        }
+        if (c == GOBLIN_COMBINE_AUTO) c = a;
+        if (c == GOBLIN_COMBINE_CONCAT && a != GOBLIN_COMBINE_CONCAT) {
+            snprintf(msg, cap, "output %d: CONCAT needs an output whose leading dim is the batch (%lld) "
+                     "and follows it", (int)o, (long long)B);
+            goblin_graph_free(probe);
+            return GOBLIN_EINVAL;
+        }
+        goblin_dtype dt = G->out[o].dtype;
+        bool fl = dt == GOBLIN_DTYPE_F32 || dt == GOBLIN_DTYPE_F64;
+        bool in = dt == GOBLIN_DTYPE_I32 || dt == GOBLIN_DTYPE_I64;
+        if (c != GOBLIN_COMBINE_CONCAT && !(fl || (in && c != GOBLIN_COMBINE_MEAN))) {
+            snprintf(msg, cap, "output %d: %s does not combine dtype %s (f32, f64; i32, i64 except mean)",
+                     (int)o, combine_name(c), goblin_dtype_name(dt));
+            goblin_graph_free(probe);
+            return GOBLIN_EDTYPE;
+        }
+        G->comb[o] = c;
+    }
+    uint64_t bfull = goblin__graph_task_bytes(g), bprobe = goblin__graph_task_bytes(probe);
+    goblin_graph_free(probe);
+    double slope = bfull > bprobe ? (double)(bfull - bprobe) / (double)(B - pr) : 0.0;
+    if (B == 1) slope = 0.0;
+    double base = (double)bfull - slope * (double)B;
+    if (base < 0) base = 0;
+    int64_t rows;
+    bool fixed = jp->chunk_rows > 0;
+    if (fixed) {
+        rows = jp->chunk_rows < B ? jp->chunk_rows : B;
+    } else {
+        if (base + slope > (double)mem) {
+            snprintf(msg, cap, "one row needs about %.0f bytes, more than the task memory budget of %llu",
+                     base + slope, (unsigned long long)mem);
+            return GOBLIN_ERANGE;
+        }
+        double fit = slope > 0 ? ((double)mem - base) / slope : (double)B;
+        rows = fit >= (double)B ? B : (int64_t)fit;
+        if (rows < 1) rows = 1;
+        int64_t mt = jp->job.min_tasks > 0 ? jp->job.min_tasks : 4 * (int64_t)(workers > 0 ? workers : 1);
+        if ((B + rows - 1) / rows < mt) {
+            int64_t r2 = B / mt;
+            rows = r2 < 1 ? 1 : r2;
+        }
+    }
+    for (int tries = 0;; tries++) {
+        G->rows = rows;
+        G->nchunks = (B + rows - 1) / rows;
+        int64_t last = B - (G->nchunks - 1) * rows;
+        G->nv = last != rows ? 2 : 1;
+        for (int32_t k = 0; k < 2; k++) {
+            goblin_graph_free(G->v[k].g);
+            goblin_buffer_free(G->v[k].buf);
+            goblin__free(G->v[k].oshape);
+            goblin__free(G->v[k].oop);
+            goblin__free(G->v[k].ok);
+            memset(&G->v[k], 0, sizeof G->v[k]);
+        }
+        for (int32_t k = 0; k < G->nv; k++) {
+            char vm[320] = "";
+            e = make_variant(G, g, jp->split, k == 0 ? rows : last, &G->v[k], vm, sizeof vm);
+            if (e) {
+                snprintf(msg, cap, "chunks of %lld rows: %s", (long long)(k == 0 ? rows : last),
+                         vm[0] ? vm : goblin_strerror(e));
+                return e;
+            }
+        }
+        if (G->v[0].bytes <= mem) break;
+        if (fixed || rows == 1 || tries >= 16) {
+            snprintf(msg, cap, "a task of %lld rows needs about %llu bytes, more than the task memory budget "
+                     "of %llu", (long long)rows, (unsigned long long)G->v[0].bytes, (unsigned long long)mem);
+            return GOBLIN_ERANGE;
+        }
+        int64_t r2 = (int64_t)((double)rows * (double)mem / (double)G->v[0].bytes);
+        rows = r2 < rows ? (r2 < 1 ? 1 : r2) : rows - 1;
+    }
+    return GOBLIN_OK;
+}
+
+goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const goblin_tensor *inputs,
+                                    int32_t n_inputs, goblin_tensor *outputs, int32_t n_outputs,
+                                    const goblin_graph_job_params *jp, goblin_job **out) {
+    if (!n || !g || !out || n_inputs < 0 || n_outputs < 0 || (n_inputs && !inputs) || (n_outputs && !outputs))
+        return GOBLIN_EINVAL;
+    goblin_graph_job_params defp;
+    goblin_graph_job_params_default(&defp);
+    if (!jp) jp = &defp;
+    int32_t ni = goblin_graph_input_count(g), no = goblin_graph_output_count(g);
+    if (ni != n_inputs || no != n_outputs || no < 1 || ni > GOBLIN_GRAPH_JOB_MAX_IO ||
+        no > GOBLIN_GRAPH_JOB_MAX_IO) {
+        nlog(n, GOBLIN_LOG_ERROR, "cannot submit graph job: the graph has %d inputs and %d outputs, got %d and %d",
+             (int)ni, (int)no, (int)n_inputs, (int)n_outputs);
+        return GOBLIN_EINVAL;
+    }
+    if ((unsigned)jp->verify >= GOBLIN_GRAPH_VERIFY_COUNT || !(jp->min_replication > 0.0 && jp->min_replication <= 1.0) ||
+        !(jp->trust_halflife > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0) {
+        nlog(n, GOBLIN_LOG_ERROR, "cannot submit graph job: bad parameters (verify, min_replication in (0, 1], "
+             "trust_halflife > 0, chunk_rows >= 0, min_tasks >= 0)");
+        return GOBLIN_EINVAL;
+    }
+    goblin_job *j = goblin__calloc(1, sizeof *j);
+    if (!j) return GOBLIN_ENOMEM;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cond, NULL);
+    j->kind = JOB_GRAPH;
+    j->jp = jp->job;
+    gjob *G = j->g = goblin__calloc(1, sizeof *G);
+    if (!G) {
+        goblin_job_free(j);
+        return GOBLIN_ENOMEM;
+    }
+    G->n_in = ni;
+    G->n_out = no;
+    G->verify = jp->verify;
+    G->min_rep = jp->min_replication;
+    G->halflife = jp->trust_halflife;
+    size_t nin = (size_t)(ni > 0 ? ni : 1);
+    G->in = goblin__calloc(nin, sizeof *G->in);
+    G->out = goblin__calloc((size_t)no, sizeof *G->out);
+    G->batched = goblin__calloc(nin, 1);
+    G->cid = goblin__calloc(nin, sizeof *G->cid);
+    G->packed = goblin__calloc(nin, sizeof *G->packed);
+    G->comb = goblin__calloc((size_t)no, sizeof *G->comb);
+    if (!G->in || !G->out || !G->batched || !G->cid || !G->packed || !G->comb) {
+        goblin_job_free(j);
+        return GOBLIN_ENOMEM;
+    }
+    if (ni) memcpy(G->in, inputs, (size_t)ni * sizeof *G->in);
+    memcpy(G->out, outputs, (size_t)no * sizeof *G->out);
+    pthread_mutex_lock(&n->mu);
+    if (!n->started) {
+        pthread_mutex_unlock(&n->mu);
+        goblin_job_free(j);
+        return GOBLIN_ESTATE;
+    }
+    j->id = n->next_job_id++;
+    uint64_t mem = jp->job.task_memory_bytes;
+    int32_t workers = 0;
+    for (int32_t i = 0; i < n->n_peers; i++) {
+        if (!peer_eligible(n, i)) continue;
+        workers++;
+        if (!jp->job.task_memory_bytes && (mem == 0 || n->peers[i].memory < mem)) mem = n->peers[i].memory;
+    }
+    if (!mem) mem = (uint64_t)256 << 20;
+    pthread_mutex_unlock(&n->mu);
+    char msg[512] = "";
+    goblin_err e = plan_graph(G, j->id, g, jp, mem, workers, msg, sizeof msg);
+    if (e) {
+        nlog(n, GOBLIN_LOG_ERROR, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
+        goblin_job_free(j);
+        return e;
+    }
+    j->ntasks = G->nchunks;
+    j->tasks = goblin__calloc((size_t)j->ntasks, sizeof(task));
+    if (!j->tasks) {
+        goblin_job_free(j);
+        return GOBLIN_ENOMEM;
+    }
+    pthread_mutex_lock(&n->mu);
+    int64_t cap = n->cap_jobs;
+    if (!n->started || !grow((void **)&n->jobs, &cap, n->n_jobs + 1, sizeof(goblin_job *))) {
+        bool st = n->started;
+        pthread_mutex_unlock(&n->mu);
+        goblin_job_free(j);
+        return st ? GOBLIN_ENOMEM : GOBLIN_ESTATE;
+    }
+    n->cap_jobs = (int32_t)cap;
+    j->node = n;
+    j->running = true;
+    n->jobs[n->n_jobs++] = j;
+    nlog(n, GOBLIN_LOG_INFO, "job %llu: graph over a batch of %lld in %lld tasks of %lld rows (%llu bytes each)",
+         (unsigned long long)j->id, (long long)G->batch, (long long)j->ntasks, (long long)G->rows,
+         (unsigned long long)G->v[0].bytes);
+    pthread_mutex_unlock(&n->mu);
+    *out = j;
+    return GOBLIN_OK;
+}
+
 goblin_err goblin_job_wait(goblin_job *j, int64_t timeout_ms) {
     if (!j) return GOBLIN_EINVAL;
     struct timespec dl;
@@ -1405,7 +2396,11 @@ void goblin_job_free(goblin_job *j) {
         pthread_mutex_unlock(&n->mu);
     }
     if (j->tasks)
-        for (int64_t i = 0; i < j->ntasks; i++) goblin__free(j->tasks[i].partial);
+        for (int64_t i = 0; i < j->ntasks; i++) {
+            goblin__free(j->tasks[i].partial);
+            if (j->g) task_free_graph_bufs(j, &j->tasks[i]);
+        }
+    gjob_free(j->g);
     goblin__free(j->tasks);
     goblin__free(j->tile_done);
     goblin_plan_free(j->plan);

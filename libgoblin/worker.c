@@ -25,6 +25,11 @@
 #include "backends/cuda/cuda_backend.h"
 #endif
 
+typedef struct kept_set {
+    goblin_tensor *t; /* data owned */
+    int32_t n;
+} kept_set;
+
 typedef struct panel {
     uint64_t id;
     goblin_tensor t; /* contiguous; data owned */
@@ -39,18 +44,21 @@ struct goblin_worker {
     uint8_t *token;
     atomic_bool stop;
     atomic_int pipes_added, pipes_removed;
+    atomic_uint hb_ms;   /* from HELLO_ACK; 0 until then and after a disconnect */
+    atomic_bool hb_quit;
     nng_socket sock;
     goblin_wire_limits limits;
     panel *cache;
     int32_t n_cache, cap_cache;
     size_t cache_used;
     uint64_t use_clock;
-    void *first_out, *prev_out; /* honest outputs kept for STALE / SWAP */
-    goblin_tensor first_t, prev_t;
+    kept_set first, prev; /* honest outputs kept for STALE / SWAP */
     uint64_t rng;
     pthread_mutex_t st_mu;
     goblin_worker_stats st;
 };
+
+static void kept_free(kept_set *k);
 
 static const char *mb_names[GOBLIN_MISBEHAVE_COUNT] = {"none",     "wrong",  "scale", "nan",  "stale",
                                                        "swap",     "truncate", "silent", "slow", "crash"};
@@ -164,8 +172,8 @@ void goblin_worker_free(goblin_worker *w) {
     if (!w) return;
     cache_clear(w);
     goblin__free(w->cache);
-    goblin__free(w->first_out);
-    goblin__free(w->prev_out);
+    kept_free(&w->first);
+    kept_free(&w->prev);
     for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
     goblin__free(w->tls_ca);
     goblin__free(w->tls_fp);
@@ -289,14 +297,30 @@ static void send_hello(goblin_worker *w) {
 
 /* ---- tasks ------------------------------------------------------------------------- */
 
-static void keep_output(void **slot, goblin_tensor *st, const goblin_tensor *o) {
-    size_t bytes = (size_t)goblin_tensor_numel(o) * goblin_dtype_size(o->dtype);
-    void *d = goblin__memdup(o->data, bytes ? bytes : 1);
-    if (!d) return;
-    goblin__free(*slot);
-    *slot = d;
-    *st = *o;
-    st->data = d;
+/* A kept set of honest outputs (for STALE / SWAP). */
+static void kept_free(kept_set *k) {
+    for (int32_t i = 0; i < k->n; i++) goblin__free(k->t[i].data);
+    goblin__free(k->t);
+    k->t = NULL;
+    k->n = 0;
+}
+
+static void keep_outputs(kept_set *k, const goblin_tensor *o, int32_t n) {
+    goblin_tensor *t = goblin__calloc((size_t)(n > 0 ? n : 1), sizeof *t);
+    if (!t) return;
+    for (int32_t i = 0; i < n; i++) {
+        size_t bytes = (size_t)goblin_tensor_numel(&o[i]) * goblin_dtype_size(o[i].dtype);
+        t[i] = o[i];
+        t[i].data = goblin__memdup(o[i].data, bytes ? bytes : 1);
+        if (!t[i].data) {
+            for (int32_t q = 0; q < i; q++) goblin__free(t[q].data);
+            goblin__free(t);
+            return;
+        }
+    }
+    kept_free(k);
+    k->t = t;
+    k->n = n;
 }
 
 /* Returns false when the worker must end now (CRASH). Every answer (RESULT or
@@ -310,51 +334,71 @@ static bool run_task(goblin_worker *w, goblin_wire_task *t) {
     return keep;
 }
 
+static void fail_task(goblin_worker *w, uint64_t id, goblin_err e, const char *text) {
+    send_error(w, id, e, text);
+    BUMP(w, tasks_failed);
+}
+
 static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered) {
-    goblin_tensor in[2];
-    if (t->n_inputs != 2 && t->n_inputs != 3) {
-        send_error(w, t->task_id, GOBLIN_EINVAL, "a task needs 2 inputs and an optional panel directive");
-        BUMP(w, tasks_failed);
-        return true;
-    }
-    in[0] = t->inputs[0];
-    in[1] = t->inputs[1];
-    if (t->n_inputs == 3) {
-        /* Panel directive (docs/runtime.md): i64[4] = {A panel id, B panel id, flags}. */
-        const goblin_tensor *d = &t->inputs[2];
-        if (d->dtype != GOBLIN_DTYPE_I64 || d->rank != 1 || d->shape[0] != 4) {
-            send_error(w, t->task_id, GOBLIN_EINVAL, "bad panel directive");
-            BUMP(w, tasks_failed);
-            return true;
-        }
-        const int64_t *dv = d->data;
-        for (int k = 0; k < 2; k++) {
-            uint64_t id = (uint64_t)dv[k];
-            if (dv[2] & (1 << k)) {
-                panel *pn = cache_find(w, id);
-                if (!pn) {
-                    BUMP(w, cache_misses);
-                    send_error(w, t->task_id, GOBLIN_ENOTFOUND, "panel not in cache");
-                    return true;
-                }
-                BUMP(w, cache_hits);
-                in[k] = pn->t;
-            }
-        }
-    }
     goblin_graph *g = NULL;
     char err[256];
     goblin_err e = goblin_graph_deserialize(t->graph, (size_t)t->graph_len, NULL, &g, err, sizeof err);
     if (e) {
-        send_error(w, t->task_id, e, err);
-        BUMP(w, tasks_failed);
+        fail_task(w, t->task_id, e, err);
         return true;
+    }
+    int32_t ni = goblin_graph_input_count(g), no = goblin_graph_output_count(g);
+    /* Inputs, then optionally the cache directory (docs/runtime.md): i64[2 * ni] =
+     * {cache id of each input (0: none)..., flag of each input (non-zero: the data was
+     * left out, take it from the cache)...}. */
+    bool has_dir = (int64_t)t->n_inputs == (int64_t)ni + 1;
+    if ((int64_t)t->n_inputs != (int64_t)ni && !has_dir) {
+        goblin_graph_free(g);
+        fail_task(w, t->task_id, GOBLIN_EINVAL, "the task's input count does not match its graph");
+        return true;
+    }
+    const int64_t *dv = NULL;
+    if (has_dir) {
+        const goblin_tensor *d = &t->inputs[ni];
+        if (d->dtype != GOBLIN_DTYPE_I64 || d->rank != 1 || d->shape[0] != 2 * (int64_t)ni) {
+            goblin_graph_free(g);
+            fail_task(w, t->task_id, GOBLIN_EINVAL, "bad cache directory");
+            return true;
+        }
+        dv = d->data;
+    }
+    goblin_tensor *in = goblin__calloc((size_t)(ni + 1), sizeof *in);
+    goblin_tensor *out = goblin__calloc((size_t)(no + 1), sizeof *out);
+    if (!in || !out) {
+        goblin__free(in);
+        goblin__free(out);
+        goblin_graph_free(g);
+        fail_task(w, t->task_id, GOBLIN_ENOMEM, "out of memory");
+        return true;
+    }
+    for (int32_t k = 0; k < ni; k++) {
+        in[k] = t->inputs[k];
+        if (dv && dv[ni + k]) {
+            panel *pn = cache_find(w, (uint64_t)dv[k]);
+            if (!pn) {
+                BUMP(w, cache_misses);
+                send_error(w, t->task_id, GOBLIN_ENOTFOUND, "cached input not in cache");
+                goblin__free(in);
+                goblin__free(out);
+                goblin_graph_free(g);
+                return true;
+            }
+            BUMP(w, cache_hits);
+            in[k] = pn->t;
+        }
     }
     goblin_misbehave mode = GOBLIN_MISBEHAVE_NONE;
     if (w->p.misbehave != GOBLIN_MISBEHAVE_NONE && rng_u01(w) < w->p.misbehave_rate) mode = w->p.misbehave;
     if (mode == GOBLIN_MISBEHAVE_CRASH) {
         BUMP(w, misbehaved);
         goblin_graph_free(g);
+        goblin__free(in);
+        goblin__free(out);
         wlog(w, GOBLIN_LOG_WARN, "misbehave: crashing mid-task %llu", (unsigned long long)t->task_id);
         if (w->p.crash_hook) {
             w->p.crash_hook(w->p.crash_user);
@@ -367,64 +411,86 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered
     goblin_exec_params_default(&ep);
     ep.backend = w->p.backend;
     ep.threads = w->p.threads;
-    goblin_tensor out;
-    memset(&out, 0, sizeof out);
-    e = goblin_graph_input_count(g) == 2 && goblin_graph_output_count(g) == 1
-            ? goblin_graph_eval(g, &ep, in, 2, &out, 1)
-            : GOBLIN_EINVAL;
+    e = goblin_graph_eval(g, &ep, in, ni, out, no);
     goblin_graph_free(g);
-    if (t->n_inputs == 3) {
-        /* Cache the panels that came with the task only now: an eviction before the
-         * evaluation could free a cached panel this very task is using. */
-        const int64_t *dv = t->inputs[2].data;
-        for (int k = 0; k < 2; k++)
-            if (!(dv[2] & (1 << k))) cache_put(w, (uint64_t)dv[k], &t->inputs[k]);
+    if (dv) {
+        /* Cache the inputs that came with the task only now: an eviction before the
+         * evaluation could free a cached input this very task is using. */
+        for (int32_t k = 0; k < ni; k++)
+            if (!dv[ni + k] && dv[k]) cache_put(w, (uint64_t)dv[k], &t->inputs[k]);
     }
+    goblin__free(in);
     if (e) {
-        send_error(w, t->task_id, e, "task evaluation failed");
-        BUMP(w, tasks_failed);
+        goblin__free(out);
+        fail_task(w, t->task_id, e, "task evaluation failed");
         return true;
     }
-    int64_t ne = goblin_tensor_numel(&out);
-    bool f32 = out.dtype == GOBLIN_DTYPE_F32;
-    goblin_tensor send_t = out;
-    int32_t n_out = 1;
+    goblin_tensor *send_t = out;
+    int32_t n_out = no;
+    goblin_tensor *o0 = no > 0 ? &out[0] : NULL;
+    int64_t ne = o0 ? goblin_tensor_numel(o0) : 0;
+    bool f32 = o0 && o0->dtype == GOBLIN_DTYPE_F32, f64 = o0 && o0->dtype == GOBLIN_DTYPE_F64;
     if (mode != GOBLIN_MISBEHAVE_NONE) BUMP(w, misbehaved);
+    goblin_tensor trunc0;
     switch (mode) {
     case GOBLIN_MISBEHAVE_WRONG:
         for (int64_t i = 0; i < ne; i++) {
             double v = rng_u01(w) * 2.0 - 1.0;
-            if (f32) ((float *)out.data)[i] = (float)v;
-            else ((double *)out.data)[i] = v;
+            if (f32) ((float *)o0->data)[i] = (float)v;
+            else if (f64) ((double *)o0->data)[i] = v;
+            else ((uint8_t *)o0->data)[i * (int64_t)goblin_dtype_size(o0->dtype)] ^= 1;
         }
         break;
     case GOBLIN_MISBEHAVE_SCALE:
         for (int64_t i = 0; i < ne; i++) {
-            if (f32) ((float *)out.data)[i] *= 1.001f;
-            else ((double *)out.data)[i] *= 1.001;
+            if (f32) ((float *)o0->data)[i] *= 1.001f;
+            else if (f64) ((double *)o0->data)[i] *= 1.001;
         }
         break;
     case GOBLIN_MISBEHAVE_NAN:
-        if (ne > 0) {
+        if (ne > 0 && (f32 || f64)) {
             int64_t i = (int64_t)(rng_next(w) % (uint64_t)ne);
-            if (f32) ((float *)out.data)[i] = NAN;
-            else ((double *)out.data)[i] = NAN;
+            if (f32) ((float *)o0->data)[i] = NAN;
+            else ((double *)o0->data)[i] = NAN;
         }
         break;
     case GOBLIN_MISBEHAVE_STALE:
-        if (w->first_out) send_t = w->first_t;
+        if (w->first.n) {
+            send_t = w->first.t;
+            n_out = w->first.n;
+        }
         break;
     case GOBLIN_MISBEHAVE_SWAP:
-        if (w->prev_out) send_t = w->prev_t;
+        if (w->prev.n) {
+            send_t = w->prev.t;
+            n_out = w->prev.n;
+        }
         break;
     case GOBLIN_MISBEHAVE_TRUNCATE:
-        if (send_t.shape[0] > 1) send_t.shape[0]--;
-        else if (send_t.rank == 2 && send_t.shape[1] > 1) send_t.shape[1]--;
-        else n_out = 0;
+        if (!o0) break;
+        trunc0 = *o0;
+        if (trunc0.rank >= 1 && trunc0.shape[0] > 1) trunc0.shape[0]--;
+        else if (trunc0.rank == 2 && trunc0.shape[1] > 1) trunc0.shape[1]--;
+        else {
+            n_out = 0;
+            break;
+        }
+        /* Send output 0 one row short (the rest of the outputs unchanged). */
+        {
+            goblin_tensor *tt = goblin__calloc((size_t)no, sizeof *tt);
+            if (tt) {
+                memcpy(tt, out, (size_t)no * sizeof *tt);
+                tt[0] = trunc0;
+                send_t = tt;
+            } else {
+                n_out = 0;
+            }
+        }
         break;
     case GOBLIN_MISBEHAVE_SILENT:
         wlog(w, GOBLIN_LOG_DEBUG, "misbehave: silent on task %llu", (unsigned long long)t->task_id);
-        goblin_buffer_free(out.data);
+        for (int32_t i = 0; i < no; i++) goblin_buffer_free(out[i].data);
+        goblin__free(out);
         *answered = false;
         return true;
     case GOBLIN_MISBEHAVE_SLOW:
@@ -438,16 +504,18 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered
     goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
     m.request_id = t->task_id;
     m.body.result.task_id = t->task_id;
-    m.body.result.n_outputs = n_out;
-    m.body.result.outputs = &send_t;
+    m.body.result.n_outputs = (uint32_t)n_out;
+    m.body.result.outputs = send_t;
     int rv = wsend(w, &m);
     if (rv) wlog(w, GOBLIN_LOG_WARN, "cannot send result: %s", nng_strerror(rv));
+    if (send_t != out && send_t != w->first.t && send_t != w->prev.t) goblin__free(send_t);
     /* Keep honest outputs for STALE / SWAP (only when that mode is configured). */
-    if (w->p.misbehave == GOBLIN_MISBEHAVE_STALE && !w->first_out && mode == GOBLIN_MISBEHAVE_NONE)
-        keep_output(&w->first_out, &w->first_t, &out);
+    if (w->p.misbehave == GOBLIN_MISBEHAVE_STALE && !w->first.n && mode == GOBLIN_MISBEHAVE_NONE)
+        keep_outputs(&w->first, out, no);
     if (w->p.misbehave == GOBLIN_MISBEHAVE_SWAP && mode == GOBLIN_MISBEHAVE_NONE)
-        keep_output(&w->prev_out, &w->prev_t, &out);
-    goblin_buffer_free(out.data);
+        keep_outputs(&w->prev, out, no);
+    for (int32_t i = 0; i < no; i++) goblin_buffer_free(out[i].data);
+    goblin__free(out);
     BUMP(w, tasks_done);
     return true;
 }
@@ -457,8 +525,29 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered
 static void wpipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     goblin_worker *w = arg;
     (void)pp;
-    if (ev == NNG_PIPE_EV_ADD_POST) atomic_fetch_add(&w->pipes_added, 1);
-    else if (ev == NNG_PIPE_EV_REM_POST) atomic_fetch_add(&w->pipes_removed, 1);
+    if (ev == NNG_PIPE_EV_ADD_POST) {
+        atomic_fetch_add(&w->pipes_added, 1);
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+        atomic_store(&w->hb_ms, 0); /* no HEARTBEAT before the next HELLO */
+        atomic_fetch_add(&w->pipes_removed, 1);
+    }
+}
+
+/* Sends a HEARTBEAT every hb_ms (as HELLO_ACK asked), also while the loop computes. */
+static void *heartbeat_main(void *arg) {
+    goblin_worker *w = arg;
+    int64_t last = goblin__now_ms();
+    while (!atomic_load(&w->hb_quit)) {
+        usleep(10000);
+        unsigned hb = atomic_load(&w->hb_ms);
+        int64_t now = goblin__now_ms();
+        if (!hb || now - last < (int64_t)hb) continue;
+        goblin_wire_msg m;
+        goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
+        wsend(w, &m);
+        last = now;
+    }
+    return NULL;
 }
 
 static bool worker_stopping(void *user) {
@@ -523,6 +612,10 @@ goblin_err goblin_worker_run(goblin_worker *w) {
     }
     int seen_added = 0, seen_removed = 0;
     goblin_err result = GOBLIN_OK;
+    atomic_store(&w->hb_ms, 0);
+    atomic_store(&w->hb_quit, false);
+    pthread_t hb_th;
+    bool hb_started = pthread_create(&hb_th, NULL, heartbeat_main, w) == 0;
     while (!atomic_load(&w->stop)) {
         int removed = atomic_load(&w->pipes_removed);
         if (removed != seen_removed) {
@@ -559,6 +652,8 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         case GOBLIN_WIRE_TYPE_HELLO_ACK:
             wlog(w, GOBLIN_LOG_INFO, "joined the node as worker %llu",
                  (unsigned long long)m->body.hello_ack.session_id);
+            /* Heartbeat a bit more often than asked: the node allows 3 intervals. */
+            atomic_store(&w->hb_ms, m->body.hello_ack.heartbeat_ms ? m->body.hello_ack.heartbeat_ms / 2 + 1 : 0);
             send_lease_request(w, (uint32_t)w->p.slots);
             break;
         case GOBLIN_WIRE_TYPE_REFUSE:
@@ -587,6 +682,8 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         goblin_wire_msg_free(m);
         if (!keep_going) break;
     }
+    atomic_store(&w->hb_quit, true);
+    if (hb_started) pthread_join(hb_th, NULL);
     if (atomic_load(&w->stop)) {
         /* Give back tasks already queued for us so the node reissues them at once. */
         nng_socket_set_ms(w->sock, NNG_OPT_RECVTIMEO, 0);

@@ -21,6 +21,7 @@
 #include "api.h"
 #include "error.h"
 #include "node.h"
+#include "graph.h"
 #include "tensor.h"
 
 GOBLIN_BEGIN_DECLS
@@ -95,6 +96,27 @@ GOBLIN_API goblin_err goblin_client_matmul(goblin_client *c, const goblin_tensor
 GOBLIN_API goblin_err goblin_client_matmul_files(goblin_client *c, const char *a_path,
                                                  const char *b_path, const char *c_path,
                                                  goblin_client_progress_fn progress, void *user);
+
+/** Submit a graph job (goblin_node_submit_graph) to the node: @p g is serialized, the
+ *  @p inputs (borrowed, any strides: packed while sending) travel with it, and the node
+ *  allocates the outputs. @p jp: split/combine/cache_ids/verify/min_replication/
+ *  trust_halflife/chunk_rows/job.task_memory_bytes/job.min_tasks are sent (progress
+ *  fields ignored); NULL for defaults. *job_id set on success. */
+GOBLIN_API goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
+                                                 const goblin_tensor *inputs, int32_t n_inputs,
+                                                 const goblin_graph_job_params *jp,
+                                                 uint64_t *job_id);
+/** Fetch a finished graph job's outputs and release the job on the node: @p outputs
+ *  (caller's array of @p n_outputs == the graph's output count) receive new buffers
+ *  (goblin_buffer_free each .data). Returns as goblin_client_fetch_result. */
+GOBLIN_API goblin_err goblin_client_fetch_outputs(goblin_client *c, uint64_t job_id,
+                                                  goblin_tensor *outputs, int32_t n_outputs);
+/** Submit, poll with @p progress, fetch: goblin_client_matmul for graphs. */
+GOBLIN_API goblin_err goblin_client_run_graph(goblin_client *c, const goblin_graph *g,
+                                              const goblin_tensor *inputs, int32_t n_inputs,
+                                              const goblin_graph_job_params *jp,
+                                              goblin_tensor *outputs, int32_t n_outputs,
+                                              goblin_client_progress_fn progress, void *user);
 
 /** The node's counters, and up to @p cap per-worker records into @p workers (may be NULL
  *  when @p cap is 0); *n_workers (if not NULL) = how many the node has. */

@@ -23,5 +23,6 @@
 #include "client.h"
 #include "autodiff.h"
 #include "optim.h"
+#include "train.h"
 
 #endif

@@ -81,6 +81,10 @@ typedef struct goblin_node_params {
      * _new (GOBLIN_EINVAL with a log line). May be combined with join_token: then
      * either is accepted. */
     const char *token_file;
+    /* Liveness: HELLO_ACK asks workers to send a HEARTBEAT at least this often; a worker
+     * the node has heard nothing from for 3 x heartbeat_ms is dropped and its leases are
+     * reissued (docs/runtime.md). 0 = off. Default 5000. */
+    uint32_t heartbeat_ms;
 } goblin_node_params;
 
 GOBLIN_API void goblin_node_params_default(goblin_node_params *p);
@@ -153,6 +157,107 @@ GOBLIN_API goblin_err goblin_job_plan_info(goblin_job *job, goblin_plan_info *ou
 /** Cancel if running and free. NULL is a no-op. */
 GOBLIN_API void goblin_job_free(goblin_job *job);
 
+/* ---- graph jobs ------------------------------------------------------------
+ *
+ * A graph job evaluates a graph over inputs that may be far larger than any worker's
+ * memory. Inputs marked GOBLIN_SPLIT_BATCH are cut along their leading (batch)
+ * dimension into chunks of at most chunk_rows rows (every batched input must have the
+ * same leading size B); the others are sent whole to every task (and cached on the
+ * workers under cache_ids, so parameters travel once per worker). Each chunk is one
+ * task: the node re-instantiates the graph for the chunk's row count (every node is
+ * re-added with its attributes, so shapes are re-inferred; a RESHAPE whose target's
+ * leading dim is the batch size is rescaled) and sends it with the chunk's rows.
+ *
+ * Each output is assembled on the node by its combine rule, over the chunks in chunk
+ * order (a fixed order: the result does not depend on which worker finished first):
+ *   CONCAT  along dim 0 (the output's leading dim must scale with the batch);
+ *   SUM     elementwise sum of the chunks' outputs (partial reductions);
+ *   MEAN    sum of chunk_rows_c / B * output_c (a per-chunk mean becomes the mean
+ *           over the whole batch; also how per-chunk gradients of a mean loss combine);
+ *   MAX/MIN elementwise;
+ *   AUTO    CONCAT if the output's leading dim equals B and the output depends on a
+ *           batched input along dim 0, else SUM if the output node is a SUM over axes
+ *           that include the batch axis, MEAN for a MEAN, MAX/MIN for those; otherwise
+ *           the submit fails with GOBLIN_EINVAL naming the output.
+ *
+ * Verification (docs/verification.md): REPLICATE runs a task on two workers of
+ * different identity; bit-equal results are accepted at once, results that differ are
+ * decided by recomputing the task on the node (a worker whose result disagrees with the
+ * node's beyond the ops' numeric contracts is caught: result rejected, worker
+ * quarantined, its unreplicated results in running jobs recomputed). Adaptive trust:
+ * a worker's tasks are replicated with probability
+ *     max(min_replication, 1 / (1 + accepted_agreements / trust_halflife)),
+ * so a new worker is always replicated and never drops below min_replication. With
+ * only one eligible worker connected, a task that must be replicated is recomputed on
+ * the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
+ * shapes only (benchmarks). */
+
+typedef enum goblin_split {
+    GOBLIN_SPLIT_BROADCAST = 0, /* whole tensor to every task */
+    GOBLIN_SPLIT_BATCH = 1      /* cut along dim 0 */
+} goblin_split;
+
+typedef enum goblin_combine {
+    GOBLIN_COMBINE_AUTO = 0,
+    GOBLIN_COMBINE_CONCAT = 1,
+    GOBLIN_COMBINE_SUM = 2,
+    GOBLIN_COMBINE_MEAN = 3,
+    GOBLIN_COMBINE_MAX = 4,
+    GOBLIN_COMBINE_MIN = 5,
+    GOBLIN_COMBINE_COUNT
+} goblin_combine;
+
+typedef enum goblin_graph_verify {
+    GOBLIN_GRAPH_VERIFY_REPLICATE = 0, /* default: adaptive replication, see above */
+    GOBLIN_GRAPH_VERIFY_RECOMPUTE = 1,
+    GOBLIN_GRAPH_VERIFY_UNSAFE_NONE = 2,
+    GOBLIN_GRAPH_VERIFY_COUNT
+} goblin_graph_verify;
+
+#define GOBLIN_GRAPH_JOB_MAX_IO 1024
+
+typedef struct goblin_graph_job_params {
+    goblin_job_params job;         /* memory budget, min_tasks, progress */
+    int64_t chunk_rows;            /* rows per task; 0 = as many as fit the memory budget,
+                                      then cut finer until min_tasks */
+    const goblin_split *split;     /* per input (borrowed during submit); NULL: BATCH for
+                                      every input whose leading dim equals input 0's, and
+                                      BROADCAST for the rest */
+    const goblin_combine *combine; /* per output (borrowed during submit); NULL: all AUTO */
+    const uint64_t *cache_ids;     /* per input, or NULL: a non-zero id names a BROADCAST
+                                      input's content; the same id must always mean the same
+                                      bytes (workers keep it in their cache across jobs) */
+    goblin_graph_verify verify;    /* default REPLICATE */
+    double min_replication;        /* (0, 1]; default 0.25 */
+    double trust_halflife;         /* agreements that halve the replication rate; default 20 */
+} goblin_graph_job_params;
+
+GOBLIN_API void goblin_graph_job_params_default(goblin_graph_job_params *p);
+
+/** Submit a graph job: evaluate @p g (borrowed during the call: the node keeps its own
+ *  copy) on @p inputs (n_inputs == the graph's input count; borrowed for the whole job,
+ *  any strides, may be memory-mapped) into @p outputs (n_outputs == the graph's output
+ *  count, each with the graph's output dtype and shape; borrowed for the whole job; the
+ *  caller's memory, any strides). Errors: GOBLIN_EINVAL (counts, a split/combine that
+ *  does not apply: the message says which), GOBLIN_ESHAPE / GOBLIN_EDTYPE (an input or
+ *  output that does not match the graph), GOBLIN_ESTATE (node not started),
+ *  GOBLIN_ERANGE (one row of one chunk does not fit the memory budget), GOBLIN_ENOMEM.
+ *  goblin_job_error() of a job that failed later says why; for a failed submit, the
+ *  node logs why. */
+GOBLIN_API goblin_err goblin_node_submit_graph(goblin_node *node, const goblin_graph *g,
+                                               const goblin_tensor *inputs, int32_t n_inputs,
+                                               goblin_tensor *outputs, int32_t n_outputs,
+                                               const goblin_graph_job_params *jp,
+                                               goblin_job **out);
+
+/** The re-instantiation the node uses for chunks: a copy of @p g whose BATCH inputs
+ *  (split as for goblin_graph_job_params; NULL = the default rule) have @p rows rows
+ *  instead of their original leading size. GOBLIN_ESHAPE (with goblin_graph_error(g)
+ *  unchanged and @p err_msg saying which node) if the graph cannot take that batch size. */
+GOBLIN_API goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split,
+                                           int64_t rows, goblin_graph **out, char *err_msg,
+                                           size_t err_cap);
+
 /* ---- counters --------------------------------------------------------------- */
 
 typedef struct goblin_node_stats {
@@ -175,6 +280,11 @@ typedef struct goblin_node_stats {
     int64_t workers_connected; /* currently */
     int64_t workers_quarantined;
     int64_t workers_seen;      /* ever said HELLO; index range of goblin_node_worker_stats */
+    /* graph jobs */
+    int64_t replicas_issued;   /* extra leases for replication */
+    int64_t replicas_agreed;   /* replica pairs that were bit-equal or within contract */
+    int64_t node_recomputed;   /* graph tasks the node computed itself (RECOMPUTE, disagreement,
+                                  or no second worker to replicate on) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

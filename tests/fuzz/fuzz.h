@@ -26,6 +26,11 @@ int fuzz_graph_one(const uint8_t *data, size_t size);
 void fuzz_graph_seeds(fuzz_emit_fn emit, void *ctx);
 void fuzz_graph_fixup(uint8_t *data, size_t size);
 
+/* The client protocol (libgoblin/client_wire.h): gateway requests and client replies. */
+int fuzz_client_wire_one(const uint8_t *data, size_t size);
+void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx);
+void fuzz_client_wire_fixup(uint8_t *data, size_t size);
+
 /* Trap with a reason on stderr (the input is what matters; the reason says which
  * oracle failed). */
 void fuzz_fail(const char *why);

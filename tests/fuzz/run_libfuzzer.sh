@@ -14,7 +14,7 @@ rm -rf "$work/seeds"
 mkdir -p "$work" "$dir/findings"
 "$dir/fuzz-smoke" --write-corpus "$work/seeds" >/dev/null
 rc=0
-for t in wire graph; do
+for t in wire graph client_wire; do
   mkdir -p "$work/corpus-$t" "$dir/findings/$t"
   echo "fuzzing $t for ${secs}s"
   if ! "$dir/fuzz_$t" -max_total_time="$secs" -print_final_stats=1 \

@@ -4,7 +4,7 @@
  * finds shallow bugs cheaply and keeps the harnesses compiling and honest, while
  * the coverage-guided search is the clang build's job (docs/wire-protocol.md).
  *
- *   fuzz-smoke [--target wire|graph|all] [--iterations N] [--seed S]
+ *   fuzz-smoke [--target wire|graph|client_wire|all] [--iterations N] [--seed S]
  *              [--write-corpus DIR] [FILE...]
  *
  * FILEs are replayed as they are (to reproduce a libFuzzer finding under gcc).
@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "client_wire.h"
 #include "fuzz.h"
 
 typedef struct target {
@@ -49,9 +50,21 @@ static bool graph_valid(const uint8_t *d, size_t n, bool verbose) {
     return e == GOBLIN_OK;
 }
 
+static bool client_wire_valid(const uint8_t *d, size_t n, bool verbose) {
+    static goblin__cw_msg m; /* large: not on the stack */
+    const goblin__cw_limits lim = {(uint64_t)1 << 30, GOBLIN_MAX_NUMEL};
+    char msg[256];
+    goblin_err e = goblin__cw_decode(d, n, &lim, &m, msg, sizeof msg);
+    if (e && verbose) fprintf(stderr, "seed rejected: %s\n", msg);
+    if (!e) goblin__cw_msg_clear(&m);
+    return e == GOBLIN_OK;
+}
+
 static const target TARGETS[] = {
     {"wire", fuzz_wire_one, fuzz_wire_seeds, fuzz_wire_fixup, wire_valid, 10},
     {"graph", fuzz_graph_one, fuzz_graph_seeds, fuzz_graph_fixup, graph_valid, 6},
+    {"client_wire", fuzz_client_wire_one, fuzz_client_wire_seeds, fuzz_client_wire_fixup,
+     client_wire_valid, 16},
 };
 
 /* ---- corpus -------------------------------------------------------------- */
@@ -304,7 +317,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc) corpus_dir = argv[++i];
         else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [--target wire|graph|all] [--iterations N] [--seed S] "
+            fprintf(stderr, "usage: %s [--target wire|graph|client_wire|all] [--iterations N] [--seed S] "
                             "[--write-corpus DIR] [FILE...]\n", argv[0]);
             return 2;
         } else {

@@ -1,0 +1,728 @@
+/* test_graph_job.c - graph jobs on the node: rebatching, chunking, combining,
+ * broadcast-input caching, replication with adaptive trust against cheating
+ * workers, the RECOMPUTE and UNSAFE_NONE policies and bad submits. References are
+ * naive loops here or a direct goblin_graph_eval of the whole graph. */
+#include <criterion/criterion.h>
+#include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
+#include <unistd.h>
+#include <goblin/goblin.h>
+#include <goblin/grid.h>
+
+#include "runtime_util.h"
+
+/* ---- the graph: h = relu(x . W + b); outputs h, sum_0 h, mean_0 h, max_0 h, sum h --- */
+
+typedef struct mlp {
+    goblin_graph *g;
+    int64_t B, D, H;
+    goblin_dtype dt;
+} mlp;
+
+static mlp mlp_new(goblin_dtype dt, int64_t B, int64_t D, int64_t H) {
+    mlp m = {NULL, B, D, H, dt};
+    cr_assert_eq(goblin_graph_new(&m.g), GOBLIN_OK);
+    int64_t sx[2] = {B, D}, sw[2] = {D, H}, sb[1] = {H};
+    int32_t x, w, b, mm, a, h, s0, m0, x0, all;
+    cr_assert_eq(goblin_graph_input(m.g, dt, 2, sx, &x), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(m.g, dt, 2, sw, &w), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(m.g, dt, 1, sb, &b), GOBLIN_OK);
+    int32_t i2[2] = {x, w};
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_MATMUL, i2, 2, NULL, 0, &mm), GOBLIN_OK);
+    int32_t i3[2] = {mm, b};
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_ADD, i3, 2, NULL, 0, &a), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_RELU, &a, 1, NULL, 0, &h), GOBLIN_OK);
+    int64_t ax0[1] = {0};
+    goblin_attr at = goblin_attr_ints(GOBLIN_ATTR_AXES, ax0, 1);
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_SUM, &h, 1, &at, 1, &s0), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_MEAN, &h, 1, &at, 1, &m0), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_REDUCE_MAX, &h, 1, &at, 1, &x0), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_SUM, &h, 1, NULL, 0, &all), GOBLIN_OK);
+    int32_t outs[5] = {h, s0, m0, x0, all};
+    for (int i = 0; i < 5; i++) cr_assert_eq(goblin_graph_output(m.g, outs[i]), GOBLIN_OK);
+    return m;
+}
+
+static void fill(goblin_dtype dt, void *p, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)(rt_rng(&seed) >> 11) * 0x1p-53 * 2.0 - 1.0;
+        if (dt == GOBLIN_DTYPE_F32) ((float *)p)[i] = (float)v;
+        else ((double *)p)[i] = v;
+    }
+}
+
+static double getd(goblin_dtype dt, const void *p, int64_t i) {
+    return dt == GOBLIN_DTYPE_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+/* Caller-side buffers of one job: inputs x, W, b and the five outputs (contiguous). */
+typedef struct job_io {
+    void *x, *w, *b, *h, *s0, *m0, *x0, *all;
+    goblin_tensor in[3], out[5];
+} job_io;
+
+static job_io io_new(const mlp *m, uint64_t seed) {
+    job_io io;
+    size_t es = goblin_dtype_size(m->dt);
+    io.x = calloc((size_t)(m->B * m->D), es);
+    io.w = calloc((size_t)(m->D * m->H), es);
+    io.b = calloc((size_t)m->H, es);
+    io.h = calloc((size_t)(m->B * m->H), es);
+    io.s0 = calloc((size_t)m->H, es);
+    io.m0 = calloc((size_t)m->H, es);
+    io.x0 = calloc((size_t)m->H, es);
+    io.all = calloc(1, es);
+    fill(m->dt, io.x, m->B * m->D, seed);
+    fill(m->dt, io.w, m->D * m->H, seed + 1);
+    fill(m->dt, io.b, m->H, seed + 2);
+    int64_t sx[2] = {m->B, m->D}, sw[2] = {m->D, m->H}, sb[1] = {m->H}, sh[2] = {m->B, m->H};
+    goblin_tensor_init(&io.in[0], m->dt, 2, sx, io.x);
+    goblin_tensor_init(&io.in[1], m->dt, 2, sw, io.w);
+    goblin_tensor_init(&io.in[2], m->dt, 1, sb, io.b);
+    goblin_tensor_init(&io.out[0], m->dt, 2, sh, io.h);
+    goblin_tensor_init(&io.out[1], m->dt, 1, sb, io.s0);
+    goblin_tensor_init(&io.out[2], m->dt, 1, sb, io.m0);
+    goblin_tensor_init(&io.out[3], m->dt, 1, sb, io.x0);
+    goblin_tensor_init(&io.out[4], m->dt, 0, NULL, io.all);
+    return io;
+}
+
+static void io_free(job_io *io) {
+    free(io->x), free(io->w), free(io->b), free(io->h);
+    free(io->s0), free(io->m0), free(io->x0), free(io->all);
+}
+
+/* Check a finished job's outputs against a naive f64 computation here: every value
+ * within the rounding bound of its own computation (2 gamma * the sum of absolute
+ * terms), the sums and the mean with the bound of a sum of B such values on top.
+ * With @p exact_backend, h and max must also equal a direct evaluation of the whole
+ * graph on that backend bit for bit (the chunks run the very same kernels per row). */
+static void check_outputs_on(const mlp *m, const job_io *io, int exact_backend) {
+    int64_t B = m->B, D = m->D, H = m->H;
+    double u = m->dt == GOBLIN_DTYPE_F32 ? 0x1p-24 : 0x1p-53;
+    double *hd = calloc((size_t)(B * H), sizeof(double)), *he = calloc((size_t)(B * H), sizeof(double));
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t j = 0; j < H; j++) {
+            double acc = 0, sc = 0;
+            for (int64_t k = 0; k < D; k++) {
+                double t = getd(m->dt, io->x, i * D + k) * getd(m->dt, io->w, k * H + j);
+                acc += t;
+                sc += fabs(t);
+            }
+            double bj = getd(m->dt, io->b, j);
+            acc += bj;
+            sc += fabs(bj);
+            hd[i * H + j] = acc > 0 ? acc : 0;
+            he[i * H + j] = 2.0 * (double)(D + 2) * u * sc + 1e-300;
+            double got = rt_get(&io->out[0], i, j);
+            cr_assert(fabs(got - hd[i * H + j]) <= he[i * H + j], "h[%lld,%lld] = %.9g, want %.9g",
+                      (long long)i, (long long)j, got, hd[i * H + j]);
+        }
+    double gam = 2.0 * (double)(B + 2) * u, tot = 0, tot_abs = 0, tot_err = 0;
+    for (int64_t j = 0; j < H; j++) {
+        double col = 0, col_abs = 0, col_err = 0, mx = -INFINITY, mx_err = 0;
+        for (int64_t i = 0; i < B; i++) {
+            col += hd[i * H + j];
+            col_abs += hd[i * H + j];
+            col_err += he[i * H + j];
+            if (hd[i * H + j] > mx) mx = hd[i * H + j];
+            if (he[i * H + j] > mx_err) mx_err = he[i * H + j];
+        }
+        tot += col;
+        tot_abs += col_abs;
+        tot_err += col_err;
+        double s = getd(m->dt, io->s0, j);
+        cr_assert(fabs(s - col) <= gam * col_abs + col_err, "sum[%lld] %.9g vs %.9g", (long long)j, s, col);
+        double mm = getd(m->dt, io->m0, j);
+        cr_assert(fabs(mm - col / (double)B) <= 2 * (gam * col_abs + col_err) / (double)B,
+                  "mean[%lld] %.9g vs %.9g", (long long)j, mm, col / (double)B);
+        double x0 = getd(m->dt, io->x0, j);
+        cr_assert(fabs(x0 - mx) <= mx_err, "max[%lld] %.9g vs %.9g", (long long)j, x0, mx);
+    }
+    double a = getd(m->dt, io->all, 0);
+    cr_assert(fabs(a - tot) <= 2.0 * (double)(B * H + 2) * u * tot_abs + tot_err, "total %.9g vs %.9g", a, tot);
+    if (exact_backend >= 0) {
+        size_t es = goblin_dtype_size(m->dt);
+        job_io ref = io_new(m, 0);
+        memcpy(ref.x, io->x, (size_t)(B * D) * es);
+        memcpy(ref.w, io->w, (size_t)(D * H) * es);
+        memcpy(ref.b, io->b, (size_t)H * es);
+        goblin_exec_params ep;
+        goblin_exec_params_default(&ep);
+        ep.backend = (goblin_backend_kind)exact_backend;
+        ep.threads = 1;
+        cr_assert_eq(goblin_graph_eval(m->g, &ep, ref.in, 3, ref.out, 5), GOBLIN_OK);
+        for (int64_t i = 0; i < B; i++)
+            for (int64_t j = 0; j < H; j++)
+                cr_assert(rt_get(&io->out[0], i, j) == getd(m->dt, ref.h, i * H + j), "h bit-equal");
+        for (int64_t j = 0; j < H; j++) cr_assert(getd(m->dt, io->x0, j) == getd(m->dt, ref.x0, j), "max bit-equal");
+        io_free(&ref);
+    }
+    free(hd);
+    free(he);
+}
+
+static void check_outputs(const mlp *m, const job_io *io) { check_outputs_on(m, io, -1); }
+
+/* ---- rebatch ---------------------------------------------------------------------- */
+
+Test(graph_job, rebatch_mlp_with_reshape_against_naive) {
+    const int64_t B = 6, D = 5, H = 4, R = 3;
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[2] = {B, D}, sw[2] = {D, H}, sb[1] = {H};
+    int32_t x, w, b, mm, a, h, r, s, all;
+    goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sx, &x);
+    goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sw, &w);
+    goblin_graph_input(g, GOBLIN_DTYPE_F64, 1, sb, &b);
+    int32_t i2[2] = {x, w};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, i2, 2, NULL, 0, &mm), GOBLIN_OK);
+    int32_t i3[2] = {mm, b};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, i3, 2, NULL, 0, &a), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RELU, &a, 1, NULL, 0, &h), GOBLIN_OK);
+    int64_t rs[2] = {B * 2, H / 2};
+    goblin_attr ra = goblin_attr_ints(GOBLIN_ATTR_SHAPE, rs, 2);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &h, 1, &ra, 1, &r), GOBLIN_OK);
+    int64_t ax1[1] = {1};
+    goblin_attr sa = goblin_attr_ints(GOBLIN_ATTR_AXES, ax1, 1);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SUM, &r, 1, &sa, 1, &s), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SUM, &h, 1, NULL, 0, &all), GOBLIN_OK);
+    goblin_graph_output(g, h);
+    goblin_graph_output(g, s);
+    goblin_graph_output(g, all);
+
+    goblin_graph *rg = NULL;
+    char msg[256];
+    cr_assert_eq(goblin_graph_rebatch(g, NULL, R, &rg, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin_tensor o;
+    goblin_graph_node(rg, goblin_graph_output_id(rg, 0), NULL, &o, NULL, NULL);
+    cr_assert(o.rank == 2 && o.shape[0] == R && o.shape[1] == H);
+    goblin_graph_node(rg, goblin_graph_output_id(rg, 1), NULL, &o, NULL, NULL);
+    cr_assert(o.rank == 1 && o.shape[0] == 2 * R);
+    goblin_graph_node(rg, goblin_graph_output_id(rg, 2), NULL, &o, NULL, NULL);
+    cr_assert_eq(o.rank, 0);
+    goblin_graph_node(rg, goblin_graph_input_id(rg, 1), NULL, &o, NULL, NULL);
+    cr_assert(o.shape[0] == D && o.shape[1] == H, "broadcast input unchanged");
+
+    double xv[R * D], wv[D * H], bv[H], hv[R * H], sv[2 * R], av;
+    fill(GOBLIN_DTYPE_F64, xv, R * D, 7);
+    fill(GOBLIN_DTYPE_F64, wv, D * H, 8);
+    fill(GOBLIN_DTYPE_F64, bv, H, 9);
+    int64_t srx[2] = {R, D}, srh[2] = {R, H}, ss[1] = {2 * R};
+    goblin_tensor in[3], out[3];
+    goblin_tensor_init(&in[0], GOBLIN_DTYPE_F64, 2, srx, xv);
+    goblin_tensor_init(&in[1], GOBLIN_DTYPE_F64, 2, sw, wv);
+    goblin_tensor_init(&in[2], GOBLIN_DTYPE_F64, 1, sb, bv);
+    goblin_tensor_init(&out[0], GOBLIN_DTYPE_F64, 2, srh, hv);
+    goblin_tensor_init(&out[1], GOBLIN_DTYPE_F64, 1, ss, sv);
+    goblin_tensor_init(&out[2], GOBLIN_DTYPE_F64, 0, NULL, &av);
+    goblin_exec_params ep;
+    goblin_exec_params_default(&ep);
+    ep.backend = GOBLIN_BACKEND_REF;
+    cr_assert_eq(goblin_graph_eval(rg, &ep, in, 3, out, 3), GOBLIN_OK);
+    double tot = 0;
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < H; j++) {
+            double acc = bv[j];
+            for (int64_t k = 0; k < D; k++) acc += xv[i * D + k] * wv[k * H + j];
+            double want = acc > 0 ? acc : 0;
+            cr_assert(fabs(hv[i * H + j] - want) <= 1e-13, "h");
+            tot += want;
+        }
+    for (int64_t q = 0; q < 2 * R; q++) {
+        double want = hv[q * 2] + hv[q * 2 + 1];
+        cr_assert(fabs(sv[q] - want) <= 1e-13, "reshaped sum %lld", (long long)q);
+    }
+    cr_assert(fabs(av - tot) <= 1e-12);
+    goblin_graph_free(rg);
+
+    /* A reshape that moves the batch off dim 0 cannot be rebatched: the node is named. */
+    goblin_graph *bad = NULL;
+    goblin_graph_new(&bad);
+    int32_t bx, br;
+    goblin_graph_input(bad, GOBLIN_DTYPE_F64, 2, sx, &bx);
+    int64_t ts[2] = {D, B};
+    goblin_attr ta = goblin_attr_ints(GOBLIN_ATTR_SHAPE, ts, 2);
+    cr_assert_eq(goblin_graph_add(bad, GOBLIN_OP_RESHAPE, &bx, 1, &ta, 1, &br), GOBLIN_OK);
+    goblin_graph_output(bad, br);
+    goblin_graph *none = NULL;
+    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 4, &none, msg, sizeof msg), GOBLIN_ESHAPE);
+    cr_assert_null(none);
+    cr_assert(strstr(msg, "node 1") != NULL, "message names the node: %s", msg);
+    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 0, &none, msg, sizeof msg), GOBLIN_EINVAL);
+    goblin_graph_free(bad);
+    goblin_graph_free(g);
+}
+
+/* ---- jobs on an embedded grid ------------------------------------------------------ */
+
+static goblin_grid *grid3(int n) {
+    goblin_grid_params gp;
+    goblin_grid_params_default(&gp);
+    gp.node.log_level = GOBLIN_LOG_ERROR;
+    gp.worker.log_level = GOBLIN_LOG_ERROR;
+    goblin_grid *grid = NULL;
+    cr_assert_eq(goblin_grid_local(n, &gp, &grid), GOBLIN_OK);
+    cr_assert(rt_wait_workers(goblin_grid_node(grid), n));
+    return grid;
+}
+
+Test(graph_job, outputs_equal_direct_eval_f32) {
+    goblin_grid *grid = grid3(3);
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 37, 8, 6);
+    job_io io = io_new(&m, 100);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    int64_t calls = 0;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    int64_t done, total;
+    goblin_job_progress(job, &done, &total);
+    cr_assert(total >= 12 && done == total, "4 tasks per worker by default (%lld)", (long long)total);
+    (void)calls;
+    check_outputs(&m, &io);
+    goblin_node_stats st;
+    goblin_node_stats_get(goblin_grid_node(grid), &st);
+    cr_assert(st.replicas_issued > 0, "new workers are replicated");
+    cr_assert_eq(st.results_rejected, 0);
+    cr_assert_eq(st.workers_quarantined, 0);
+    goblin_job_free(job);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    goblin_grid_free(grid);
+}
+
+Test(graph_job, strided_inputs_outputs_f64_fixed_chunks) {
+    goblin_grid_params gp;
+    goblin_grid_params_default(&gp);
+    gp.node.log_level = GOBLIN_LOG_ERROR;
+    gp.worker.log_level = GOBLIN_LOG_ERROR;
+    gp.node.recompute_backend = GOBLIN_BACKEND_REF;
+    gp.worker.backend = GOBLIN_BACKEND_REF;
+    goblin_grid *grid = NULL;
+    cr_assert_eq(goblin_grid_local(2, &gp, &grid), GOBLIN_OK);
+    cr_assert(rt_wait_workers(goblin_grid_node(grid), 2));
+    mlp m = mlp_new(GOBLIN_DTYPE_F64, 23, 5, 4);
+    job_io io = io_new(&m, 200);
+    /* x with a padded row stride, h written into a padded buffer. */
+    double *xs = calloc((size_t)(23 * 8), sizeof(double));
+    double *hs = calloc((size_t)(23 * 7), sizeof(double));
+    for (int64_t i = 0; i < 23; i++)
+        for (int64_t k = 0; k < 5; k++) xs[i * 8 + k] = ((double *)io.x)[i * 5 + k];
+    job_io sio = io;
+    sio.in[0].data = xs;
+    sio.in[0].strides[0] = 8;
+    sio.out[0].data = hs;
+    sio.out[0].strides[0] = 7;
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.chunk_rows = 5;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), m.g, sio.in, 3, sio.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    int64_t done, total;
+    goblin_job_progress(job, &done, &total);
+    cr_assert_eq(total, 5, "23 rows in chunks of 5");
+    job_io cio = sio; /* the naive reference reads io.x, the contiguous copy of xs */
+    check_outputs_on(&m, &cio, GOBLIN_BACKEND_REF);
+    for (int64_t i = 0; i < 23; i++) cr_assert_eq(hs[i * 7 + 5], 0.0, "padding untouched");
+    goblin_job_free(job);
+    free(xs);
+    free(hs);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    goblin_grid_free(grid);
+}
+
+Test(graph_job, broadcast_inputs_cached_across_jobs) {
+    goblin_grid *grid = grid3(2);
+    goblin_node *node = goblin_grid_node(grid);
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 40, 6, 5);
+    job_io io = io_new(&m, 300);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    uint64_t ids[3] = {0, 0xabc1, 0xabc2};
+    jp.cache_ids = ids;
+    jp.job.min_tasks = 8;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_stats ws;
+        goblin_worker_stats_get(goblin_grid_worker(grid, i), &ws);
+        cr_assert(ws.tasks_done > 0, "worker %d took part in the first job", i);
+    }
+    goblin_node_stats a, b;
+    goblin_node_stats_get(node, &a);
+    /* Same parameters (same ids), new activations. */
+    fill(m.dt, io.x, m.B * m.D, 301);
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_node_stats_get(node, &b);
+    int64_t issued = b.tasks_issued - a.tasks_issued;
+    cr_assert(issued >= 8);
+    cr_assert_eq(b.panel_cache_misses - a.panel_cache_misses, 0);
+    cr_assert_eq(b.panel_cache_hits - a.panel_cache_hits, 2 * issued,
+                 "every task of the second job went without W and b (%lld hits, %lld tasks)",
+                 (long long)(b.panel_cache_hits - a.panel_cache_hits), (long long)issued);
+    check_outputs(&m, &io);
+    goblin_job_free(job);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    goblin_grid_free(grid);
+}
+
+/* One cheating worker among three honest-looking ones. */
+static void run_cheater(goblin_misbehave mode, double rate, const char *url) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.log_level = GOBLIN_LOG_ERROR;
+    np.speculate = false;
+    goblin_worker_params wps[3];
+    for (int i = 0; i < 3; i++) {
+        goblin_worker_params_default(&wps[i]);
+        wps[i].threads = 1;
+        wps[i].log_level = GOBLIN_LOG_ERROR;
+    }
+    wps[0].misbehave = mode;
+    wps[0].misbehave_rate = rate;
+    wps[0].misbehave_seed = 5;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, wps, 3), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 3));
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 60, 6, 5);
+    job_io io = io_new(&m, 400 + (uint64_t)mode);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.job.min_tasks = 30;
+    /* Every result replicated: a cheat can never be accepted, so every job's outputs are
+     * right (with adaptive trust a trusted cheater's unreplicated results in a job that
+     * has ended are not rechecked; see trust_decays below). */
+    jp.min_replication = 1.0;
+    goblin_node_stats st;
+    /* Whether the cheater gets tasks and cheats on them is up to chance (its rate, the
+     * scheduler): run jobs until it is caught; every job's outputs must be right. */
+    for (int round = 0; round < 8; round++) {
+        goblin_job *job = NULL;
+        fill(m.dt, io.x, m.B * m.D, 1000 + (uint64_t)round);
+        cr_assert_eq(goblin_node_submit_graph(g.node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", goblin_misbehave_name(mode),
+                     goblin_job_error(job));
+        check_outputs(&m, &io);
+        goblin_job_free(job);
+        goblin_node_stats_get(g.node, &st);
+        if (st.workers_quarantined) break;
+    }
+    cr_assert(st.results_rejected > 0, "%s: a rejection", goblin_misbehave_name(mode));
+    cr_assert(st.replicas_issued > 0);
+    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", goblin_misbehave_name(mode));
+    goblin_worker_stats cs;
+    goblin_worker_stats_get(g.w[0], &cs);
+    cr_assert(cs.misbehaved > 0);
+    bool found = false;
+    for (int64_t i = 0; i < st.workers_seen; i++) {
+        goblin_node_worker_stats ws;
+        cr_assert_eq(goblin_node_worker_stats_get(g.node, i, &ws), GOBLIN_OK);
+        if (ws.quarantined) {
+            cr_assert(ws.rejected > 0);
+            found = true;
+        }
+    }
+    cr_assert(found);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    rt_grid_stop(&g);
+}
+
+Test(graph_job, cheater_wrong) { run_cheater(GOBLIN_MISBEHAVE_WRONG, 1.0, "inproc://h1-gj-wrong"); }
+Test(graph_job, cheater_scale) { run_cheater(GOBLIN_MISBEHAVE_SCALE, 1.0, "inproc://h1-gj-scale"); }
+Test(graph_job, cheater_nan) { run_cheater(GOBLIN_MISBEHAVE_NAN, 0.5, "inproc://h1-gj-nan"); }
+Test(graph_job, cheater_stale) { run_cheater(GOBLIN_MISBEHAVE_STALE, 0.7, "inproc://h1-gj-stale"); }
+Test(graph_job, cheater_swap) { run_cheater(GOBLIN_MISBEHAVE_SWAP, 0.7, "inproc://h1-gj-swap"); }
+Test(graph_job, cheater_truncate) { run_cheater(GOBLIN_MISBEHAVE_TRUNCATE, 0.3, "inproc://h1-gj-trunc"); }
+
+Test(graph_job, trust_decays_with_agreements) {
+    goblin_grid *grid = grid3(2);
+    goblin_node *node = goblin_grid_node(grid);
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 64, 4, 3);
+    job_io io = io_new(&m, 450);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.chunk_rows = 1;
+    jp.trust_halflife = 1.0;
+    jp.min_replication = 0.05;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    check_outputs(&m, &io);
+    goblin_node_stats st;
+    goblin_node_stats_get(node, &st);
+    /* The first results of each worker are always replicated; once they agree the rate
+     * falls towards 5% (expected ~10 replicas of 64 tasks; 48 would be far out). */
+    cr_assert(st.replicas_issued > 0 && st.replicas_issued < 48, "%lld replicas", (long long)st.replicas_issued);
+    cr_assert_eq(st.replicas_agreed, st.replicas_issued);
+    cr_assert_eq(st.results_accepted, 64 + st.replicas_agreed);
+    goblin_job_free(job);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    goblin_grid_free(grid);
+}
+
+Test(graph_job, recompute_and_unsafe_none_policies) {
+    goblin_grid *grid = grid3(2);
+    goblin_node *node = goblin_grid_node(grid);
+    mlp m = mlp_new(GOBLIN_DTYPE_F64, 30, 4, 3);
+    job_io io = io_new(&m, 500);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.verify = GOBLIN_GRAPH_VERIFY_RECOMPUTE;
+    jp.chunk_rows = 4;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    check_outputs(&m, &io);
+    goblin_node_stats a;
+    goblin_node_stats_get(node, &a);
+    cr_assert_eq(a.node_recomputed, 8, "every one of the 8 tasks recomputed");
+    cr_assert_eq(a.replicas_issued, 0);
+    cr_assert_eq(a.results_accepted, 8);
+
+    memset(io.h, 0, (size_t)(30 * 3) * sizeof(double));
+    jp.verify = GOBLIN_GRAPH_VERIFY_UNSAFE_NONE;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    check_outputs(&m, &io);
+    goblin_node_stats b;
+    goblin_node_stats_get(node, &b);
+    cr_assert_eq(b.node_recomputed, a.node_recomputed);
+    cr_assert_eq(b.replicas_issued, 0);
+    cr_assert_eq(b.results_accepted, 16);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    goblin_grid_free(grid);
+}
+
+Test(graph_job, one_worker_replication_falls_back_to_node) {
+    goblin_grid *grid = grid3(1);
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 16, 4, 3);
+    job_io io = io_new(&m, 600);
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), m.g, io.in, 3, io.out, 5, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    check_outputs(&m, &io);
+    goblin_node_stats st;
+    goblin_node_stats_get(goblin_grid_node(grid), &st);
+    cr_assert(st.node_recomputed > 0);
+    cr_assert_eq(st.replicas_issued, 0);
+    goblin_job_free(job);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    goblin_grid_free(grid);
+}
+
+Test(graph_job, bad_submits) {
+    goblin_grid *grid = grid3(1);
+    goblin_node *node = goblin_grid_node(grid);
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 12, 4, 3);
+    job_io io = io_new(&m, 700);
+    goblin_job *job = NULL;
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    /* counts */
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 2, io.out, 5, NULL, &job), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 4, NULL, &job), GOBLIN_EINVAL);
+    cr_assert_null(job);
+    /* shape and dtype mismatches */
+    goblin_tensor bad_in[3] = {io.in[0], io.in[1], io.in[2]};
+    bad_in[1].shape[1] = 2;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, bad_in, 3, io.out, 5, NULL, &job), GOBLIN_ESHAPE);
+    goblin_tensor bad_out[5];
+    memcpy(bad_out, io.out, sizeof bad_out);
+    bad_out[0].shape[0] = 11;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, bad_out, 5, NULL, &job), GOBLIN_ESHAPE);
+    memcpy(bad_out, io.out, sizeof bad_out);
+    bad_out[2].dtype = GOBLIN_DTYPE_F64;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, bad_out, 5, NULL, &job), GOBLIN_EDTYPE);
+    /* a split that does not apply: a batched input with a cache id; two batched
+     * inputs of different sizes */
+    uint64_t ids[3] = {9, 0, 0};
+    jp.cache_ids = ids;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_EINVAL);
+    jp.cache_ids = NULL;
+    goblin_split sp[3] = {GOBLIN_SPLIT_BATCH, GOBLIN_SPLIT_BATCH, GOBLIN_SPLIT_BROADCAST};
+    jp.split = sp;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_ESHAPE);
+    jp.split = NULL;
+    /* CONCAT of an output that does not follow the batch */
+    goblin_combine cb[5] = {GOBLIN_COMBINE_AUTO, GOBLIN_COMBINE_CONCAT, GOBLIN_COMBINE_AUTO, GOBLIN_COMBINE_AUTO,
+                            GOBLIN_COMBINE_AUTO};
+    jp.combine = cb;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_EINVAL);
+    jp.combine = NULL;
+    /* rows that do not fit */
+    jp.job.task_memory_bytes = 64;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_ERANGE);
+    jp.job.task_memory_bytes = 0;
+    jp.min_replication = 0;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_EINVAL);
+    cr_assert_null(job);
+
+    /* AUTO that cannot decide: an output computed from the broadcast input only. */
+    goblin_graph *g2 = NULL;
+    goblin_graph_new(&g2);
+    int64_t sx[2] = {12, 4}, sw[2] = {4, 3};
+    int32_t x, w, rx, rw;
+    goblin_graph_input(g2, GOBLIN_DTYPE_F32, 2, sx, &x);
+    goblin_graph_input(g2, GOBLIN_DTYPE_F32, 2, sw, &w);
+    goblin_graph_add(g2, GOBLIN_OP_RELU, &x, 1, NULL, 0, &rx);
+    goblin_graph_add(g2, GOBLIN_OP_RELU, &w, 1, NULL, 0, &rw);
+    goblin_graph_output(g2, rx);
+    goblin_graph_output(g2, rw);
+    float ob[12 * 4], ow[4 * 3];
+    goblin_tensor o2[2];
+    goblin_tensor_init(&o2[0], GOBLIN_DTYPE_F32, 2, sx, ob);
+    goblin_tensor_init(&o2[1], GOBLIN_DTYPE_F32, 2, sw, ow);
+    goblin_tensor in2[2] = {io.in[0], io.in[0]};
+    goblin_tensor_init(&in2[1], GOBLIN_DTYPE_F32, 2, sw, io.w);
+    cr_assert_eq(goblin_node_submit_graph(node, g2, in2, 2, o2, 2, NULL, &job), GOBLIN_EINVAL);
+    /* ... but with a rule for it (MAX of identical copies is the copy) it runs. */
+    goblin_combine cb2[2] = {GOBLIN_COMBINE_AUTO, GOBLIN_COMBINE_MAX};
+    jp.min_replication = 0.25;
+    jp.combine = cb2;
+    cr_assert_eq(goblin_node_submit_graph(node, g2, in2, 2, o2, 2, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    for (int i = 0; i < 12; i++) {
+        float v = ((float *)io.w)[i];
+        cr_assert_eq(ow[i], v > 0 ? v : 0.0f);
+    }
+    for (int i = 0; i < 48; i++) {
+        float v = ((float *)io.x)[i];
+        cr_assert_eq(ob[i], v > 0 ? v : 0.0f);
+    }
+    goblin_job_free(job);
+    goblin_graph_free(g2);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    goblin_grid_free(grid);
+}
+
+Test(graph_job, cancel_and_progress) {
+    goblin_grid_params gp;
+    goblin_grid_params_default(&gp);
+    gp.node.log_level = GOBLIN_LOG_ERROR;
+    gp.worker.log_level = GOBLIN_LOG_ERROR;
+    gp.worker.misbehave = GOBLIN_MISBEHAVE_SILENT;
+    gp.worker.misbehave_rate = 1.0;
+    goblin_grid *grid = NULL;
+    cr_assert_eq(goblin_grid_local(2, &gp, &grid), GOBLIN_OK);
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 20, 4, 3);
+    job_io io = io_new(&m, 800);
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), m.g, io.in, 3, io.out, 5, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 100), GOBLIN_ETIMEDOUT);
+    int64_t done = -1, total = -1;
+    goblin_job_progress(job, &done, &total);
+    cr_assert(done == 0 && total > 0);
+    goblin_job_cancel(job);
+    cr_assert_eq(goblin_job_wait(job, 1000), GOBLIN_ECANCELED);
+    cr_assert_eq(goblin_job_get_status(job), GOBLIN_JOB_CANCELED);
+    goblin_job_free(job);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    goblin_grid_free(grid);
+}
+
+/* ---- heartbeats ------------------------------------------------------------------- */
+
+static void raw_send(nng_socket s, const goblin_wire_msg *m) {
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(goblin_wire_encode(m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(nng_send(s, buf, len, 0), 0);
+    goblin_buffer_free(buf);
+}
+
+/* Receive until a message of @p type (others dropped); NULL after ~5 s. */
+static goblin_wire_msg *raw_recv(nng_socket s, goblin_wire_type type) {
+    for (int i = 0; i < 50; i++) {
+        void *rb;
+        size_t rlen;
+        if (nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC) != 0) continue;
+        goblin_wire_msg *r = NULL;
+        goblin_err e = goblin_wire_decode(rb, rlen, NULL, 0, &r, NULL, 0);
+        nng_free(rb, rlen);
+        if (e == GOBLIN_OK && r->type == type) return r;
+        goblin_wire_msg_free(r);
+    }
+    return NULL;
+}
+
+Test(graph_job, silent_worker_dropped_busy_worker_kept) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.log_level = GOBLIN_LOG_ERROR;
+    np.heartbeat_ms = 100;
+    np.speculate = false;
+    /* One real worker that is slow (600 ms a task, 6 heartbeat intervals) but alive. */
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.threads = 1;
+    wp.log_level = GOBLIN_LOG_ERROR;
+    wp.misbehave = GOBLIN_MISBEHAVE_SLOW;
+    wp.misbehave_rate = 1.0;
+    wp.slow_ms = 600;
+    rt_grid g;
+    const char *url = "inproc://h1-gj-heartbeat";
+    cr_assert_eq(rt_grid_start(&g, url, &np, &wp, 1), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 1));
+    /* A peer that says HELLO, asks for work and then falls silent. */
+    nng_socket s;
+    cr_assert_eq(nng_pair1_open_poly(&s), 0);
+    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 100);
+    cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    m.body.hello.backends = 1;
+    m.body.hello.threads = 1;
+    m.body.hello.memory_bytes = 1 << 30;
+    raw_send(s, &m);
+    goblin_wire_msg *ack = raw_recv(s, GOBLIN_WIRE_TYPE_HELLO_ACK);
+    cr_assert_not_null(ack);
+    cr_assert_eq(ack->body.hello_ack.heartbeat_ms, 100);
+    goblin_wire_msg_free(ack);
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    m.body.lease_request.slots = 1;
+    raw_send(s, &m);
+
+    mlp mm = mlp_new(GOBLIN_DTYPE_F32, 8, 3, 2);
+    job_io io = io_new(&mm, 900);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.chunk_rows = 2;
+    jp.verify = GOBLIN_GRAPH_VERIFY_RECOMPUTE;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(g.node, mm.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    goblin_wire_msg *task = raw_recv(s, GOBLIN_WIRE_TYPE_TASK);
+    cr_assert_not_null(task, "the silent peer got a lease");
+    goblin_wire_msg_free(task);
+    /* Never answer: the node drops it after 3 heartbeats and reissues the lease. */
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    check_outputs(&mm, &io);
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_eq(st.peers_dropped, 1, "only the silent peer");
+    cr_assert_eq(st.workers_connected, 1, "the slow worker kept its connection");
+    cr_assert(st.tasks_reissued >= 1);
+    goblin_node_worker_stats ws;
+    cr_assert_eq(goblin_node_worker_stats_get(g.node, 0, &ws), GOBLIN_OK);
+    cr_assert(ws.connected && ws.accepted == 4, "the slow worker did every chunk");
+    goblin_job_free(job);
+    nng_close(s);
+    io_free(&io);
+    goblin_graph_free(mm.g);
+    rt_grid_stop(&g);
+}
