@@ -22,7 +22,8 @@
  *
  * Environment: GOBLIN_BENCH_THREADS (T, default 2), GOBLIN_BENCH_GRID_N (default 4096),
  * GOBLIN_BENCH_GRID_BIG=0 skips section 1 at 8192 (run by default: the whole program
- * takes about 2.5 minutes on a loaded 2-core machine, 1 without it), GOBLIN_BENCH_GRID_REPS
+ * takes about 2.5 minutes on a loaded 2-core machine, 1 without it), GOBLIN_BENCH_GRID_EMBEDDED_ONLY=1
+ * runs only sections 1 and 3 (the embedded grid and its verification overhead), GOBLIN_BENCH_GRID_REPS
  * (default 2), GOBLIN_BENCH_GRID_WORKER (path of goblin-worker; default
  * ../tools/goblin-worker next to this program). */
 #define _GNU_SOURCE
@@ -563,6 +564,12 @@ int main(int argc, char **argv) {
         printf("8192: one timed run after a warm-up (GOBLIN_BENCH_GRID_BIG=0 skips it: about 80 s on 2 cores).\n\n");
     else
         printf("8192 not run (GOBLIN_BENCH_GRID_BIG=0).\n\n");
+    if (env_int("GOBLIN_BENCH_GRID_EMBEDDED_ONLY", 0)) {
+        loadavg(la, sizeof la);
+        printf("Only the embedded grid was run (GOBLIN_BENCH_GRID_EMBEDDED_ONLY=1). Load average at end: %s; "
+               "this program ran %.0f s.\n", la, now_s() - t_start);
+        return 0;
+    }
 
     printf("### Node + 2 goblin-worker processes (1 thread each) vs direct BLIS with 2 threads (goal >= 0.80)\n\n");
     printf("The node runs in the benchmark process (its thread verifies and assembles), so the node and both "

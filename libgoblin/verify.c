@@ -8,6 +8,7 @@
 #include <goblin/verify.h>
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "alloc.h"
 #include "graph_impl.h"
@@ -106,23 +107,75 @@ void goblin_freivalds_params_default(goblin_freivalds_params *p) {
     p->kn = -1;
 }
 
-/* The passes over A, B and C are where the check spends its time: built for
- * AVX2+FMA as well as the baseline, chosen at load time (an FMA only removes roundings, so the error
- * bounds hold for both). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#define GOBLIN__HOT_CLONES __attribute__((target_clones("avx2,fma", "default")))
+/* ---- the passes over A, B and C ------------------------------------------ *
+ *
+ * They are where the check spends its time, so each reads its matrix once, row
+ * by row, four rows at a time in chunks of FV_CHUNK columns: a chunk of four rows
+ * is converted to f64 in a small buffer (f64 rows with unit stride are read in
+ * place), and every element of it meets all the vectors' weights while it is in
+ * registers. The vectors are handled four at a time, one per lane of a four-lane
+ * GCC/Clang vector (v4); lanes beyond `vectors` hold r = 0 and are ignored. Each
+ * vector's r and |r| (and B r, |B| |r|) are interleaved so that one cache line
+ * serves both. The passes are built twice and chosen at run time: for AVX2+FMA,
+ * where a v4 is one register, and a baseline (@p base) that computes with native
+ * two-lane vectors (v2: one SSE2 or NEON register, a pair of scalars elsewhere),
+ * since GCC keeps a v4 without AVX in memory and round-trips every accumulator
+ * through the stack. An FMA only removes roundings, so the error bounds hold for
+ * both, and any summation order keeps the gamma_len error bound the levels assume. */
+#define LANES 4
+#define FV_ROWS 4    /* rows of a matrix in flight */
+#define FV_CHUNK 256 /* columns per chunk: four rows of it stay in L1 with the weights */
+typedef double v4 __attribute__((vector_size(LANES * sizeof(double))));
+typedef float f4 __attribute__((vector_size(LANES * sizeof(float))));
+typedef int64_t i4 __attribute__((vector_size(LANES * sizeof(int64_t))));
+typedef double v2 __attribute__((vector_size(2 * sizeof(double))));
+typedef int64_t i2 __attribute__((vector_size(2 * sizeof(int64_t))));
+
+#define splat(x) ((v4){(x), (x), (x), (x)})
+#define FV_INLINE static inline __attribute__((always_inline))
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FV_HAVE_V3 1
+#define FV_V3 __attribute__((target("avx2,fma")))
 #else
-#define GOBLIN__HOT_CLONES
+#define FV_HAVE_V3 0
 #endif
 
-/* @p len elements with element stride @p stride (may be 0 or negative) into f64. */
-static void load_row(goblin_dtype dt, const char *base, int64_t stride, int64_t len, double *buf) {
+/* Macros rather than functions: a function passing v4 by value draws GCC's -Wpsabi
+ * note when built without AVX. */
+#define v4_abs(x) ((v4)((i4)(x) & (i4){INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX}))
+#define v4_sum(x) (((x)[0] + (x)[1]) + ((x)[2] + (x)[3]))
+#define v4_ld(dst, p) memcpy(&(dst), (p), sizeof(v4))
+#define v2_abs(x) ((v2)((i2)(x) & (i2){INT64_MAX, INT64_MAX}))
+#define v2_ld(dst, p) memcpy(&(dst), (p), sizeof(v2))
+#define v2_st(p, src) memcpy((p), &(src), sizeof(v2))
+
+/* @p len elements with element stride @p stride (may be 0 or negative) into f64.
+ * @p vb: the baseline passes' variant. */
+FV_INLINE void load_row_impl(goblin_dtype dt, const char *base, int64_t stride, int64_t len,
+                             double *restrict buf, bool vb) {
     if (dt == GOBLIN_DTYPE_F32) {
-        const float *p = (const float *)base;
-        if (stride == 1)
-            for (int64_t j = 0; j < len; j++) buf[j] = p[j];
-        else
+        const float *restrict p = (const float *)base;
+        if (stride == 1 && vb) {
+            /* blocks of four that the compiler turns into two-lane conversions */
+            int64_t j = 0;
+            for (; j + 4 <= len; j += 4)
+                for (int k = 0; k < 4; k++) buf[j + k] = p[j + k];
+            for (; j < len; j++) buf[j] = p[j];
+        } else if (stride == 1) {
+            int64_t j = 0;
+            for (; j + 2 * LANES <= len; j += 2 * LANES) {
+                f4 x0, x1;
+                memcpy(&x0, p + j, sizeof x0);
+                memcpy(&x1, p + j + LANES, sizeof x1);
+                v4 d0 = __builtin_convertvector(x0, v4), d1 = __builtin_convertvector(x1, v4);
+                memcpy(buf + j, &d0, sizeof d0);
+                memcpy(buf + j + LANES, &d1, sizeof d1);
+            }
+            for (; j < len; j++) buf[j] = p[j];
+        } else {
             for (int64_t j = 0; j < len; j++) buf[j] = p[j * stride];
+        }
     } else {
         const double *p = (const double *)base;
         if (stride == 1)
@@ -132,48 +185,122 @@ static void load_row(goblin_dtype dt, const char *base, int64_t stride, int64_t 
     }
 }
 
-/* The vectors are handled four at a time, one per lane of a GCC/Clang vector
- * (two SSE2 registers on baseline x86-64, one AVX register where enabled), so a
- * row of A, B or C is read once for four products. Lanes beyond `vectors` hold
- * r = 0 and are ignored. */
-#define LANES 4
-typedef double v4 __attribute__((vector_size(LANES * sizeof(double))));
+static void load_row(goblin_dtype dt, const char *base, int64_t stride, int64_t len, double *buf) {
+    load_row_impl(dt, base, stride, len, buf, true);
+}
 
-#define splat(x) ((v4){(x), (x), (x), (x)})
+/* A chunk of a row as f64: in place for f64 with unit stride, else converted into
+ * @p buf. @p sanitize: NaN/inf read as 0. */
+FV_INLINE const double *chunk_impl(goblin_dtype dt, const char *base, int64_t stride, int64_t len,
+                                   double *buf, bool sanitize, bool vb) {
+    if (dt == GOBLIN_DTYPE_F64 && stride == 1 && !sanitize) return (const double *)base;
+    load_row_impl(dt, base, stride, len, buf, vb);
+    if (sanitize)
+        for (int64_t j = 0; j < len; j++)
+            if (!isfinite(buf[j])) buf[j] = 0;
+    return buf;
+}
 
-
-/* For each lane: sum_j x_j w_j and sum_j |x_j| wa_j (wa >= 0); with @p sq, also
- * sum x_j^2 and sum |x_j| (lane-independent). Two partial sums per quantity: any
- * summation order keeps the gamma_len error bound, and this one pipelines. */
-GOBLIN__HOT_CLONES
-static void dot4(const double *x, const v4 *w, const v4 *wa, int64_t len, v4 *sum, v4 *sum_abs,
-                 double *sq, double *ab) {
-    v4 s0 = splat(0), s1 = splat(0), a0 = splat(0), a1 = splat(0);
-    double q0 = 0, q1 = 0, b0 = 0, b1 = 0;
-    int64_t j = 0;
-    for (; j + 2 <= len; j += 2) {
-        double x0 = x[j], x1 = x[j + 1], ax0 = fabs(x0), ax1 = fabs(x1);
-        s0 += splat(x0) * w[j];
-        s1 += splat(x1) * w[j + 1];
-        a0 += splat(ax0) * wa[j];
-        a1 += splat(ax1) * wa[j + 1];
-        q0 += x0 * x0;
-        q1 += x1 * x1;
-        b0 += ax0;
-        b1 += ax1;
+/* The baseline's mdot for the two rows @p x0, @p x1: acc[0] += sum_j x0[j] w[2j],
+ * acc[1] += sum_j |x0[j]| w[2j + 1], acc[2], acc[3] the same for x1, each v4 as two
+ * v2 halves: sixteen accumulators, weights and broadcasts fit the sixteen SSE2
+ * registers (sixteen accumulators of four rows would not). */
+FV_INLINE void mdot2_base(const double *x0, const double *x1, const v4 *w, int64_t len, v4 *acc) {
+    const double *wd = (const double *)w;
+    double *ad = (double *)acc;
+    v2 s0l, s0h, a0l, a0h, s1l, s1h, a1l, a1h;
+    v2_ld(s0l, ad), v2_ld(s0h, ad + 2), v2_ld(a0l, ad + 4), v2_ld(a0h, ad + 6);
+    v2_ld(s1l, ad + 8), v2_ld(s1h, ad + 10), v2_ld(a1l, ad + 12), v2_ld(a1h, ad + 14);
+    for (int64_t j = 0; j < len; j++) {
+        const double *wj = wd + 8 * j;
+        v2 rl, rh, ql, qh;
+        v2_ld(rl, wj), v2_ld(rh, wj + 2), v2_ld(ql, wj + 4), v2_ld(qh, wj + 6);
+        v2 b0 = {x0[j], x0[j]}, b1 = {x1[j], x1[j]};
+        v2 c0 = v2_abs(b0), c1 = v2_abs(b1);
+        s0l += b0 * rl, s0h += b0 * rh, a0l += c0 * ql, a0h += c0 * qh;
+        s1l += b1 * rl, s1h += b1 * rh, a1l += c1 * ql, a1h += c1 * qh;
     }
-    if (j < len) {
-        double x0 = x[j], ax0 = fabs(x0);
-        s0 += splat(x0) * w[j];
-        a0 += splat(ax0) * wa[j];
-        q0 += x0 * x0;
-        b0 += ax0;
+    v2_st(ad, s0l), v2_st(ad + 2, s0h), v2_st(ad + 4, a0l), v2_st(ad + 6, a0h);
+    v2_st(ad + 8, s1l), v2_st(ad + 10, s1h), v2_st(ad + 12, a1l), v2_st(ad + 14, a1h);
+}
+
+/* For the rows q < FV_ROWS of a chunk: acc[2q] += sum_j x_q[j] w[2j] and
+ * acc[2q + 1] += sum_j |x_q[j]| w[2j + 1], lane by lane. @p vb: the baseline, two
+ * rows at a time. */
+FV_INLINE void mdot_impl(const double *const x[FV_ROWS], const v4 *w, int64_t len, v4 *acc,
+                         bool vb) {
+    if (vb) {
+        mdot2_base(x[0], x[1], w, len, acc);
+        mdot2_base(x[2], x[3], w, len, acc + 4);
+        return;
     }
-    *sum = s0 + s1;
-    *sum_abs = a0 + a1;
-    if (sq) {
-        *sq = q0 + q1;
-        *ab = b0 + b1;
+    const double *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    v4 s0 = acc[0], a0 = acc[1], s1 = acc[2], a1 = acc[3];
+    v4 s2 = acc[4], a2 = acc[5], s3 = acc[6], a3 = acc[7];
+    for (int64_t j = 0; j < len; j++) {
+        v4 wr = w[2 * j], wa = w[2 * j + 1];
+        v4 b0 = splat(x0[j]), b1 = splat(x1[j]), b2 = splat(x2[j]), b3 = splat(x3[j]);
+        s0 += b0 * wr;
+        a0 += v4_abs(b0) * wa;
+        s1 += b1 * wr;
+        a1 += v4_abs(b1) * wa;
+        s2 += b2 * wr;
+        a2 += v4_abs(b2) * wa;
+        s3 += b3 * wr;
+        a3 += v4_abs(b3) * wa;
+    }
+    acc[0] = s0, acc[1] = a0, acc[2] = s1, acc[3] = a1;
+    acc[4] = s2, acc[5] = a2, acc[6] = s3, acc[7] = a3;
+}
+
+/* sq[q] += x_q^2 and ab[q] += |x_q| (lane partial sums), rows q < @p rows; four
+ * partial sums each, so that the loop is not bound by the adds' latency. */
+FV_INLINE void sqab_impl(const double *const x[FV_ROWS], int rows, int64_t len, v4 *sq, v4 *ab,
+                         bool vb) {
+    if (vb) {
+        for (int q = 0; q < rows; q++) {
+            const double *xq = x[q];
+            double *sd = (double *)&sq[q], *ad = (double *)&ab[q];
+            v2 s0, s1, s2, s3, a0, a1, a2, a3;
+            v2_ld(s0, sd), v2_ld(s1, sd + 2), v2_ld(a0, ad), v2_ld(a1, ad + 2);
+            s2 = s3 = a2 = a3 = (v2){0.0, 0.0};
+            int64_t j = 0;
+            for (; j + 8 <= len; j += 8) {
+                v2 v0, v1, v2_, v3;
+                v2_ld(v0, xq + j), v2_ld(v1, xq + j + 2), v2_ld(v2_, xq + j + 4),
+                    v2_ld(v3, xq + j + 6);
+                s0 += v0 * v0, s1 += v1 * v1, s2 += v2_ * v2_, s3 += v3 * v3;
+                a0 += v2_abs(v0), a1 += v2_abs(v1), a2 += v2_abs(v2_), a3 += v2_abs(v3);
+            }
+            for (; j < len; j++) {
+                s0[0] += xq[j] * xq[j];
+                a0[0] += fabs(xq[j]);
+            }
+            s0 += s2, s1 += s3, a0 += a2, a1 += a3;
+            v2_st(sd, s0), v2_st(sd + 2, s1), v2_st(ad, a0), v2_st(ad + 2, a1);
+        }
+        return;
+    }
+    for (int q = 0; q < rows; q++) {
+        const double *xq = x[q];
+        v4 s0 = sq[q], s1 = splat(0), s2 = splat(0), s3 = splat(0);
+        v4 a0 = ab[q], a1 = splat(0), a2 = splat(0), a3 = splat(0);
+        int64_t j = 0;
+        for (; j + 4 * LANES <= len; j += 4 * LANES) {
+            v4 v0, v1, v2, v3;
+            v4_ld(v0, xq + j);
+            v4_ld(v1, xq + j + LANES);
+            v4_ld(v2, xq + j + 2 * LANES);
+            v4_ld(v3, xq + j + 3 * LANES);
+            s0 += v0 * v0, s1 += v1 * v1, s2 += v2 * v2, s3 += v3 * v3;
+            a0 += v4_abs(v0), a1 += v4_abs(v1), a2 += v4_abs(v2), a3 += v4_abs(v3);
+        }
+        for (; j < len; j++) {
+            s0[0] += xq[j] * xq[j];
+            a0[0] += fabs(xq[j]);
+        }
+        sq[q] = (s0 + s1) + (s2 + s3);
+        ab[q] = (a0 + a1) + (a2 + a3);
     }
 }
 
@@ -188,61 +315,288 @@ typedef struct fv {
     int64_t bs0, bs1;
     const char *c0;
     int64_t cs0, cs1;
-    v4 *r, *ra;         /* [ng][n] the secret vectors and |r| */
-    v4 *y, *s;          /* [ng][K] B r and |B| |r| */
-    v4 *z, *t;          /* [ng][m] A (B r) and |A| (|B| |r|) */
+    v4 *rw;             /* [ng][n][2]: the secret vectors r and |r| */
+    v4 *ys;             /* [ng][K][2]: B r and |B| |r| */
+    v4 *zt;             /* [ng][m][2]: A (B r) and |A| (|B| |r|) */
     double *asq, *a1;   /* [m] sum a^2 and sum |a| per row of A */
     double *colsq;      /* [n] sum b^2 per column of B */
+    double *xb;         /* [FV_ROWS][FV_CHUNK] converted chunks */
+    double *buf;        /* [n] one row of C */
     unsigned char *bad; /* [n] column of B holds NaN/inf or overflows */
-    double *buf;        /* one row, max(n, K) */
 } fv;
 
-/* y = B r, s = |B| |r| and the column norms of B, one pass over B by rows.
+/* The rows of a block: row q < rows at @p base + q * @p s0 (elements), from column
+ * @p j0, @p len columns; missing rows repeat row 0 (their sums are not used). The
+ * same columns of the next @p next rows (0..FV_ROWS) are prefetched: the passes
+ * stream matrices far bigger than the caches, and tiles are strided views whose
+ * rows the hardware prefetchers follow poorly. */
+FV_INLINE void block_rows(const fv *f, const char *base, int64_t s0, int64_t s1, int rows,
+                          int64_t j0, int64_t len, bool sanitize, int next,
+                          const double *x[FV_ROWS], bool vb) {
+    int64_t es = (int64_t)f->es;
+    if (s1 == 1)
+        for (int q = 0; q < next; q++) {
+            const char *p = base + ((FV_ROWS + q) * s0 + j0) * es;
+            for (int64_t o = 0; o < len * es; o += 64) __builtin_prefetch(p + o, 0, 3);
+        }
+    for (int q = 0; q < FV_ROWS; q++)
+        x[q] = q < rows ? chunk_impl(f->dt, base + (q * s0 + j0 * s1) * es, s1, len,
+                                     f->xb + q * FV_CHUNK, sanitize, vb)
+                        : x[0];
+}
+
+/* Rows still to come after the block at row @p r0 of @p total, up to FV_ROWS. */
+static inline int rows_next(int64_t r0, int64_t total) {
+    int64_t left = total - r0 - FV_ROWS;
+    return left <= 0 ? 0 : left < FV_ROWS ? (int)left : FV_ROWS;
+}
+
+/* ys = (B r, |B| |r|) and the column norms of B, one pass over B by rows.
  * @p sanitize: read NaN/inf as 0 (their columns are masked: r_j = 0 there). */
-static void fv_pass_b(fv *f, bool sanitize) {
-    memset(f->colsq, 0, (size_t)f->n * sizeof(double));
-    for (int64_t l = 0; l < f->K; l++) {
-        load_row(f->dt, f->b0 + l * f->bs0 * (int64_t)f->es, f->bs1, f->n, f->buf);
-        if (sanitize)
-            for (int64_t j = 0; j < f->n; j++)
-                if (!isfinite(f->buf[j])) f->buf[j] = 0;
-        for (int64_t j = 0; j < f->n; j++) f->colsq[j] += f->buf[j] * f->buf[j];
+FV_INLINE void pass_b_impl(fv *f, bool sanitize, bool vb) {
+    int64_t n = f->n, K = f->K;
+    memset(f->colsq, 0, (size_t)n * sizeof(double));
+    for (int64_t l0 = 0; l0 < K; l0 += FV_ROWS) {
+        int rows = K - l0 < FV_ROWS ? (int)(K - l0) : FV_ROWS;
+        v4 acc[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
+        memset(acc, 0, sizeof acc);
+        for (int64_t j0 = 0; j0 < n; j0 += FV_CHUNK) {
+            int64_t len = n - j0 < FV_CHUNK ? n - j0 : FV_CHUNK;
+            const double *x[FV_ROWS];
+            block_rows(f, f->b0 + l0 * f->bs0 * (int64_t)f->es, f->bs0, f->bs1, rows, j0, len,
+                       sanitize, rows_next(l0, K), x, vb);
+            double *cs = f->colsq + j0;
+            int64_t j = 0;
+            if (rows == FV_ROWS && vb)
+                for (; j + 2 <= len; j += 2) {
+                    v2 c, v0, v1, v2_, v3;
+                    v2_ld(c, cs + j);
+                    v2_ld(v0, x[0] + j);
+                    v2_ld(v1, x[1] + j);
+                    v2_ld(v2_, x[2] + j);
+                    v2_ld(v3, x[3] + j);
+                    c += v0 * v0;
+                    c += v1 * v1;
+                    c += v2_ * v2_;
+                    c += v3 * v3;
+                    v2_st(cs + j, c);
+                }
+            else if (rows == FV_ROWS)
+                for (; j + LANES <= len; j += LANES) {
+                    v4 c, v0, v1, v2, v3;
+                    v4_ld(c, cs + j);
+                    v4_ld(v0, x[0] + j);
+                    v4_ld(v1, x[1] + j);
+                    v4_ld(v2, x[2] + j);
+                    v4_ld(v3, x[3] + j);
+                    c += v0 * v0;
+                    c += v1 * v1;
+                    c += v2 * v2;
+                    c += v3 * v3;
+                    memcpy(cs + j, &c, sizeof c);
+                }
+            for (; j < len; j++)
+                for (int q = 0; q < rows; q++) cs[j] += x[q][j] * x[q][j];
+            for (int64_t g = 0; g < f->ng; g++)
+                mdot_impl(x, f->rw + (g * n + j0) * 2, len, acc[g], vb);
+        }
         for (int64_t g = 0; g < f->ng; g++)
-            dot4(f->buf, f->r + g * f->n, f->ra + g * f->n, f->n, &f->y[g * f->K + l],
-                 &f->s[g * f->K + l], NULL, NULL);
+            for (int q = 0; q < rows; q++) {
+                f->ys[(g * K + l0 + q) * 2] = acc[g][2 * q];
+                f->ys[(g * K + l0 + q) * 2 + 1] = acc[g][2 * q + 1];
+            }
     }
 }
 
-static void fv_pass_a(fv *f) {
-    if (f->K == 0) return; /* A (B r) = 0 and the norms are 0: the scratch is zeroed */
-    for (int64_t i = 0; i < f->m; i++) {
-        load_row(f->dt, f->a0 + i * f->as0 * (int64_t)f->es, f->as1, f->K, f->buf);
-        for (int64_t g = 0; g < f->ng; g++)
-            dot4(f->buf, f->y + g * f->K, f->s + g * f->K, f->K, &f->z[g * f->m + i],
-                 &f->t[g * f->m + i], g == 0 ? &f->asq[i] : NULL, &f->a1[i]);
+/* zt = (A (B r), |A| (|B| |r|)) and the row norms of A, one pass over A by rows. */
+FV_INLINE void pass_a_impl(fv *f, bool vb) {
+    int64_t m = f->m, K = f->K;
+    for (int64_t i0 = 0; i0 < m; i0 += FV_ROWS) {
+        int rows = m - i0 < FV_ROWS ? (int)(m - i0) : FV_ROWS;
+        v4 acc[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
+        v4 sq[FV_ROWS], ab[FV_ROWS];
+        memset(acc, 0, sizeof acc);
+        memset(sq, 0, sizeof sq);
+        memset(ab, 0, sizeof ab);
+        for (int64_t l0 = 0; l0 < K; l0 += FV_CHUNK) {
+            int64_t len = K - l0 < FV_CHUNK ? K - l0 : FV_CHUNK;
+            const double *x[FV_ROWS];
+            block_rows(f, f->a0 + i0 * f->as0 * (int64_t)f->es, f->as0, f->as1, rows, l0, len,
+                       false, rows_next(i0, m), x, vb);
+            sqab_impl(x, rows, len, sq, ab, vb);
+            for (int64_t g = 0; g < f->ng; g++)
+                mdot_impl(x, f->ys + (g * K + l0) * 2, len, acc[g], vb);
+        }
+        for (int q = 0; q < rows; q++) {
+            f->asq[i0 + q] = v4_sum(sq[q]);
+            f->a1[i0 + q] = v4_sum(ab[q]);
+            for (int64_t g = 0; g < f->ng; g++) {
+                f->zt[(g * m + i0 + q) * 2] = acc[g][2 * q];
+                f->zt[(g * m + i0 + q) * 2 + 1] = acc[g][2 * q + 1];
+            }
+        }
     }
 }
 
-static void fv_free(fv *f) {
-    goblin__free(f->r);
-    goblin__free(f->ra);
-    goblin__free(f->y);
-    goblin__free(f->s);
-    goblin__free(f->z);
-    goblin__free(f->t);
-    goblin__free(f->asq);
-    goblin__free(f->a1);
-    goblin__free(f->colsq);
-    goblin__free(f->bad);
-    goblin__free(f->buf);
+/* (C r, |C| |r|) for the rows i0 .. i0 + rows - 1 of C into wq[g][2q], wq[g][2q + 1];
+ * finite[q]: row q holds no NaN/inf (else its sums are not to be used). */
+FV_INLINE void pass_c_impl(fv *f, int64_t i0, int rows, v4 wq[][2 * FV_ROWS], bool *finite,
+                            bool vb) {
+    int64_t n = f->n;
+    /* x * 0 is +-0 for finite x and NaN for NaN/inf: OR-ing the bits of the products
+     * leaves only the sign bit unless the row holds a NaN/inf */
+    int64_t nf[FV_ROWS] = {0};
+    for (int64_t g = 0; g < f->ng; g++) memset(wq[g], 0, sizeof wq[g]);
+    for (int64_t j0 = 0; j0 < n; j0 += FV_CHUNK) {
+        int64_t len = n - j0 < FV_CHUNK ? n - j0 : FV_CHUNK;
+        const double *x[FV_ROWS];
+        block_rows(f, f->c0 + i0 * f->cs0 * (int64_t)f->es, f->cs0, f->cs1, rows, j0, len, false,
+                   rows_next(i0, f->m), x, vb);
+        for (int q = 0; q < rows; q++) {
+            const double *xq = x[q];
+            int64_t j = 0, bits = 0;
+            if (vb) {
+                i2 t0 = {0, 0}, t1 = {0, 0};
+                for (; j + 4 <= len; j += 4) {
+                    v2 v0, v1;
+                    v2_ld(v0, xq + j);
+                    v2_ld(v1, xq + j + 2);
+                    t0 |= (i2)(v0 * (v2){0.0, 0.0});
+                    t1 |= (i2)(v1 * (v2){0.0, 0.0});
+                }
+                t0 |= t1;
+                bits = t0[0] | t0[1];
+            } else {
+                i4 t0 = {0, 0, 0, 0}, t1 = {0, 0, 0, 0};
+                for (; j + 2 * LANES <= len; j += 2 * LANES) {
+                    v4 v0, v1;
+                    v4_ld(v0, xq + j);
+                    v4_ld(v1, xq + j + LANES);
+                    t0 |= (i4)(v0 * splat(0.0));
+                    t1 |= (i4)(v1 * splat(0.0));
+                }
+                t0 |= t1;
+                bits = (t0[0] | t0[1]) | (t0[2] | t0[3]);
+            }
+            for (; j < len; j++) {
+                double z = xq[j] * 0.0;
+                int64_t zb;
+                memcpy(&zb, &z, sizeof zb);
+                bits |= zb;
+            }
+            nf[q] |= bits;
+        }
+        for (int64_t g = 0; g < f->ng; g++)
+            mdot_impl(x, f->rw + (g * n + j0) * 2, len, wq[g], vb);
+    }
+    for (int q = 0; q < rows; q++) finite[q] = (nf[q] & INT64_MAX) == 0;
 }
 
-/* goblin__calloc aligns to 64 bytes, enough for v4. */
-static double *alloc_doubles(int64_t count) {
-    return goblin__calloc((size_t)(count > 0 ? count : 1), sizeof(double));
+/* One row of C already in f64 (NaN/inf zeroed): its sums into wq[g][0], wq[g][1]
+ * (rows with NaN/inf only: a hostile result). */
+static void row_c(fv *f, const double *row, v4 wq[][2 * FV_ROWS]) {
+    for (int64_t g = 0; g < f->ng; g++) {
+        memset(wq[g], 0, sizeof wq[g]);
+        for (int64_t j0 = 0; j0 < f->n; j0 += FV_CHUNK) {
+            int64_t len = f->n - j0 < FV_CHUNK ? f->n - j0 : FV_CHUNK;
+            mdot2_base(row + j0, row + j0, f->rw + (g * f->n + j0) * 2, len, wq[g]);
+        }
+    }
 }
-static v4 *alloc_v4(int64_t count) {
-    return goblin__calloc((size_t)(count > 0 ? count : 1), sizeof(v4));
+
+#if FV_HAVE_V3
+FV_V3 static void pass_b_v3(fv *f, bool sanitize) { pass_b_impl(f, sanitize, false); }
+FV_V3 static void pass_a_v3(fv *f) { pass_a_impl(f, false); }
+FV_V3 static void pass_c_v3(fv *f, int64_t i0, int rows, v4 wq[][2 * FV_ROWS], bool *finite) {
+    pass_c_impl(f, i0, rows, wq, finite, false);
+}
+/* Does the CPU run the AVX2+FMA passes? Asked once (racing first callers store the
+ * same answer). */
+static bool fv_v3(void) {
+    static _Atomic int known = -1;
+    int v = atomic_load_explicit(&known, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        atomic_store_explicit(&known, v, memory_order_relaxed);
+    }
+    return v;
+}
+#endif
+static void pass_b_base(fv *f, bool sanitize) { pass_b_impl(f, sanitize, true); }
+static void pass_a_base(fv *f) { pass_a_impl(f, true); }
+static void pass_c_base(fv *f, int64_t i0, int rows, v4 wq[][2 * FV_ROWS], bool *finite) {
+    pass_c_impl(f, i0, rows, wq, finite, true);
+}
+#if !FV_HAVE_V3
+static bool fv_v3(void) { return false; }
+#define pass_b_v3 pass_b_base
+#define pass_a_v3 pass_a_base
+#define pass_c_v3 pass_c_base
+#endif
+
+/* The per-row levels (docs/verification.md, "Freivalds"), fixed for a check. */
+typedef struct fv_levels {
+    int64_t nv, ng, m;
+    double rel_c, abs_c, g_z, g_w, grow, bf, n_good, sig_k, sig_z, sig_w, dn, dK;
+    double tight_sigmas, bound_sigmas;
+    bool rel_finite;
+    double sr1[GOBLIN_FREIVALDS_MAX_VECTORS], nb[GOBLIN_FREIVALDS_MAX_VECTORS];
+} fv_levels;
+
+typedef struct fv_tally {
+    int64_t checked, above_tight, above_bound, worst_row;
+    double worst, worst_tight;
+} fv_tally;
+
+/* Judge row @p i of C from its sums @p wq (w = C r in lane v of wq[g][ws], |C| |r| in
+ * wq[g][ws + 1]) against zt = (A (B r), |A| (|B| |r|)). */
+static void judge_row(const fv_levels *L, const fv *f, int64_t i, double na,
+                      const v4 wq[][2 * FV_ROWS], int ws, fv_tally *t) {
+    double abs_own = ETA64 * (L->dn * f->a1[i] * L->grow + L->dK + L->dn + 4);
+    for (int64_t g = 0; g < L->ng; g++) {
+        v4 wv = wq[g][ws], qv = wq[g][ws + 1];
+        v4 zv = f->zt[(g * L->m + i) * 2], tv = f->zt[(g * L->m + i) * 2 + 1];
+        for (int64_t lane = 0; lane < LANES && g * LANES + lane < L->nv; lane++) {
+            int64_t v = g * LANES + lane;
+            double w = wv[lane], q = qv[lane];
+            double z = zv[lane];
+            double P = tv[lane] * L->grow; /* >= exact |A| (|B| |r|) */
+            double Q = q * L->grow;        /* >= exact |C| |r| */
+            double claim_det = L->rel_finite ? L->rel_c * P + L->abs_c * L->sr1[v] : INFINITY;
+            double claim_h =
+                (L->bound_sigmas > 0 && L->rel_finite)
+                    ? L->bound_sigmas * (L->rel_c * na * L->bf + L->abs_c * sqrt(L->n_good))
+                    : INFINITY;
+            /* (1 + 16 u64): the rounding of this formula and of d itself */
+            double R =
+                (fmin(claim_det, claim_h) + L->g_z * P + L->g_w * Q + abs_own) * (1 + 16 * U64);
+            double sc = L->sig_k * fmin(na * L->nb[v], P);
+            double so = L->sig_z * P + L->sig_w * Q;
+            double T = L->tight_sigmas * sqrt(sc * sc + so * so) + L->abs_c * L->sr1[v] + abs_own;
+            if (T > R) T = R;
+            double d = fabs(w - z);
+            /* An honest |C| |r| is at most (1 + rel) |A| |B| |r| + abs sum |r|: a cheap
+             * second rigorous test that catches absurd magnitudes outright. */
+            double qmax = L->rel_finite ? (1 + L->rel_c) * P + L->abs_c * L->sr1[v] : INFINITY;
+            double qlow = q / (1 + L->g_w);
+            double rr = ratio_of(d, R), rt = ratio_of(d, T);
+            if (!(d == d)) rr = rt = INFINITY; /* overflow in C r: absurd values */
+            if (qlow > qmax) {
+                double rq = ratio_of(qlow, qmax);
+                if (rq > rr) rr = rq;
+                if (rr > rt) rt = rr;
+            }
+            t->checked++;
+            if (rt > 1) t->above_tight++;
+            if (rr > 1) t->above_bound++;
+            if (rr > t->worst || (t->worst_row < 0 && rr >= t->worst)) {
+                t->worst = rr;
+                t->worst_row = i;
+            }
+            if (rt > t->worst_tight) t->worst_tight = rt;
+        }
+    }
 }
 
 goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
@@ -295,22 +649,24 @@ goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
     f.a0 = K ? (const char *)a->data + p.k0 * f.as1 * (int64_t)f.es : NULL;
     f.b0 = K ? (const char *)b->data + p.k0 * f.bs0 * (int64_t)f.es : NULL;
     f.c0 = (const char *)c->data;
-    f.r = alloc_v4(f.ng * n);
-    f.ra = alloc_v4(f.ng * n);
-    f.y = alloc_v4(f.ng * K);
-    f.s = alloc_v4(f.ng * K);
-    f.z = alloc_v4(f.ng * m);
-    f.t = alloc_v4(f.ng * m);
-    f.asq = alloc_doubles(m);
-    f.a1 = alloc_doubles(m);
-    f.colsq = alloc_doubles(n);
-    f.bad = goblin__calloc((size_t)n, 1);
-    f.buf = alloc_doubles(n > K ? n : K);
-    if (!f.r || !f.ra || !f.y || !f.s || !f.z || !f.t || !f.asq || !f.a1 || !f.colsq || !f.bad ||
-        !f.buf) {
-        fv_free(&f);
-        return GOBLIN_ENOMEM;
-    }
+
+    /* One scratch block: dims are <= 2^40 and ng <= 4, so no size here overflows 64 bits. */
+    uint64_t n_v4 = (uint64_t)f.ng * 2 * ((uint64_t)n + (uint64_t)K + (uint64_t)m);
+    uint64_t n_dbl = 2 * (uint64_t)m + 2 * (uint64_t)n + FV_ROWS * FV_CHUNK;
+    uint64_t bytes = n_v4 * sizeof(v4) + n_dbl * sizeof(double) + (uint64_t)n;
+    void *scratch = bytes <= SIZE_MAX ? goblin__alloc((size_t)bytes) : NULL;
+    if (!scratch) return GOBLIN_ENOMEM;
+    f.rw = scratch;
+    f.ys = f.rw + f.ng * n * 2;
+    f.zt = f.ys + f.ng * K * 2;
+    f.asq = (double *)(f.zt + f.ng * m * 2);
+    f.a1 = f.asq + m;
+    f.colsq = f.a1 + m;
+    f.buf = f.colsq + n;
+    f.xb = f.buf + n;
+    f.bad = (unsigned char *)(f.xb + FV_ROWS * FV_CHUNK);
+    memset(f.rw, 0, (size_t)(f.ng * n * 2) * sizeof(v4)); /* lanes beyond nv: r = 0 */
+    memset(f.bad, 0, (size_t)n);
 
     /* The secret vectors: r_j = +-(1/2 + U/2), U uniform [0, 1) from Philox, sign
      * from an independent bit. |r_j| >= 1/2 means one wrong element always moves
@@ -324,11 +680,13 @@ goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
             goblin__rng_draw(p.seed, 0, VERIFY_STREAM_FREIVALDS,
                              (uint64_t)v * (uint64_t)n + (uint64_t)j, x);
             double mag = 0.5 + 0.5 * goblin__rng_u01(x, 53);
-            f.r[(v / LANES) * n + j][v % LANES] = (x[2] & 1u) ? -mag : mag;
-            f.ra[(v / LANES) * n + j][v % LANES] = mag;
+            f.rw[((v / LANES) * n + j) * 2][v % LANES] = (x[2] & 1u) ? -mag : mag;
+            f.rw[((v / LANES) * n + j) * 2 + 1][v % LANES] = mag;
         }
 
-    fv_pass_b(&f, false);
+    bool v3 = fv_v3();
+    if (v3) pass_b_v3(&f, false);
+    else pass_b_base(&f, false);
     /* Columns of B with NaN/inf (or squares overflowing f64) cannot be checked
      * algebraically: mask them out of every vector and redo the pass. */
     int64_t n_bad = 0;
@@ -336,142 +694,128 @@ goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
         if (!isfinite(f.colsq[j])) {
             f.bad[j] = 1;
             n_bad++;
-            for (int64_t g = 0; g < f.ng; g++) f.r[g * n + j] = f.ra[g * n + j] = splat(0);
+            for (int64_t g = 0; g < f.ng; g++)
+                f.rw[(g * n + j) * 2] = f.rw[(g * n + j) * 2 + 1] = splat(0);
         }
     if (n_bad) {
-        fv_pass_b(&f, true);
+        if (v3) pass_b_v3(&f, true);
+        else pass_b_base(&f, true);
         for (int64_t j = 0; j < n; j++)
             if (f.bad[j]) f.colsq[j] = 0;
     }
-    fv_pass_a(&f);
+    if (v3) pass_a_v3(&f);
+    else pass_a_base(&f);
 
     /* ---- the per-row levels (docs/verification.md, "Freivalds") ---- */
+    fv_levels L;
+    memset(&L, 0, sizeof L);
+    L.nv = nv;
+    L.ng = f.ng;
+    L.m = m;
+    L.tight_sigmas = p.tight_sigmas;
+    L.bound_sigmas = p.bound_sigmas;
     double u = goblin__unit_roundoff(dt);
-    double rel_c, abs_c;
-    goblin_op_contract(GOBLIN_OP_MATMUL, dt, K, &rel_c, &abs_c);
+    goblin_op_contract(GOBLIN_OP_MATMUL, dt, K, &L.rel_c, &L.abs_c);
     double dn = (double)n, dK = (double)K;
-    double g_z = gamma_n(dn + dK + 2, U64); /* our f64 error in A (B r) */
-    double g_w = gamma_n(dn + 2, U64);      /* our f64 error in C r */
+    L.dn = dn;
+    L.dK = dK;
+    L.g_z = gamma_n(dn + dK + 2, U64); /* our f64 error in A (B r) */
+    L.g_w = gamma_n(dn + 2, U64);      /* our f64 error in C r */
     /* computed sums of magnitudes -> upper bounds of the exact ones: a sum of j terms
      * is within gamma_j, so exact <= computed / (1 - gamma_j) <= computed (1 + 2 gamma_j) */
-    double grow = 1 + 2 * gamma_n(dn + dK + 4, U64);
+    L.grow = 1 + 2 * gamma_n(dn + dK + 4, U64);
     double bf2 = 0;
     for (int64_t j = 0; j < n; j++) bf2 += f.colsq[j];
-    double bf = sqrt(bf2) * grow;
-    double n_good = (double)(n - n_bad);
-    double sr1[GOBLIN_FREIVALDS_MAX_VECTORS], nb[GOBLIN_FREIVALDS_MAX_VECTORS];
+    L.bf = sqrt(bf2) * L.grow;
+    L.n_good = (double)(n - n_bad);
     for (int64_t v = 0; v < nv; v++) {
         double s1 = 0, s2 = 0;
         for (int64_t j = 0; j < n; j++) {
-            double rj = f.r[(v / LANES) * n + j][v % LANES];
+            double rj = f.rw[((v / LANES) * n + j) * 2][v % LANES];
             s1 += fabs(rj);
             s2 += f.colsq[j] * rj * rj;
         }
-        sr1[v] = s1 * grow;
-        nb[v] = sqrt(s2) * grow;
+        L.sr1[v] = s1 * L.grow;
+        L.nb[v] = sqrt(s2) * L.grow;
     }
-    double sig_k = u * sqrt((dK + 1) / 3);   /* claimed: K + 1 roundings, variance u^2/3 each */
-    double sig_z = U64 * sqrt((dn + dK) / 3); /* ours in A (B r) */
-    double sig_w = U64 * sqrt(dn / 3);        /* ours in C r */
+    L.sig_k = u * sqrt((dK + 1) / 3);   /* claimed: K + 1 roundings, variance u^2/3 each */
+    L.sig_z = U64 * sqrt((dn + dK) / 3); /* ours in A (B r) */
+    L.sig_w = U64 * sqrt(dn / 3);        /* ours in C r */
     double maxf = max_finite(dt);
-    bool rel_finite = isfinite(rel_c);
+    L.rel_finite = isfinite(L.rel_c);
 
-    int64_t unchecked = 0;
-    double worst = 0, worst_tight = 0;
-    int64_t worst_row = -1, nonfinite = 0, above_tight = 0, above_bound = 0, checked = 0;
+    int64_t unchecked = 0, nonfinite = 0;
+    fv_tally t = {0, 0, 0, -1, 0, 0};
     bool reject_nonfinite = false;
-    for (int64_t i = 0; i < m; i++) {
-        double na = sqrt(f.asq[i]) * grow;
-        bool row_ok = isfinite(f.asq[i]) && isfinite(f.a1[i]);
-        for (int64_t v = 0; v < nv && row_ok; v++)
-            row_ok = isfinite(f.z[(v / LANES) * m + i][v % LANES]) &&
-                     isfinite(f.t[(v / LANES) * m + i][v % LANES]);
-        load_row(dt, f.c0 + i * f.cs0 * (int64_t)f.es, f.cs1, n, f.buf);
-        /* NaN/inf in C: impossible for an honest result when a_i and b_j are finite and
-         * ||a_i|| ||b_j|| (1 + rel) + abs < max finite (no partial sum can overflow). */
-        bool row_nonfinite = false, row_unsure = !row_ok;
-        for (int64_t j = 0; j < n; j++) {
-            if (isfinite(f.buf[j])) continue;
-            f.buf[j] = 0;
-            if (f.bad[j] || !row_ok) continue; /* unchecked column or row */
-            double cap = rel_finite ? na * sqrt(f.colsq[j]) * grow * (1 + rel_c) + abs_c : INFINITY;
-            if (cap < maxf) {
-                nonfinite++;
-                row_nonfinite = true;
-            } else {
-                row_unsure = true;
+    for (int64_t i0 = 0; i0 < m; i0 += FV_ROWS) {
+        int rows = m - i0 < FV_ROWS ? (int)(m - i0) : FV_ROWS;
+        v4 wq[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
+        bool finite[FV_ROWS];
+        if (v3) pass_c_v3(&f, i0, rows, wq, finite);
+        else pass_c_base(&f, i0, rows, wq, finite);
+        for (int q = 0; q < rows; q++) {
+            int64_t i = i0 + q;
+            double na = sqrt(f.asq[i]) * L.grow;
+            bool row_ok = isfinite(f.asq[i]) && isfinite(f.a1[i]);
+            for (int64_t v = 0; v < nv && row_ok; v++)
+                row_ok = isfinite(f.zt[((v / LANES) * m + i) * 2][v % LANES]) &&
+                         isfinite(f.zt[((v / LANES) * m + i) * 2 + 1][v % LANES]);
+            if (finite[q]) {
+                if (!row_ok) unchecked++;
+                else judge_row(&L, &f, i, na, wq, 2 * q, &t);
+                continue;
             }
-        }
-        if (row_nonfinite) {
-            reject_nonfinite = true;
-            if (worst != INFINITY) {
-                worst = worst_tight = INFINITY;
-                worst_row = i;
-            }
-            continue;
-        }
-        if (row_unsure) {
-            unchecked++;
-            continue;
-        }
-        double abs_own = ETA64 * (dn * f.a1[i] * grow + dK + dn + 4);
-        for (int64_t g = 0; g < f.ng; g++) {
-            v4 wv, qv;
-            dot4(f.buf, f.r + g * n, f.ra + g * n, n, &wv, &qv, NULL, NULL);
-            for (int64_t lane = 0; lane < LANES && g * LANES + lane < nv; lane++) {
-                int64_t v = g * LANES + lane;
-                double w = wv[lane], q = qv[lane];
-                double z = f.z[g * m + i][lane];
-                double P = f.t[g * m + i][lane] * grow; /* >= exact |A| (|B| |r|) */
-                double Q = q * grow;                    /* >= exact |C| |r| */
-                double claim_det = rel_finite ? rel_c * P + abs_c * sr1[v] : INFINITY;
-                double claim_h = (p.bound_sigmas > 0 && rel_finite)
-                                     ? p.bound_sigmas * (rel_c * na * bf + abs_c * sqrt(n_good))
-                                     : INFINITY;
-                /* (1 + 16 u64): the rounding of this formula and of d itself */
-                double R = (fmin(claim_det, claim_h) + g_z * P + g_w * Q + abs_own) * (1 + 16 * U64);
-                double sc = sig_k * fmin(na * nb[v], P);
-                double so = sig_z * P + sig_w * Q;
-                double T = p.tight_sigmas * sqrt(sc * sc + so * so) + abs_c * sr1[v] + abs_own;
-                if (T > R) T = R;
-                double d = fabs(w - z);
-                /* An honest |C| |r| is at most (1 + rel) |A| |B| |r| + abs sum |r|: a cheap
-                 * second rigorous test that catches absurd magnitudes outright. */
-                double qmax = rel_finite ? (1 + rel_c) * P + abs_c * sr1[v] : INFINITY;
-                double qlow = q / (1 + g_w);
-                double rr = ratio_of(d, R), rt = ratio_of(d, T);
-                if (!(d == d)) rr = rt = INFINITY; /* overflow in C r: absurd values */
-                if (qlow > qmax) {
-                    double rq = ratio_of(qlow, qmax);
-                    if (rq > rr) rr = rq;
-                    if (rr > rt) rt = rr;
+            /* NaN/inf in C: impossible for an honest result when a_i and b_j are finite
+             * and ||a_i|| ||b_j|| (1 + rel) + abs < max finite (no partial sum can
+             * overflow). */
+            load_row(dt, f.c0 + i * f.cs0 * (int64_t)f.es, f.cs1, n, f.buf);
+            bool row_nonfinite = false, row_unsure = !row_ok;
+            for (int64_t j = 0; j < n; j++) {
+                if (isfinite(f.buf[j])) continue;
+                f.buf[j] = 0;
+                if (f.bad[j] || !row_ok) continue; /* unchecked column or row */
+                double cap = L.rel_finite
+                                 ? na * sqrt(f.colsq[j]) * L.grow * (1 + L.rel_c) + L.abs_c
+                                 : INFINITY;
+                if (cap < maxf) {
+                    nonfinite++;
+                    row_nonfinite = true;
+                } else {
+                    row_unsure = true;
                 }
-                checked++;
-                if (rt > 1) above_tight++;
-                if (rr > 1) above_bound++;
-                if (rr > worst || (worst_row < 0 && rr >= worst)) {
-                    worst = rr;
-                    worst_row = i;
-                }
-                if (rt > worst_tight) worst_tight = rt;
             }
+            if (row_nonfinite) {
+                reject_nonfinite = true;
+                if (t.worst != INFINITY) {
+                    t.worst = t.worst_tight = INFINITY;
+                    t.worst_row = i;
+                }
+                continue;
+            }
+            if (row_unsure) {
+                unchecked++;
+                continue;
+            }
+            v4 wr[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
+            row_c(&f, f.buf, wr);
+            judge_row(&L, &f, i, na, wr, 0, &t);
         }
     }
-    fv_free(&f);
+    goblin__free(scratch);
 
-    out->checked = checked;
-    out->above_tight = above_tight;
-    out->above_bound = above_bound;
+    out->checked = t.checked;
+    out->above_tight = t.above_tight;
+    out->above_bound = t.above_bound;
     out->nonfinite = nonfinite;
     /* elements of C left unchecked: whole rows, and masked columns of the others */
     out->unchecked = unchecked * n + n_bad * (m - unchecked);
-    out->worst_index = worst_row;
-    out->worst_ratio = worst;
-    out->worst_tight_ratio = worst_tight;
-    if (reject_nonfinite || above_bound) {
+    out->worst_index = t.worst_row;
+    out->worst_ratio = t.worst;
+    out->worst_tight_ratio = t.worst_tight;
+    if (reject_nonfinite || t.above_bound) {
         out->kind = GOBLIN_VERDICT_REJECT;
         out->reason = reject_nonfinite ? GOBLIN_VERIFY_NONFINITE : GOBLIN_VERIFY_EXCEEDS_BOUND;
-    } else if (above_tight) {
+    } else if (t.above_tight) {
         out->kind = GOBLIN_VERDICT_ESCALATE;
         out->reason = GOBLIN_VERIFY_BETWEEN;
     } else if (out->unchecked) {
@@ -480,6 +824,7 @@ goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
     }
     return GOBLIN_OK;
 }
+
 
 /* ======================================================================== */
 /* Replica comparison and spot-checks                                       */

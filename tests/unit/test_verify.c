@@ -434,6 +434,126 @@ Test(freivalds, strided_operands_and_subtile_of_c) {
     free(wide.data);
 }
 
+/* The same logical matrix in another layout (@p layout 1: column-major; 2: rows
+ * reversed (negative stride) and every other column of a wider buffer). The caller
+ * frees *storage. */
+static goblin_tensor relayout(const goblin_tensor *t, int layout, void **storage) {
+    int64_t r = t->shape[0], c = t->shape[1];
+    goblin_tensor v = mat_new(t->dtype, r, layout == 2 ? 2 * c : c);
+    *storage = v.data;
+    v.shape[1] = c;
+    if (layout == 1) {
+        v.strides[0] = 1;
+        v.strides[1] = r;
+    } else if (layout == 2) {
+        v.data = (char *)v.data + (size_t)((r - 1) * 2 * c) * goblin_dtype_size(t->dtype);
+        v.strides[0] = -2 * c;
+        v.strides[1] = 2;
+    }
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++) set(&v, i, j, get(t, i, j));
+    return v;
+}
+
+static goblin_verdict fv_check_nv(const goblin_tensor *a, const goblin_tensor *b,
+                                  const goblin_tensor *c, uint64_t seed, int32_t vectors) {
+    goblin_freivalds_params p;
+    goblin_freivalds_params_default(&p);
+    p.seed = seed;
+    p.vectors = vectors;
+    goblin_verdict v;
+    goblin_err e = goblin_verify_matmul(a, b, c, &p, &v);
+    cr_assert_eq(e, GOBLIN_OK, "verify_matmul: %s", goblin_strerror(e));
+    return v;
+}
+
+/* The check reads its operands in blocks of rows and chunks of columns (f64 rows
+ * with unit stride in place, all else converted), four vectors per pass: shapes
+ * that leave partial blocks and chunks, every layout (the verdict, down to the
+ * ratios, must not depend on it), several vector counts, and wrong, NaN and
+ * masked elements at the edges of blocks and chunks. */
+Test(freivalds, blocked_passes_any_layout_and_vector_count) {
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    static const int32_t nvs[] = {1, 4, 5, 16};
+    int64_t m = 259, k = 517, n = 301;
+    for (size_t d = 0; d < 2; d++) {
+        sm_state = 21 + d;
+        goblin_tensor a = mat_new(dts[d], m, k), b = mat_new(dts[d], k, n);
+        fill(&a, DIST_SIGNED);
+        fill(&b, DIST_SIGNED);
+        goblin_tensor c = matmul_loop(&a, &b);
+        void *st[3][3] = {{NULL}};
+        goblin_tensor L[3][3]; /* [layout][a, b, c] */
+        for (int l = 0; l < 3; l++) {
+            L[l][0] = l ? relayout(&a, l, &st[l][0]) : a;
+            L[l][1] = l ? relayout(&b, l, &st[l][1]) : b;
+            L[l][2] = l ? relayout(&c, l, &st[l][2]) : c;
+        }
+        for (size_t s = 0; s < sizeof nvs / sizeof *nvs; s++) {
+            goblin_verdict ref = fv_check_nv(&a, &b, &c, 77 + s, nvs[s]);
+            cr_assert_eq(ref.kind, GOBLIN_VERDICT_ACCEPT, "%s %d vectors: %s",
+                         goblin_dtype_name(dts[d]), nvs[s], goblin_verify_reason_name(ref.reason));
+            cr_assert_eq(ref.checked, m * nvs[s]);
+            for (int l = 1; l < 3; l++) {
+                goblin_verdict v = fv_check_nv(&L[l][0], &L[l][1], &L[l][2], 77 + s, nvs[s]);
+                cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+                cr_assert_eq(v.checked, ref.checked);
+                cr_assert_eq(v.worst_ratio, ref.worst_ratio, "layout %d", l);
+                cr_assert_eq(v.worst_tight_ratio, ref.worst_tight_ratio, "layout %d", l);
+                cr_assert_eq(v.worst_index, ref.worst_index);
+            }
+        }
+        /* one wrong element: last row and column, a chunk's first and last column */
+        static const int64_t at[][2] = {{258, 300}, {0, 256}, {130, 255}, {257, 0}};
+        for (size_t w = 0; w < sizeof at / sizeof *at; w++)
+            for (int l = 0; l < 3; l++) {
+                goblin_tensor *cl = &L[l][2];
+                double keep = get(cl, at[w][0], at[w][1]);
+                set(cl, at[w][0], at[w][1], keep + 100);
+                goblin_verdict v = fv_check_nv(&L[l][0], &L[l][1], cl, 5 + w, 4);
+                cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT, "layout %d, (%lld, %lld)", l,
+                             (long long)at[w][0], (long long)at[w][1]);
+                cr_assert_eq(v.reason, GOBLIN_VERIFY_EXCEEDS_BOUND);
+                cr_assert_eq(v.worst_index, at[w][0]);
+                set(cl, at[w][0], at[w][1], NAN); /* NaN where the honest value is finite */
+                v = fv_check_nv(&L[l][0], &L[l][1], cl, 5 + w, 4);
+                cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+                cr_assert_eq(v.reason, GOBLIN_VERIFY_NONFINITE);
+                cr_assert_eq(v.nonfinite, 1);
+                cr_assert_eq(v.worst_index, at[w][0]);
+                set(cl, at[w][0], at[w][1], keep);
+            }
+        /* +inf in B's column 290 (second chunk): that column of C is masked, every row
+         * of C holds a NaN/inf there, the rest is checked */
+        goblin_tensor c2 = (set(&b, 3, 290, INFINITY), matmul_loop(&a, &b));
+        goblin_verdict ref = fv_check_nv(&a, &b, &c2, 9, 5);
+        cr_assert_eq(ref.kind, GOBLIN_VERDICT_ESCALATE);
+        cr_assert_eq(ref.reason, GOBLIN_VERIFY_UNCHECKABLE);
+        cr_assert_eq(ref.unchecked, m);
+        cr_assert_eq(ref.checked, m * 5);
+        for (int l = 1; l < 3; l++) {
+            set(&L[l][1], 3, 290, INFINITY);
+            goblin_tensor cv = relayout(&c2, l, &st[0][0]);
+            goblin_verdict v = fv_check_nv(&L[l][0], &L[l][1], &cv, 9, 5);
+            cr_assert_eq(v.kind, ref.kind);
+            cr_assert_eq(v.unchecked, ref.unchecked);
+            cr_assert_eq(v.worst_ratio, ref.worst_ratio);
+            set(&cv, 100, 17, get(&cv, 100, 17) - 100); /* still caught outside the mask */
+            v = fv_check_nv(&L[l][0], &L[l][1], &cv, 9, 5);
+            cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+            cr_assert_eq(v.worst_index, 100);
+            free(st[0][0]);
+            st[0][0] = NULL;
+        }
+        free(c2.data);
+        for (int l = 1; l < 3; l++)
+            for (int x = 0; x < 3; x++) free(st[l][x]);
+        free(a.data);
+        free(b.data);
+        free(c.data);
+    }
+}
+
 Test(freivalds, split_k_partial_tiles) {
     goblin_backend_kind be = fast_backend();
     static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
