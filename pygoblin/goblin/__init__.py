@@ -22,6 +22,10 @@ from ._graph import Graph, Tensor, NodeInfo  # noqa: F401
 from ._formula import Formula, formula  # noqa: F401
 from . import ops  # noqa: F401
 from ._capture import capture, CapturedGraph, UnsupportedOpError  # noqa: F401
+from ._grid import connect, Grid  # noqa: F401
+from . import optim  # noqa: F401
+from ._train import Trainer, TrainPlan  # noqa: F401
+from ._capture_train import capture_training, TrainingCapture  # noqa: F401
 
 __version__ = _goblin.library_version
 catalog = ops.catalog

@@ -83,11 +83,14 @@ def _to_numpy(t):
 class _Lowering:
     """Walks an exported FX graph, emitting goblin nodes."""
 
-    def __init__(self, torch, ep):
+    def __init__(self, torch, ep, param_inputs=None):
         self.torch = torch
         self.ep = ep
         self.g = CapturedGraph()
         self.env = {}
+        # training capture (_capture_train.py): state_dict name -> graph input Tensor for
+        # parameters that stay inputs instead of becoming constants
+        self.param_inputs = param_inputs
 
     # -- helpers -----------------------------------------------------------
     def meta(self, node):
@@ -376,6 +379,8 @@ class _Lowering:
                         self.env[node] = self.g.input(tuple(v.shape), _gdtype(v.dtype))
                     else:
                         self.env[node] = v
+                elif self.param_inputs is not None and spec.target in self.param_inputs:
+                    self.env[node] = self.param_inputs[spec.target]
                 else:
                     t = state[spec.target] if spec.target in state else consts[spec.target]
                     arr, dt = _to_numpy(t)

@@ -387,6 +387,48 @@ static PyObject *graph_deserialize(PyObject *cls, PyObject *arg)
     return (PyObject *)self;
 }
 
+/* backward(loss, wrt) -> tuple of gradient node ids (goblin_graph_backward, autodiff.h). */
+static PyObject *graph_backward(pygoblin_graph *self, PyObject *args)
+{
+    int loss;
+    PyObject *wrt_o;
+    if (!PyArg_ParseTuple(args, "iO:backward", &loss, &wrt_o) || check_mutable(self) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(wrt_o, "backward(): wrt must be a sequence of node ids");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > INT32_MAX / 2) {
+        Py_DECREF(seq);
+        return pygoblin_raise(GOBLIN_EINVAL, "backward(): too many wrt nodes");
+    }
+    int32_t *ids = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? 2 * n : 2));
+    if (!ids) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) {
+            PyMem_Free(ids);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        ids[i] = (int32_t)v;
+    }
+    Py_DECREF(seq);
+    goblin_err e = goblin_graph_backward(self->g, (int32_t)loss, ids, (int32_t)n, ids + n);
+    if (e) {
+        PyMem_Free(ids);
+        return graph_fail(self, e);
+    }
+    PyObject *tup = PyTuple_New(n);
+    for (Py_ssize_t i = 0; tup && i < n; i++)
+        PyTuple_SET_ITEM(tup, i, PyLong_FromLong(ids[n + i]));
+    PyMem_Free(ids);
+    return tup;
+}
+
 static PyMethodDef graph_methods[] = {
     {"input", (PyCFunction)(void (*)(void))graph_input, METH_VARARGS | METH_KEYWORDS,
      "input(shape, dtype) -> id: add the next graph input"},
@@ -402,6 +444,8 @@ static PyMethodDef graph_methods[] = {
      "serialize() -> bytes in the graph format (no names of any kind)"},
     {"deserialize", (PyCFunction)graph_deserialize, METH_O | METH_CLASS,
      "deserialize(data) -> Graph; every byte is checked, every node re-validated"},
+    {"backward", (PyCFunction)graph_backward, METH_VARARGS,
+     "backward(loss, wrt) -> gradient node ids appended to the graph (goblin_graph_backward)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,8 @@ PyMODINIT_FUNC PyInit__goblin(void)
         return NULL;
     if (pygoblin_errors_init(m) < 0 || pygoblin_graph_init_type(m) < 0 || pygoblin_formula_init_type(m) < 0 ||
         add_methods(m, pygoblin_exec_methods) < 0 || add_methods(m, pygoblin_catalog_methods) < 0 ||
+        pygoblin_grid_init_type(m) < 0 ||
+        pygoblin_train_init_type(m) < 0 ||
         PyModule_AddStringConstant(m, "library_version", GOBLIN_VERSION_STRING) < 0) {
         Py_DECREF(m);
         return NULL;

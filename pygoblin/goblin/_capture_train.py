@@ -1,0 +1,258 @@
+"""Training capture: a PyTorch model + loss as the forward graph a goblin trainer runs.
+
+capture_training(model, loss_fn, *example_batch) exports the function
+
+    (params..., *batch) -> loss_fn(model(*batch[:n_inputs]), *batch[n_inputs:])
+
+with torch.export and lowers it with goblin.capture's op translation (_capture.py),
+except that the model's trainable parameters stay graph INPUTS (0 .. n_params - 1,
+in model.named_parameters() order) instead of becoming constants; the batch tensors
+follow as inputs n_params.. (all batched on dim 0); output 0 is the scalar loss
+(goblin/train.h's contract: the MEAN over the batch of the per-example losses).
+
+Training semantics of the captured forward:
+ - batch-norm runs in TRAIN mode: it normalizes with the (micro-)batch's own
+   statistics; running statistics are NOT tracked (the module's running_mean/var
+   buffers are left as they are, and state_dict() returns them unchanged);
+ - dropout is OFF (identity): goblin's counter-based dropout cannot reproduce
+   torch's random stream, so a trajectory could not be checked against torch;
+ - parameters with requires_grad=False become constants (not trained).
+
+Parameter names are kept here, in Python, only to map state_dict keys to input
+positions: they never enter the graph (which has no names) nor reach a grid.
+Reshapes should keep the batch as their leading dimension (x.view(B, T, H, D),
+x.flatten(1)): the trainer re-instantiates the graph for micro-batch sizes and
+rescales a reshape whose leading dim is the batch; one that folds the batch into
+another dim (x.view(B * T, V)) cannot be rescaled (use cross_entropy on
+[B, V, T] logits instead of flattening).
+"""
+import copy
+import warnings
+
+import numpy as np
+
+from . import _goblin
+from . import _capture
+from ._capture import _torch, _gdtype, _to_numpy, UnsupportedOpError  # noqa: F401
+
+
+_TRAIN_KEEP = ("nll_loss_forward.default", "nll_loss2d_forward.default")
+
+
+def _train_decomp_table(torch):
+    table = _capture._decomp_table(torch)
+    for name in _TRAIN_KEEP:
+        packet, overload = name.split(".")
+        p = getattr(torch.ops.aten, packet, None)
+        o = getattr(p, overload, None) if p is not None else None
+        if o is not None and o in table:
+            del table[o]
+    return table
+
+
+_TRAIN_KNOWN = {"_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+                "nll_loss_forward", "nll_loss2d_forward", "native_dropout", "dropout", "batch_norm"}
+
+
+class _TrainLowering(_capture._Lowering):
+    """goblin.capture's lowering with training-mode batch-norm, dropout off and nll_loss."""
+
+    def _known(self, node):
+        return self._name(node) in _TRAIN_KNOWN or super()._known(node)
+
+    def _stats(self, x):
+        c = x.shape[1]
+        return (self.g.constant(np.zeros(c), dtype=x.dtype), self.g.constant(np.ones(c), dtype=x.dtype))
+
+    def _bn(self, x, w, b, eps):
+        c = x.shape[1]
+        w = w if w is not None else self.g.constant(np.ones(c), dtype=x.dtype)
+        b = b if b is not None else self.g.constant(np.zeros(c), dtype=x.dtype)
+        rm, rv = self._stats(x)
+        return self.g.op("batch_norm", x, w, b, rm, rv, training=1, eps=float(eps))
+
+    def lower(self, node, name, args, kw):
+        if name in ("dropout", "native_dropout"):
+            # off in training capture (documented): identity, no mask
+            return args[0] if name == "dropout" else (args[0], None)
+        if name == "_native_batch_norm_legit":
+            # no_stats overload: (x, w, b, training, momentum, eps); with stats: (x, w, b, rm, rv, training, ...)
+            if len(args) >= 8:
+                x, w, b, _rm, _rv, training, _mom, eps = args[:8]
+            else:
+                x, w, b, training, _mom, eps = args[:6]
+            if not training:
+                return None
+            return (self._bn(x, w, b, eps), None, None)
+        if name == "_native_batch_norm_legit_functional":
+            x, w, b, _rm, _rv, training, _mom, eps = args[:8]
+            if not training:
+                return None
+            return (self._bn(x, w, b, eps), None, None, None, None)
+        if name == "batch_norm":
+            x, w, b, rm, rv, training, _mom, eps = args[:8]
+            if training:
+                return self._bn(x, w, b, eps)
+            return super().lower(node, name, args, kw)
+        if name in ("nll_loss_forward", "nll_loss2d_forward"):
+            x, t, w, red, ign = args[:5]
+            ins = [x, t] + ([w] if w is not None else [])
+            y = self.g.op("nll_loss", *ins, reduction=int(red), ignore_index=int(ign))
+            return (y, None)
+        return super().lower(node, name, args, kw)
+
+
+class TrainingCapture:
+    """The forward graph of a training step and how it maps to the torch module.
+
+    graph: goblin.Graph, inputs 0 .. n_params - 1 the parameters, then the batch;
+    output 0 the loss. names: the trainable parameters' state_dict keys in input
+    order; init: their values (NumPy, copied at capture); aliases: every state_dict
+    key holding a trained parameter -> its input index (tied weights share one);
+    buffers: the other state_dict entries (NumPy copies, returned unchanged);
+    data_shapes / data_dtypes: the batch inputs of the example batch."""
+
+    def __init__(self, graph, names, init, aliases, buffers, data_shapes, data_dtypes, key_order):
+        self.graph = graph
+        self.names = tuple(names)
+        self.init = list(init)
+        self.aliases = dict(aliases)
+        self.buffers = dict(buffers)
+        self.data_shapes = tuple(data_shapes)
+        self.data_dtypes = tuple(data_dtypes)
+        self.key_order = tuple(key_order)
+
+    @property
+    def n_params(self):
+        return len(self.names)
+
+    def state_dict(self, params, torch=None):
+        """A state_dict (OrderedDict of torch tensors, or NumPy arrays without torch)
+        from parameter values in input order, for module.load_state_dict."""
+        import collections
+        out = collections.OrderedDict()
+        for k in self.key_order:
+            if k in self.aliases:
+                v = params[self.aliases[k]]
+            else:
+                v = self.buffers[k]
+            out[k] = torch.from_numpy(np.array(v, copy=True)) if torch is not None else np.array(v, copy=True)
+        return out
+
+    def params_from_state_dict(self, sd):
+        """Parameter arrays in input order from a state_dict (torch tensors or arrays)."""
+        vals = []
+        for i, n in enumerate(self.names):
+            if n not in sd:
+                raise KeyError(f"state_dict has no entry '{n}'")
+            v = sd[n]
+            if hasattr(v, "detach"):
+                v = _to_numpy(v)[0]
+            v = np.asarray(v)
+            want = self.init[i]
+            if v.shape != want.shape:
+                raise _goblin.ShapeError(f"state_dict '{n}': shape {v.shape}, the model has {want.shape}")
+            vals.append(np.ascontiguousarray(v, dtype=want.dtype))
+        return vals
+
+
+def _train_copy(torch, model):
+    """A deep copy in training mode with running statistics removed (batch stats only)."""
+    m = copy.deepcopy(model)
+    m.train()
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
+            mod.track_running_stats = False
+            mod.running_mean = None
+            mod.running_var = None
+            mod.num_batches_tracked = None
+    return m
+
+
+def capture_training(model, loss_fn, *example_batch, n_inputs=1):
+    """Capture `loss_fn(model(*batch[:n_inputs]), *batch[n_inputs:])` for training
+    (`loss_fn` None: the model returns the loss itself from the whole batch).
+
+    example_batch: torch tensors (or NumPy arrays) of one batch, batched on dim 0.
+    Returns a TrainingCapture. Raises UnsupportedOpError naming every op without a
+    mapping, ShapeError/DTypeError for a loss that is not one float element."""
+    torch = _torch()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"capture_training(): model must be a torch.nn.Module, got {type(model).__name__}")
+    if not example_batch:
+        raise ValueError("capture_training(): give an example batch (e.g. images, labels)")
+    ex = tuple(torch.as_tensor(e) if isinstance(e, np.ndarray) else e for e in example_batch)
+    for e in ex:
+        if not isinstance(e, torch.Tensor) or e.dim() == 0:
+            raise TypeError("capture_training(): every batch input must be a tensor batched on dim 0")
+    if len({int(e.shape[0]) for e in ex}) != 1:
+        raise _goblin.ShapeError("capture_training(): the batch inputs must share dim 0 (the batch), got " +
+                                 ", ".join(str(tuple(e.shape)) for e in ex))
+    n_in = len(ex) if loss_fn is None else int(n_inputs)
+    if not 1 <= n_in <= len(ex):
+        raise ValueError(f"capture_training(): n_inputs={n_inputs} with {len(ex)} batch tensors")
+
+    # names of the original module: trainable parameters (deduplicated: tied weights once)
+    params = []
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            params.append((n, p))
+    if not params:
+        raise ValueError("capture_training(): the model has no trainable parameters")
+    ids = {id(p): i for i, (_, p) in enumerate(params)}
+    sd = model.state_dict(keep_vars=True)
+    aliases, buffers = {}, {}
+    for k, v in sd.items():
+        if id(v) in ids:
+            aliases[k] = ids[id(v)]
+        else:
+            buffers[k] = _to_numpy(v)[0].copy() if hasattr(v, "detach") else v
+    init = [_to_numpy(p)[0].copy() for _, p in params]
+    dts = [_gdtype(p.dtype) for _, p in params]
+
+    mcopy = _train_copy(torch, model)
+
+    class _Step(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *batch):
+            if loss_fn is None:
+                return self.m(*batch)
+            return loss_fn(self.m(*batch[:n_in]), *batch[n_in:])
+
+    step = _Step(mcopy).train()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        ep = torch.export.export(step, ex)
+        ep = ep.run_decompositions(_train_decomp_table(torch))
+    # the copy's parameters under the export's names ("m." + the module's key)
+    copy_params = dict(mcopy.named_parameters())
+    for n, _ in params:
+        if n not in copy_params:
+            raise _goblin.InternalError(f"capture_training(): parameter '{n}' missing from the copy")
+    low = _TrainLowering(torch, ep, param_inputs={})
+    g = low.g
+    for (n, p), dt in zip(params, dts):
+        t = g.input(tuple(p.shape), dt)
+        low.param_inputs["m." + n] = t
+    # tied weights: every name of the same tensor maps to its input
+    for k, i in aliases.items():
+        low.param_inputs.setdefault("m." + k, low.param_inputs["m." + params[i][0]])
+    # frozen parameters (requires_grad False) are not in param_inputs: constants
+    g = low.run()
+    outs = g.outputs
+    if len(outs) != 1:
+        raise _goblin.ShapeError(f"capture_training(): the loss must be one tensor, the program returns {len(outs)}")
+    loss = outs[0]
+    if loss.dtype not in ("f32", "f64", "f16", "bf16") or int(np.prod(loss.shape, dtype=np.int64)) != 1:
+        raise _goblin.ShapeError(f"capture_training(): the loss must be one float element, got "
+                                 f"{loss.dtype}{list(loss.shape)} (reduce it with .mean())")
+    n_graph_inputs = len(g.inputs)
+    if n_graph_inputs != len(params) + len(ex):
+        raise _goblin.InternalError(f"capture_training(): graph has {n_graph_inputs} inputs, expected "
+                                    f"{len(params)} parameters + {len(ex)} batch inputs")
+    g._source = None  # a training graph is not re-captured per batch size: the trainer rebatches
+    return TrainingCapture(g, [n for n, _ in params], init, aliases, buffers,
+                           [tuple(e.shape) for e in ex], [_gdtype(e.dtype) for e in ex], list(sd.keys()))

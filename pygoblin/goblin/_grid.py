@@ -1,0 +1,373 @@
+"""goblin.connect(): a grid, embedded in this process or a running goblin-node.
+
+    with goblin.connect() as grid:                    # a node + worker threads in this process
+        c = grid.matmul(a, b)                          # NumPy arrays or np.memmap, f32/f64
+        y = grid.run(captured_model, x)                # a goblin.Graph, batch split into tasks
+        grid.stats()["results_rejected"]
+
+    grid = goblin.connect("tls+tcp://node.lab:7701", fingerprint="3f9a...")  # a running node
+
+Both kinds run the same planner, scheduler and verification (the embedded grid talks to
+its workers over inproc://). The extension (goblin._goblin.Grid) does the waiting: in
+short slices with the GIL released, reporting progress between slices; Ctrl-C cancels
+the job on the node and the grid stays usable.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import _goblin
+from . import _dtypes
+
+_SPLIT = {"broadcast": 0, "batch": 1}
+_COMBINE = {"auto": 0, "concat": 1, "sum": 2, "mean": 3, "max": 4, "min": 5}
+_VERIFY = {"replicate": 0, "recompute": 1, "none": 2, "unsafe-none": 2}
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _bytes(v, what):
+    """An int of bytes, or a string like '512M', '2G', '1.5g', '4096'."""
+    if v is None:
+        return 0
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if v <= 0:
+            raise _goblin.InvalidArgumentError(f"{what} must be positive, got {v}")
+        return int(v)
+    if isinstance(v, str):
+        s = v.strip().lower().removesuffix("ib").removesuffix("b")
+        unit = s[-1:] if s[-1:] in _UNITS else ""
+        try:
+            n = float(s[:len(s) - len(unit)]) * _UNITS[unit]
+        except ValueError:
+            n = -1
+        if n >= 1:
+            return int(n)
+    raise _goblin.InvalidArgumentError(f"{what}: expected a positive number of bytes or a size like "
+                                       f"'512M', got {v!r}")
+
+
+def _default_layout():
+    """(workers, threads per worker): at least 2 workers, so that replication has two."""
+    n = os.cpu_count() or 2
+    if n <= 4:
+        return max(2, n), 1
+    return 4, n // 4
+
+
+class _Progress:
+    """A progress display for one job: tqdm (terminal or notebook) when installed, a
+    plain stderr line otherwise, or a user callable progress(done, total)."""
+
+    def __init__(self, progress, desc):
+        self.fn = None
+        self.bar = None
+        self.desc = desc
+        self.t0 = time.monotonic()
+        self.last_print = 0.0
+        self.printed = False
+        if callable(progress):
+            self.fn = progress
+        elif progress:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                try:
+                    self.bar = tqdm(total=0, desc=desc, unit="task", leave=False, delay=0.5)
+                except TypeError:  # tqdm older than 4.60: no delay
+                    self.bar = tqdm(total=0, desc=desc, unit="task", leave=False)
+            self.fn = self._tqdm if self.bar is not None else self._plain
+
+    @property
+    def callback(self):
+        return self.fn
+
+    def _tqdm(self, done, total):
+        if self.bar.total != total:
+            self.bar.total = total
+        if done > self.bar.n:
+            self.bar.update(done - self.bar.n)  # respects tqdm's delay and refresh interval
+
+    def _plain(self, done, total):
+        now = time.monotonic()
+        if now - self.t0 < 0.5 or (now - self.last_print < 0.25 and done < total):
+            return
+        self.last_print = now
+        pct = 100.0 * done / total if total else 0.0
+        tty = getattr(sys.stderr, "isatty", lambda: False)()
+        if not tty and done < total and now - self.t0 < 5 * (1 + self.printed):
+            return
+        line = f"{self.desc}: {done}/{total} tasks ({pct:.0f}%)"
+        sys.stderr.write("\r" + line if tty else line + "\n")
+        sys.stderr.flush()
+        self.printed = True
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.printed and getattr(sys.stderr, "isatty", lambda: False)():
+            sys.stderr.write("\n")
+
+
+def _array(x, what):
+    """NumPy arrays (memmaps included) as they are; NumPy scalars as 0-d arrays; torch
+    tensors through .numpy() (no copy on the CPU). Anything else is refused."""
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, np.generic):
+        return np.asarray(x)
+    if hasattr(x, "detach") and hasattr(x, "numpy") and hasattr(x, "dtype"):
+        from ._capture import _to_numpy
+        return _to_numpy(x)[0]
+    raise TypeError(f"{what}: expected a numpy.ndarray or np.memmap, got {type(x).__name__} "
+                    "(convert it with numpy.asarray first)")
+
+
+def _per(spec, table, n, what, unit):
+    """None, one name for all, or a sequence of names (one per input/output) -> ints."""
+    if spec is None:
+        return None
+    names = [spec] * n if isinstance(spec, str) else list(spec)
+    if len(names) != n:
+        raise _goblin.InvalidArgumentError(f"{what}: expected {n} entries (one per {unit}), got {len(names)}")
+    out = []
+    for s in names:
+        key = s.lower() if isinstance(s, str) else None
+        if key not in table:
+            raise _goblin.InvalidArgumentError(f"{what}: unknown rule {s!r} (expected one of "
+                                               f"{', '.join(sorted(set(table)))})")
+        out.append(table[key])
+    return out
+
+
+class Grid:
+    """A connection to a grid (see goblin.connect). Use as a context manager or call close().
+
+    kind: 'embedded' or 'remote'; url: the node's URL; closed: True after close().
+    """
+
+    def __init__(self, native, workers=None):
+        self._native = native
+        self._workers = workers
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def kind(self):
+        return self._native.kind
+
+    @property
+    def url(self):
+        return self._native.url
+
+    @property
+    def closed(self):
+        return self._native.closed
+
+    @property
+    def workers(self):
+        """Embedded: the workers started. Remote: the workers connected to the node now."""
+        if self.kind == "embedded":
+            return self._native.n_workers
+        if self.closed:
+            return None
+        return self.stats()["workers_connected"]
+
+    def __repr__(self):
+        state = "closed" if self.closed else "open"
+        if self.kind == "embedded":
+            workers = f"{self._native.n_workers} x {self._workers} thread(s)" if self._workers else \
+                str(self._native.n_workers)
+        else:
+            try:
+                workers = str(self.workers) if not self.closed else "-"
+            except _goblin.GoblinError:
+                workers = "?"
+        return f"<goblin.Grid {self.kind} url={self.url} workers={workers} {state}>"
+
+    def close(self):
+        """Stop the embedded grid (its node and worker threads) or disconnect. Idempotent.
+        Trainers made by grid.train() are closed first."""
+        from ._train import close_trainers
+
+        close_trainers(self)
+        self._native.close()
+
+    def _check_open(self):
+        if self.closed:
+            raise _goblin.ClosedError("the grid is closed (goblin.connect() opens a new one)")
+
+    def __enter__(self):
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def stats(self):
+        """The node's counters: tasks_issued, tasks_accepted (= results_accepted),
+        results_rejected, tasks_reissued, workers_quarantined, every other counter of the
+        node, rejected_by_reason, jobs_* (this connection's jobs) and `workers`, one dict
+        per worker that ever connected."""
+        return self._native.stats()
+
+    # -- matmul ---------------------------------------------------------------------------
+    def matmul(self, a, b, out=None, progress=True, min_tasks=None, task_memory=None):
+        """C = A @ B on the grid. A [m, k] and B [k, n]: NumPy arrays or np.memmap, both
+        float32 or both float64, any strides. out: an array or np.memmap [m, n] of the same
+        dtype to write into (embedded: the node writes into it directly; remote: the result
+        is copied into it). Returns out (or a new array). progress: True (a bar), False, or
+        a callable progress(done_tasks, total_tasks). Ctrl-C cancels the job."""
+        self._check_open()
+        a = _array(a, "matmul: A")
+        b = _array(b, "matmul: B")
+        if out is not None:
+            out = _array(out, "matmul: out")
+            if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+                raise _goblin.InvalidArgumentError("matmul: out must not overlap A or B")
+        if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and \
+                a.dtype == b.dtype and a.dtype in (np.float32, np.float64) and 0 in (*a.shape, b.shape[1]):
+            # An empty product has no tasks: C is all zeros (or empty).
+            if out is None:
+                return np.zeros((a.shape[0], b.shape[1]), a.dtype)
+            if out.shape == (a.shape[0], b.shape[1]) and out.dtype == a.dtype:
+                out[...] = 0
+                return out
+        p = _Progress(progress, "goblin matmul")
+        try:
+            return self._native.matmul(a, b, out, p.callback, int(min_tasks or 0),
+                                       _bytes(task_memory, "task_memory"))
+        finally:
+            p.close()
+
+    def matmul_files(self, a_path, b_path, c_path, progress=True):
+        """C = A @ B over .npy files. Remote: the files lie on the NODE's disk (paths as the
+        node sees them); A and B are memory-mapped there and C created there; only tiles
+        travel to workers, never the paths. Embedded: the same, on this machine."""
+        self._check_open()
+        p = _Progress(progress, "goblin matmul")
+        try:
+            if self.kind == "remote":
+                self._native.matmul_files(os.fspath(a_path), os.fspath(b_path), os.fspath(c_path),
+                                          p.callback)
+                return None
+            a = np.load(a_path, mmap_mode="r")
+            b = np.load(b_path, mmap_mode="r")
+            if a.ndim != 2 or b.ndim != 2:
+                raise _goblin.ShapeError("matmul_files: A and B must be 2-D")
+            c = np.lib.format.open_memmap(c_path, mode="w+", dtype=a.dtype, shape=(a.shape[0], b.shape[1]))
+            try:
+                self._native.matmul(a, b, c, p.callback, 0, 0)
+                c.flush()
+            finally:
+                del c
+            return None
+        finally:
+            p.close()
+
+    # -- graphs -----------------------------------------------------------------------------
+    def run(self, graph, *inputs, split=None, combine=None, chunk_rows=None, verify="replicate",
+            progress=True, min_tasks=None, task_memory=None, min_replication=None, trust_halflife=None):
+        """Evaluate a goblin.Graph (or a captured PyTorch program) on the grid.
+
+        Inputs are NumPy arrays (memmaps included; torch tensors are taken through .numpy())
+        whose dtypes and shapes match the graph's inputs; a captured graph is re-captured
+        for another batch size. The node cuts batched inputs along dim 0 into chunks of
+        chunk_rows rows (None: as many as fit a worker's memory), one task per chunk.
+        split: per input 'batch' or 'broadcast' (None: batch for every input whose dim 0
+        equals input 0's). combine: per output 'auto', 'concat', 'sum', 'mean', 'max',
+        'min'. verify: 'replicate' (adaptive replication, default), 'recompute' (every task
+        recomputed by the node) or 'none' (benchmarks only). Returns one NumPy array, or a
+        tuple of them when the graph has several outputs."""
+        from ._graph import Graph
+        self._check_open()
+        if not isinstance(graph, Graph):
+            raise TypeError(f"run: expected a goblin.Graph (or goblin.capture(...)), got {type(graph).__name__}")
+        arrays = [_array(x, f"run: input {i}") for i, x in enumerate(inputs)]
+        if hasattr(graph, "for_inputs"):
+            graph = graph.for_inputs([a.shape for a in arrays])
+        want = graph.inputs
+        if len(arrays) != len(want):
+            raise _goblin.InvalidArgumentError(f"run: the graph takes {len(want)} input(s), got {len(arrays)}")
+        for i, (a, t) in enumerate(zip(arrays, want)):
+            npdt = np.dtype(_dtypes.to_numpy(t.dtype))
+            if a.dtype != npdt:
+                raise _goblin.DTypeError(f"run: input {i}: the graph takes {t.dtype}"
+                                         f"{' (passed as float32)' if t.dtype == 'bf16' else ''}, got a "
+                                         f"{a.dtype} array (insert a cast, e.g. arr.astype(...))")
+            if tuple(a.shape) != tuple(t.shape):
+                raise _goblin.ShapeError(f"run: input {i}: the graph takes shape {tuple(t.shape)}, got "
+                                         f"{tuple(a.shape)}")
+        if verify not in _VERIFY:
+            raise _goblin.InvalidArgumentError(f"run: verify must be 'replicate', 'recompute' or 'none', "
+                                               f"got {verify!r}")
+        if chunk_rows is not None and (not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1):
+            raise _goblin.InvalidArgumentError(f"run: chunk_rows must be a positive int, got {chunk_rows!r}")
+        n_out = len(graph.outputs)
+        p = _Progress(progress, "goblin run")
+        try:
+            outs = self._native.run(
+                graph._g, arrays, _per(split, _SPLIT, len(arrays), "split", "input"),
+                _per(combine, _COMBINE, n_out, "combine", "output"), int(chunk_rows or 0), _VERIFY[verify],
+                p.callback, int(min_tasks or 0), _bytes(task_memory, "task_memory"),
+                -1.0 if min_replication is None else float(min_replication),
+                -1.0 if trust_halflife is None else float(trust_halflife))
+        finally:
+            p.close()
+        return outs[0] if len(outs) == 1 else outs
+
+    def train(self, model, loss_fn=None, **kw):
+        """Train a torch module on this grid: goblin._train.Trainer (optimizer=, batch_size=, ...)."""
+        from . import _train
+        return _train.train(self, model, loss_fn, **kw)
+
+
+def connect(url=None, *, ca=None, fingerprint=None, token=None, server_name=None, workers=None,
+            threads=None, memory=None, verify="freivalds", backend=None, connect_timeout=10.0,
+            timeout=120.0):
+    """Open a grid.
+
+    goblin.connect() starts an embedded grid: a node and `workers` worker threads in this
+    process (default: at least 2 workers, os.cpu_count() threads in all), each with
+    `threads` kernel threads and a `memory` budget per worker (bytes or '512M'); every
+    result is verified as on a real grid (verify: 'freivalds' for matmul tiles, or
+    'recompute').
+
+    goblin.connect("tls+tcp://host:port", fingerprint=... or ca=...) (or "tcp://..." on
+    loopback) connects to the client gateway of a running goblin-node; a node that does
+    not answer within connect_timeout seconds raises GoblinConnectionError or
+    GoblinTimeoutError, a certificate that does not match raises AuthError.
+    """
+    if url is None:
+        if any(v is not None for v in (ca, fingerprint, token, server_name)):
+            raise _goblin.InvalidArgumentError("ca/fingerprint/token/server_name are for a node URL; "
+                                               "goblin.connect() without a URL starts an embedded grid")
+        dw, dt = _default_layout()
+        w = dw if workers is None else workers
+        t = (dt if workers is None else 1) if threads is None else threads
+        if not isinstance(w, (int, np.integer)) or isinstance(w, bool) or not 1 <= w <= 256:
+            raise _goblin.InvalidArgumentError(f"workers must be an int between 1 and 256, got {w!r}")
+        if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t < 0:
+            raise _goblin.InvalidArgumentError(f"threads must be an int >= 0, got {t!r}")
+        if verify not in ("freivalds", "recompute", "unsafe-none"):
+            raise _goblin.InvalidArgumentError("verify must be 'freivalds' or 'recompute' "
+                                               "('unsafe-none' for benchmarks only)")
+        native = _goblin.Grid.local(int(w), int(t), _bytes(memory, "memory"), verify, backend)
+        return Grid(native, workers=int(t) or None)
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a string like 'tls+tcp://host:port', got {type(url).__name__}")
+    if any(v is not None for v in (workers, threads, memory, backend)):
+        raise _goblin.InvalidArgumentError("workers/threads/memory/backend are for the embedded grid; a "
+                                           "node's workers are its own")
+    if not url.startswith(("tcp://", "tls+tcp://", "ipc://", "inproc://")):
+        raise _goblin.InvalidArgumentError(f"unsupported URL {url!r} (tls+tcp://host:port, or tcp:// on "
+                                           "loopback)")
+    if token is not None:
+        raise _goblin.NotSupportedError("token=: the node's client gateway takes no researcher credential "
+                                        "yet; access is controlled by who can reach its client URL")
+    ca = os.fspath(ca) if ca is not None else None
+    native = _goblin.Grid.remote(url, ca, fingerprint, server_name, float(connect_timeout), float(timeout))
+    return Grid(native)
