@@ -20,6 +20,7 @@ void goblin__blis_register_gemm(goblin__kernel_fn *t);        /* blis_gemm.c: ma
 void goblin__blis_register_elementwise(goblin__kernel_fn *t); /* blis_elementwise.c */
 void goblin__blis_register_reduce(goblin__kernel_fn *t);      /* blis_reduce.c */
 void goblin__blis_register_formula(goblin__kernel_fn *t);     /* blis_formula.c */
+void goblin__blis_register_train(goblin__kernel_fn *t);       /* blis_train.c: conv/attention backward */
 /* blis_threaded.c: called last; fills the remaining elementwise ops with the
  * reference kernels run on slices in parallel. */
 void goblin__blis_register_threaded(goblin__kernel_fn *t);

@@ -1,0 +1,494 @@
+/* libgoblin/backends/blis/blis_train.c - the training hot spots on BLIS:
+ * CONV2D_BACKWARD_INPUT (gemm W^T @ grad_out per image, then col2im),
+ * CONV2D_BACKWARD_WEIGHT (im2col per image, grad_out @ col^T accumulated over the
+ * images in order), SCALED_DOT_PRODUCT_ATTENTION and its backward (gemms per batch
+ * item with the reference kernel's softmax and NaN rules). f32 and f64 only; other
+ * dtypes return GOBLIN_ENOTSUP (the reference kernel runs).
+ *
+ * Determinism: as blis_gemm.c, a gemm is "small" (decided from m, n, k) and runs
+ * BLIS's sup path on one thread, or runs the conventional path (sup disabled), which
+ * never splits k and so gives the same bits on any number of threads. Work split
+ * across threads is per independent output block (image, batch item); sums over
+ * images run sequentially in image order. So results do not depend on k->threads. */
+#include <blis.h>
+#include <math.h>
+#include "blis_impl.h"
+#include "ops_nn.h"
+
+#define SMALL_WORK ((double)(1 << 20))
+#define COL_BUDGET ((int64_t)32 << 20)
+
+static bool small_gemm(int64_t m, int64_t n, int64_t k) {
+    return (double)m * (double)n * (double)k <= SMALL_WORK;
+}
+
+static void rntm_for(rntm_t *r, bool small, int32_t threads) {
+    bli_rntm_init(r);
+    if (small) {
+        bli_rntm_set_num_threads(1, r);
+    } else {
+        bli_rntm_set_num_threads(threads > 0 ? threads : 1, r);
+        bli_rntm_disable_l3_sup(r);
+    }
+}
+
+/* Strides of size-1 dims are free for BLIS; it aborts on zero strides. */
+static void fix_strides(int64_t rows, int64_t cols, int64_t *rs, int64_t *cs) {
+    if (rows <= 1) *rs = 1;
+    if (cols <= 1) *cs = 1;
+}
+
+/* c = alpha a @ b + beta c (m x n x k, element strides); beta 0 never reads c. The
+ * runtime follows small_gemm(m, n, k): sup on one thread, else @p threads. */
+static void gemm(goblin_dtype dt, int32_t threads, int64_t m, int64_t n, int64_t k, double alpha,
+                 const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
+                 double beta, void *c, int64_t rsc, int64_t csc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* an empty sum: beta c (BLIS is not asked) */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t q = 0; q < n; q++) {
+                if (dt == GOBLIN_DTYPE_F64) {
+                    double *x = (double *)c + i * rsc + q * csc;
+                    *x = beta == 0 ? 0 : beta * *x;
+                } else {
+                    float *x = (float *)c + i * rsc + q * csc;
+                    *x = beta == 0 ? 0 : (float)beta * *x;
+                }
+            }
+        return;
+    }
+    rntm_t r;
+    rntm_for(&r, small_gemm(m, n, k), threads);
+    fix_strides(m, k, &rsa, &csa);
+    fix_strides(k, n, &rsb, &csb);
+    fix_strides(m, n, &rsc, &csc);
+    if (dt == GOBLIN_DTYPE_F64) {
+        double al = alpha, be = beta;
+        bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (double *)a, rsa, csa,
+                     (double *)b, rsb, csb, &be, (double *)c, rsc, csc, NULL, &r);
+    } else {
+        float al = (float)alpha, be = (float)beta;
+        bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a, rsa, csa,
+                     (float *)b, rsb, csb, &be, (float *)c, rsc, csc, NULL, &r);
+    }
+}
+
+static bool f32_or_f64(goblin_dtype dt) { return dt == GOBLIN_DTYPE_F32 || dt == GOBLIN_DTYPE_F64; }
+
+static goblin_err oom(goblin__kctx *k, const char *what) {
+    return goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "out of memory for %s scratch", what);
+}
+
+/* ---- im2col / col2im (rows oh in [oh0, oh1) of one image's channel group) ---------- */
+
+/* ow in [lo, hi) reads inside the row for kernel column j: 0 <= ow*sw + off < W. */
+static void col_range(const goblin__conv_geom *g, int64_t j, int64_t *off, int64_t *lo, int64_t *hi) {
+    *off = j * g->dw - g->pw;
+    int64_t l = *off >= 0 ? 0 : (-*off + g->sw - 1) / g->sw;
+    int64_t h = g->w - *off <= 0 ? 0 : (g->w - *off + g->sw - 1) / g->sw;
+    if (l > g->ow) l = g->ow;
+    if (h > g->ow) h = g->ow;
+    if (h < l) h = l;
+    *lo = l;
+    *hi = h;
+}
+
+#define DEFINE_COLS(sfx, T)                                                                     \
+    static void im2col_##sfx(const goblin__conv_geom *g, int64_t cg, const T *x, T *col,        \
+                             int64_t oh0, int64_t oh1) {                                        \
+        int64_t pb = (oh1 - oh0) * g->ow;                                                       \
+        for (int64_t c = 0; c < cg; c++)                                                        \
+            for (int64_t i = 0; i < g->kh; i++)                                                 \
+                for (int64_t j = 0; j < g->kw; j++) {                                           \
+                    T *row = col + ((c * g->kh + i) * g->kw + j) * pb;                          \
+                    int64_t off, lo, hi;                                                        \
+                    col_range(g, j, &off, &lo, &hi);                                            \
+                    for (int64_t oh = oh0; oh < oh1; oh++) {                                    \
+                        T *r = row + (oh - oh0) * g->ow;                                        \
+                        int64_t ih = oh * g->sh - g->ph + i * g->dh;                            \
+                        if (ih < 0 || ih >= g->h) {                                             \
+                            for (int64_t ow = 0; ow < g->ow; ow++) r[ow] = 0;                   \
+                            continue;                                                           \
+                        }                                                                       \
+                        const T *xr = x + (c * g->h + ih) * g->w + off;                         \
+                        for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0;                          \
+                        for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * g->sw];            \
+                        for (int64_t ow = hi; ow < g->ow; ow++) r[ow] = 0;                      \
+                    }                                                                           \
+                }                                                                               \
+    }                                                                                           \
+    /* dx[c, ih, iw] += col[(c, i, j), (oh - oh0, ow)], in (c, i, j, oh, ow) order */          \
+    static void col2im_##sfx(const goblin__conv_geom *g, int64_t cg, const T *col, T *dx,       \
+                             int64_t oh0, int64_t oh1) {                                        \
+        int64_t pb = (oh1 - oh0) * g->ow;                                                       \
+        for (int64_t c = 0; c < cg; c++)                                                        \
+            for (int64_t i = 0; i < g->kh; i++)                                                 \
+                for (int64_t j = 0; j < g->kw; j++) {                                           \
+                    const T *row = col + ((c * g->kh + i) * g->kw + j) * pb;                    \
+                    int64_t off, lo, hi;                                                        \
+                    col_range(g, j, &off, &lo, &hi);                                            \
+                    for (int64_t oh = oh0; oh < oh1; oh++) {                                    \
+                        int64_t ih = oh * g->sh - g->ph + i * g->dh;                            \
+                        if (ih < 0 || ih >= g->h) continue;                                     \
+                        const T *r = row + (oh - oh0) * g->ow;                                  \
+                        T *xr = dx + (c * g->h + ih) * g->w + off;                              \
+                        for (int64_t ow = lo; ow < hi; ow++) xr[ow * g->sw] += r[ow];           \
+                    }                                                                           \
+                }                                                                               \
+    }
+DEFINE_COLS(f32, float)
+DEFINE_COLS(f64, double)
+
+/* ---- CONV2D_BACKWARD_INPUT / _WEIGHT ------------------------------------------- */
+
+typedef struct cbwd_job {
+    const goblin__conv_geom *g;
+    goblin_dtype dt;
+    int64_t es, cg, og, K, P, rows_per_block, items, nchunks;
+    const char *go, *other; /* grad_out; weight (input grad) or x (weight grad) */
+    char *out, *col;        /* col: nchunks scratch matrices of K x (rows_per_block * OW) */
+    int32_t gemm_threads;
+} cbwd_job;
+
+/* The input gradient of one (image, group) item: zero the planes, then per row block
+ * col = W_g^T @ grad_out block and col2im into dx. */
+static void cbwd_input_item(const cbwd_job *j, int64_t it, char *col) {
+    const goblin__conv_geom *g = j->g;
+    int64_t n = it / g->groups, grp = it % g->groups, es = j->es;
+    char *dx = j->out + (n * g->c + grp * j->cg) * g->h * g->w * es;
+    memset(dx, 0, (size_t)(j->cg * g->h * g->w * es));
+    const char *w = j->other + grp * j->og * j->K * es;
+    const char *go = j->go + (n * g->o + grp * j->og) * j->P * es;
+    for (int64_t oh0 = 0; oh0 < g->oh; oh0 += j->rows_per_block) {
+        int64_t oh1 = oh0 + j->rows_per_block < g->oh ? oh0 + j->rows_per_block : g->oh;
+        int64_t pb = (oh1 - oh0) * g->ow;
+        /* [K, og] (W_g transposed) @ [og, pb] -> [K, pb] */
+        gemm(j->dt, j->gemm_threads, j->K, pb, j->og, 1.0, w, 1, j->K, go + oh0 * g->ow * es, j->P, 1, 0.0,
+             col, pb, 1);
+        if (j->dt == GOBLIN_DTYPE_F64) col2im_f64(g, j->cg, (const double *)col, (double *)dx, oh0, oh1);
+        else col2im_f32(g, j->cg, (const float *)col, (float *)dx, oh0, oh1);
+    }
+}
+
+static void cbwd_input_chunk(void *arg, int64_t chunk) {
+    const cbwd_job *j = arg;
+    int64_t lo = chunk * j->items / j->nchunks, hi = (chunk + 1) * j->items / j->nchunks;
+    char *col = j->col + chunk * j->K * j->rows_per_block * j->g->ow * j->es;
+    for (int64_t it = lo; it < hi; it++) cbwd_input_item(j, it, col);
+}
+
+/* The weight gradient of group grp: dW_g [og, K] = sum over images (in order) and row
+ * blocks of grad_out block [og, pb] @ col^T [pb, K]. */
+static void cbwd_weight_group(void *arg, int64_t grp) {
+    const cbwd_job *j = arg;
+    const goblin__conv_geom *g = j->g;
+    int64_t es = j->es;
+    char *col = j->col + grp * j->K * j->rows_per_block * g->ow * es;
+    char *dw = j->out + grp * j->og * j->K * es;
+    bool first = true;
+    for (int64_t n = 0; n < g->n; n++) {
+        const char *x = j->other + (n * g->c + grp * j->cg) * g->h * g->w * es;
+        const char *go = j->go + (n * g->o + grp * j->og) * j->P * es;
+        for (int64_t oh0 = 0; oh0 < g->oh; oh0 += j->rows_per_block) {
+            int64_t oh1 = oh0 + j->rows_per_block < g->oh ? oh0 + j->rows_per_block : g->oh;
+            int64_t pb = (oh1 - oh0) * g->ow;
+            if (j->dt == GOBLIN_DTYPE_F64) im2col_f64(g, j->cg, (const double *)x, (double *)col, oh0, oh1);
+            else im2col_f32(g, j->cg, (const float *)x, (float *)col, oh0, oh1);
+            gemm(j->dt, j->gemm_threads, j->og, j->K, pb, 1.0, go + oh0 * g->ow * es, j->P, 1, col, 1, pb,
+                 first ? 0.0 : 1.0, dw, j->K, 1);
+            first = false;
+        }
+    }
+}
+
+static goblin_err blis_conv_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                                int32_t n_in, goblin_tensor *out) {
+    (void)n_in;
+    goblin_dtype dt = out->dtype;
+    if (!f32_or_f64(dt) || in[0].dtype != dt || in[1].dtype != dt) return GOBLIN_ENOTSUP;
+    bool wgrad = node->op == GOBLIN_OP_CONV2D_BACKWARD_WEIGHT;
+    goblin__conv_geom g;
+    goblin_err e = goblin__conv_geom_get(node, wgrad ? in[1].shape : out->shape,
+                                         wgrad ? out->shape : in[1].shape, &g, k->msg, k->cap);
+    if (e) return e;
+    int64_t total = goblin__numel(out);
+    if (total == 0) return GOBLIN_OK;
+    cbwd_job j;
+    memset(&j, 0, sizeof j);
+    j.g = &g;
+    j.dt = dt;
+    j.es = (int64_t)goblin_dtype_size(dt);
+    j.cg = g.c / g.groups;
+    j.og = g.o / g.groups;
+    j.K = j.cg * g.kh * g.kw;
+    j.P = g.oh * g.ow;
+    j.go = in[0].data;
+    j.other = in[1].data;
+    j.out = out->data;
+    int32_t threads = k->threads > 0 ? k->threads : 1;
+    if (j.P == 0 || j.og == 0 || g.n == 0) { /* nothing flows back */
+        memset(out->data, 0, (size_t)(total * j.es));
+        return GOBLIN_OK;
+    }
+    int64_t row_bytes = j.K * g.ow * j.es;
+    j.rows_per_block = row_bytes > 0 ? COL_BUDGET / row_bytes : g.oh;
+    if (j.rows_per_block < 1) j.rows_per_block = 1;
+    if (j.rows_per_block > g.oh) j.rows_per_block = g.oh;
+    if (wgrad) {
+        j.items = g.groups;
+        j.nchunks = j.items;
+    } else {
+        j.items = g.n * g.groups;
+        j.nchunks = threads > 1 && j.items > 1 ? (j.items < threads ? j.items : threads) : 1;
+    }
+    bool across = j.nchunks > 1 && threads > 1;
+    j.gemm_threads = across ? 1 : threads;
+    size_t bytes;
+    if (!goblin__mul_size((size_t)(j.rows_per_block * row_bytes), (size_t)j.nchunks, &bytes))
+        return oom(k, "conv2d backward");
+    void *col = goblin__alloc(bytes ? bytes : 1);
+    if (!col) return oom(k, "conv2d backward");
+    j.col = col;
+    if (wgrad) {
+        if (across) goblin__parallel_for(threads, j.nchunks, cbwd_weight_group, &j);
+        else
+            for (int64_t grp = 0; grp < g.groups; grp++) cbwd_weight_group(&j, grp);
+    } else {
+        if (across) goblin__parallel_for(threads, j.nchunks, cbwd_input_chunk, &j);
+        else cbwd_input_chunk(&j, 0);
+    }
+    goblin__free(col);
+    return GOBLIN_OK;
+}
+
+/* ---- SDPA forward and backward: gemms per batch item ----------------------------- */
+
+typedef struct sdpa_job {
+    goblin_dtype dt;
+    int64_t es, L, S, E, Ev, batch, rows, cols, which;
+    int32_t br;
+    const int64_t *bshape;
+    int64_t bs[4][GOBLIN_MAX_RANK], mstr[GOBLIN_MAX_RANK];
+    const goblin_tensor *q, *k, *v, *mask, *go;
+    char *out, *scratch; /* per chunk: p [L, S], dp [L, S] */
+    int64_t nchunks;
+    bool causal, bwd;
+    double scale;
+} sdpa_job;
+
+/* Scores of batch item b into p [L, S] (scale q k^T, mask, causal), then per row the
+ * reference kernel's softmax: state[i] 0 normal (p normalized in place when
+ * @p normalize, else exp(x - max) with z[i] the sum), 1 no key attended (p = 0),
+ * 2 NaN row. */
+#define DEFINE_SOFTMAX(sfx, T)                                                                  \
+    static void scores_##sfx(const sdpa_job *j, const int64_t *off, T *p, T *z, uint8_t *state, \
+                             bool normalize) {                                                  \
+        gemm(j->dt, 1, j->L, j->S, j->E, j->scale, (const char *)j->q->data + off[0] * j->es,   \
+             j->E, 1, (const char *)j->k->data + off[1] * j->es, 1, j->E, 0.0, p, j->S, 1);     \
+        int32_t br = j->br;                                                                     \
+        for (int64_t i = 0; i < j->L; i++) {                                                    \
+            T *r = p + i * j->S;                                                                \
+            if (j->E == 0)                                                                      \
+                for (int64_t c = 0; c < j->S; c++) r[c] = 0;                                    \
+            if (j->causal)                                                                      \
+                for (int64_t c = i + 1; c < j->S; c++) r[c] = -INFINITY;                        \
+            if (j->mask) {                                                                      \
+                const goblin_tensor *m = j->mask;                                               \
+                for (int64_t c = 0; c < j->S; c++) {                                            \
+                    int64_t mo = off[3] + i * j->mstr[br] + c * j->mstr[br + 1];                \
+                    if (m->dtype == GOBLIN_DTYPE_BOOL) {                                        \
+                        if (!((const uint8_t *)m->data)[mo]) r[c] = -INFINITY;                  \
+                    } else {                                                                    \
+                        r[c] += ((const T *)m->data)[mo];                                       \
+                    }                                                                           \
+                }                                                                               \
+            }                                                                                   \
+            T mx = -INFINITY;                                                                   \
+            bool nan = false;                                                                   \
+            for (int64_t c = 0; c < j->S; c++) {                                                \
+                if (isnan(r[c])) nan = true;                                                    \
+                if (r[c] > mx) mx = r[c];                                                       \
+            }                                                                                   \
+            z[i] = 1;                                                                           \
+            if (nan || mx == INFINITY) {                                                        \
+                state[i] = 2;                                                                   \
+                for (int64_t c = 0; c < j->S; c++) r[c] = 0;                                    \
+            } else if (mx == -INFINITY) {                                                       \
+                state[i] = 1;                                                                   \
+                for (int64_t c = 0; c < j->S; c++) r[c] = 0;                                    \
+            } else {                                                                            \
+                state[i] = 0;                                                                   \
+                T s = 0;                                                                        \
+                for (int64_t c = 0; c < j->S; c++) {                                            \
+                    r[c] = r[c] == -INFINITY ? 0 : EXP_##sfx(r[c] - mx);                        \
+                    s += r[c];                                                                  \
+                }                                                                               \
+                z[i] = s;                                                                       \
+                if (normalize)                                                                  \
+                    for (int64_t c = 0; c < j->S; c++) r[c] /= s;                               \
+            }                                                                                   \
+        }                                                                                       \
+    }
+#define EXP_f32 expf
+#define EXP_f64 exp
+DEFINE_SOFTMAX(f32, float)
+DEFINE_SOFTMAX(f64, double)
+
+#define DEFINE_SDPA_ITEM(sfx, T)                                                                \
+    static void sdpa_item_##sfx(const sdpa_job *j, int64_t b, char *scratch) {                  \
+        int64_t off[4] = {0, 0, 0, 0};                                                          \
+        goblin__nditer it;                                                                      \
+        int64_t bs[4][GOBLIN_MAX_RANK];                                                         \
+        memcpy(bs, j->bs, sizeof bs);                                                           \
+        goblin__nditer_init(&it, j->br, j->bshape, 4, bs);                                      \
+        goblin__nditer_seek(&it, b);                                                            \
+        for (int32_t a = 0; a < 4; a++) off[a] = it.off[a];                                     \
+        int64_t L = j->L, S = j->S;                                                             \
+        T *p = (T *)scratch, *dp = p + L * S, *z = dp + L * S;                                  \
+        uint8_t *state = (uint8_t *)(z + L);                                                    \
+        T *o = (T *)j->out + b * j->rows * j->cols;                                             \
+        scores_##sfx(j, off, p, z, state, j->bwd);                                              \
+        const T *v = (const T *)j->v->data + off[2];                                            \
+        if (!j->bwd) { /* out = (exp weights @ v) / z */                                        \
+            gemm(j->dt, 1, L, j->Ev, S, 1.0, p, S, 1, v, j->Ev, 1, 0.0, o, j->Ev, 1);           \
+            for (int64_t i = 0; i < L; i++)                                                     \
+                for (int64_t e = 0; e < j->Ev; e++) {                                           \
+                    if (state[i] == 2) o[i * j->Ev + e] = NAN;                                  \
+                    else if (S == 0) o[i * j->Ev + e] = 0;                                      \
+                    else o[i * j->Ev + e] /= z[i];                                              \
+                }                                                                               \
+            return;                                                                             \
+        }                                                                                       \
+        const T *go = (const T *)j->go->data + b * L * j->Ev;                                   \
+        if (j->which == 2) { /* dv = p^T @ go */                                                \
+            gemm(j->dt, 1, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, 0.0, o, j->Ev, 1);          \
+        } else {                                                                                \
+            /* dp = go @ v^T; ds = p (dp - sum p dp) scale */                                   \
+            gemm(j->dt, 1, L, S, j->Ev, 1.0, go, j->Ev, 1, v, 1, j->Ev, 0.0, dp, S, 1);         \
+            for (int64_t i = 0; i < L; i++) {                                                   \
+                T *pr = p + i * S, *dr = dp + i * S;                                            \
+                if (state[i] != 0 || j->Ev == 0) {                                              \
+                    for (int64_t c = 0; c < S; c++) dr[c] = 0;                                  \
+                    continue;                                                                   \
+                }                                                                               \
+                T spd = 0;                                                                      \
+                for (int64_t c = 0; c < S; c++) spd += pr[c] * dr[c];                           \
+                for (int64_t c = 0; c < S; c++) dr[c] = pr[c] * (dr[c] - spd) * (T)j->scale;    \
+            }                                                                                   \
+            if (j->which == 1) /* dk = ds^T @ q */                                              \
+                gemm(j->dt, 1, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0], j->E, 1, \
+                     0.0, o, j->E, 1);                                                          \
+            else /* dq = ds @ k */                                                              \
+                gemm(j->dt, 1, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1], j->E, 1, \
+                     0.0, o, j->E, 1);                                                          \
+        }                                                                                       \
+        if (j->rows > 0 && (j->Ev == 0 || L == 0 || S == 0 || (j->which == 2 ? L : S) == 0))    \
+            for (int64_t r = 0; r < j->rows * j->cols; r++) o[r] = 0;                           \
+        /* NaN rows: the reference kernel's propagation */                                      \
+        for (int64_t i = 0; i < L; i++) {                                                       \
+            if (state[i] != 2) continue;                                                        \
+            if (j->which == 0) {                                                                \
+                for (int64_t e = 0; e < j->cols; e++) o[i * j->cols + e] = NAN;                 \
+            } else {                                                                            \
+                for (int64_t r = 0; r < j->rows * j->cols; r++) o[r] = NAN;                     \
+                break;                                                                          \
+            }                                                                                   \
+        }                                                                                       \
+    }
+DEFINE_SDPA_ITEM(f32, float)
+DEFINE_SDPA_ITEM(f64, double)
+
+/* p, dp [L, S], z [L], state [L] bytes; rounded up to keep every chunk aligned */
+static size_t sdpa_scratch_bytes(const sdpa_job *j) {
+    size_t b = (size_t)((2 * j->L * j->S + j->L) * j->es + j->L);
+    return (b + 63) / 64 * 64;
+}
+
+static void sdpa_chunk(void *arg, int64_t chunk) {
+    const sdpa_job *j = arg;
+    int64_t lo = chunk * j->batch / j->nchunks, hi = (chunk + 1) * j->batch / j->nchunks;
+    size_t per = sdpa_scratch_bytes(j);
+    char *scratch = j->scratch + (size_t)chunk * per;
+    for (int64_t b = lo; b < hi; b++) {
+        if (j->dt == GOBLIN_DTYPE_F64) sdpa_item_f64(j, b, scratch);
+        else sdpa_item_f32(j, b, scratch);
+    }
+}
+
+/* Batch strides of @p t (contiguous; last two dims its matrix) against the batch shape. */
+static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bshape, int64_t *strides) {
+    int64_t full[GOBLIN_MAX_RANK], st[GOBLIN_MAX_RANK];
+    for (int32_t d = 0; d < br; d++) full[d] = bshape[d];
+    full[br] = t->shape[t->rank - 2];
+    full[br + 1] = t->shape[t->rank - 1];
+    goblin__bcast_strides(t, br + 2, full, st);
+    for (int32_t d = 0; d < br; d++) strides[d] = st[d];
+}
+
+static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                            int32_t n_in, goblin_tensor *out) {
+    bool bwd = node->op == GOBLIN_OP_SDPA_BACKWARD;
+    int32_t o0 = bwd ? 1 : 0;
+    const goblin_tensor *go = bwd ? &in[0] : NULL, *q = &in[o0], *kk = &in[o0 + 1], *v = &in[o0 + 2];
+    const goblin_tensor *mask = n_in >= o0 + 4 ? &in[o0 + 3] : NULL;
+    goblin_dtype dt = out->dtype;
+    if (!f32_or_f64(dt) || q->dtype != dt || kk->dtype != dt || v->dtype != dt) return GOBLIN_ENOTSUP;
+    if (go && go->dtype != dt) return GOBLIN_ENOTSUP;
+    if (mask && mask->dtype != dt && mask->dtype != GOBLIN_DTYPE_BOOL) return GOBLIN_ENOTSUP;
+    const goblin_tensor *ref = bwd ? go : out; /* the tensor whose batch dims are the batch */
+    sdpa_job j;
+    memset(&j, 0, sizeof j);
+    j.dt = dt;
+    j.es = (int64_t)goblin_dtype_size(dt);
+    j.br = ref->rank - 2;
+    j.bshape = ref->shape;
+    j.L = ref->shape[j.br];
+    j.Ev = ref->shape[j.br + 1];
+    j.E = q->shape[q->rank - 1];
+    j.S = kk->shape[kk->rank - 2];
+    j.scale = goblin__sdpa_scale(node, j.E);
+    j.causal = goblin__attr_i(node, GOBLIN_ATTR_CAUSAL, 0) != 0;
+    j.which = bwd ? goblin__attr_i(node, GOBLIN_ATTR_INDEX, 0) : 0;
+    j.bwd = bwd;
+    j.q = q;
+    j.k = kk;
+    j.v = v;
+    j.mask = mask;
+    j.go = go;
+    j.out = out->data;
+    j.rows = out->shape[out->rank - 2];
+    j.cols = out->shape[out->rank - 1];
+    batch_strides(q, j.br, ref->shape, j.bs[0]);
+    batch_strides(kk, j.br, ref->shape, j.bs[1]);
+    batch_strides(v, j.br, ref->shape, j.bs[2]);
+    if (mask) {
+        int64_t full[GOBLIN_MAX_RANK];
+        for (int32_t d = 0; d < j.br; d++) full[d] = ref->shape[d];
+        full[j.br] = j.L;
+        full[j.br + 1] = j.S;
+        goblin__bcast_strides(mask, j.br + 2, full, j.mstr);
+    }
+    for (int32_t d = 0; d < j.br; d++) j.bs[3][d] = j.mstr[d];
+    j.batch = 1;
+    for (int32_t d = 0; d < j.br; d++) j.batch *= ref->shape[d];
+    int64_t total = goblin__numel(out);
+    if (total == 0) return GOBLIN_OK;
+    if (j.batch * j.rows * j.cols != total) return GOBLIN_ENOTSUP; /* not [batch..., rows, cols] */
+    int32_t threads = k->threads > 0 ? k->threads : 1;
+    j.nchunks = threads > 1 && j.batch > 1 ? (j.batch < threads ? j.batch : threads) : 1;
+    size_t per = sdpa_scratch_bytes(&j), bytes;
+    if (!goblin__mul_size(per, (size_t)j.nchunks, &bytes)) return oom(k, "attention");
+    j.scratch = goblin__alloc(bytes);
+    if (!j.scratch) return oom(k, "attention");
+    if (j.nchunks > 1) goblin__parallel_for(threads, j.nchunks, sdpa_chunk, &j);
+    else sdpa_chunk(&j, 0);
+    goblin__free(j.scratch);
+    return GOBLIN_OK;
+}
+
+void goblin__blis_register_train(goblin__kernel_fn *t) {
+    t[GOBLIN_OP_CONV2D_BACKWARD_INPUT] = blis_conv_bwd;
+    t[GOBLIN_OP_CONV2D_BACKWARD_WEIGHT] = blis_conv_bwd;
+    t[GOBLIN_OP_SDPA] = blis_sdpa;
+    t[GOBLIN_OP_SDPA_BACKWARD] = blis_sdpa;
+}

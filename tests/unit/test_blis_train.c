@@ -1,0 +1,198 @@
+/* tests/unit/test_blis_train.c - the BLIS training kernels (backends/blis/blis_train.c:
+ * conv2d backward input/weight, scaled dot-product attention forward/backward) against
+ * the reference backend (f64 loops, an independent implementation) on random shapes
+ * with odd sizes, strides, padding, dilation, groups, masks and empty tensors, in f32
+ * and f64; and BLIS results that are the same bits for 1, 2 and 3 threads. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include "kernel_util.h"
+#include "testutil.h"
+
+#define A_INT(k, v) goblin_attr_int(GOBLIN_ATTR_##k, (v))
+#define A_INTS(k, a, n) goblin_attr_ints(GOBLIN_ATTR_##k, (a), (n))
+
+static bool have_blis(void) { return goblin_backend_available(GOBLIN_BACKEND_BLIS) == GOBLIN_OK; }
+
+static goblin_tensor rand_tensor(goblin_dtype dt, int32_t rank, const int64_t *shape, uint64_t *seed) {
+    int64_t n = 1;
+    for (int32_t d = 0; d < rank; d++) n *= shape[d];
+    size_t es = goblin_dtype_size(dt);
+    void *buf = malloc((size_t)(n > 0 ? n : 1) * es);
+    for (int64_t i = 0; i < n; i++) {
+        double v = 2 * gt_rand(seed) - 1;
+        if (dt == GOBLIN_DTYPE_F64) ((double *)buf)[i] = v;
+        else ((float *)buf)[i] = (float)v;
+    }
+    return gt_tensor(dt, rank, shape, buf);
+}
+
+static double val(const goblin_tensor *t, int64_t i) {
+    return t->dtype == GOBLIN_DTYPE_F64 ? ((const double *)t->data)[i] : ((const float *)t->data)[i];
+}
+
+static goblin_tensor run(goblin_backend_kind be, int32_t threads, goblin_op op, const goblin_tensor *in,
+                         int32_t n_in, const goblin_attr *at, int32_t na) {
+    goblin_tensor out;
+    char msg[300];
+    goblin_err e = gt_run1(op, in, n_in, at, na, be, threads, &out, msg, sizeof msg);
+    cr_assert_eq(e, GOBLIN_OK, "%s on %s: %s", goblin_op_name(op), goblin_backend_name(be), msg);
+    return out;
+}
+
+/* BLIS (1 thread) within k^2-scaled unit roundoffs of the reference (inputs in [-1, 1],
+ * so sum |terms| <= k), and the same bits on 2 and 3 threads. */
+static void compare(goblin_op op, const goblin_tensor *in, int32_t n_in, const goblin_attr *at, int32_t na,
+                    double k, const char *what) {
+    goblin_tensor ref = run(GOBLIN_BACKEND_REF, 1, op, in, n_in, at, na);
+    goblin_tensor b1 = run(GOBLIN_BACKEND_BLIS, 1, op, in, n_in, at, na);
+    int64_t n = goblin__numel(&ref);
+    cr_assert_eq(goblin__numel(&b1), n);
+    double u = ref.dtype == GOBLIN_DTYPE_F64 ? 0x1p-53 : 0x1p-24;
+    double tol = 8 * (k + 2) * (k + 2) * u;
+    for (int64_t i = 0; i < n; i++) {
+        double r = val(&ref, i), b = val(&b1, i);
+        cr_assert(gt_close(b, r, 0, tol), "%s %s: element %lld: blis %.17g ref %.17g (tol %.3g)",
+                  goblin_op_name(op), what, (long long)i, b, r, tol);
+    }
+    for (int32_t th = 2; th <= 3; th++) {
+        goblin_tensor bt = run(GOBLIN_BACKEND_BLIS, th, op, in, n_in, at, na);
+        cr_assert(n == 0 || memcmp(bt.data, b1.data, (size_t)n * goblin_dtype_size(ref.dtype)) == 0,
+                  "%s %s: %d threads differ from 1", goblin_op_name(op), what, th);
+        goblin_buffer_free(bt.data);
+    }
+    goblin_buffer_free(ref.data);
+    goblin_buffer_free(b1.data);
+}
+
+typedef struct conv_case {
+    int64_t n, c, h, w, o, kh, kw, s, p, d, groups;
+} conv_case;
+
+static const conv_case CONV_CASES[] = {
+    {3, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1},  {2, 4, 8, 8, 6, 3, 3, 2, 1, 1, 2},  {1, 2, 5, 6, 3, 1, 1, 1, 0, 1, 1},
+    {4, 3, 7, 5, 4, 2, 3, 1, 0, 2, 1},  {2, 6, 11, 9, 6, 3, 3, 3, 2, 1, 3}, {0, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1},
+    {2, 3, 4, 4, 0, 3, 3, 1, 1, 1, 1},  {5, 16, 8, 8, 32, 3, 3, 1, 1, 1, 1}, {2, 1, 3, 2, 2, 3, 2, 1, 0, 1, 1},
+    {2, 2, 3, 3, 2, 3, 3, 1, 3, 1, 1},
+};
+
+static void conv_case_run(const conv_case *c, goblin_dtype dt, uint64_t seed) {
+    int64_t oh = (c->h + 2 * c->p - c->d * (c->kh - 1) - 1) / c->s + 1;
+    int64_t ow = (c->w + 2 * c->p - c->d * (c->kw - 1) - 1) / c->s + 1;
+    if (oh < 0) oh = 0;
+    if (ow < 0) ow = 0;
+    int64_t xs[4] = {c->n, c->c, c->h, c->w}, ws[4] = {c->o, c->c / c->groups, c->kh, c->kw};
+    int64_t gs[4] = {c->n, c->o, oh, ow};
+    int64_t st[2] = {c->s, c->s}, pd[2] = {c->p, c->p}, dl[2] = {c->d, c->d};
+    goblin_tensor x = rand_tensor(dt, 4, xs, &seed), w = rand_tensor(dt, 4, ws, &seed);
+    goblin_tensor g = rand_tensor(dt, 4, gs, &seed);
+    char what[96];
+    snprintf(what, sizeof what, "%s case n%lld c%lld o%lld k%lldx%lld s%lld p%lld d%lld g%lld",
+             goblin_dtype_name(dt), (long long)c->n, (long long)c->c, (long long)c->o, (long long)c->kh,
+             (long long)c->kw, (long long)c->s, (long long)c->p, (long long)c->d, (long long)c->groups);
+    goblin_attr at[5] = {A_INTS(SHAPE, xs, 4), A_INTS(STRIDE, st, 2), A_INTS(PADDING, pd, 2),
+                         A_INTS(DILATION, dl, 2), A_INT(GROUPS, c->groups)};
+    goblin_tensor in[2] = {g, w};
+    compare(GOBLIN_OP_CONV2D_BACKWARD_INPUT, in, 2, at, 5, (double)(c->o / (c->groups ? c->groups : 1)) * c->kh * c->kw, what);
+    at[0] = A_INTS(SHAPE, ws, 4);
+    in[1] = x;
+    compare(GOBLIN_OP_CONV2D_BACKWARD_WEIGHT, in, 2, at, 5, (double)(c->n * oh * ow), what);
+    free(x.data);
+    free(w.data);
+    free(g.data);
+}
+
+Test(blis_train, conv2d_backward_vs_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (size_t i = 0; i < sizeof CONV_CASES / sizeof CONV_CASES[0]; i++)
+        for (int d = 0; d < 2; d++) conv_case_run(&CONV_CASES[i], dts[d], 1000 + i * 7 + (uint64_t)d);
+}
+
+typedef struct sdpa_case {
+    int64_t b, h, L, S, E, Ev;
+    int causal, mask; /* mask: 0 none, 1 float [L, S], 2 bool [b, 1, L, S] */
+} sdpa_case;
+
+static const sdpa_case SDPA_CASES[] = {
+    {2, 3, 5, 7, 4, 3, 0, 0}, {3, 2, 9, 9, 8, 8, 1, 0}, {1, 1, 17, 13, 5, 6, 0, 1}, {2, 2, 6, 4, 3, 5, 0, 2},
+    {4, 4, 32, 32, 8, 8, 1, 0}, {2, 1, 3, 0, 4, 2, 0, 0}, {0, 2, 3, 3, 2, 2, 0, 0}, {2, 2, 4, 4, 0, 3, 0, 0},
+    {1, 2, 7, 5, 3, 0, 1, 0}, {1, 1, 1, 1, 1, 1, 0, 0},
+};
+
+static void sdpa_case_run(const sdpa_case *c, goblin_dtype dt, uint64_t seed) {
+    int64_t qs[4] = {c->b, c->h, c->L, c->E}, ks[4] = {c->b, c->h, c->S, c->E};
+    int64_t vs[4] = {c->b, c->h, c->S, c->Ev}, os[4] = {c->b, c->h, c->L, c->Ev};
+    goblin_tensor q = rand_tensor(dt, 4, qs, &seed), k = rand_tensor(dt, 4, ks, &seed);
+    goblin_tensor v = rand_tensor(dt, 4, vs, &seed), go = rand_tensor(dt, 4, os, &seed);
+    goblin_tensor m;
+    memset(&m, 0, sizeof m);
+    uint8_t *mb = NULL;
+    if (c->mask == 1) {
+        m = rand_tensor(dt, 2, (int64_t[]){c->L, c->S}, &seed);
+    } else if (c->mask == 2) {
+        int64_t ms[4] = {c->b, 1, c->L, c->S};
+        mb = malloc((size_t)(c->b * c->L * c->S + 1));
+        for (int64_t i = 0; i < c->b * c->L * c->S; i++) mb[i] = gt_rand(&seed) < 0.7;
+        m = gt_tensor(GOBLIN_DTYPE_BOOL, 4, ms, mb);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s case b%lld h%lld L%lld S%lld E%lld Ev%lld causal %d mask %d",
+             goblin_dtype_name(dt), (long long)c->b, (long long)c->h, (long long)c->L, (long long)c->S,
+             (long long)c->E, (long long)c->Ev, c->causal, c->mask);
+    goblin_attr at[2] = {A_INT(CAUSAL, c->causal), A_INT(INDEX, 0)};
+    goblin_tensor in[5] = {q, k, v, m, m};
+    int32_t nm = c->mask ? 1 : 0;
+    double kf = (double)(c->E + c->S + c->Ev + 6);
+    compare(GOBLIN_OP_SDPA, in, 3 + nm, at, 1, kf, what);
+    goblin_tensor bin[5] = {go, q, k, v, m};
+    for (int64_t which = 0; which < 3; which++) {
+        at[1] = A_INT(INDEX, which);
+        compare(GOBLIN_OP_SDPA_BACKWARD, bin, 4 + nm, at, 2, kf + (double)c->L, what);
+    }
+    free(q.data);
+    free(k.data);
+    free(v.data);
+    free(go.data);
+    if (c->mask == 1) free(m.data);
+    free(mb);
+}
+
+Test(blis_train, sdpa_forward_backward_vs_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (size_t i = 0; i < sizeof SDPA_CASES / sizeof SDPA_CASES[0]; i++)
+        for (int d = 0; d < 2; d++) sdpa_case_run(&SDPA_CASES[i], dts[d], 77 + i * 5 + (uint64_t)d);
+}
+
+/* A NaN logit makes its row NaN (dq) or the whole batch item NaN (dk, dv), as the reference. */
+Test(blis_train, sdpa_nan_rows_follow_the_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    uint64_t seed = 5;
+    int64_t s4[4] = {2, 1, 4, 3};
+    goblin_tensor q = rand_tensor(GOBLIN_DTYPE_F64, 4, s4, &seed), k = rand_tensor(GOBLIN_DTYPE_F64, 4, s4, &seed);
+    goblin_tensor v = rand_tensor(GOBLIN_DTYPE_F64, 4, s4, &seed), go = rand_tensor(GOBLIN_DTYPE_F64, 4, s4, &seed);
+    ((double *)q.data)[4] = NAN; /* batch 0, row 1 */
+    goblin_tensor in[4] = {go, q, k, v};
+    for (int64_t which = 0; which < 3; which++) {
+        goblin_attr at[1] = {A_INT(INDEX, which)};
+        goblin_tensor r = run(GOBLIN_BACKEND_REF, 1, GOBLIN_OP_SDPA_BACKWARD, in, 4, at, 1);
+        goblin_tensor b = run(GOBLIN_BACKEND_BLIS, 2, GOBLIN_OP_SDPA_BACKWARD, in, 4, at, 1);
+        for (int64_t i = 0; i < goblin__numel(&r); i++)
+            cr_assert(gt_close(val(&b, i), val(&r, i), 1e-12, 1e-12), "which %lld element %lld: %g vs %g",
+                      (long long)which, (long long)i, val(&b, i), val(&r, i));
+        goblin_buffer_free(r.data);
+        goblin_buffer_free(b.data);
+    }
+    goblin_tensor fin[3] = {q, k, v};
+    goblin_tensor r = run(GOBLIN_BACKEND_REF, 1, GOBLIN_OP_SDPA, fin, 3, NULL, 0);
+    goblin_tensor b = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_SDPA, fin, 3, NULL, 0);
+    for (int64_t i = 0; i < goblin__numel(&r); i++)
+        cr_assert(gt_close(val(&b, i), val(&r, i), 1e-12, 1e-12), "forward element %lld", (long long)i);
+    goblin_buffer_free(r.data);
+    goblin_buffer_free(b.data);
+    free(q.data);
+    free(k.data);
+    free(v.data);
+    free(go.data);
+}
