@@ -24,7 +24,9 @@
  * GOBLIN_BENCH_GRID_BIG=0 skips section 1 at 8192 (run by default: the whole program
  * takes about 2.5 minutes on a loaded 2-core machine, 1 without it), GOBLIN_BENCH_GRID_EMBEDDED_ONLY=1
  * runs only sections 1 and 3 (the embedded grid and its verification overhead), GOBLIN_BENCH_GRID_REPS
- * (default 2), GOBLIN_BENCH_GRID_WORKER (path of goblin-worker; default
+ * (default 2), GOBLIN_BENCH_GRID_SCHED_ONLY=1 runs only section 4 (W up to
+ * GOBLIN_BENCH_GRID_SCHED_MAX_W, default 256), GOBLIN_BENCH_GRID_PORT (first tcp port to try;
+ * default random), GOBLIN_BENCH_GRID_WORKER (path of goblin-worker; default
  * ../tools/goblin-worker next to this program). */
 #define _GNU_SOURCE
 #include <blis.h>
@@ -55,6 +57,15 @@ static double now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
+
+/* CPU time of the whole process (all threads): with a loaded machine the steadier
+ * figure; g_cpu is the last run_job's / direct_sgemm's. */
+static double cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+static double g_cpu;
 
 static int env_int(const char *name, int def) {
     const char *v = getenv(name);
@@ -111,10 +122,12 @@ static double direct_sgemm(mats *m, int32_t threads) {
     bli_rntm_set_num_threads(threads, &r);
     float al = 1.0f, be = 0.0f;
     dim_t n = (dim_t)m->n;
-    double t0 = now_s();
+    double c0 = cpu_s(), t0 = now_s();
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, n, n, n, &al, m->a, n, 1, m->b, n, 1, &be,
                  m->ref, n, 1, NULL, &r);
-    return now_s() - t0;
+    double t = now_s() - t0;
+    g_cpu = cpu_s() - c0;
+    return t;
 }
 
 /* Relative max error of the goblin product against the direct one (a sanity check
@@ -135,7 +148,7 @@ static double run_job(goblin_node *node, mats *m, int64_t min_tasks, goblin_plan
     goblin_job_params_default(&jp);
     if (min_tasks > 0) jp.min_tasks = min_tasks;
     goblin_job *job = NULL;
-    double t0 = now_s();
+    double c0 = cpu_s(), t0 = now_s();
     goblin_err e = goblin_node_submit_matmul(node, &m->ta, &m->tb, &m->tc, &jp, &job);
     if (e != GOBLIN_OK) {
         fprintf(stderr, "submit failed: %s\n", goblin_err_name(e));
@@ -143,6 +156,7 @@ static double run_job(goblin_node *node, mats *m, int64_t min_tasks, goblin_plan
     }
     e = goblin_job_wait(job, 300000);
     double t = now_s() - t0;
+    g_cpu = cpu_s() - c0;
     if (e != GOBLIN_OK) {
         fprintf(stderr, "job failed: %s (%s)\n", goblin_err_name(e), goblin_job_error(job));
         goblin_job_free(job);
@@ -194,7 +208,9 @@ static int site_node(site *s, const char *scheme, const char *cert, const char *
                      goblin_verify_policy verify) {
     memset(s, 0, sizeof *s);
     for (int attempt = 0; attempt < 20; attempt++) {
-        int port = 20000 + (int)((getpid() * 7 + attempt * 131 + (int)(now_s() * 1000)) % 40000);
+        int base = env_int("GOBLIN_BENCH_GRID_PORT", 0); /* first port to try, else random */
+        int port = base ? base + (int)((now_s() * 1000.0)) % 50 + attempt
+                        : 20000 + (int)((getpid() * 7 + attempt * 131 + (int)(now_s() * 1000)) % 40000);
         snprintf(s->url, sizeof s->url, "%s://127.0.0.1:%d", scheme, port);
         goblin_node_params np;
         goblin_node_params_default(&np);
@@ -393,19 +409,23 @@ static void embedded(int64_t n, int32_t threads, int reps, bool with_unsafe) {
     }
     wait_workers(goblin_grid_node(gf), threads, 10);
     if (gu) wait_workers(goblin_grid_node(gu), threads, 10);
-    double bd = 1e30, bf = 1e30, bu = 1e30;
+    double bd = 1e30, bf = 1e30, bu = 1e30, cd = 1e30, cf = 1e30, cu = 1e30;
     goblin_plan_info pi = {0};
     bool failed = false;
     for (int r = 0; r <= reps && !failed; r++) {
-        fprintf(stderr, "embedded n=%lld rep %d\n", (long long)n, r);
-        double td = direct_sgemm(&m, threads);
-        double tf = run_job(goblin_grid_node(gf), &m, 0, &pi);
-        double tu = gu ? run_job(goblin_grid_node(gu), &m, 0, NULL) : 0;
+        double td = direct_sgemm(&m, threads), xd = g_cpu;
+        double tf = run_job(goblin_grid_node(gf), &m, 0, &pi), xf = g_cpu;
+        double tu = gu ? run_job(goblin_grid_node(gu), &m, 0, NULL) : 0, xu = g_cpu;
+        fprintf(stderr, "embedded n=%lld rep %d: wall BLIS %.3f grid %.3f unverified %.3f; CPU %.3f %.3f %.3f\n",
+                (long long)n, r, td, tf, tu, xd, xf, gu ? xu : 0.0);
         if (tf < 0 || tu < 0) failed = true;
         if (r == 0) continue; /* warm-up */
         if (td < bd) bd = td;
         if (tf < bf) bf = tf;
         if (gu && tu < bu) bu = tu;
+        if (xd < cd) cd = xd;
+        if (xf < cf) cf = xf;
+        if (gu && xu < cu) cu = xu;
     }
     /* The last job written into C was the unsafe one if any; check the verified one. */
     if (!failed && gu) run_job(goblin_grid_node(gf), &m, 0, NULL);
@@ -419,13 +439,14 @@ static void embedded(int64_t n, int32_t threads, int reps, bool with_unsafe) {
         printf("| %lld | job failed | | | | |\n", (long long)n);
     } else {
         printf("| %lld | %d workers x 1 thread vs BLIS %d threads | %s | %.3f s (%.1f GFLOP/s) | %.3f s "
-               "(%.1f GFLOP/s) | **%.3f** | %lld accepted, %lld rejected; max rel err %.1e |\n",
+               "(%.1f GFLOP/s) | **%.3f** | %lld accepted, %lld rejected; max rel err %.1e; CPU per job "
+               "%.3f s vs BLIS %.3f s (ratio %.3f) |\n",
                (long long)n, threads, threads, ps, bd, gflop / bd, bf, gflop / bf, bd / bf,
-               (long long)st.results_accepted, (long long)st.results_rejected, err);
+               (long long)st.results_accepted, (long long)st.results_rejected, err, cf, cd, cd / cf);
         if (gu)
             printf("| %lld | verification overhead | UNSAFE_NONE %.3f s | Freivalds %.3f s | | **%+.1f%%** "
-                   "| (Freivalds - none) / none |\n",
-                   (long long)n, bu, bf, (bf - bu) / bu * 100.0);
+                   "| (Freivalds - none) / none; CPU per job %.3f s vs %.3f s (%+.1f%%) |\n",
+                   (long long)n, bu, bf, (bf - bu) / bu * 100.0, cf, cu, (cf - cu) / cu * 100.0);
     }
     fflush(stdout);
     goblin_grid_free(gf);
@@ -554,6 +575,8 @@ int main(int argc, char **argv) {
            "(shared machine, %ld cores online).\n\n",
            reps, la, sysconf(_SC_NPROCESSORS_ONLN));
 
+    bool sched_only = env_int("GOBLIN_BENCH_GRID_SCHED_ONLY", 0) != 0;
+    if (sched_only) goto sched;
     printf("### Embedded grid (goblin_grid_local, inproc) vs direct BLIS, same total threads (goal >= 0.90)\n\n");
     printf("| n | threads | plan | direct BLIS | grid | ratio | verification |\n|---|---|---|---|---|---|---|\n");
     embedded(n, threads, reps, true);
@@ -578,14 +601,15 @@ int main(int argc, char **argv) {
            "|---|---|---|---|---|---|---|\n");
     processes(n, reps);
     printf("\n");
-
+sched:
     printf("### Scheduler throughput: tiny tasks through one node, W in-process workers (1 thread each) over tcp "
            "loopback (goal >= 20,000 tasks/s at W = 4)\n\n");
     printf("The node has no tiny-task job type, so each task is one tiny matmul tile (A [512, 8] . B [8, 512] "
            "cut with min_tasks = 4096), Freivalds-verified like any other.\n\n");
     printf("| workers | tasks | job time | tasks/s |\n|---|---|---|---|\n");
-    const int ws[] = {1, 2, 4, 8, 16, 64};
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+    const int ws[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    int wmax = env_int("GOBLIN_BENCH_GRID_SCHED_MAX_W", 256);
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0] && ws[i] <= wmax; i++) {
         fprintf(stderr, "scheduler W=%d\n", ws[i]);
         scheduler(ws[i], 512, 4096, 1);
     }

@@ -24,6 +24,7 @@
 #include "goblin/wire.h"
 #include "scheduler.h"
 #include "transport.h"
+#include "wire_impl.h"
 
 #define PANEL_MEMO 32     /* panel ids remembered per worker and kind (A, B) */
 #define SCAN_LIMIT 512    /* pending tasks examined per assignment */
@@ -124,6 +125,11 @@ struct goblin_job {
     int64_t scan_from;
     int64_t sum_task_ms, n_task_ms; /* for straggler detection */
     goblin_job_params jp;
+    /* The serialized task graph of the last tile shape sent (most tiles share one):
+     * built once instead of per TASK. Under node->mu. */
+    uint8_t *gser;
+    size_t gser_len;
+    int64_t gser_shape[3];
     bool running; /* scheduling state, under node->mu */
     /* under job->mu */
     pthread_mutex_t mu;
@@ -181,6 +187,15 @@ int64_t goblin__now_ms(void) {
 }
 
 uint64_t goblin__secret_u64(void) {
+    /* Drawn from the kernel in batches (one getrandom per 32 values, per thread):
+     * a syscall per verified task showed in the tiny-task profile. */
+    static _Thread_local uint64_t pool[32];
+    static _Thread_local int avail;
+    if (avail > 0) return pool[--avail];
+    if (getrandom(pool, sizeof pool, 0) == (ssize_t)sizeof pool) {
+        avail = 31;
+        return pool[31];
+    }
     uint64_t v = 0;
     if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
         /* No entropy source: still unpredictable enough to a remote worker. */
@@ -407,22 +422,6 @@ static goblin_tensor view2(const goblin_tensor *t, int64_t r0, int64_t nr, int64
     return v;
 }
 
-/* Copy a strided 2-D view into contiguous @p dst (rows x cols). */
-static void pack(const goblin_tensor *v, void *dst, size_t esz) {
-    int64_t r = v->shape[0], c = v->shape[1];
-    char *d = dst;
-    for (int64_t i = 0; i < r; i++) {
-        const char *row = (const char *)v->data + i * v->strides[0] * (int64_t)esz;
-        if (v->strides[1] == 1) {
-            memcpy(d, row, (size_t)c * esz);
-            d += (size_t)c * esz;
-        } else {
-            for (int64_t k = 0; k < c; k++, d += esz)
-                memcpy(d, row + k * v->strides[1] * (int64_t)esz, esz);
-        }
-    }
-}
-
 /* Copy contiguous @p src (rows x cols) into the strided 2-D view @p v. */
 static void unpack(goblin_tensor *v, const void *src, size_t esz) {
     int64_t r = v->shape[0], c = v->shape[1];
@@ -566,13 +565,15 @@ static void fail_peer_leases(goblin_node *n, int32_t pi, bool counts, goblin_err
 /* ---- sending ------------------------------------------------------------------- */
 
 static int send_wire(goblin_node *n, nng_pipe pp, const goblin_wire_msg *m) {
+    /* Tensors may be strided views of the job's matrices: gathered straight into
+     * the message body (no separate packing buffer). */
     size_t len = 0;
-    if (goblin_wire_encoded_size(m, &len) != GOBLIN_OK) return NNG_EINVAL;
+    if (goblin__wire_encoded_size_strided(m, &len) != GOBLIN_OK) return NNG_EINVAL;
     nng_msg *msg;
     int rv = nng_msg_alloc(&msg, len);
     if (rv) return rv;
     size_t wrote = 0;
-    if (goblin_wire_encode_into(m, nng_msg_body(msg), len, &wrote) != GOBLIN_OK) {
+    if (goblin__wire_encode_into_strided(m, nng_msg_body(msg), len, &wrote) != GOBLIN_OK) {
         nng_msg_free(msg);
         return NNG_EINVAL;
     }
@@ -607,43 +608,40 @@ static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool sp
     job_tile(j, ti, &t);
     uint64_t ida = panel_id(j, 0, ti), idb = panel_id(j, 1, ti);
     bool have_a = peer_has_panel(p, 0, ida), have_b = peer_has_panel(p, 1, idb);
-    goblin_graph *g = NULL;
-    uint8_t *gbuf = NULL;
-    size_t glen = 0;
-    void *pa = NULL, *pb = NULL;
     bool ok = false;
-    if (goblin__matmul_graph(j->dt, t.rows, t.kn, t.cols, &g) || goblin_graph_serialize(g, &gbuf, &glen))
-        goto out;
-    int64_t sa[2] = {have_a ? 0 : t.rows, have_a ? 0 : t.kn};
-    int64_t sb[2] = {have_b ? 0 : t.kn, have_b ? 0 : t.cols};
-    if (!have_a) {
-        if (!(pa = goblin__alloc((size_t)(t.rows * t.kn) * j->esz))) goto out;
-        goblin_tensor v = view2(&j->a, t.row0, t.rows, t.k0, t.kn, j->esz);
-        pack(&v, pa, j->esz);
+    if (!j->gser || j->gser_shape[0] != t.rows || j->gser_shape[1] != t.kn || j->gser_shape[2] != t.cols) {
+        goblin_graph *g = NULL;
+        uint8_t *gb = NULL;
+        size_t gl = 0;
+        goblin_err ge = goblin__matmul_graph(j->dt, t.rows, t.kn, t.cols, &g);
+        if (!ge) ge = goblin_graph_serialize(g, &gb, &gl);
+        goblin_graph_free(g);
+        if (ge) return false;
+        goblin_buffer_free(j->gser);
+        j->gser = gb;
+        j->gser_len = gl;
+        j->gser_shape[0] = t.rows;
+        j->gser_shape[1] = t.kn;
+        j->gser_shape[2] = t.cols;
     }
-    if (!have_b) {
-        if (!(pb = goblin__alloc((size_t)(t.kn * t.cols) * j->esz))) goto out;
-        goblin_tensor v = view2(&j->b, t.k0, t.kn, t.col0, t.cols, j->esz);
-        pack(&v, pb, j->esz);
-    }
+    /* The panels go as strided views of A and B: send_wire gathers them straight
+     * into the message body. */
+    int64_t s0[2] = {0, 0};
+    goblin_tensor in[3];
+    if (have_a) goblin_tensor_init(&in[0], j->dt, 2, s0, NULL);
+    else in[0] = view2(&j->a, t.row0, t.rows, t.k0, t.kn, j->esz);
+    if (have_b) goblin_tensor_init(&in[1], j->dt, 2, s0, NULL);
+    else in[1] = view2(&j->b, t.k0, t.kn, t.col0, t.cols, j->esz);
     /* The cache directory (docs/runtime.md): ids, then "left out" flags. */
     int64_t dir[4] = {(int64_t)ida, (int64_t)idb, have_a ? 1 : 0, have_b ? 1 : 0};
     int64_t sd[1] = {4};
-    goblin_tensor in[3];
-    goblin_tensor_init(&in[0], j->dt, 2, sa, pa);
-    goblin_tensor_init(&in[1], j->dt, 2, sb, pb);
     goblin_tensor_init(&in[2], GOBLIN_DTYPE_I64, 1, sd, dir);
-    if (!send_task(n, j, ti, pi, speculative, gbuf, glen, in, 3)) goto out;
+    if (!send_task(n, j, ti, pi, speculative, j->gser, j->gser_len, in, 3)) return false;
     if (have_a) n->st.panel_cache_hits++;
     if (have_b) n->st.panel_cache_hits++;
     peer_add_panel(p, 0, ida);
     peer_add_panel(p, 1, idb);
     ok = true;
-out:
-    goblin__free(pa);
-    goblin__free(pb);
-    goblin_buffer_free(gbuf);
-    goblin_graph_free(g);
     return ok;
 }
 
@@ -1105,7 +1103,9 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
     size_t len = nng_msg_len(msg);
     goblin_wire_msg *m = NULL;
     char err[256];
-    goblin_err e = goblin_wire_decode(buf, len, &n->limits, 0, &m, err, sizeof err);
+    /* Zero-copy: result tensors are read-only views into @p msg, which node_main
+     * frees only after this returns (everything kept past it is copied). */
+    goblin_err e = goblin_wire_decode(buf, len, &n->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err, sizeof err);
     if (e) {
         goblin_wire_header h;
         if (e == GOBLIN_EVERSION && !p->hello &&
@@ -2401,6 +2401,7 @@ void goblin_job_free(goblin_job *j) {
             if (j->g) task_free_graph_bufs(j, &j->tasks[i]);
         }
     gjob_free(j->g);
+    goblin_buffer_free(j->gser);
     goblin__free(j->tasks);
     goblin__free(j->tile_done);
     goblin_plan_free(j->plan);

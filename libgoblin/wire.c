@@ -13,6 +13,7 @@
 #include <string.h>
 #include <goblin/wire.h>
 #include "alloc.h"
+#include "wire_impl.h"
 
 static const uint8_t MAGIC[4] = {'G', 'B', 'L', 'W'};
 
@@ -83,6 +84,7 @@ typedef struct wr {
     uint64_t len; /* bytes written (or counted) so far */
     uint64_t cap;
     bool over;    /* a write would have passed cap */
+    bool strided; /* tensors may be strided views: gathered into the message */
 } wr;
 
 static void put(wr *w, const void *src, uint64_t n) {
@@ -109,6 +111,39 @@ static void put_le(wr *w, uint64_t v, unsigned n) {
 static void put_pad(wr *w) {
     static const uint8_t zeros[ALIGN] = {0};
     put(w, zeros, pad_to_align(w->len));
+}
+
+/* Gather the strided view @p t (numel * es == n bytes) row by row into the message:
+ * the packing copy and the encoding copy in one. */
+static void put_strided(wr *w, const goblin_tensor *t, size_t es, uint64_t n) {
+    if (!w->p) {
+        w->len += n;
+        return;
+    }
+    if (w->over || n > w->cap - w->len) {
+        w->over = true;
+        return;
+    }
+    int32_t r = t->rank;
+    int64_t inner = t->shape[r - 1], istr = t->strides[r - 1] * (int64_t)es;
+    int64_t idx[GOBLIN_MAX_RANK] = {0};
+    uint8_t *d = w->p + w->len;
+    int64_t rows = inner ? (int64_t)(n / es) / inner : 0;
+    for (int64_t q = 0; q < rows; q++) {
+        const char *src = (const char *)t->data;
+        for (int32_t k = 0; k < r - 1; k++) src += idx[k] * t->strides[k] * (int64_t)es;
+        if (istr == (int64_t)es) {
+            memcpy(d, src, (size_t)inner * es);
+            d += (size_t)inner * es;
+        } else {
+            for (int64_t c = 0; c < inner; c++, d += es) memcpy(d, src + c * istr, es);
+        }
+        for (int32_t k = r - 2; k >= 0; k--) {
+            if (++idx[k] < t->shape[k]) break;
+            idx[k] = 0;
+        }
+    }
+    w->len += n;
 }
 
 static goblin_err put_text(wr *w, const char *s) {
@@ -145,7 +180,8 @@ static goblin_err put_tensors(wr *w, const goblin_tensor *ts, int32_t n) {
         if (!shape_numel(t->rank, t->shape, GOBLIN_MAX_NUMEL, &numel)) return GOBLIN_ELIMIT;
         uint64_t nbytes = (uint64_t)numel * es; /* <= 2^46 * 8: no overflow */
         if (numel > 0 && !t->data) return GOBLIN_EINVAL;
-        if (numel > 1 && !goblin_tensor_is_contiguous(t)) return GOBLIN_EINVAL;
+        bool gather = numel > 1 && !goblin_tensor_is_contiguous(t);
+        if (gather && !w->strided) return GOBLIN_EINVAL;
         if (nbytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES) return GOBLIN_ELIMIT;
         PUT_U8(w, t->dtype);
         PUT_U8(w, t->rank);
@@ -153,7 +189,10 @@ static goblin_err put_tensors(wr *w, const goblin_tensor *ts, int32_t n) {
         PUT_U32(w, 0);
         for (int32_t d = 0; d < t->rank; d++) PUT_U64(w, t->shape[d]);
         PUT_U64(w, nbytes);
-        put(w, t->data, nbytes);
+        if (gather)
+            put_strided(w, t, es, nbytes);
+        else
+            put(w, t->data, nbytes);
         put_pad(w);
         /* keeps the running count far from overflow whatever the caller passes */
         if (w->len > GOBLIN_WIRE_MAX_MESSAGE_BYTES) return GOBLIN_ELIMIT;
@@ -268,9 +307,10 @@ goblin_err goblin_wire_msg_init(goblin_wire_msg *m, goblin_wire_type type) {
     return GOBLIN_OK;
 }
 
-goblin_err goblin_wire_encoded_size(const goblin_wire_msg *m, size_t *out_len) {
+static goblin_err encoded_size(const goblin_wire_msg *m, bool strided, size_t *out_len) {
     if (!m || !out_len) return GOBLIN_EINVAL;
     wr w = {0};
+    w.strided = strided;
     goblin_err e = put_msg(&w, m, 0);
     if (e) return e;
     if (w.len > SIZE_MAX) return GOBLIN_ELIMIT;
@@ -278,14 +318,22 @@ goblin_err goblin_wire_encoded_size(const goblin_wire_msg *m, size_t *out_len) {
     return GOBLIN_OK;
 }
 
-goblin_err goblin_wire_encode_into(const goblin_wire_msg *m, uint8_t *buf, size_t cap,
-                                   size_t *out_len) {
+goblin_err goblin_wire_encoded_size(const goblin_wire_msg *m, size_t *out_len) {
+    return encoded_size(m, false, out_len);
+}
+
+goblin_err goblin__wire_encoded_size_strided(const goblin_wire_msg *m, size_t *out_len) {
+    return encoded_size(m, true, out_len);
+}
+
+static goblin_err encode_into(const goblin_wire_msg *m, bool strided, uint8_t *buf, size_t cap,
+                              size_t *out_len) {
     if (!m || !out_len || (!buf && cap)) return GOBLIN_EINVAL;
     size_t need;
-    goblin_err e = goblin_wire_encoded_size(m, &need);
+    goblin_err e = encoded_size(m, strided, &need);
     if (e) return e;
     if (need > cap) return GOBLIN_ELIMIT;
-    wr w = {buf, 0, cap, false};
+    wr w = {buf, 0, cap, false, strided};
     e = put_msg(&w, m, need - GOBLIN_WIRE_HEADER_SIZE);
     if (e) return e;
     /* the caller changed *m between the passes (a contract violation): never
@@ -293,6 +341,16 @@ goblin_err goblin_wire_encode_into(const goblin_wire_msg *m, uint8_t *buf, size_
     if (w.over || w.len != need) return GOBLIN_EINVAL;
     *out_len = need;
     return GOBLIN_OK;
+}
+
+goblin_err goblin_wire_encode_into(const goblin_wire_msg *m, uint8_t *buf, size_t cap,
+                                   size_t *out_len) {
+    return encode_into(m, false, buf, cap, out_len);
+}
+
+goblin_err goblin__wire_encode_into_strided(const goblin_wire_msg *m, uint8_t *buf, size_t cap,
+                                            size_t *out_len) {
+    return encode_into(m, true, buf, cap, out_len);
 }
 
 goblin_err goblin_wire_encode(const goblin_wire_msg *m, uint8_t **out_buf, size_t *out_len) {

@@ -30,9 +30,17 @@ typedef struct kept_set {
     int32_t n;
 } kept_set;
 
+/* A received message kept alive by the panels that point into its body (zero-copy
+ * decoding: the cache keeps the TASK's bytes instead of copying them). */
+typedef struct msgref {
+    nng_msg *msg;
+    int32_t refs;
+} msgref;
+
 typedef struct panel {
     uint64_t id;
-    goblin_tensor t; /* contiguous; data owned */
+    goblin_tensor t; /* contiguous; data owned, or inside ref's message */
+    msgref *ref;     /* NULL: data owned */
     size_t bytes;
     uint64_t last_use;
 } panel;
@@ -162,8 +170,20 @@ void goblin_worker_stop(goblin_worker *w) {
     if (w) atomic_store(&w->stop, true);
 }
 
+static void panel_release(panel *pn) {
+    if (!pn->ref) {
+        goblin__free(pn->t.data);
+        return;
+    }
+    if (--pn->ref->refs == 0) {
+        nng_msg_free(pn->ref->msg);
+        goblin__free(pn->ref);
+    }
+    pn->ref = NULL;
+}
+
 static void cache_clear(goblin_worker *w) {
-    for (int32_t i = 0; i < w->n_cache; i++) goblin__free(w->cache[i].t.data);
+    for (int32_t i = 0; i < w->n_cache; i++) panel_release(&w->cache[i]);
     w->n_cache = 0;
     w->cache_used = 0;
 }
@@ -217,37 +237,42 @@ static panel *cache_find(goblin_worker *w, uint64_t id) {
     return NULL;
 }
 
-/* Keep a copy of @p t under @p id, evicting least recently used panels to stay
- * within cache_bytes. A panel larger than the cache is not kept. */
-static void cache_put(goblin_worker *w, uint64_t id, const goblin_tensor *t) {
+/* Keep @p t under @p id, evicting least recently used panels to stay within
+ * cache_bytes: a copy, or with @p ref (t's data lies in ref's message) a reference
+ * to the message. A panel larger than the cache is not kept. Returns whether @p ref
+ * was taken. */
+static bool cache_put(goblin_worker *w, uint64_t id, const goblin_tensor *t, msgref *ref) {
     size_t bytes = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
-    if (!id || bytes == 0 || bytes > w->p.cache_bytes || cache_find(w, id)) return;
+    if (!id || bytes == 0 || bytes > w->p.cache_bytes || cache_find(w, id)) return false;
     while (w->cache_used + bytes > w->p.cache_bytes && w->n_cache > 0) {
         int32_t lru = 0;
         for (int32_t i = 1; i < w->n_cache; i++)
             if (w->cache[i].last_use < w->cache[lru].last_use) lru = i;
         w->cache_used -= w->cache[lru].bytes;
-        goblin__free(w->cache[lru].t.data);
+        panel_release(&w->cache[lru]);
         w->cache[lru] = w->cache[--w->n_cache];
     }
     if (w->n_cache == w->cap_cache) {
         int32_t nc = w->cap_cache ? w->cap_cache * 2 : 16;
         panel *np = goblin__alloc((size_t)nc * sizeof *np);
-        if (!np) return;
+        if (!np) return false;
         if (w->cache) memcpy(np, w->cache, (size_t)w->n_cache * sizeof *np);
         goblin__free(w->cache);
         w->cache = np;
         w->cap_cache = nc;
     }
-    void *d = goblin__memdup(t->data, bytes);
-    if (!d) return;
+    void *d = ref ? t->data : goblin__memdup(t->data, bytes);
+    if (!d) return false;
     panel *pn = &w->cache[w->n_cache++];
     pn->id = id;
     pn->t = *t;
     pn->t.data = d;
+    pn->ref = ref;
+    if (ref) ref->refs++;
     pn->bytes = bytes;
     pn->last_use = ++w->use_clock;
     w->cache_used += bytes;
+    return ref != NULL;
 }
 
 /* ---- sending ------------------------------------------------------------------------ */
@@ -325,11 +350,13 @@ static void keep_outputs(kept_set *k, const goblin_tensor *o, int32_t n) {
 
 /* Returns false when the worker must end now (CRASH). Every answer (RESULT or
  * ERROR) is followed by a LEASE_REQUEST for one more task; SILENT sends neither. */
-static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered);
+static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp, bool *answered);
 
-static bool run_task(goblin_worker *w, goblin_wire_task *t) {
+/* @p t was decoded zero-copy from *nmp; the panel cache may take the message (then
+ * *nmp is set to NULL). */
+static bool run_task(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp) {
     bool answered = true;
-    bool keep = run_task_inner(w, t, &answered);
+    bool keep = run_task_inner(w, t, nmp, &answered);
     if (keep && answered) send_lease_request(w, 1);
     return keep;
 }
@@ -339,7 +366,39 @@ static void fail_task(goblin_worker *w, uint64_t id, goblin_err e, const char *t
     BUMP(w, tasks_failed);
 }
 
-static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered) {
+/* Cache the inputs that came with task @p t (directory @p dv, @p ni inputs): by
+ * reference to the message *nmp when they lie in it and make up at least half of it
+ * (so a kept message is mostly cached panels), else by copy. */
+static void cache_inputs(goblin_worker *w, goblin_wire_task *t, const int64_t *dv, int32_t ni, nng_msg **nmp) {
+    const uint8_t *body = *nmp ? nng_msg_body(*nmp) : NULL;
+    size_t blen = *nmp ? nng_msg_len(*nmp) : 0;
+    size_t inside = 0;
+    for (int32_t k = 0; k < ni; k++) {
+        if (dv[ni + k] || !dv[k]) continue;
+        size_t bytes = (size_t)goblin_tensor_numel(&t->inputs[k]) * goblin_dtype_size(t->inputs[k].dtype);
+        const uint8_t *d = t->inputs[k].data;
+        if (body && d >= body && d + bytes <= body + blen && bytes <= w->p.cache_bytes) inside += bytes;
+    }
+    msgref *ref = NULL;
+    if (inside > 0 && inside >= blen / 2 && (ref = goblin__calloc(1, sizeof *ref))) {
+        ref->msg = *nmp;
+        ref->refs = 1; /* ours while caching: an eviction below must not free the message */
+    }
+    for (int32_t k = 0; k < ni; k++) {
+        if (dv[ni + k] || !dv[k]) continue;
+        const uint8_t *d = t->inputs[k].data;
+        size_t bytes = (size_t)goblin_tensor_numel(&t->inputs[k]) * goblin_dtype_size(t->inputs[k].dtype);
+        bool in_msg = ref && d >= body && d + bytes <= body + blen;
+        cache_put(w, (uint64_t)dv[k], &t->inputs[k], in_msg ? ref : NULL);
+    }
+    if (ref && --ref->refs == 0) {
+        goblin__free(ref); /* no panel kept it: the caller frees the message */
+    } else if (ref) {
+        *nmp = NULL; /* the cache owns the message now */
+    }
+}
+
+static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp, bool *answered) {
     goblin_graph *g = NULL;
     char err[256];
     goblin_err e = goblin_graph_deserialize(t->graph, (size_t)t->graph_len, NULL, &g, err, sizeof err);
@@ -416,8 +475,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, bool *answered
     if (dv) {
         /* Cache the inputs that came with the task only now: an eviction before the
          * evaluation could free a cached input this very task is using. */
-        for (int32_t k = 0; k < ni; k++)
-            if (!dv[ni + k] && dv[k]) cache_put(w, (uint64_t)dv[k], &t->inputs[k]);
+        cache_inputs(w, t, dv, ni, nmp);
     }
     goblin__free(in);
     if (e) {
@@ -640,9 +698,12 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         }
         goblin_wire_msg *m = NULL;
         char err[256];
-        e = goblin_wire_decode(nng_msg_body(nm), nng_msg_len(nm), &w->limits, 0, &m, err, sizeof err);
-        nng_msg_free(nm);
+        /* Zero-copy: the task's inputs and graph are read-only views into nm, which
+         * lives until the task is answered (the panel cache keeps copies). */
+        e = goblin_wire_decode(nng_msg_body(nm), nng_msg_len(nm), &w->limits, GOBLIN_WIRE_DECODE_ZERO_COPY,
+                               &m, err, sizeof err);
         if (e) {
+            nng_msg_free(nm);
             wlog(w, GOBLIN_LOG_WARN, "ignoring a malformed message from the node (%s): %s",
                  goblin_err_name(e), err);
             continue;
@@ -666,7 +727,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             keep_going = false;
             break;
         case GOBLIN_WIRE_TYPE_TASK:
-            if (!run_task(w, &m->body.task)) {
+            if (!run_task(w, &m->body.task, &nm)) {
                 result = GOBLIN_ECLOSED;
                 keep_going = false;
             }
@@ -680,6 +741,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             break;
         }
         goblin_wire_msg_free(m);
+        if (nm) nng_msg_free(nm);
         if (!keep_going) break;
     }
     atomic_store(&w->hb_quit, true);
