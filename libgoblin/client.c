@@ -1,6 +1,7 @@
 /* libgoblin/client.c - the client side of the gateway protocol (goblin/client.h). */
 #include <goblin/client.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +21,8 @@ struct goblin_client {
     pthread_mutex_t mu;
     uint64_t next_rid;
     char err[600];
+    bool node_eauth;                   /* the last request was answered ERROR EAUTH */
+    uint8_t token[GOBLIN__CW_MAX_TOKEN]; /* c->p.token points here (token_len bytes) */
 };
 
 void goblin_client_params_default(goblin_client_params *p) {
@@ -55,6 +58,92 @@ static goblin_err nng_to_err(int rv) {
     }
 }
 
+/* The first connection, made by a blocking nng_dialer_start in a helper thread so that
+ * a refusal is seen as such, while the caller waits at most @p timeout_ms (0: no
+ * limit) on every transport: a host that never answers (or a listener that never
+ * accepts) would otherwise hold the caller for the operating system's TCP timeout. */
+typedef struct dial_wait {
+    nng_dialer d;
+    int rv;
+    bool done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} dial_wait;
+
+static void *dial_thread(void *arg) {
+    dial_wait *w = arg;
+    int rv = nng_dialer_start(w->d, 0);
+    pthread_mutex_lock(&w->mu);
+    w->rv = rv;
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static goblin_err dial_bounded(goblin_client *c, nng_dialer d, const char *url,
+                               uint32_t timeout_ms, char *why, size_t cap) {
+    int rv;
+    if (timeout_ms == 0) {
+        if ((rv = nng_dialer_start(d, 0)) != 0) {
+            snprintf(why, cap, "cannot connect to %s: %s", url, nng_strerror(rv));
+            return nng_to_err(rv);
+        }
+        return GOBLIN_OK;
+    }
+    dial_wait w = {.d = d};
+    pthread_condattr_t ca;
+    bool ok = pthread_condattr_init(&ca) == 0;
+    ok = ok && pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0;
+    if (!ok || pthread_mutex_init(&w.mu, NULL) != 0) {
+        snprintf(why, cap, "cannot create a condition variable");
+        return GOBLIN_ENOMEM;
+    }
+    if (pthread_cond_init(&w.cv, &ca) != 0) {
+        pthread_mutex_destroy(&w.mu);
+        snprintf(why, cap, "cannot create a condition variable");
+        return GOBLIN_ENOMEM;
+    }
+    pthread_condattr_destroy(&ca);
+    pthread_t t;
+    if (pthread_create(&t, NULL, dial_thread, &w) != 0) {
+        pthread_cond_destroy(&w.cv);
+        pthread_mutex_destroy(&w.mu);
+        snprintf(why, cap, "cannot start a thread");
+        return GOBLIN_ENOMEM;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&w.mu);
+    while (!w.done)
+        if (pthread_cond_timedwait(&w.cv, &w.mu, &dl) == ETIMEDOUT) break;
+    bool done = w.done;
+    pthread_mutex_unlock(&w.mu);
+    /* Closing the socket aborts a dial still in progress; the thread then ends. */
+    if (!done) nng_close(c->sock);
+    pthread_join(t, NULL);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    if (!done) {
+        snprintf(why, cap, "no connection to %s within %u ms (connect_timeout_ms): nobody "
+                 "answered", url, timeout_ms);
+        return GOBLIN_ETIMEDOUT;
+    }
+    if (w.rv) {
+        snprintf(why, cap, "cannot connect to %s: %s", url, nng_strerror(w.rv));
+        return nng_to_err(w.rv);
+    }
+    return GOBLIN_OK;
+}
+
+static goblin_err send_auth(goblin_client *c);
+
 goblin_err goblin_client_connect(goblin_client **out, const char *url,
                                  const goblin_client_params *p, char *err_msg, size_t err_cap) {
     goblin_client_params dp;
@@ -69,10 +158,14 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
     bool tls = strncmp(url, "tls+", 4) == 0;
     if (tls && !!p->ca_file == !!p->fingerprint)
         FAIL(GOBLIN_EINVAL, "%s needs exactly one of a CA file and a fingerprint", url);
+    if (p->token_len > GOBLIN__CW_MAX_TOKEN || (p->token_len && !p->token))
+        FAIL(GOBLIN_EINVAL, "a client token must have 1 to %d bytes", GOBLIN__CW_MAX_TOKEN);
     goblin_client *c = goblin__calloc(1, sizeof *c);
     if (!c) FAIL(GOBLIN_ENOMEM, "out of memory");
     c->p = *p;
     c->p.ca_file = c->p.fingerprint = c->p.server_name = NULL; /* used during connect only */
+    if (p->token_len) memcpy(c->token, p->token, p->token_len);
+    c->p.token = p->token_len ? c->token : NULL;
     c->next_rid = 1;
     int rv = nng_req0_open(&c->sock);
     if (rv) {
@@ -104,18 +197,24 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
     if (!e) {
         nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 100);
         nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 2000);
-        if ((rv = nng_dialer_start(d, 0)) != 0) {
-            e = nng_to_err(rv);
-            snprintf(why, sizeof why, "cannot connect to %s: %s", url, nng_strerror(rv));
-        }
+        e = dial_bounded(c, d, url, p->connect_timeout_ms, why, sizeof why);
+    }
+    if (!e && c->p.token_len) {
+        e = send_auth(c);
+        if (e == GOBLIN_EAUTH && c->node_eauth)
+            snprintf(why, sizeof why, "the node at %s refused the client token", url);
+        else if (e)
+            snprintf(why, sizeof why, "cannot present the client token to %s: %.300s", url, c->err);
     }
     if (e) {
         nng_close(c->sock);
         pthread_mutex_destroy(&c->mu);
+        memset(c->token, 0, sizeof c->token);
         goblin__free(c);
         FAIL(e, "%s", why);
     }
 #undef FAIL
+    c->err[0] = 0;
     *out = c;
     return GOBLIN_OK;
 }
@@ -124,13 +223,15 @@ void goblin_client_free(goblin_client *c) {
     if (!c) return;
     nng_close(c->sock);
     pthread_mutex_destroy(&c->mu);
+    memset(c->token, 0, sizeof c->token);
     goblin__free(c);
 }
 
 /* One request/reply. On success *reply is decoded from *keep (free it with
  * nng_msg_free after using the reply's tensors); an ERROR reply becomes its code. */
-static goblin_err roundtrip(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
-                            nng_msg **keep) {
+static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
+                                 nng_msg **keep) {
+    c->node_eauth = false;
     req->request_id = c->next_rid++;
     size_t sz;
     goblin_err e = goblin__cw_encoded_size(req, &sz);
@@ -163,11 +264,47 @@ static goblin_err roundtrip(goblin_client *c, goblin__cw_msg *req, goblin__cw_ms
         goblin_err code = reply->code > 0 && reply->code < 65536 ? (goblin_err)reply->code
                                                                  : GOBLIN_EPROTO;
         cerr(c, code, "node: %s", reply->text);
+        c->node_eauth = code == GOBLIN_EAUTH;
         nng_msg_free(in);
         return code;
     }
     *keep = in;
     return GOBLIN_OK;
+}
+
+/* roundtrip_once; a request the node answered EAUTH is sent again once after the
+ * token was presented again (the connection may have been redialed, and a new one
+ * starts unauthenticated). An EAUTH answer means the node did nothing with it, so
+ * sending it again cannot start a second job. */
+static goblin_err roundtrip(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
+                            nng_msg **keep) {
+    goblin_err e = roundtrip_once(c, req, reply, keep);
+    if (e == GOBLIN_EAUTH && c->node_eauth && c->p.token_len && req->type != GOBLIN__CW_AUTH) {
+        goblin_err ea = send_auth(c);
+        if (ea) return ea;
+        e = roundtrip_once(c, req, reply, keep);
+    }
+    return e;
+}
+
+/* Present the client token: AUTH, answered OK (or ERROR EAUTH). */
+static goblin_err send_auth(goblin_client *c) {
+    goblin__cw_msg *p = goblin__calloc(2, sizeof *p);
+    if (!p) return cerr(c, GOBLIN_ENOMEM, "out of memory");
+    p[0].type = GOBLIN__CW_AUTH;
+    p[0].token_len = c->p.token_len;
+    memcpy(p[0].token, c->token, c->p.token_len);
+    nng_msg *keep = NULL;
+    goblin_err e = roundtrip_once(c, &p[0], &p[1], &keep);
+    if (e == GOBLIN_EAUTH && c->node_eauth)
+        cerr(c, e, "the node refused the client token");
+    else if (!e && p[1].type != GOBLIN__CW_OK)
+        e = cerr(c, GOBLIN_EPROTO, "node answered %s to AUTH", goblin__cw_type_name(p[1].type));
+    memset(p[0].token, 0, sizeof p[0].token);
+    goblin__cw_msg_clear(&p[1]);
+    if (keep) nng_msg_free(keep);
+    goblin__free(p);
+    return e;
 }
 
 /* Runs @p fn with a zeroed request and reply pair under the client's lock. */

@@ -34,6 +34,7 @@ const char *goblin__cw_type_name(uint8_t t) {
     case GOBLIN__CW_RELEASE: return "RELEASE";
     case GOBLIN__CW_STATS: return "STATS";
     case GOBLIN__CW_SUBMIT_GRAPH: return "SUBMIT_GRAPH";
+    case GOBLIN__CW_AUTH: return "AUTH";
     case GOBLIN__CW_SUBMITTED: return "SUBMITTED";
     case GOBLIN__CW_JOB_STATUS: return "JOB_STATUS";
     case GOBLIN__CW_RESULT: return "RESULT";
@@ -126,6 +127,10 @@ static goblin_err body_size(const goblin__cw_msg *m, size_t *out) {
         n = 8;
         break;
     case GOBLIN__CW_STATS: n = 0; break;
+    case GOBLIN__CW_AUTH:
+        if (m->token_len == 0 || m->token_len > GOBLIN__CW_MAX_TOKEN) return GOBLIN_EINVAL;
+        n = 8 + pad8(m->token_len);
+        break;
     case GOBLIN__CW_SUBMITTED: n = 16; break;
     case GOBLIN__CW_JOB_STATUS: n = 40 + pad8(text_len(m->text)); break;
     case GOBLIN__CW_RESULT:
@@ -282,6 +287,10 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
         w64(p, m->job_id);
         break;
     case GOBLIN__CW_STATS: break;
+    case GOBLIN__CW_AUTH:
+        w32(p, m->token_len);
+        memcpy(p + 8, m->token, m->token_len);
+        break;
     case GOBLIN__CW_SUBMITTED:
         w64(p, m->job_id);
         w64(p + 8, (uint64_t)m->total);
@@ -620,6 +629,22 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         r.o = 8;
         break;
     case GOBLIN__CW_STATS: break;
+    case GOBLIN__CW_AUTH: {
+        NEED(&r, 8, "AUTH");
+        uint32_t tl = r32(r.p);
+        if (tl == 0 || tl > GOBLIN__CW_MAX_TOKEN)
+            return cw_err(msg, cap, GOBLIN_ELIMIT, "token of %u bytes out of 1..%d", tl,
+                          GOBLIN__CW_MAX_TOKEN);
+        if (r32(r.p + 4)) return cw_err(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
+        r.o = 8;
+        NEED(&r, pad8(tl), "token");
+        memcpy(m->token, r.p + r.o, tl);
+        m->token_len = tl;
+        if (!zeros(r.p + r.o + tl, pad8(tl) - tl))
+            return cw_err(msg, cap, GOBLIN_EFORMAT, "non-zero token padding");
+        r.o += pad8(tl);
+        break;
+    }
     case GOBLIN__CW_SUBMITTED:
         NEED(&r, 16, "SUBMITTED");
         m->job_id = r64(r.p);

@@ -13,6 +13,7 @@
  *                        tensor[n_inputs]
  *   STATUS/CANCEL/FETCH/RELEASE  u64 job id
  *   STATS                (empty)
+ *   AUTH                 u32 len (1 .. GOBLIN__CW_MAX_TOKEN), u32 0, token bytes (pad 8)
  *   SUBMITTED            u64 job id, i64 total tasks
  *   JOB_STATUS           u64 job, u8 status, u8 0 x3, i32 error, i64 done, i64 total, u32 len, u32 0, text
  *   RESULT               u64 job, u8 has_tensor, u8 0 x7, [tensor]
@@ -33,6 +34,7 @@
 #include "goblin/error.h"
 #include "goblin/node.h"
 #include "goblin/tensor.h"
+#include "goblin/wire.h"
 
 #define GOBLIN__CW_VERSION 1
 #define GOBLIN__CW_HEADER_SIZE 24
@@ -43,6 +45,7 @@
 #define GOBLIN__CW_WORKER_RECORD 56
 #define GOBLIN__CW_MAX_IO GOBLIN_GRAPH_JOB_MAX_IO /* tensors of one graph job, each way */
 #define GOBLIN__CW_GRAPH_FIXED 64                 /* SUBMIT_GRAPH bytes before the graph */
+#define GOBLIN__CW_MAX_TOKEN GOBLIN_WIRE_MAX_TOKEN_BYTES /* AUTH token bytes */
 
 typedef enum goblin__cw_type {
     GOBLIN__CW_SUBMIT_MATMUL = 1,
@@ -53,6 +56,7 @@ typedef enum goblin__cw_type {
     GOBLIN__CW_RELEASE = 6,
     GOBLIN__CW_STATS = 7,
     GOBLIN__CW_SUBMIT_GRAPH = 8,
+    GOBLIN__CW_AUTH = 9,
     GOBLIN__CW_SUBMITTED = 64,
     GOBLIN__CW_JOB_STATUS = 65,
     GOBLIN__CW_RESULT = 66,
@@ -96,6 +100,9 @@ typedef struct goblin__cw_msg {
     int64_t chunk_rows, min_tasks;
     uint64_t task_memory_bytes;
     void *owned;              /* decode: the block behind io/split/combine/cache_ids */
+    /* AUTH (copied both ways) */
+    uint32_t token_len;
+    uint8_t token[GOBLIN__CW_MAX_TOKEN];
 } goblin__cw_msg;
 
 typedef struct goblin__cw_limits {

@@ -24,6 +24,7 @@
 #include "alloc.h"
 #include "client_wire.h"
 #include "goblin/npy.h"
+#include "goblin/tls.h"
 #include "tls_impl.h"
 
 typedef struct gw_job {
@@ -42,6 +43,12 @@ typedef struct gw_job {
     void *in_buf, *out_buf;
 } gw_job;
 
+typedef struct gw_pipe {
+    uint32_t id;
+    bool authed;
+    bool told; /* draining: sent a reply, not yet known to have arrived */
+} gw_pipe;
+
 struct goblin_gateway {
     goblin_gateway_params p;
     char *listen[GOBLIN_GATEWAY_MAX_LISTEN];
@@ -57,6 +64,17 @@ struct goblin_gateway {
     gw_job *jobs;
     uint64_t next_id;
     goblin_gateway_stats stats;
+    /* client tokens */
+    char *token_file;
+    uint8_t token[GOBLIN__CW_MAX_TOKEN];
+    uint32_t token_len;
+    /* Connections the gateway remembers, by nng pipe id: authenticated ones, and while
+     * draining those that were sent a reply and have neither spoken again nor closed
+     * (their reply may still be in flight). Forgotten when the pipe is removed. Own
+     * lock (pmu), never held while calling into nng. */
+    pthread_mutex_t pmu;
+    gw_pipe *pipes;
+    int32_t n_pipes, cap_pipes;
 };
 
 static int64_t now_ms(void) {
@@ -112,6 +130,9 @@ goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
         return GOBLIN_EINVAL;
     for (int32_t i = 0; i < p->n_listen; i++)
         if (!p->listen[i]) return GOBLIN_EINVAL;
+    if (p->token_len > GOBLIN__CW_MAX_TOKEN || (p->token_len && !p->token) ||
+        (p->token_file && !p->token_file[0]))
+        return GOBLIN_EINVAL;
     goblin_gateway *g = goblin__calloc(1, sizeof *g);
     if (!g) return GOBLIN_ENOMEM;
     g->p = *p;
@@ -125,10 +146,21 @@ goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
     }
     if (p->cert_file) ok = ok && (g->cert = goblin__strdup(p->cert_file));
     if (p->key_file) ok = ok && (g->key = goblin__strdup(p->key_file));
+    if (p->token_file) ok = ok && (g->token_file = goblin__strdup(p->token_file));
+    g->p.token_file = g->token_file;
+    g->p.token = NULL; /* copied into g->token */
+    if (p->token_len) memcpy(g->token, p->token, p->token_len);
+    g->token_len = p->token_len;
     g->jobs = goblin__calloc((size_t)p->max_jobs, sizeof *g->jobs);
     ok = ok && g->jobs;
-    if (!ok || pthread_mutex_init(&g->mu, NULL) != 0) {
+    bool mu_ok = ok && pthread_mutex_init(&g->mu, NULL) == 0;
+    if (mu_ok && pthread_mutex_init(&g->pmu, NULL) != 0) {
+        pthread_mutex_destroy(&g->mu);
+        mu_ok = false;
+    }
+    if (!mu_ok) {
         for (int32_t i = 0; i < GOBLIN_GATEWAY_MAX_LISTEN; i++) goblin__free(g->listen[i]);
+        goblin__free(g->token_file);
         goblin__free(g->cert);
         goblin__free(g->key);
         goblin__free(g->jobs);
@@ -139,6 +171,98 @@ goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
     atomic_init(&g->draining, false);
     *out = g;
     return GOBLIN_OK;
+}
+
+/* ---- connections: authentication and replies in flight ------------------------ */
+
+/* The entry for pipe @p id (pmu held), created if @p add; NULL if absent or no memory. */
+static gw_pipe *pipe_entry(goblin_gateway *g, uint32_t id, bool add) {
+    for (int32_t i = 0; i < g->n_pipes; i++)
+        if (g->pipes[i].id == id) return &g->pipes[i];
+    if (!add) return NULL;
+    if (g->n_pipes == g->cap_pipes) {
+        int32_t cap = g->cap_pipes ? 2 * g->cap_pipes : 16;
+        gw_pipe *np = goblin__alloc((size_t)cap * sizeof *np);
+        if (!np) return NULL;
+        if (g->n_pipes) memcpy(np, g->pipes, (size_t)g->n_pipes * sizeof *np);
+        goblin__free(g->pipes);
+        g->pipes = np;
+        g->cap_pipes = cap;
+    }
+    gw_pipe *e = &g->pipes[g->n_pipes++];
+    memset(e, 0, sizeof *e);
+    e->id = id;
+    return e;
+}
+
+static void on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg) {
+    (void)ev;
+    goblin_gateway *g = arg;
+    uint32_t id = nng_pipe_id(p);
+    pthread_mutex_lock(&g->pmu);
+    for (int32_t i = 0; i < g->n_pipes; i++)
+        if (g->pipes[i].id == id) {
+            g->pipes[i] = g->pipes[--g->n_pipes];
+            break;
+        }
+    pthread_mutex_unlock(&g->pmu);
+}
+
+static bool auth_required(const goblin_gateway *g) { return g->token_len || g->token_file; }
+
+static bool pipe_authed(goblin_gateway *g, uint32_t id) {
+    pthread_mutex_lock(&g->pmu);
+    gw_pipe *e = pipe_entry(g, id, false);
+    bool ok = e && e->authed;
+    pthread_mutex_unlock(&g->pmu);
+    return ok;
+}
+
+/* A request from pipe @p id arrived (so the replies it was sent arrived); @p replied:
+ * it is being answered now while draining. @p auth: 1 the pipe authenticated, -1 it
+ * presented a token that was refused (it is no longer authenticated), 0 neither. */
+static void pipe_note(goblin_gateway *g, uint32_t id, bool replied, int auth) {
+    pthread_mutex_lock(&g->pmu);
+    gw_pipe *e = pipe_entry(g, id, replied || auth > 0);
+    if (e) {
+        e->told = replied;
+        if (auth) e->authed = auth > 0;
+    }
+    pthread_mutex_unlock(&g->pmu);
+}
+
+/* While draining: is a reply possibly still on its way to a client that is connected? */
+static bool replies_in_flight(goblin_gateway *g) {
+    pthread_mutex_lock(&g->pmu);
+    bool any = false;
+    for (int32_t i = 0; i < g->n_pipes; i++) any = any || g->pipes[i].told;
+    pthread_mutex_unlock(&g->pmu);
+    return any;
+}
+
+/* Is @p tok (@p len bytes) the gateway's token or one of its token file's? Constant
+ * time in the token's content (goblin_token_check_file is too). */
+static bool token_ok(goblin_gateway *g, const uint8_t *tok, uint32_t len) {
+    bool ok = false;
+    if (g->token_len) {
+        uint8_t diff = (uint8_t)(len != g->token_len);
+        for (uint32_t i = 0; i < g->token_len; i++)
+            diff |= (uint8_t)(g->token[i] ^ (i < len ? tok[i] : 0));
+        ok = diff == 0;
+    }
+    if (!ok && g->token_file && len > 0 && len <= GOBLIN_TOKEN_MAX_BYTES && !memchr(tok, 0, len)) {
+        char presented[GOBLIN_TOKEN_MAX_BYTES + 1];
+        memcpy(presented, tok, len);
+        presented[len] = 0;
+        char why[256] = "";
+        goblin_err e = goblin_token_check_file(g->token_file, presented, why, sizeof why);
+        memset(presented, 0, sizeof presented);
+        if (e == GOBLIN_OK) ok = true;
+        else if (e != GOBLIN_EAUTH)
+            glog(g, GOBLIN_LOG_ERROR, "client token file %s: %s (%s)", g->token_file,
+                 goblin_err_name(e), why);
+    }
+    return ok;
 }
 
 /* ---- replies ---------------------------------------------------------------- */
@@ -591,6 +715,34 @@ static void handle(goblin_gateway *g, nng_msg *in) {
     }
     glog(g, GOBLIN_LOG_DEBUG, "%s request %llu", goblin__cw_type_name(m->type),
          (unsigned long long)m->request_id);
+    uint32_t pid = nng_pipe_id(nng_msg_get_pipe(in));
+    bool authed = false;
+    if (m->type == GOBLIN__CW_AUTH) {
+        if (!auth_required(g) || token_ok(g, m->token, m->token_len)) {
+            authed = true;
+            memset(r, 0, sizeof *r);
+            r->type = GOBLIN__CW_OK;
+            r->request_id = m->request_id;
+            send_msg(g, r);
+        } else {
+            glog(g, GOBLIN_LOG_WARN, "client token refused (connection %u)", (unsigned)pid);
+            reply_error(g, r, m->request_id, GOBLIN_EAUTH, "the node refused the client token");
+        }
+        memset(m->token, 0, sizeof m->token);
+        pipe_note(g, pid, atomic_load(&g->draining), authed ? 1 : -1);
+        pthread_mutex_unlock(&g->mu);
+        goblin__free(m);
+        return;
+    }
+    if (m->type < GOBLIN__CW_SUBMITTED && auth_required(g) && !pipe_authed(g, pid)) {
+        reply_error(g, r, m->request_id, GOBLIN_EAUTH, "this node requires a client token");
+        pipe_note(g, pid, atomic_load(&g->draining), 0);
+        pthread_mutex_unlock(&g->mu);
+        goblin__cw_msg_clear(m);
+        goblin__free(m);
+        return;
+    }
+    bool closing = false;
     gw_job *j;
     switch (m->type) {
     case GOBLIN__CW_SUBMIT_MATMUL: handle_submit(g, m, r); break;
@@ -636,8 +788,10 @@ static void handle(goblin_gateway *g, nng_msg *in) {
         glog(g, GOBLIN_LOG_WARN, "unexpected %s message from a client; closing that connection",
              goblin__cw_type_name(m->type));
         nng_pipe_close(nng_msg_get_pipe(in));
+        closing = true;
         break;
     }
+    if (!closing) pipe_note(g, pid, atomic_load(&g->draining), 0);
     pthread_mutex_unlock(&g->mu);
     goblin__cw_msg_clear(m);
     goblin__free(m);
@@ -657,7 +811,12 @@ static void *serve(void *arg) {
     goblin_gateway *g = arg;
     for (;;) {
         if (atomic_load(&g->stop)) break;
-        if (atomic_load(&g->draining) && (now_ms() >= g->drain_deadline_ms || drained(g))) break;
+        /* Draining ends once every job's end was reported and those replies arrived
+         * (their clients spoke again or closed the connection: closing the socket
+         * while a reply is still queued would lose it), or at the deadline. */
+        if (atomic_load(&g->draining) &&
+            (now_ms() >= g->drain_deadline_ms || (drained(g) && !replies_in_flight(g))))
+            break;
         nng_msg *in;
         int rv = nng_recvmsg(g->sock, &in, 0);
         if (rv == NNG_ETIMEDOUT) continue;
@@ -681,6 +840,7 @@ goblin_err goblin_gateway_start(goblin_gateway *g) {
         return GOBLIN_EIO;
     }
     g->sock_open = true;
+    nng_pipe_notify(g->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, g);
     nng_socket_set_size(g->sock, NNG_OPT_RECVMAXSZ, (size_t)g->p.recv_max_bytes);
     nng_socket_set_ms(g->sock, NNG_OPT_RECVTIMEO, 100);
     for (int32_t i = 0; i < g->p.n_listen; i++) {
@@ -753,7 +913,11 @@ void goblin_gateway_free(goblin_gateway *g) {
     goblin__free(g->cert);
     goblin__free(g->key);
     goblin__free(g->jobs);
+    goblin__free(g->token_file);
+    goblin__free(g->pipes);
+    memset(g->token, 0, sizeof g->token);
     pthread_mutex_destroy(&g->mu);
+    pthread_mutex_destroy(&g->pmu);
     goblin__free(g);
 }
 

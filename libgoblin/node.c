@@ -186,6 +186,12 @@ int64_t goblin__now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t goblin__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 uint64_t goblin__secret_u64(void) {
     /* Drawn from the kernel in batches (one getrandom per 32 values, per thread):
      * a syscall per verified task showed in the tiny-task profile. */
@@ -484,7 +490,7 @@ goblin_err goblin__matmul_graph(goblin_dtype dt, int64_t rows, int64_t kn, int64
 }
 
 /* Compute task @p i on the node into contiguous @p dst (rows x cols). */
-static goblin_err node_compute(goblin_node *n, goblin_job *j, int64_t i, void *dst) {
+static goblin_err node_compute_impl(goblin_node *n, goblin_job *j, int64_t i, void *dst) {
     goblin_matmul_tile t;
     job_tile(j, i, &t);
     goblin_graph *g = NULL;
@@ -502,6 +508,14 @@ static goblin_err node_compute(goblin_node *n, goblin_job *j, int64_t i, void *d
     e = goblin_graph_eval(g, &ep, in, 2, &out, 1);
     goblin_graph_free(g);
     return e;
+}
+
+/* node_compute, with its time added to the node's verification clock (goblin_node_stats.verify_ns). */
+static goblin_err node_compute(goblin_node *n, goblin_job *j, int64_t i, void *dst) {
+    int64_t t0 = goblin__now_ns();
+    goblin_err r = node_compute_impl(n, j, i, dst);
+    n->st.verify_ns += goblin__now_ns() - t0;
+    return r;
 }
 
 /* ---- leases ------------------------------------------------------------------ */
@@ -859,7 +873,7 @@ static void task_done(goblin_node *n, goblin_job *j, int64_t ti) {
 
 /* Freivalds-check @p c as task @p ti (or, with @p whole_tile, the whole C tile over
  * all of K). */
-static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
+static goblin_err check_tile_impl(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
                              const goblin_tensor *c, goblin_verdict *v) {
     goblin_matmul_tile t;
     job_tile(j, ti, &t);
@@ -874,6 +888,15 @@ static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool who
     fp.seed = goblin__secret_u64();
     fp.vectors = n->p.freivalds_vectors;
     return goblin_verify_matmul(&a, &b, c, &fp, v);
+}
+
+/* check_tile, with its time added to the node's verification clock (goblin_node_stats.verify_ns). */
+static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
+                             const goblin_tensor *c, goblin_verdict *v) {
+    int64_t t0 = goblin__now_ns();
+    goblin_err r = check_tile_impl(n, j, ti, whole_tile, c, v);
+    n->st.verify_ns += goblin__now_ns() - t0;
+    return r;
 }
 
 static void quarantine(goblin_node *n, int32_t pi);
@@ -1578,7 +1601,7 @@ out:
 }
 
 /* Compute task @p ti on the node: *out gets one new contiguous buffer per output. */
-static goblin_err graph_compute(goblin_node *n, goblin_job *j, int64_t ti, void ***out) {
+static goblin_err graph_compute_impl(goblin_node *n, goblin_job *j, int64_t ti, void ***out) {
     gjob *G = j->g;
     gvariant *v = gvar(j, ti);
     goblin_tensor *in = goblin__calloc((size_t)G->n_in + 1, sizeof *in);
@@ -1607,6 +1630,14 @@ fail:
     goblin__free(ot);
     free_bufs(&bufs, G->n_out);
     return e;
+}
+
+/* graph_compute, with its time added to the node's verification clock (goblin_node_stats.verify_ns). */
+static goblin_err graph_compute(goblin_node *n, goblin_job *j, int64_t ti, void ***out) {
+    int64_t t0 = goblin__now_ns();
+    goblin_err r = graph_compute_impl(n, j, ti, out);
+    n->st.verify_ns += goblin__now_ns() - t0;
+    return r;
 }
 
 /* Output @p o of task @p ti over contiguous @p data. */
@@ -1639,7 +1670,7 @@ static bool graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin_
 /* Does result @p res (one tensor per output) agree with the node's @p mine within the
  * output ops' contracts? Anything short of ACCEPT is a disagreement: the node's result
  * is trusted, so "inconclusive" cannot be left to the worker's benefit. */
-static bool graph_agrees(goblin_node *n, const goblin_job *j, int64_t ti, const goblin_tensor *res,
+static bool graph_agrees_impl(goblin_node *n, const goblin_job *j, int64_t ti, const goblin_tensor *res,
                          void **mine, goblin_verify_reason *why) {
     const gvariant *v = gvar(j, ti);
     *why = GOBLIN_VERIFY_OK;
@@ -1660,6 +1691,15 @@ static bool graph_agrees(goblin_node *n, const goblin_job *j, int64_t ti, const 
         }
     }
     return true;
+}
+
+/* graph_agrees, with its time added to the node's verification clock (goblin_node_stats.verify_ns). */
+static bool graph_agrees(goblin_node *n, const goblin_job *j, int64_t ti, const goblin_tensor *res,
+                         void **mine, goblin_verify_reason *why) {
+    int64_t t0 = goblin__now_ns();
+    bool r = graph_agrees_impl(n, j, ti, res, mine, why);
+    n->st.verify_ns += goblin__now_ns() - t0;
+    return r;
 }
 
 static bool graph_bit_equal(const goblin_job *j, int64_t ti, const goblin_tensor *a, void **held) {

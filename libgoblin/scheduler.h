@@ -10,6 +10,8 @@
 
 /** Monotonic milliseconds. */
 int64_t goblin__now_ms(void);
+/** Monotonic nanoseconds. */
+int64_t goblin__now_ns(void);
 /** A secret random number (getrandom), for Freivalds seeds. */
 uint64_t goblin__secret_u64(void);
 /** Format and deliver a log line if @p fn is set and @p lvl <= @p max. */

@@ -836,11 +836,26 @@ static double round_lr(const goblin_trainer *t) {
     return goblin_lr_at(&s, t->rounds);
 }
 
+/* The node's verification clock (goblin_node_stats.verify_ns), or -1 without a grid
+ * or when the node cannot be asked. The round reports its difference: time the lab's
+ * process spent verifying while the round ran (other jobs on the same node count too). */
+static int64_t verify_clock(goblin_trainer *t) {
+    goblin_node_stats st;
+    memset(&st, 0, sizeof st);
+    if (t->node) {
+        goblin_node_stats_get(t->node, &st);
+        return st.verify_ns;
+    }
+    if (t->client && goblin_client_stats(t->client, &st, NULL, 0, NULL) == GOBLIN_OK) return st.verify_ns;
+    return -1;
+}
+
 goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, int32_t n_data,
                                 goblin_train_round_info *out) {
     if (!t) return GOBLIN_EINVAL;
     t->err[0] = 0;
     double t0 = now_s();
+    int64_t v0 = verify_clock(t);
     int64_t B = 0;
     goblin_err e = check_data(t, data, n_data, &B);
     if (e) return e;
@@ -957,7 +972,8 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
         out->lr = lr;
         out->tasks = R.done;
         out->seconds = now_s() - t0;
-        out->verify_seconds = 0;
+        int64_t v1 = v0 >= 0 ? verify_clock(t) : -1;
+        out->verify_seconds = v1 >= v0 && v0 >= 0 ? (double)(v1 - v0) * 1e-9 : 0.0;
     }
     tlog(t, GOBLIN_LOG_DEBUG, "round %lld: loss %.9g, grad norm %.6g, lr %g, %lld tasks",
          (long long)t->rounds, R.loss, gnorm, lr, (long long)R.done);

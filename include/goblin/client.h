@@ -36,6 +36,12 @@ typedef struct goblin_client_params {
     uint32_t connect_timeout_ms; /* first connection (default 10000) */
     uint32_t poll_ms;         /* progress polling period of goblin_client_matmul* (default 100) */
     uint64_t recv_max_bytes;  /* largest reply accepted (default 16 GiB) */
+    /* A client token (borrowed during connect, copied): sent in an AUTH request right
+     * after connecting, and once more when a request is answered GOBLIN_EAUTH (the
+     * connection may have been redialed). NULL / 0: none. At most
+     * GOBLIN_WIRE_MAX_TOKEN_BYTES bytes. */
+    const uint8_t *token;
+    uint32_t token_len;
 } goblin_client_params;
 
 GOBLIN_API void goblin_client_params_default(goblin_client_params *p);
@@ -44,7 +50,10 @@ typedef struct goblin_client goblin_client;
 
 /** Connect to the gateway at @p url (borrowed). @p p NULL for defaults (copied).
  *  *out set on success. GOBLIN_EINVAL, GOBLIN_ECONNREFUSED / GOBLIN_ETIMEDOUT (nobody
- *  there), GOBLIN_EAUTH (TLS: wrong fingerprint or certificate), GOBLIN_EIO,
+ *  there, or no connection within connect_timeout_ms on any transport), GOBLIN_EAUTH
+ *  (TLS: wrong fingerprint or certificate; or the node refused the client token; a
+ *  node that requires a token when none was given answers the first request
+ *  GOBLIN_EAUTH instead), GOBLIN_EIO,
  *  GOBLIN_ENOMEM; @p err_msg (if not NULL, @p err_cap bytes) says why. */
 GOBLIN_API goblin_err goblin_client_connect(goblin_client **out, const char *url,
                                             const goblin_client_params *p, char *err_msg,
@@ -143,6 +152,16 @@ typedef struct goblin_gateway_params {
     goblin_log_fn log;
     void *log_user;
     goblin_log_level log_level;  /* default INFO */
+    /* Client authentication. With either set, a client must send an AUTH request with
+     * a token that matches before anything else (other requests are answered
+     * GOBLIN_EAUTH, "this node requires a client token"); a connection stays
+     * authenticated until it closes. token_file: a file of salted hashes (lines
+     * "salt:hash", the format of the node's token_file, goblin_token_entry), re-read on
+     * every AUTH so that entries can be revoked (copied path). token/token_len: one
+     * token (copied; compared in constant time). Both NULL / 0: no authentication. */
+    const char *token_file;
+    const uint8_t *token;
+    uint32_t token_len;
 } goblin_gateway_params;
 
 GOBLIN_API void goblin_gateway_params_default(goblin_gateway_params *p);
@@ -158,7 +177,9 @@ GOBLIN_API goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node
 GOBLIN_API goblin_err goblin_gateway_start(goblin_gateway *gw);
 /** Stop serving. Jobs that are still running are canceled; for up to @p drain_ms the
  *  gateway keeps answering so clients learn that their jobs ended, returning early once
- *  every job's end has been reported (or no job is held). Idempotent. */
+ *  every job's end has been reported (or no job is held) and each reply sent while
+ *  draining is known to have arrived (its client spoke again or closed the connection),
+ *  so that closing never drops a queued reply. Idempotent. */
 GOBLIN_API void goblin_gateway_stop(goblin_gateway *gw, uint32_t drain_ms);
 /** Stop (without draining) and free, with its jobs. NULL is a no-op. */
 GOBLIN_API void goblin_gateway_free(goblin_gateway *gw);

@@ -285,6 +285,8 @@ typedef struct goblin_node_stats {
     int64_t replicas_agreed;   /* replica pairs that were bit-equal or within contract */
     int64_t node_recomputed;   /* graph tasks the node computed itself (RECOMPUTE, disagreement,
                                   or no second worker to replicate on) */
+    int64_t verify_ns;         /* time the node spent verifying: Freivalds checks, replica
+                                  comparisons, recomputations (nanoseconds) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

@@ -162,7 +162,7 @@ class Grid:
               capture: Optional[TrainingCapture] = ...) -> Trainer: ...
 
 def connect(url: Optional[str] = ..., *, ca: Any = ..., fingerprint: Optional[str] = ...,
-            token: Optional[str] = ..., server_name: Optional[str] = ..., workers: Optional[int] = ...,
+            token: Union[None, str, bytes] = ..., server_name: Optional[str] = ..., workers: Optional[int] = ...,
             threads: Optional[int] = ..., memory: Union[None, int, str] = ..., verify: str = ...,
             backend: Optional[str] = ..., connect_timeout: float = ..., timeout: float = ...) -> Grid: ...
 

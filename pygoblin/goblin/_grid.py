@@ -339,7 +339,9 @@ def connect(url=None, *, ca=None, fingerprint=None, token=None, server_name=None
     goblin.connect("tls+tcp://host:port", fingerprint=... or ca=...) (or "tcp://..." on
     loopback) connects to the client gateway of a running goblin-node; a node that does
     not answer within connect_timeout seconds raises GoblinConnectionError or
-    GoblinTimeoutError, a certificate that does not match raises AuthError.
+    GoblinTimeoutError, a certificate that does not match raises AuthError. token= (str or
+    bytes) is the client token a node started with --clients-token-file asks for; a wrong or
+    missing one raises AuthError (at connect, or at the first request when none was given).
     """
     if url is None:
         if any(v is not None for v in (ca, fingerprint, token, server_name)):
@@ -366,8 +368,15 @@ def connect(url=None, *, ca=None, fingerprint=None, token=None, server_name=None
         raise _goblin.InvalidArgumentError(f"unsupported URL {url!r} (tls+tcp://host:port, or tcp:// on "
                                            "loopback)")
     if token is not None:
-        raise _goblin.NotSupportedError("token=: the node's client gateway takes no researcher credential "
-                                        "yet; access is controlled by who can reach its client URL")
+        if isinstance(token, str):
+            token = token.encode("utf-8")
+        elif isinstance(token, (bytearray, memoryview)):
+            token = bytes(token)
+        if not isinstance(token, bytes):
+            raise TypeError(f"token must be str or bytes, got {type(token).__name__}")
+        if not 1 <= len(token) <= 256:
+            raise _goblin.InvalidArgumentError("a client token must have 1 to 256 bytes")
     ca = os.fspath(ca) if ca is not None else None
-    native = _goblin.Grid.remote(url, ca, fingerprint, server_name, float(connect_timeout), float(timeout))
+    native = _goblin.Grid.remote(url, ca, fingerprint, server_name, float(connect_timeout), float(timeout),
+                                 token)
     return Grid(native)

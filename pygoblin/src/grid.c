@@ -158,12 +158,26 @@ static PyObject *grid_local(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"url", "ca", "fingerprint", "server_name", "connect_timeout", "timeout", NULL};
+    static char *kwlist[] = {"url", "ca", "fingerprint", "server_name", "connect_timeout", "timeout",
+                             "token", NULL};
     const char *url, *ca = NULL, *fp = NULL, *sn = NULL;
     double connect_timeout = 10.0, timeout = 120.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzdd:remote", kwlist, &url, &ca, &fp, &sn,
-                                     &connect_timeout, &timeout))
+    PyObject *tok = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzddO:remote", kwlist, &url, &ca, &fp, &sn,
+                                     &connect_timeout, &timeout, &tok))
         return NULL;
+    char *tok_bytes = NULL;
+    Py_ssize_t tok_len = 0;
+    if (tok != Py_None) {
+        if (!PyBytes_Check(tok)) {
+            PyErr_SetString(PyExc_TypeError, "token must be bytes or None");
+            return NULL;
+        }
+        if (PyBytes_AsStringAndSize(tok, &tok_bytes, &tok_len) < 0)
+            return NULL;
+        if (tok_len < 1 || tok_len > GOBLIN_WIRE_MAX_TOKEN_BYTES)
+            return pygoblin_raise(GOBLIN_EINVAL, "a client token must have 1 to 256 bytes");
+    }
     if (!(connect_timeout > 0 && connect_timeout < 86400 && timeout > 0 && timeout < 86400 * 30))
         return pygoblin_raise(GOBLIN_EINVAL, "timeouts must be positive numbers of seconds");
     goblin_client_params p;
@@ -173,6 +187,8 @@ static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
     p.server_name = sn;
     p.connect_timeout_ms = (uint32_t)(connect_timeout * 1000.0 + 0.5);
     p.timeout_ms = (uint32_t)(timeout * 1000.0 + 0.5);
+    p.token = (const uint8_t *)tok_bytes; /* tok is borrowed from args for this call */
+    p.token_len = (uint32_t)tok_len;
     if (!p.connect_timeout_ms)
         p.connect_timeout_ms = 1;
     pygoblin_grid *self = (pygoblin_grid *)type->tp_alloc(type, 0);
@@ -1016,6 +1032,7 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
     F(replicas_issued);
     F(replicas_agreed);
     F(node_recomputed);
+    F(verify_ns);
 #undef F
     bad = bad || set_int(d, "jobs_submitted", self->jobs_submitted) < 0 ||
           set_int(d, "jobs_done", self->jobs_done) < 0 || set_int(d, "jobs_failed", self->jobs_failed) < 0 ||
@@ -1067,7 +1084,7 @@ static PyMethodDef grid_methods[] = {
     {"local", (PyCFunction)(void (*)(void))grid_local, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "local(workers=2, threads=1, memory=0, verify='freivalds', backend=None): an embedded grid"},
     {"remote", (PyCFunction)(void (*)(void))grid_remote, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "remote(url, ca=None, fingerprint=None, server_name=None, connect_timeout=10.0, timeout=120.0): "
+     "remote(url, ca=None, fingerprint=None, server_name=None, connect_timeout=10.0, timeout=120.0, token=None): "
      "a client of a running node's gateway"},
     {"matmul", (PyCFunction)(void (*)(void))grid_matmul, METH_VARARGS | METH_KEYWORDS,
      "matmul(a, b, out=None, progress=None, min_tasks=0, task_memory=0) -> C = A @ B"},

@@ -161,6 +161,17 @@ void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx) {
         emit_cw(m, emit, ctx);
     }
 
+    /* AUTH: a short token (padding after it), one of exactly 8 bytes, and the longest */
+    static const uint32_t tlens[] = {5, 8, GOBLIN__CW_MAX_TOKEN};
+    for (size_t i = 0; i < sizeof tlens / sizeof tlens[0]; i++) {
+        memset(m, 0, sizeof *m);
+        m->type = GOBLIN__CW_AUTH;
+        m->request_id = 20 + i;
+        m->token_len = tlens[i];
+        for (uint32_t k = 0; k < tlens[i]; k++) m->token[k] = (uint8_t)('a' + (k * 7 + i) % 26);
+        emit_cw(m, emit, ctx);
+    }
+
     memset(m, 0, sizeof *m);
     m->type = GOBLIN__CW_SUBMITTED;
     m->job_id = 3;

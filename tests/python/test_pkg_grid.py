@@ -591,3 +591,73 @@ def test_data_rule_no_names_leave_the_client_or_the_node(node, remote, tmp_path)
                  "forward"):
         assert name.encode() not in sent, name
         assert name.encode("utf-16-le") not in sent, name
+
+
+# ---- client tokens: a node started with --clients-token-file ---------------------------------
+
+def _token_entry(token):
+    """One token-file line for `token`, built from the documented format (docs/security.md):
+    salt:hex(SHA-256(salt || token)) with a random salt, independently of libgoblin."""
+    import hashlib
+    import secrets
+    salt = secrets.token_hex(16)
+    return salt + ":" + hashlib.sha256((salt + token).encode()).hexdigest()
+
+
+@needs_tools
+def test_client_token_required_by_node(tmp_path):
+    import secrets
+    good, other = secrets.token_hex(32), secrets.token_hex(32)
+    tf = tmp_path / "clients.tokens"
+    tf.write_text("# client tokens\n" + _token_entry(good) + "\n" + _token_entry(other) + "\n")
+    port, cport = free_port(), free_port()
+    log = open(tmp_path / "node.log", "w")
+    procs = [subprocess.Popen([NODE, "--listen", f"tcp://127.0.0.1:{port}", "--client-listen",
+                               f"tcp://127.0.0.1:{cport}", "--clients-token-file", str(tf)], stderr=log)]
+    try:
+        t0 = time.time()
+        while True:
+            assert procs[0].poll() is None, open(tmp_path / "node.log").read()
+            try:
+                socket.create_connection(("127.0.0.1", cport), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.time() - t0 < 20, "goblin-node did not listen"
+                time.sleep(0.05)
+        procs.append(subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1",
+                                       "--memory", "128M"], stderr=open(tmp_path / "worker.log", "w")))
+        url = f"tcp://127.0.0.1:{cport}"
+        # the right token (str or bytes) works
+        with goblin.connect(url, token=good, connect_timeout=10) as g:
+            t0 = time.time()
+            while g.stats()["workers_connected"] < 1:
+                assert time.time() - t0 < 20, "the worker did not connect"
+                time.sleep(0.05)
+            a, b = operands(60, 40, 50, np.float64, 21)
+            contract_ok(g.matmul(a, b, progress=False), a, b)
+        with goblin.connect(url, token=other.encode(), connect_timeout=10) as g:
+            assert g.stats()["workers_connected"] >= 0
+        # a wrong token is refused at connect, a missing one at the first request
+        with pytest.raises(goblin.AuthError, match="refused the client token"):
+            goblin.connect(url, token="not-" + good, connect_timeout=10)
+        with goblin.connect(url, connect_timeout=10) as g:
+            with pytest.raises(goblin.AuthError, match="requires a client token"):
+                g.stats()
+        # revoking `other` (its line deleted) takes effect for the next connection
+        tf.write_text(_token_entry(good) + "\n")
+        with pytest.raises(goblin.AuthError):
+            goblin.connect(url, token=other, connect_timeout=10)
+        with goblin.connect(url, token=good, connect_timeout=10) as g:
+            assert g.stats()["workers_connected"] >= 0
+        with pytest.raises(TypeError):
+            goblin.connect(url, token=123, connect_timeout=10)
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        log.close()

@@ -506,6 +506,28 @@ def test_sigterm_tells_clients(tmp):
     assert g.node.returncode == 0
 
 
+def test_clients_token_file(tmp):
+    """--clients-token-file: goblin-client needs --token / --token-file with a listed token."""
+    import hashlib
+    tokf, listf = os.path.join(tmp, "client.token"), os.path.join(tmp, "clients.list")
+    with open(tokf, "w") as f:
+        f.write("c0ffee-client-token\n")
+    salt = "5a17f00d"  # the documented line format: salt:hex(SHA-256(salt || token))
+    with open(listf, "w") as f:
+        f.write(salt + ":" + hashlib.sha256((salt + "c0ffee-client-token").encode()).hexdigest() + "\n")
+    g = Grid(tmp, node_args=("--clients-token-file", listf))
+    try:
+        r = g.client("stats", check=False)
+        assert r.returncode != 0 and "requires a client token" in r.stderr, r.stderr
+        r = g.client("--token", "c0ffee-client-tokeN", "stats", check=False)
+        assert r.returncode != 0 and "refused the client token" in r.stderr, r.stderr
+        assert json.loads(g.client("--token-file", tokf, "stats").stdout)["workers_connected"] == 0
+        assert json.loads(g.client("--token", "c0ffee-client-token", "stats").stdout)["tasks_issued"] == 0
+    finally:
+        g.close()
+    assert g.node.returncode == 0
+
+
 # ---- the issue's full-size products, and a product larger than 1 GiB on disk -----------
 
 def product_ok(c, a, b, rows=256, seed=0):

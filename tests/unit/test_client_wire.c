@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "client_wire.h"
 
@@ -753,4 +757,227 @@ Test(client_wire, hostile_submit_graph_frames, .timeout = 120) {
     mlp_data_free(&d);
     goblin_graph_free(g);
     gw_stop(&f);
+}
+
+/* ---- AUTH: bytes, hostile frames, and client tokens end to end ----------------------- */
+
+Test(client_wire, auth_bytes_and_hostile_frames) {
+    goblin__cw_msg *m = msg_new(), *d = msg_new();
+    m->type = GOBLIN__CW_AUTH;
+    m->request_id = 7;
+    memcpy(m->token, "secret-token", 12);
+    m->token_len = 12;
+    size_t n;
+    uint8_t *b = enc(m, &n);
+    /* header, u32 12, u32 0, 12 token bytes, 4 zero bytes of padding */
+    cr_assert_eq(n, 24 + 8 + 16);
+    cr_assert_eq(b[6], 9);
+    cr_assert_eq(b[24], 12);
+    cr_assert_eq(b[25] | b[26] | b[27] | b[28] | b[29] | b[30] | b[31], 0);
+    cr_assert_eq(memcmp(b + 32, "secret-token", 12), 0);
+    cr_assert_eq(b[44] | b[45] | b[46] | b[47], 0);
+    goblin__cw_limits l = lim();
+    char why[256];
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(d->type, GOBLIN__CW_AUTH);
+    cr_assert_eq(d->token_len, 12);
+    cr_assert_eq(memcmp(d->token, "secret-token", 12), 0);
+    /* every truncation is refused */
+    for (size_t k = 0; k < n; k++)
+        cr_assert_neq(goblin__cw_decode(b, k, &l, d, why, sizeof why), GOBLIN_OK, "len %zu", k);
+    /* non-zero padding after the token, or in the length word */
+    b[47] = 1;
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
+    b[47] = 0;
+    b[28] = 1;
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
+    b[28] = 0;
+    /* a length that promises more than the body, zero, or over the cap */
+    b[24] = 20;
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
+    b[24] = 0;
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_ELIMIT);
+    b[24] = 1;
+    b[25] = 1; /* 257 */
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_ELIMIT);
+    free(b);
+    /* the encoder refuses what the decoder would */
+    size_t sz;
+    m->token_len = 0;
+    cr_assert_eq(goblin__cw_encoded_size(m, &sz), GOBLIN_EINVAL);
+    m->token_len = GOBLIN__CW_MAX_TOKEN + 1;
+    cr_assert_eq(goblin__cw_encoded_size(m, &sz), GOBLIN_EINVAL);
+    m->token_len = GOBLIN__CW_MAX_TOKEN;
+    memset(m->token, 0xab, GOBLIN__CW_MAX_TOKEN);
+    b = enc(m, &n);
+    cr_assert_eq(n, 24 + 8 + 256);
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(d->token_len, 256);
+    free(b);
+    free(m);
+    free(d);
+}
+
+static goblin_err try_connect(const char *url, const char *token, goblin_client **out, char *why,
+                              size_t cap) {
+    goblin_client_params cp;
+    goblin_client_params_default(&cp);
+    if (token) {
+        cp.token = (const uint8_t *)token;
+        cp.token_len = (uint32_t)strlen(token);
+    }
+    *out = NULL;
+    return goblin_client_connect(out, url, &cp, why, cap);
+}
+
+static goblin_err stats_of(goblin_client *c) {
+    goblin_node_stats s;
+    return goblin_client_stats(c, &s, NULL, 0, NULL);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(client_wire, client_tokens, .timeout = 120) {
+    goblin_grid *grid;
+    cr_assert_eq(goblin_grid_local(1, NULL, &grid), GOBLIN_OK);
+    char tf[64], line1[GOBLIN_TOKEN_ENTRY_SIZE], line2[GOBLIN_TOKEN_ENTRY_SIZE], text[512];
+    snprintf(tf, sizeof tf, "/tmp/h2b-client-tokens-%d", (int)getpid());
+    cr_assert_eq(goblin_token_entry("alice-token", line1), GOBLIN_OK);
+    cr_assert_eq(goblin_token_entry("bob-token", line2), GOBLIN_OK);
+    snprintf(text, sizeof text, "# clients\n%s\n%s\n", line1, line2);
+    write_file(tf, text);
+
+    /* a gateway with a token file and one with a single token */
+    const char *url1 = "tcp://127.0.0.1:27711", *url2 = "tcp://127.0.0.1:27712";
+    goblin_gateway_params gp;
+    goblin_gateway_params_default(&gp);
+    gp.listen[0] = url1;
+    gp.n_listen = 1;
+    gp.token_file = tf;
+    goblin_gateway *g1, *g2;
+    cr_assert_eq(goblin_gateway_new(&g1, goblin_grid_node(grid), &gp), GOBLIN_OK);
+    cr_assert_eq(goblin_gateway_start(g1), GOBLIN_OK);
+    gp.listen[0] = url2;
+    gp.token_file = NULL;
+    gp.token = (const uint8_t *)"the-one-token";
+    gp.token_len = 13;
+    cr_assert_eq(goblin_gateway_new(&g2, goblin_grid_node(grid), &gp), GOBLIN_OK);
+    cr_assert_eq(goblin_gateway_start(g2), GOBLIN_OK);
+
+    char why[600];
+    goblin_client *c;
+    /* no token: connects, but every request is answered EAUTH */
+    cr_assert_eq(try_connect(url1, NULL, &c, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(stats_of(c), GOBLIN_EAUTH);
+    cr_assert(strstr(goblin_client_error(c), "requires a client token"), "%s", goblin_client_error(c));
+    uint64_t id;
+    cr_assert_eq(goblin_client_submit_matmul_files(c, "/a", "/b", "/c", &id), GOBLIN_EAUTH);
+    goblin_client_free(c);
+    /* a wrong token is refused at connect */
+    cr_assert_eq(try_connect(url1, "mallory-token", &c, why, sizeof why), GOBLIN_EAUTH);
+    cr_assert_null(c);
+    cr_assert(strstr(why, "refused the client token"), "%s", why);
+    cr_assert_eq(try_connect(url2, "the-one-tokeN", &c, why, sizeof why), GOBLIN_EAUTH);
+    cr_assert_eq(try_connect(url2, "the-one-token-", &c, why, sizeof why), GOBLIN_EAUTH);
+    cr_assert_eq(try_connect(url2, "alice-token", &c, why, sizeof why), GOBLIN_EAUTH);
+    /* right tokens */
+    goblin_client *ca, *cb, *c2;
+    cr_assert_eq(try_connect(url1, "alice-token", &ca, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(try_connect(url1, "bob-token", &cb, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(try_connect(url2, "the-one-token", &c2, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(stats_of(ca), GOBLIN_OK, "%s", goblin_client_error(ca));
+    cr_assert_eq(stats_of(cb), GOBLIN_OK, "%s", goblin_client_error(cb));
+    cr_assert_eq(stats_of(c2), GOBLIN_OK, "%s", goblin_client_error(c2));
+    /* a real job through an authenticated connection */
+    double av[4] = {1, 2, 3, 4}, bv[2] = {5, 6};
+    goblin_tensor a, b, out;
+    goblin_tensor_init(&a, GOBLIN_DTYPE_F64, 2, (int64_t[]){2, 2}, av);
+    goblin_tensor_init(&b, GOBLIN_DTYPE_F64, 2, (int64_t[]){2, 1}, bv);
+    cr_assert_eq(goblin_client_matmul(ca, &a, &b, &out, NULL, NULL), GOBLIN_OK, "%s",
+                 goblin_client_error(ca));
+    cr_assert_eq(((double *)out.data)[0], 17.0);
+    cr_assert_eq(((double *)out.data)[1], 39.0);
+    goblin_buffer_free(out.data);
+    /* the node's gateway restarts: c2's connection is redialed, starts unauthenticated,
+     * and the client presents its token again by itself */
+    goblin_gateway_free(g2);
+    cr_assert_eq(goblin_gateway_new(&g2, goblin_grid_node(grid), &gp), GOBLIN_OK);
+    cr_assert_eq(goblin_gateway_start(g2), GOBLIN_OK);
+    cr_assert_eq(stats_of(c2), GOBLIN_OK, "%s", goblin_client_error(c2));
+    /* revoking bob (his line deleted): new connections with his token are refused, alice's
+     * still work */
+    snprintf(text, sizeof text, "%s\n", line1);
+    write_file(tf, text);
+    cr_assert_eq(try_connect(url1, "bob-token", &c, why, sizeof why), GOBLIN_EAUTH);
+    cr_assert_eq(try_connect(url1, "alice-token", &c, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(stats_of(c), GOBLIN_OK);
+    goblin_client_free(c);
+    /* an unreadable token file refuses everyone (and is logged), it does not open up */
+    unlink(tf);
+    cr_assert_eq(try_connect(url1, "alice-token", &c, why, sizeof why), GOBLIN_EAUTH);
+    /* a client token given to a gateway that needs none is accepted */
+    goblin_gateway *g3;
+    goblin_gateway_params_default(&gp);
+    gp.listen[0] = "tcp://127.0.0.1:27713";
+    gp.n_listen = 1;
+    cr_assert_eq(goblin_gateway_new(&g3, goblin_grid_node(grid), &gp), GOBLIN_OK);
+    cr_assert_eq(goblin_gateway_start(g3), GOBLIN_OK);
+    cr_assert_eq(try_connect(gp.listen[0], "any", &c, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(stats_of(c), GOBLIN_OK);
+    goblin_client_free(c);
+    /* bad params */
+    goblin_gateway *gx;
+    gp.token_len = 3;
+    gp.token = NULL;
+    cr_assert_eq(goblin_gateway_new(&gx, goblin_grid_node(grid), &gp), GOBLIN_EINVAL);
+    gp.token = (const uint8_t *)"x";
+    gp.token_len = GOBLIN__CW_MAX_TOKEN + 1;
+    cr_assert_eq(goblin_gateway_new(&gx, goblin_grid_node(grid), &gp), GOBLIN_EINVAL);
+    goblin_client_params cp;
+    goblin_client_params_default(&cp);
+    cp.token_len = 4;
+    cr_assert_eq(goblin_client_connect(&c, url1, &cp, why, sizeof why), GOBLIN_EINVAL);
+
+    goblin_client_free(ca);
+    goblin_client_free(cb);
+    goblin_client_free(c2);
+    goblin_gateway_free(g1);
+    goblin_gateway_free(g2);
+    goblin_gateway_free(g3);
+    goblin_grid_free(grid);
+}
+
+/* A listener that never accepts (and whose one-slot backlog is taken): the connect must
+ * give up after connect_timeout_ms on plain tcp:// too, not wait for the OS timeout. */
+Test(client_wire, connect_timeout_plain_tcp, .timeout = 60) {
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(ls, 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(listen(ls, 0), 0);
+    socklen_t sl = sizeof sa;
+    cr_assert_eq(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    int filler = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_eq(connect(filler, (struct sockaddr *)&sa, sizeof sa), 0);
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", (int)ntohs(sa.sin_port));
+    goblin_client_params cp;
+    goblin_client_params_default(&cp);
+    cp.connect_timeout_ms = 300;
+    goblin_client *c = NULL;
+    char why[600];
+    cr_assert_eq(goblin_client_connect(&c, url, &cp, why, sizeof why), GOBLIN_ETIMEDOUT, "%s", why);
+    cr_assert_null(c);
+    cr_assert(strstr(why, "within 300 ms"), "%s", why);
+    /* a refused connection is still reported as such */
+    close(filler);
+    close(ls);
+    cr_assert_eq(goblin_client_connect(&c, url, &cp, why, sizeof why), GOBLIN_ECONNREFUSED, "%s", why);
 }

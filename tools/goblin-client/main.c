@@ -12,7 +12,10 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-        "Usage: goblin-client --connect URL [--fingerprint HEX | --ca FILE] COMMAND\n"
+        "Usage: goblin-client --connect URL [--fingerprint HEX | --ca FILE]\n"
+        "                     [--token T | --token-file F] COMMAND\n"
+        "  --token T / --token-file F  the client token the node asks for (F: a file\n"
+        "      holding the token on its first line)\n"
         "  matmul A.npy B.npy C.npy [--on-node] [--progress]\n"
         "      C = A . B through the node. Without --on-node A and B are read here and C\n"
         "      written here; with it the paths are files on the node's disk.\n"
@@ -31,14 +34,14 @@ static bool show_progress(void *user, int64_t done, int64_t total) {
     return true;
 }
 
-static void print_stats(goblin_client *c, double seconds) {
+static goblin_err print_stats(goblin_client *c, double seconds) {
     goblin_node_stats s;
     goblin_node_worker_stats ws[256];
     int64_t nw = 0;
     goblin_err e = goblin_client_stats(c, &s, ws, 256, &nw);
     if (e) {
         fprintf(stderr, "goblin-client: stats: %s\n", goblin_client_error(c));
-        return;
+        return e;
     }
     printf("{\"seconds\": %.6f, \"tasks_issued\": %lld, \"tasks_completed\": %lld, "
            "\"results_accepted\": %lld, \"results_rejected\": %lld, \"rejected_by_reason\": [",
@@ -68,6 +71,7 @@ static void print_stats(goblin_client *c, double seconds) {
                (long long)ws[i].failed_leases);
     printf("]}\n");
     fflush(stdout);
+    return GOBLIN_OK;
 }
 
 int main(int argc, char **argv) {
@@ -77,6 +81,8 @@ int main(int argc, char **argv) {
     const char *url = NULL, *cmd = NULL, *pos[3];
     int npos = 0;
     bool on_node = false, progress = false;
+    const char *token = NULL, *token_file = NULL;
+    char token_buf[GOBLIN_TOKEN_MAX_BYTES + 2];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool hasv = i + 1 < argc;
@@ -86,6 +92,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "--connect") == 0 && hasv) url = argv[++i];
         else if (strcmp(a, "--fingerprint") == 0 && hasv) cp.fingerprint = argv[++i];
         else if (strcmp(a, "--ca") == 0 && hasv) cp.ca_file = argv[++i];
+        else if (strcmp(a, "--token") == 0 && hasv) token = argv[++i];
+        else if (strcmp(a, "--token-file") == 0 && hasv) token_file = argv[++i];
         else if (strcmp(a, "--on-node") == 0) on_node = true;
         else if (strcmp(a, "--progress") == 0) progress = true;
         else if (a[0] != '-' && !cmd) cmd = a;
@@ -100,6 +108,30 @@ int main(int argc, char **argv) {
     if (!url || !(is_mm || is_stats) || (is_mm && npos != 3) || (is_stats && npos)) {
         usage(stderr);
         return TOOL_EXIT_USAGE;
+    }
+    if (token && token_file) {
+        fprintf(stderr, "goblin-client: --token and --token-file go one at a time\n");
+        return TOOL_EXIT_USAGE;
+    }
+    if (token_file) {
+        FILE *tf = fopen(token_file, "r");
+        if (!tf || !fgets(token_buf, sizeof token_buf, tf)) {
+            fprintf(stderr, "goblin-client: cannot read a token from %s\n", token_file);
+            if (tf) fclose(tf);
+            return TOOL_EXIT_USAGE;
+        }
+        fclose(tf);
+        token_buf[strcspn(token_buf, "\r\n")] = 0;
+        token = token_buf;
+    }
+    if (token) {
+        size_t tl = strlen(token);
+        if (tl == 0 || tl > GOBLIN_TOKEN_MAX_BYTES) {
+            fprintf(stderr, "goblin-client: a token has 1 to %d bytes\n", GOBLIN_TOKEN_MAX_BYTES);
+            return TOOL_EXIT_USAGE;
+        }
+        cp.token = (const uint8_t *)token;
+        cp.token_len = (uint32_t)tl;
     }
     char why[600];
     goblin_client *c;
@@ -140,7 +172,7 @@ int main(int argc, char **argv) {
         goblin_client_free(c);
         return tool_exit_code(e);
     }
-    print_stats(c, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    e = print_stats(c, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     goblin_client_free(c);
-    return 0;
+    return e ? tool_exit_code(e) : 0;
 }

@@ -21,6 +21,9 @@ void node_cli_usage(FILE *f) {
         "                          for tls+tcp:// addresses\n"
         "  --workers-token-file F  workers must present a token whose salted hash is in F\n"
         "                          (lines salt:hash, see goblin_token_entry)\n"
+        "  --clients-token-file F  clients must present a token whose salted hash is in\n"
+        "                          F (same format; re-read on every check, so deleting a\n"
+        "                          line revokes that token for new connections)\n"
         "  --insecure-plaintext    allow plain tcp:// on a non-loopback address\n"
         "  --verify MODE           freivalds (default) | recompute | unsafe-none\n"
         "  --lease-ms N            lease duration (default 30000)\n"
@@ -38,7 +41,8 @@ void node_cli_usage(FILE *f) {
         "to listen on a non-loopback tcp:// address unless --insecure-plaintext is given.\n"
         "`init DIR` writes DIR/cert.pem and DIR/key.pem (self-signed, EC P-256) and\n"
         "prints the certificate's SHA-256 fingerprint and the worker command line.\n"
-        "SIGINT/SIGTERM stop the node: running jobs end (canceled) and clients are told.\n"
+        "SIGINT/SIGTERM stop the node: running jobs end (canceled) and clients are told\n"
+        "(the gateway keeps answering for up to 10 s, until each client heard).\n"
         TOOL_EXIT_CODES_HELP,
         GOBLIN_NODE_MAX_LISTEN, GOBLIN_GATEWAY_MAX_LISTEN);
 }
@@ -55,7 +59,7 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
     goblin_node_params_default(&cli->node);
     goblin_gateway_params_default(&cli->gateway);
     cli->log_level = GOBLIN_LOG_INFO;
-    cli->drain_ms = 3000;
+    cli->drain_ms = 10000;
     cli->init_host = "HOST";
     cli->init_port = 7700;
     int i = 1;
@@ -106,6 +110,9 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         } else if (strcmp(a, "--workers-token-file") == 0) {
             NEEDV();
             cli->token_file = v;
+        } else if (strcmp(a, "--clients-token-file") == 0) {
+            NEEDV();
+            cli->gateway.token_file = v;
         } else if (strcmp(a, "--insecure-plaintext") == 0) {
             cli->insecure_plaintext = true;
         } else if (strcmp(a, "--verify") == 0) {
