@@ -196,3 +196,195 @@ Test(blis_train, sdpa_nan_rows_follow_the_reference) {
     free(v.data);
     free(go.data);
 }
+
+/* ---- blis_train2.c: batch norm, max pooling, embedding backward, copies ---------------
+ * These kernels do the reference's f64 arithmetic in the reference's order, so they must
+ * give its exact bits (and the same bits on 1, 2 and 3 threads). */
+
+static void compare_exact(goblin_op op, const goblin_tensor *in, int32_t n_in, const goblin_attr *at, int32_t na,
+                          const char *what) {
+    goblin_tensor ref = run(GOBLIN_BACKEND_REF, 1, op, in, n_in, at, na);
+    int64_t n = goblin__numel(&ref);
+    size_t bytes = (size_t)n * goblin_dtype_size(ref.dtype);
+    for (int32_t th = 1; th <= 3; th++) {
+        goblin_tensor b = run(GOBLIN_BACKEND_BLIS, th, op, in, n_in, at, na);
+        cr_assert_eq(goblin__numel(&b), n, "%s %s: size", goblin_op_name(op), what);
+        for (int32_t d = 0; d < ref.rank; d++) cr_assert_eq(b.shape[d], ref.shape[d]);
+        cr_assert(n == 0 || memcmp(b.data, ref.data, bytes) == 0, "%s %s: %d thread(s) differ from the reference",
+                  goblin_op_name(op), what, th);
+        goblin_buffer_free(b.data);
+    }
+    goblin_buffer_free(ref.data);
+}
+
+static void bn_case(goblin_dtype dt, int32_t rank, const int64_t *xs, uint64_t seed) {
+    goblin_tensor x = rand_tensor(dt, rank, xs, &seed), go = rand_tensor(dt, rank, xs, &seed);
+    goblin_tensor w = rand_tensor(dt, 1, &xs[1], &seed), b = rand_tensor(dt, 1, &xs[1], &seed);
+    goblin_tensor rm = rand_tensor(dt, 1, &xs[1], &seed), rv = rand_tensor(dt, 1, &xs[1], &seed);
+    for (int64_t i = 0; i < xs[1]; i++) { /* a positive running variance */
+        if (dt == GOBLIN_DTYPE_F64) ((double *)rv.data)[i] = fabs(((double *)rv.data)[i]) + 0.1;
+        else ((float *)rv.data)[i] = fabsf(((float *)rv.data)[i]) + 0.1f;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s rank %d shape [%lld, %lld, ...]", goblin_dtype_name(dt), rank, (long long)xs[0],
+             (long long)xs[1]);
+    for (int64_t tr = 0; tr < 2; tr++) {
+        goblin_attr at[3] = {A_INT(TRAINING, tr), goblin_attr_float(GOBLIN_ATTR_EPS, 1e-3), A_INT(INDEX, 0)};
+        goblin_tensor fin[5] = {x, w, b, rm, rv};
+        compare_exact(GOBLIN_OP_BATCH_NORM, fin, 5, at, 2, what);
+        goblin_tensor bin[5] = {go, x, w, rm, rv};
+        for (int64_t which = 0; which < 3; which++) {
+            at[2] = A_INT(INDEX, which);
+            compare_exact(GOBLIN_OP_BATCH_NORM_BACKWARD, bin, 5, at, 3, what);
+        }
+    }
+    free(x.data), free(go.data), free(w.data), free(b.data), free(rm.data), free(rv.data);
+}
+
+Test(blis_train2, batch_norm_forward_backward_match_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t s0[4] = {3, 5, 7, 6}, s1[4] = {8, 16, 16, 17}, s2[3] = {0, 4, 3}, s3[2] = {2, 3},
+                         s4[4] = {1, 2, 1, 1}, s5[3] = {4, 0, 5}, s6[3] = {3, 2, 0};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int d = 0; d < 2; d++) {
+        bn_case(dts[d], 4, s0, 11 + (uint64_t)d);
+        bn_case(dts[d], 4, s1, 12 + (uint64_t)d);
+        bn_case(dts[d], 3, s2, 13 + (uint64_t)d);
+        bn_case(dts[d], 2, s3, 14 + (uint64_t)d);
+        bn_case(dts[d], 4, s4, 15 + (uint64_t)d);
+        bn_case(dts[d], 3, s5, 16 + (uint64_t)d);
+        bn_case(dts[d], 3, s6, 17 + (uint64_t)d);
+    }
+}
+
+typedef struct pool_case {
+    int64_t n, c, h, w, k, s, p, d, ceil;
+} pool_case;
+
+static const pool_case POOL_CASES[] = {
+    {2, 3, 9, 7, 2, 2, 0, 1, 0}, {2, 3, 9, 7, 3, 1, 1, 1, 0}, {1, 2, 10, 11, 3, 2, 1, 2, 1},
+    {3, 1, 5, 5, 2, 3, 1, 1, 1}, {8, 16, 32, 33, 2, 2, 0, 1, 0}, {8, 8, 20, 20, 3, 1, 1, 1, 0},
+    {0, 3, 4, 4, 2, 2, 0, 1, 0}, {2, 0, 4, 4, 2, 2, 0, 1, 0}, {1, 1, 1, 1, 1, 1, 0, 1, 0},
+};
+
+static void pool_case_run(const pool_case *c, goblin_dtype dt, uint64_t seed, bool nans) {
+    int64_t xs[4] = {c->n, c->c, c->h, c->w};
+    goblin_tensor x = rand_tensor(dt, 4, xs, &seed);
+    int64_t nx = goblin__numel(&x);
+    for (int64_t i = 0; i < nx; i++) { /* ties (values on a coarse grid) and, optionally, NaNs */
+        double v = floor(val(&x, i) * 4) / 4;
+        if (nans && gt_rand(&seed) < 0.05) v = NAN;
+        if (dt == GOBLIN_DTYPE_F64) ((double *)x.data)[i] = v;
+        else ((float *)x.data)[i] = (float)v;
+    }
+    int64_t kk[2] = {c->k, c->k}, st[2] = {c->s, c->s}, pd[2] = {c->p, c->p}, dl[2] = {c->d, c->d};
+    goblin_attr at[5] = {A_INTS(KERNEL, kk, 2), A_INTS(STRIDE, st, 2), A_INTS(PADDING, pd, 2),
+                         A_INTS(DILATION, dl, 2), A_INT(CEIL_MODE, c->ceil)};
+    char what[96];
+    snprintf(what, sizeof what, "%s n%lld c%lld %lldx%lld k%lld s%lld p%lld d%lld ceil%lld nan%d",
+             goblin_dtype_name(dt), (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w,
+             (long long)c->k, (long long)c->s, (long long)c->p, (long long)c->d, (long long)c->ceil, nans);
+    compare_exact(GOBLIN_OP_MAX_POOL2D, &x, 1, at, 5, what);
+    goblin_tensor y = run(GOBLIN_BACKEND_REF, 1, GOBLIN_OP_MAX_POOL2D, &x, 1, at, 5);
+    goblin_tensor go = rand_tensor(dt, y.rank, y.shape, &seed);
+    goblin_tensor bin[2] = {go, x};
+    compare_exact(GOBLIN_OP_MAX_POOL2D_BACKWARD, bin, 2, at, 5, what);
+    goblin_buffer_free(y.data);
+    free(go.data);
+    free(x.data);
+}
+
+Test(blis_train2, max_pool2d_forward_backward_match_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (size_t i = 0; i < sizeof POOL_CASES / sizeof POOL_CASES[0]; i++)
+        for (int d = 0; d < 2; d++)
+            for (int nan = 0; nan < 2; nan++) pool_case_run(&POOL_CASES[i], dts[d], 300 + i * 3 + (uint64_t)d, nan);
+}
+
+static void emb_case(goblin_dtype dt, int64_t v, int64_t dim, int32_t irank, const int64_t *is, uint64_t seed) {
+    int64_t cnt = 1;
+    for (int32_t d = 0; d < irank; d++) cnt *= is[d];
+    int64_t *idx = malloc((size_t)(cnt > 0 ? cnt : 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < cnt; i++) idx[i] = (int64_t)(gt_rand(&seed) * (double)v) % (v > 0 ? v : 1);
+    int64_t gs[GOBLIN_MAX_RANK];
+    memcpy(gs, is, sizeof(int64_t) * (size_t)irank);
+    gs[irank] = dim;
+    goblin_tensor go = rand_tensor(dt, irank + 1, gs, &seed), ix = gt_tensor(GOBLIN_DTYPE_I64, irank, is, idx);
+    int64_t ws[2] = {v, dim};
+    goblin_attr at[1] = {A_INTS(SHAPE, ws, 2)};
+    goblin_tensor in[2] = {go, ix};
+    char what[64];
+    snprintf(what, sizeof what, "%s V%lld D%lld count %lld", goblin_dtype_name(dt), (long long)v, (long long)dim,
+             (long long)cnt);
+    compare_exact(GOBLIN_OP_EMBEDDING_BACKWARD, in, 2, at, 1, what);
+    if (cnt > 1 && v > 0) { /* a bad index: the same error as the reference */
+        idx[cnt / 2] = v;
+        goblin_tensor out;
+        char msg[2][300];
+        goblin_err e0 = gt_run1(GOBLIN_OP_EMBEDDING_BACKWARD, in, 2, at, 1, GOBLIN_BACKEND_REF, 1, &out, msg[0], 300);
+        goblin_err e1 = gt_run1(GOBLIN_OP_EMBEDDING_BACKWARD, in, 2, at, 1, GOBLIN_BACKEND_BLIS, 2, &out, msg[1], 300);
+        cr_assert_eq(e0, GOBLIN_EINDEX);
+        cr_assert_eq(e1, GOBLIN_EINDEX, "%s", msg[1]);
+        cr_assert_str_eq(msg[1], msg[0]);
+    }
+    free(go.data);
+    free(idx);
+}
+
+Test(blis_train2, embedding_backward_matches_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int d = 0; d < 2; d++) {
+        emb_case(dts[d], 65, 48, 2, (int64_t[]){32, 32}, 500 + (uint64_t)d);
+        emb_case(dts[d], 7, 5, 1, (int64_t[]){40}, 510 + (uint64_t)d);
+        emb_case(dts[d], 300, 37, 2, (int64_t[]){64, 33}, 520 + (uint64_t)d);
+        emb_case(dts[d], 5, 3, 1, (int64_t[]){0}, 530 + (uint64_t)d);
+        emb_case(dts[d], 5, 0, 1, (int64_t[]){6}, 540 + (uint64_t)d);
+        emb_case(dts[d], 1, 9, 0, (int64_t[]){1}, 550 + (uint64_t)d);
+    }
+}
+
+/* Random bytes of any dtype (copies move bits; NaN payloads included). */
+static goblin_tensor rand_bytes(goblin_dtype dt, int32_t rank, const int64_t *shape, uint64_t *seed) {
+    int64_t n = 1;
+    for (int32_t d = 0; d < rank; d++) n *= shape[d];
+    size_t bytes = (size_t)n * goblin_dtype_size(dt);
+    uint8_t *buf = malloc(bytes > 0 ? bytes : 1);
+    for (size_t i = 0; i < bytes; i++) buf[i] = (uint8_t)(gt_rand(seed) * 256);
+    if (dt == GOBLIN_DTYPE_BOOL)
+        for (size_t i = 0; i < bytes; i++) buf[i] &= 1;
+    return gt_tensor(dt, rank, shape, buf);
+}
+
+Test(blis_train2, copies_match_reference_bits) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    goblin_dtype dts[5] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64, GOBLIN_DTYPE_I64, GOBLIN_DTYPE_F16, GOBLIN_DTYPE_BOOL};
+    static const int64_t shapes[4][4] = {{32, 32, 4, 12}, {3, 5, 7, 9}, {2, 0, 3, 4}, {1, 67, 1, 130}};
+    static const int64_t perms[5][4] = {{0, 2, 1, 3}, {0, 1, 3, 2}, {3, 2, 1, 0}, {1, 3, 0, 2}, {0, 1, 2, 3}};
+    uint64_t seed = 900;
+    for (int d = 0; d < 5; d++)
+        for (int s = 0; s < 4; s++) {
+            goblin_tensor x = rand_bytes(dts[d], 4, shapes[s], &seed);
+            char what[64];
+            snprintf(what, sizeof what, "%s shape %d", goblin_dtype_name(dts[d]), s);
+            for (int p = 0; p < 5; p++) {
+                goblin_attr at[1] = {A_INTS(PERM, perms[p], 4)};
+                compare_exact(GOBLIN_OP_PERMUTE, &x, 1, at, 1, what);
+            }
+            int64_t ax[2] = {1, -1}, st[2] = {1, -7}, sp[2] = {4, 1000}, step[2] = {2, 3};
+            goblin_attr sa[4] = {A_INTS(AXES, ax, 2), A_INTS(STARTS, st, 2), A_INTS(STOPS, sp, 2),
+                                 A_INTS(STEPS, step, 2)};
+            compare_exact(GOBLIN_OP_SLICE, &x, 1, sa, 4, what);
+            compare_exact(GOBLIN_OP_SLICE, &x, 1, sa, 3, what);
+            int64_t pads[2][4] = {{1, 2, 0, 3}, {-1, 2, 2, -1}};
+            for (int q = 0; q < 2; q++) {
+                goblin_attr pa[2] = {A_INTS(PADS, pads[q], 4), goblin_attr_float(GOBLIN_ATTR_VALUE, 1.5)};
+                if (dts[d] != GOBLIN_DTYPE_BOOL) compare_exact(GOBLIN_OP_PAD, &x, 1, pa, 2, what);
+            }
+            int64_t rs[2] = {-1, shapes[s][3]};
+            goblin_attr ra[1] = {A_INTS(SHAPE, rs, 2)};
+            compare_exact(GOBLIN_OP_RESHAPE, &x, 1, ra, 1, what);
+            free(x.data);
+        }
+}

@@ -14,6 +14,7 @@ static void kernels_init(void) {
     goblin__blis_register_reduce(g_kernels);
     goblin__blis_register_formula(g_kernels);
     goblin__blis_register_train(g_kernels);
+    goblin__blis_register_train2(g_kernels);
     goblin__blis_register_threaded(g_kernels);
 }
 

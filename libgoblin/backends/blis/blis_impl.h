@@ -21,6 +21,8 @@ void goblin__blis_register_elementwise(goblin__kernel_fn *t); /* blis_elementwis
 void goblin__blis_register_reduce(goblin__kernel_fn *t);      /* blis_reduce.c */
 void goblin__blis_register_formula(goblin__kernel_fn *t);     /* blis_formula.c */
 void goblin__blis_register_train(goblin__kernel_fn *t);       /* blis_train.c: conv/attention backward */
+/* blis_train2.c: batch norm, max pooling, embedding backward, copies */
+void goblin__blis_register_train2(goblin__kernel_fn *t);
 /* blis_threaded.c: called last; fills the remaining elementwise ops with the
  * reference kernels run on slices in parallel. */
 void goblin__blis_register_threaded(goblin__kernel_fn *t);
