@@ -22,6 +22,7 @@ struct goblin_client {
     uint64_t next_rid;
     char err[600];
     bool node_eauth;                   /* the last request was answered ERROR EAUTH */
+    bool transport_failed;             /* the last request got no reply (connection lost) */
     uint8_t token[GOBLIN__CW_MAX_TOKEN]; /* c->p.token points here (token_len bytes) */
 };
 
@@ -232,6 +233,7 @@ void goblin_client_free(goblin_client *c) {
 static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
                                  nng_msg **keep) {
     c->node_eauth = false;
+    c->transport_failed = false;
     req->request_id = c->next_rid++;
     size_t sz;
     goblin_err e = goblin__cw_encoded_size(req, &sz);
@@ -243,11 +245,14 @@ static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__
     int rv = nng_sendmsg(c->sock, m, 0);
     if (rv) {
         nng_msg_free(m);
+        c->transport_failed = rv != NNG_ETIMEDOUT;
         return cerr(c, nng_to_err(rv), "cannot send the request: %s", nng_strerror(rv));
     }
     nng_msg *in;
-    if ((rv = nng_recvmsg(c->sock, &in, 0)) != 0)
+    if ((rv = nng_recvmsg(c->sock, &in, 0)) != 0) {
+        c->transport_failed = rv != NNG_ETIMEDOUT;
         return cerr(c, nng_to_err(rv), "no reply from the node: %s", nng_strerror(rv));
+    }
     goblin__cw_limits lim = {c->p.recv_max_bytes, GOBLIN_MAX_NUMEL};
     char why[256];
     e = goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, reply, why, sizeof why);
@@ -279,6 +284,20 @@ static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__
 static goblin_err roundtrip(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
                             nng_msg **keep) {
     goblin_err e = roundtrip_once(c, req, reply, keep);
+    /* The connection dropped under a request (the node restarted, say): nng redials by
+     * itself. A request that changes nothing on the node (STATS, STATUS, AUTH) is sent
+     * once more on the new connection; SUBMIT, FETCH, CANCEL and RELEASE are not, since
+     * the node may have acted on them before the reply was lost. */
+    if (e && c->transport_failed &&
+        (req->type == GOBLIN__CW_STATS || req->type == GOBLIN__CW_STATUS || req->type == GOBLIN__CW_AUTH)) {
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+        if (c->p.token_len && req->type != GOBLIN__CW_AUTH) {
+            goblin_err ea = send_auth(c);
+            if (ea) return ea;
+        }
+        e = roundtrip_once(c, req, reply, keep);
+    }
     if (e == GOBLIN_EAUTH && c->node_eauth && c->p.token_len && req->type != GOBLIN__CW_AUTH) {
         goblin_err ea = send_auth(c);
         if (ea) return ea;

@@ -446,6 +446,24 @@ static PyObject *raise_job(goblin_err e, const char *msg, const char *what)
     return pygoblin_raise(e, full);
 }
 
+/* Count a waited-for job's end; raise for a failed or canceled one. Returns 0 when it
+ * is done, -1 with an exception set otherwise (rc < 0: wait_job already raised). */
+static int job_outcome(pygoblin_grid *self, int rc, goblin_err e, const char *msg, const char *what)
+{
+    if (rc < 0)
+        return -1;
+    if (e) {
+        if (e == GOBLIN_ECANCELED)
+            self->jobs_canceled++;
+        else
+            self->jobs_failed++;
+        raise_job(e, msg, what);
+        return -1;
+    }
+    self->jobs_done++;
+    return 0;
+}
+
 /* ---- matmul ------------------------------------------------------------------------ */
 
 static PyObject *grid_matmul(pygoblin_grid *self, PyObject *args, PyObject *kw)
@@ -579,17 +597,8 @@ static PyObject *grid_matmul(pygoblin_grid *self, PyObject *args, PyObject *kw)
         Py_END_ALLOW_THREADS
     }
     self->busy--;
-    if (rc < 0)
+    if (job_outcome(self, rc, e, msg, "matmul") < 0)
         goto done;
-    if (e) {
-        if (e == GOBLIN_ECANCELED)
-            self->jobs_canceled++;
-        else
-            self->jobs_failed++;
-        raise_job(e, msg, "matmul");
-        goto done;
-    }
-    self->jobs_done++;
     if (self->client) {
         goblin_tensor want;
         int64_t shape[2] = {dims[0], dims[1]};
@@ -662,16 +671,8 @@ static PyObject *grid_matmul_files(pygoblin_grid *self, PyObject *args, PyObject
     goblin_client_fetch_result(self->client, j.id, NULL); /* a file job: releases it */
     Py_END_ALLOW_THREADS
     self->busy--;
-    if (rc < 0)
+    if (job_outcome(self, rc, e, msg, "matmul_files") < 0)
         return NULL;
-    if (e) {
-        if (e == GOBLIN_ECANCELED)
-            self->jobs_canceled++;
-        else
-            self->jobs_failed++;
-        return raise_job(e, msg, "matmul_files");
-    }
-    self->jobs_done++;
     Py_RETURN_NONE;
 }
 
@@ -876,17 +877,8 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
         Py_END_ALLOW_THREADS
     }
     self->busy--;
-    if (rc < 0)
+    if (job_outcome(self, rc, e, msg, "run") < 0)
         goto done;
-    if (e) {
-        if (e == GOBLIN_ECANCELED)
-            self->jobs_canceled++;
-        else
-            self->jobs_failed++;
-        raise_job(e, msg, "run");
-        goto done;
-    }
-    self->jobs_done++;
     result = PyTuple_New(n_out);
     if (!result)
         goto done;
