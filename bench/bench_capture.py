@@ -12,7 +12,9 @@ goblin output is checked against torch's. Each figure is the median of
 GOBLIN_BENCH_CAPTURE_REPS (default 3) runs after a warm-up. The grid runs with its
 default verification (adaptive replication: a new worker's tasks are all replicated,
 so early jobs pay up to 2x) and again with verify='none' to show what verification
-costs. Markdown on stdout, progress on stderr. Needs the goblin package installed
+costs, and the same captured graph is evaluated directly in this process (Graph.evaluate
+on the BLIS backend with T threads, no grid) to tell kernel time from runtime overhead.
+Markdown on stdout, progress on stderr. Needs the goblin package installed
 (pip install .) and torch.
 """
 import os
@@ -100,8 +102,8 @@ def main():
           f"thread vs PyTorch {torch.__version__} eager (no_grad, torch.set_num_threads({THREADS})). "
           f"Median of {REPS} runs after a warm-up; speed = torch time / goblin time (> 1: goblin faster).\n")
     print("| model | batch | torch ms | goblin ms (verified) | speed | goblin ms (verify='none') | speed "
-          "| verification cost | max rel. error |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| verification cost | goblin direct ms (no grid) | max rel. error |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with goblin.connect(workers=THREADS, threads=1) as grid:
         for name, m, x in build_models(torch):
             log(f"[capture] {name}")
@@ -114,8 +116,10 @@ def main():
             err = float(np.abs(out - ref).max() / max(1.0, float(np.abs(ref).max())))
             t_ver = median_time(lambda: grid.run(cg, xn, progress=False))
             t_none = median_time(lambda: grid.run(cg, xn, verify="none", progress=False))
+            t_direct = median_time(lambda: cg.evaluate(xn, backend="blis", threads=THREADS))
             print(f"| {name} | {x.shape[0]} | {t_torch * 1e3:.1f} | {t_ver * 1e3:.1f} | {t_torch / t_ver:.2f} | "
-                  f"{t_none * 1e3:.1f} | {t_torch / t_none:.2f} | {100 * (t_ver / t_none - 1):+.0f}% | {err:.2g} |")
+                  f"{t_none * 1e3:.1f} | {t_torch / t_none:.2f} | {100 * (t_ver / t_none - 1):+.0f}% | "
+                  f"{t_direct * 1e3:.1f} | {err:.2g} |")
             sys.stdout.flush()
         s = grid.stats()
     print(f"\nGrid counters after the runs: {s['tasks_completed']} tasks, {s['replicas_issued']} replicas "

@@ -164,6 +164,15 @@ struct goblin_node {
     pthread_mutex_t ev_mu;
     uint32_t *ev_removed;
     int32_t n_ev, cap_ev;
+    /* graph jobs: chunk graphs serialized by earlier jobs, under ser_mu (serialize_chunk) */
+    pthread_mutex_t ser_mu;
+    struct {
+        goblin_graph *g;
+        uint8_t *buf;
+        size_t len;
+        uint64_t last_use;
+    } ser[2];
+    uint64_t ser_clock;
 };
 
 /* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */
@@ -339,6 +348,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     }
     pthread_mutex_init(&n->mu, NULL);
     pthread_mutex_init(&n->ev_mu, NULL);
+    pthread_mutex_init(&n->ser_mu, NULL);
     goblin_wire_limits_default(&n->limits);
     n->limits.max_message_bytes = p->recv_max_bytes;
     n->next_lease_id = 1;
@@ -1380,8 +1390,13 @@ void goblin_node_free(goblin_node *n) {
     goblin__free(n->leases);
     goblin__free(n->jobs);
     goblin__free(n->ev_removed);
+    for (int32_t k = 0; k < 2; k++) {
+        goblin_graph_free(n->ser[k].g);
+        goblin_buffer_free(n->ser[k].buf);
+    }
     pthread_mutex_destroy(&n->mu);
     pthread_mutex_destroy(&n->ev_mu);
+    pthread_mutex_destroy(&n->ser_mu);
     goblin__free(n);
 }
 
@@ -2049,9 +2064,92 @@ static const char *combine_name(goblin_combine c) {
     return (unsigned)c < GOBLIN_COMBINE_COUNT ? nm[c] : "invalid";
 }
 
+/* Do @p a and @p b serialize to the same bytes? (Every field goblin_graph_serialize
+ * writes, compared the same way; far cheaper than serializing, which checksums.) */
+static bool same_graph(const goblin_graph *a, const goblin_graph *b) {
+    if (a->n_nodes != b->n_nodes || a->n_outputs != b->n_outputs) return false;
+    for (int32_t o = 0; o < a->n_outputs; o++)
+        if (a->output_ids[o] != b->output_ids[o]) return false;
+    for (int32_t i = 0; i < a->n_nodes; i++) {
+        const goblin__node *x = &a->nodes[i], *y = &b->nodes[i];
+        if (x->op != y->op || x->dtype != y->dtype || x->rank != y->rank || x->n_inputs != y->n_inputs ||
+            x->n_attrs != y->n_attrs || x->payload_size != y->payload_size)
+            return false;
+        for (int32_t d = 0; d < x->rank; d++)
+            if (x->shape[d] != y->shape[d]) return false;
+        for (int32_t k = 0; k < x->n_inputs; k++)
+            if (x->inputs[k] != y->inputs[k]) return false;
+        for (int32_t k = 0; k < x->n_attrs; k++) {
+            const goblin_attr *p = &x->attrs[k], *q = &y->attrs[k];
+            if (p->key != q->key || p->count != q->count) return false;
+            if (goblin_attr_key_kind(p->key) == GOBLIN_ATTR_KIND_INTS) {
+                for (int32_t c = 0; c < p->count; c++)
+                    if (p->v.ints[c] != q->v.ints[c]) return false;
+            } else if (memcmp(&p->v, &q->v, 8) != 0) {
+                return false;
+            }
+        }
+        if (x->payload_size && memcmp(x->payload, y->payload, x->payload_size) != 0) return false;
+    }
+    return true;
+}
+
+/* Serialize chunk graph @p g into a new buffer, reusing the bytes of an earlier job's
+ * identical chunk graph (a model run batch after batch: the checksum over its constants
+ * costs more than the rest of the planning), and keeping these for later jobs. */
+static goblin_err serialize_chunk(goblin_node *n, goblin_graph *g, uint8_t **buf, size_t *len) {
+    if (!n) return goblin_graph_serialize(g, buf, len);
+    pthread_mutex_lock(&n->ser_mu);
+    for (int32_t k = 0; k < 2; k++) {
+        if (n->ser[k].g && same_graph(n->ser[k].g, g)) {
+            uint8_t *cp = goblin__alloc(n->ser[k].len);
+            if (cp) {
+                memcpy(cp, n->ser[k].buf, n->ser[k].len);
+                n->ser[k].last_use = ++n->ser_clock;
+                *buf = cp;
+                *len = n->ser[k].len;
+            }
+            pthread_mutex_unlock(&n->ser_mu);
+            return cp ? GOBLIN_OK : GOBLIN_ENOMEM;
+        }
+    }
+    pthread_mutex_unlock(&n->ser_mu);
+    goblin_err e = goblin_graph_serialize(g, buf, len);
+    if (e) return e;
+    /* Keep a copy of the graph and of its bytes: worth it only for graphs that are slow
+     * to serialize, i.e. that carry constants; bounded, as the node keeps them after the job. */
+    if (g->const_bytes < ((int64_t)1 << 16) || *len > ((size_t)64 << 20)) return GOBLIN_OK;
+    /* A copy: the graph re-instantiated at its own batch size (the default split rule). */
+    goblin_graph *keep = NULL;
+    int64_t B = 0;
+    if (goblin__batch_inputs(g, NULL, NULL, &B, NULL, 0) != GOBLIN_OK ||
+        goblin_graph_rebatch(g, NULL, B, &keep, NULL, 0) != GOBLIN_OK)
+        return GOBLIN_OK;
+    if (!same_graph(keep, g)) {
+        goblin_graph_free(keep);
+        return GOBLIN_OK;
+    }
+    uint8_t *kb = goblin__alloc(*len);
+    if (!kb) {
+        goblin_graph_free(keep);
+        return GOBLIN_OK;
+    }
+    memcpy(kb, *buf, *len);
+    pthread_mutex_lock(&n->ser_mu);
+    int32_t v = n->ser[0].last_use <= n->ser[1].last_use ? 0 : 1;
+    goblin_graph_free(n->ser[v].g);
+    goblin_buffer_free(n->ser[v].buf);
+    n->ser[v].g = keep;
+    n->ser[v].buf = kb;
+    n->ser[v].len = *len;
+    n->ser[v].last_use = ++n->ser_clock;
+    pthread_mutex_unlock(&n->ser_mu);
+    return GOBLIN_OK;
+}
+
 /* Build chunk graph @p v for @p rows rows. */
-static goblin_err make_variant(gjob *G, const goblin_graph *g, const goblin_split *split, int64_t rows,
-                               gvariant *v, char *msg, size_t cap) {
+static goblin_err make_variant(goblin_node *n, gjob *G, const goblin_graph *g, const goblin_split *split,
+                               int64_t rows, gvariant *v, char *msg, size_t cap) {
     memset(v, 0, sizeof *v);
     v->rows = rows;
     goblin_err e = goblin_graph_rebatch(g, split, rows, &v->g, msg, cap);
@@ -2076,7 +2174,7 @@ static goblin_err make_variant(gjob *G, const goblin_graph *g, const goblin_spli
             return GOBLIN_EINVAL;
         }
     }
-    return goblin_graph_serialize(v->g, &v->buf, &v->len);
+    return serialize_chunk(n, v->g, &v->buf, &v->len);
 }
 
 static bool same_shape_t(const goblin_tensor *a, const goblin_tensor *b) {
@@ -2087,7 +2185,7 @@ static bool same_shape_t(const goblin_tensor *a, const goblin_tensor *b) {
 }
 
 /* Everything of a graph job that does not need the node's lock. */
-static goblin_err plan_graph(gjob *G, uint64_t job_id, const goblin_graph *g, const goblin_graph_job_params *jp,
+static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const goblin_graph *g, const goblin_graph_job_params *jp,
                              uint64_t mem, int32_t workers, char *msg, size_t cap) {
     int32_t ni = G->n_in, no = G->n_out;
     goblin_err e;
@@ -2236,7 +2334,7 @@ static goblin_err plan_graph(gjob *G, uint64_t job_id, const goblin_graph *g, co
         }
         for (int32_t k = 0; k < G->nv; k++) {
             char vm[320] = "";
-            e = make_variant(G, g, jp->split, k == 0 ? rows : last, &G->v[k], vm, sizeof vm);
+            e = make_variant(n, G, g, jp->split, k == 0 ? rows : last, &G->v[k], vm, sizeof vm);
             if (e) {
                 snprintf(msg, cap, "chunks of %lld rows: %s", (long long)(k == 0 ? rows : last),
                          vm[0] ? vm : goblin_strerror(e));
@@ -2322,7 +2420,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     if (!mem) mem = (uint64_t)256 << 20;
     pthread_mutex_unlock(&n->mu);
     char msg[512] = "";
-    goblin_err e = plan_graph(G, j->id, g, jp, mem, workers, msg, sizeof msg);
+    goblin_err e = plan_graph(n, G, j->id, g, jp, mem, workers, msg, sizeof msg);
     if (e) {
         nlog(n, GOBLIN_LOG_ERROR, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
         goblin_job_free(j);

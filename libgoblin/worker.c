@@ -45,6 +45,17 @@ typedef struct panel {
     uint64_t last_use;
 } panel;
 
+/* A decoded task graph kept with a copy of its encoding: a task whose graph bytes are
+ * identical reuses it (no checksum, decode or constant copies per task; the node sends
+ * the same bytes for every chunk of a job). */
+#define GRAPH_CACHE 2
+typedef struct gcache {
+    uint8_t *blob;
+    size_t len;
+    goblin_graph *g;
+    uint64_t last_use;
+} gcache;
+
 struct goblin_worker {
     goblin_worker_params p;
     char *urls[GOBLIN_WORKER_MAX_CONNECT];
@@ -60,6 +71,7 @@ struct goblin_worker {
     int32_t n_cache, cap_cache;
     size_t cache_used;
     uint64_t use_clock;
+    gcache gc[GRAPH_CACHE];
     kept_set first, prev; /* honest outputs kept for STALE / SWAP */
     uint64_t rng;
     pthread_mutex_t st_mu;
@@ -182,10 +194,17 @@ static void panel_release(panel *pn) {
     pn->ref = NULL;
 }
 
+static void gcache_drop(gcache *c) {
+    goblin__free(c->blob);
+    goblin_graph_free(c->g);
+    memset(c, 0, sizeof *c);
+}
+
 static void cache_clear(goblin_worker *w) {
     for (int32_t i = 0; i < w->n_cache; i++) panel_release(&w->cache[i]);
     w->n_cache = 0;
     w->cache_used = 0;
+    for (int32_t i = 0; i < GRAPH_CACHE; i++) gcache_drop(&w->gc[i]);
 }
 
 void goblin_worker_free(goblin_worker *w) {
@@ -398,10 +417,46 @@ static void cache_inputs(goblin_worker *w, goblin_wire_task *t, const int64_t *d
     }
 }
 
+/* The graph of task @p t: a cached one when its bytes match a kept encoding (*owned
+ * false), else freshly decoded (and kept when it fits the cache budget). */
+static goblin_err task_graph(goblin_worker *w, const goblin_wire_task *t, goblin_graph **g, bool *owned,
+                             char *err, size_t cap) {
+    size_t len = (size_t)t->graph_len;
+    for (int32_t i = 0; i < GRAPH_CACHE; i++) {
+        gcache *c = &w->gc[i];
+        if (c->g && c->len == len && memcmp(c->blob, t->graph, len) == 0) {
+            c->last_use = ++w->use_clock;
+            *g = c->g;
+            *owned = false;
+            return GOBLIN_OK;
+        }
+    }
+    goblin_err e = goblin_graph_deserialize(t->graph, len, NULL, g, err, cap);
+    if (e) return e;
+    *owned = true;
+    /* An entry holds the blob copy and the decoded constants, about twice the encoding:
+     * the GRAPH_CACHE entries together stay under half the panel cache budget. */
+    if (len == 0 || len > w->p.cache_bytes / (4 * GRAPH_CACHE)) return GOBLIN_OK;
+    uint8_t *blob = goblin__alloc(len);
+    if (!blob) return GOBLIN_OK;
+    memcpy(blob, t->graph, len);
+    gcache *v = &w->gc[0];
+    for (int32_t i = 1; i < GRAPH_CACHE; i++)
+        if (w->gc[i].last_use < v->last_use) v = &w->gc[i];
+    gcache_drop(v);
+    v->blob = blob;
+    v->len = len;
+    v->g = *g;
+    v->last_use = ++w->use_clock;
+    *owned = false;
+    return GOBLIN_OK;
+}
+
 static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp, bool *answered) {
     goblin_graph *g = NULL;
     char err[256];
-    goblin_err e = goblin_graph_deserialize(t->graph, (size_t)t->graph_len, NULL, &g, err, sizeof err);
+    bool owned = false;
+    goblin_err e = task_graph(w, t, &g, &owned, err, sizeof err);
     if (e) {
         fail_task(w, t->task_id, e, err);
         return true;
@@ -412,7 +467,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
      * left out, take it from the cache)...}. */
     bool has_dir = (int64_t)t->n_inputs == (int64_t)ni + 1;
     if ((int64_t)t->n_inputs != (int64_t)ni && !has_dir) {
-        goblin_graph_free(g);
+        if (owned) goblin_graph_free(g);
         fail_task(w, t->task_id, GOBLIN_EINVAL, "the task's input count does not match its graph");
         return true;
     }
@@ -420,7 +475,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     if (has_dir) {
         const goblin_tensor *d = &t->inputs[ni];
         if (d->dtype != GOBLIN_DTYPE_I64 || d->rank != 1 || d->shape[0] != 2 * (int64_t)ni) {
-            goblin_graph_free(g);
+            if (owned) goblin_graph_free(g);
             fail_task(w, t->task_id, GOBLIN_EINVAL, "bad cache directory");
             return true;
         }
@@ -431,7 +486,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     if (!in || !out) {
         goblin__free(in);
         goblin__free(out);
-        goblin_graph_free(g);
+        if (owned) goblin_graph_free(g);
         fail_task(w, t->task_id, GOBLIN_ENOMEM, "out of memory");
         return true;
     }
@@ -444,7 +499,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
                 send_error(w, t->task_id, GOBLIN_ENOTFOUND, "cached input not in cache");
                 goblin__free(in);
                 goblin__free(out);
-                goblin_graph_free(g);
+                if (owned) goblin_graph_free(g);
                 return true;
             }
             BUMP(w, cache_hits);
@@ -455,7 +510,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     if (w->p.misbehave != GOBLIN_MISBEHAVE_NONE && rng_u01(w) < w->p.misbehave_rate) mode = w->p.misbehave;
     if (mode == GOBLIN_MISBEHAVE_CRASH) {
         BUMP(w, misbehaved);
-        goblin_graph_free(g);
+        if (owned) goblin_graph_free(g);
         goblin__free(in);
         goblin__free(out);
         wlog(w, GOBLIN_LOG_WARN, "misbehave: crashing mid-task %llu", (unsigned long long)t->task_id);
@@ -471,7 +526,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     ep.backend = w->p.backend;
     ep.threads = w->p.threads;
     e = goblin_graph_eval(g, &ep, in, ni, out, no);
-    goblin_graph_free(g);
+    if (owned) goblin_graph_free(g);
     if (dv) {
         /* Cache the inputs that came with the task only now: an eviction before the
          * evaluation could free a cached input this very task is using. */

@@ -726,3 +726,69 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     goblin_graph_free(mm.g);
     rt_grid_stop(&g);
 }
+
+/* ---- repeated jobs: cached chunk encodings (node) and decoded graphs (worker) ------ */
+
+/* y = x . W with W a constant big enough (72 KiB) for the node to keep its chunk
+ * graphs' encodings and the workers their decoded graphs. */
+static goblin_graph *const_mm_graph(int64_t B, int64_t D, int64_t H, const double *w) {
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[2] = {B, D}, sw[2] = {D, H};
+    goblin_tensor wt;
+    goblin_tensor_init(&wt, GOBLIN_DTYPE_F64, 2, sw, (void *)w);
+    int32_t ids[2], y;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sx, &ids[0]), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_constant(g, &wt, &ids[1]), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, ids, 2, NULL, 0, &y), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, y), GOBLIN_OK);
+    return g;
+}
+
+Test(graph_job, repeated_jobs_never_reuse_a_stale_graph) {
+    goblin_grid *grid = grid3(2);
+    enum { B = 40, D = 96, H = 96 };
+    double *x = malloc(sizeof(double) * B * D), *y = malloc(sizeof(double) * B * H);
+    double *w[2] = {malloc(sizeof(double) * D * H), malloc(sizeof(double) * D * H)};
+    fill(GOBLIN_DTYPE_F64, x, B * D, 7);
+    fill(GOBLIN_DTYPE_F64, w[0], D * H, 8);
+    memcpy(w[1], w[0], sizeof(double) * D * H);
+    w[1][D * H - 1] += 1.0; /* the last byte range of the constant differs */
+    /* W0, W0 again (same graph), W1, a fresh graph equal to W0, W1 again, W0 again. */
+    const int which[6] = {0, 0, 1, 0, 1, 0};
+    goblin_graph *g0 = const_mm_graph(B, D, H, w[0]), *g1 = const_mm_graph(B, D, H, w[1]);
+    for (int r = 0; r < 6; r++) {
+        int k = which[r];
+        goblin_graph *fresh = r == 3 ? const_mm_graph(B, D, H, w[0]) : NULL;
+        goblin_graph *g = fresh ? fresh : k ? g1 : g0;
+        int64_t sx[2] = {B, D}, sy[2] = {B, H};
+        goblin_tensor in, out;
+        goblin_tensor_init(&in, GOBLIN_DTYPE_F64, 2, sx, x);
+        goblin_tensor_init(&out, GOBLIN_DTYPE_F64, 2, sy, y);
+        memset(y, 0, sizeof(double) * B * H);
+        goblin_graph_job_params jp;
+        goblin_graph_job_params_default(&jp);
+        jp.verify = GOBLIN_GRAPH_VERIFY_UNSAFE_NONE; /* nothing on the node to mask a stale graph */
+        jp.chunk_rows = 7;                           /* two chunk shapes: 7 rows and 5 */
+        goblin_job *job = NULL;
+        cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), g, &in, 1, &out, 1, &jp, &job), GOBLIN_OK);
+        cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+        goblin_job_free(job);
+        for (int64_t i = 0; i < B; i++)
+            for (int64_t j = 0; j < H; j++) {
+                double acc = 0, sc = 0;
+                for (int64_t q = 0; q < D; q++) {
+                    acc += x[i * D + q] * w[k][q * H + j];
+                    sc += fabs(x[i * D + q] * w[k][q * H + j]);
+                }
+                cr_assert(fabs(y[i * H + j] - acc) <= 2.0 * D * 0x1p-53 * sc + 1e-300,
+                          "job %d (W%d): y[%lld,%lld] = %.17g, want %.17g", r, k, (long long)i, (long long)j,
+                          y[i * H + j], acc);
+            }
+        goblin_graph_free(fresh);
+    }
+    goblin_graph_free(g0);
+    goblin_graph_free(g1);
+    free(x), free(y), free(w[0]), free(w[1]);
+    goblin_grid_free(grid);
+}
