@@ -15,26 +15,12 @@
  * encoded dtype/shape must then equal the inferred ones. It carries no names. */
 #include <stdio.h>
 #include <string.h>
+#include "crc32.h"
 #include "graph_impl.h"
 
 #define FORMAT_VERSION 1
 static const uint8_t MAGIC[4] = {'G', 'B', 'L', 'G'};
 
-static uint32_t crc32_update(uint32_t crc, const uint8_t *p, size_t n) {
-    static uint32_t table[256];
-    static int ready = 0; /* benign race: every thread computes the same table */
-    if (!ready) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
-    }
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
 
 /* ---- writer -------------------------------------------------------------- */
 
@@ -119,7 +105,7 @@ goblin_err goblin_graph_serialize(const goblin_graph *g, uint8_t **out_buf, size
         if (n->payload_size) put(&w, n->payload, n->payload_size);
     }
     for (int32_t o = 0; o < g->n_outputs; o++) put_u32(&w, (uint32_t)g->output_ids[o]);
-    if (!w.oom) put_u32(&w, crc32_update(0, w.p, w.len));
+    if (!w.oom) put_u32(&w, goblin__crc32(0, w.p, w.len));
     if (w.oom) {
         goblin__free(w.p);
         return GOBLIN_ENOMEM;
@@ -205,7 +191,7 @@ goblin_err goblin_graph_deserialize(const uint8_t *buf, size_t len,
     if (cat != GOBLIN_CATALOG_VERSION)
         DFAIL(GOBLIN_EVERSION, "catalogue version %u, this library has %u", cat, GOBLIN_CATALOG_VERSION);
     if (flags != 0) DFAIL(GOBLIN_EFORMAT, "unknown flags 0x%x", flags);
-    uint32_t crc_stored, crc = crc32_update(0, buf, len - 4);
+    uint32_t crc_stored, crc = goblin__crc32(0, buf, len - 4);
     crc_stored = (uint32_t)buf[len - 4] | (uint32_t)buf[len - 3] << 8 | (uint32_t)buf[len - 2] << 16 |
                  (uint32_t)buf[len - 1] << 24;
     if (crc != crc_stored) DFAIL(GOBLIN_EFORMAT, "checksum mismatch (corrupted or truncated)");

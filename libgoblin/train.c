@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "crc32.h"
 #include "train_impl.h"
 
 struct goblin_trainer {
@@ -1035,14 +1036,6 @@ goblin_err goblin_trainer_set_param(goblin_trainer *t, int32_t i, const goblin_t
 
 static const char CK_MAGIC[8] = {'G', 'O', 'B', 'L', 'T', 'R', 'N', '1'};
 
-static uint32_t crc32_upd(uint32_t crc, const uint8_t *p, size_t n) {
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-    }
-    return ~crc;
-}
 
 typedef struct ck_buf {
     uint8_t *p;
@@ -1134,7 +1127,7 @@ goblin_err goblin_trainer_save(goblin_trainer *t, const char *path) {
             if (t->p.adamw.amsgrad) ck_put(&b, t->adam[i].max_exp_avg_sq, n);
         }
     }
-    PUT(&b, crc32_upd(0, b.p, b.len));
+    PUT(&b, goblin__crc32(0, b.p, b.len));
     if (b.oom) {
         goblin__free(b.p);
         return terr(t, GOBLIN_ENOMEM, "out of memory");
@@ -1231,7 +1224,7 @@ goblin_err goblin_trainer_load(goblin_trainer *t, const char *path) {
     }
     uint32_t crc;
     memcpy(&crc, buf + len - 4, 4);
-    if (crc != crc32_upd(0, buf, len - 4)) {
+    if (crc != goblin__crc32(0, buf, len - 4)) {
         e = terr(t, GOBLIN_EFORMAT, "%s is corrupt (checksum mismatch)", path);
         goto out;
     }

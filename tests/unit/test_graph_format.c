@@ -290,3 +290,25 @@ Test(graph_format, encoded_shape_must_match_inference) {
     goblin_buffer_free(buf);
     goblin_graph_free(g);
 }
+
+/* The format's CRC-32 against the standard check value and a bit-at-a-time
+ * reference, over every length 0..300 at every alignment 0..7 and split points. */
+#include "crc32.h"
+
+
+Test(graph_format, crc32_matches_reference) {
+    cr_assert_eq(goblin__crc32(0, (const uint8_t *)"123456789", 9), 0xCBF43926u);
+    uint8_t buf[320];
+    uint64_t s = 12345;
+    for (size_t i = 0; i < sizeof buf; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = (uint8_t)(s >> 56);
+    }
+    for (size_t off = 0; off < 8; off++)
+        for (size_t n = 0; n + off <= 300; n++) {
+            uint32_t want = crc32_bitwise(buf + off, n);
+            cr_assert_eq(goblin__crc32(0, buf + off, n), want, "off %zu n %zu", off, n);
+            size_t cut = n / 3;
+            cr_assert_eq(goblin__crc32(goblin__crc32(0, buf + off, cut), buf + off + cut, n - cut), want);
+        }
+}
