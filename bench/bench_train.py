@@ -90,8 +90,7 @@ def main():
                 infos = infos[WARMUP:]
                 t_g = statistics.median(i["seconds"] for i in infos)
                 vs = sum(i["verify_seconds"] for i in infos)
-                share = f"{100 * vs / sum(i['seconds'] for i in infos):.1f} %" if vs > 0 else \
-                    "not measured (0)"
+                share = f"{100 * vs / sum(i['seconds'] for i in infos):.2f} %"
                 tasks = infos[-1]["tasks"]
                 log(f"{name}: {mbs} micro-batch(es): goblin {t_g * 1e3:.1f} ms, torch {t_torch * 1e3:.1f} ms")
                 print(f"| {name} | {mbs} | {t_g * 1e3:.1f} ms | {t_torch * 1e3:.1f} ms | {t_g / t_torch:.2f}x | "

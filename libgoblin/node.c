@@ -1861,7 +1861,10 @@ static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_w
         graph_decide(n, j, ti, 1, &pi, &res0);
     } else if (t->holder) {
         int32_t h = t->holder - 1;
-        if (graph_bit_equal(j, ti, r->outputs, t->held)) {
+        int64_t t0 = goblin__now_ns();
+        bool same = graph_bit_equal(j, ti, r->outputs, t->held);
+        n->st.verify_ns += goblin__now_ns() - t0;
+        if (same) {
             n->st.replicas_agreed++;
             count_accept(n, h, true);
             count_accept(n, pi, true);
