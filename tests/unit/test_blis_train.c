@@ -388,3 +388,152 @@ Test(blis_train2, copies_match_reference_bits) {
             free(x.data);
         }
 }
+
+/* ---- blis_train3.c: broadcast add/sub/mul/div, f32 exp/erf ------------------------------
+ * The binary ops call the reference's scalar function per element, so any broadcast
+ * layout must give the reference's exact bits on 1, 2 and 3 threads. */
+
+Test(blis_train3, broadcast_binary_ops_match_reference_bits) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const struct {
+        int32_t ra, rb;
+        int64_t a[4], b[4];
+    } cases[] = {
+        {3, 3, {5, 7, 1}, {5, 7, 9}},       {3, 3, {5, 7, 9}, {5, 1, 9}},    {3, 3, {1, 7, 1}, {5, 1, 9}},
+        {4, 4, {3, 1, 4, 1}, {1, 5, 1, 6}}, {3, 3, {0, 3, 1}, {0, 3, 4}},    {3, 2, {4, 1, 3}, {2, 3}},
+        {1, 2, {1}, {6, 1}},                {3, 3, {32, 32, 1}, {32, 32, 48}}, {3, 3, {70, 1, 600}, {70, 9, 600}},
+        {2, 3, {9, 1}, {2, 9, 33}},         {3, 3, {2, 9, 33}, {2, 9, 33}},  {0, 2, {0}, {3, 4}},
+        {3, 3, {1, 1, 1}, {1, 1, 1}},       {2, 2, {1, 70000}, {3, 1}},
+    };
+    goblin_op ops[4] = {GOBLIN_OP_ADD, GOBLIN_OP_SUB, GOBLIN_OP_MUL, GOBLIN_OP_DIV};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    uint64_t seed = 3100;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 2; d++) {
+            goblin_tensor ab[2] = {rand_tensor(dts[d], cases[c].ra, cases[c].a, &seed),
+                                   rand_tensor(dts[d], cases[c].rb, cases[c].b, &seed)};
+            for (int sw = 0; sw < 2; sw++) {
+                goblin_tensor in[2] = {ab[sw], ab[1 - sw]};
+                char what[64];
+                snprintf(what, sizeof what, "%s case %zu swap %d", goblin_dtype_name(dts[d]), c, sw);
+                for (int o = 0; o < 4; o++) compare_exact(ops[o], in, 2, NULL, 0, what);
+            }
+            free(ab[0].data);
+            free(ab[1].data);
+        }
+}
+
+Test(blis_train3, broadcast_binary_ops_keep_nan_inf_and_ints) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    float a[6] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f}, b[3] = {0.0f, INFINITY, -2.5f};
+    int64_t sa[2] = {6, 1}, sb[2] = {1, 3};
+    goblin_tensor in[2] = {gt_tensor(GOBLIN_DTYPE_F32, 2, sa, a), gt_tensor(GOBLIN_DTYPE_F32, 2, sb, b)};
+    goblin_op ops[4] = {GOBLIN_OP_ADD, GOBLIN_OP_SUB, GOBLIN_OP_MUL, GOBLIN_OP_DIV};
+    for (int o = 0; o < 4; o++) compare_exact(ops[o], in, 2, NULL, 0, "specials");
+    int64_t ia[4] = {1, -2, 3, INT64_MAX}, ib[2] = {7, -1};
+    int64_t s4[2] = {4, 1}, s2[2] = {1, 2};
+    goblin_tensor ii[2] = {gt_tensor(GOBLIN_DTYPE_I64, 2, s4, ia), gt_tensor(GOBLIN_DTYPE_I64, 2, s2, ib)};
+    for (int o = 0; o < 3; o++) compare_exact(ops[o], ii, 2, NULL, 0, "i64 (declined: reference)");
+}
+
+/* exp keeps the reference's bits (f32, f64); erf and gelu on f32 use a double polynomial
+ * erf: within the ops' contracts of the reference (erf 4u relative + 4u absolute, gelu
+ * 8u + 8u, plus the smallest normal), the same bits on 1, 2 and 3 threads; f64 erf/gelu
+ * and tanh-form gelu keep the reference's bits. */
+static void contract_f32(goblin_op op, const goblin_tensor *t, const goblin_attr *at, int32_t na, double rel_u,
+                         double abs_u) {
+    goblin_tensor ref = run(GOBLIN_BACKEND_REF, 1, op, t, 1, at, na);
+    goblin_tensor b1 = run(GOBLIN_BACKEND_BLIS, 1, op, t, 1, at, na);
+    int64_t n = goblin__numel(t);
+    const float *x = t->data;
+    double u = 0x1p-24;
+    for (int64_t i = 0; i < n; i++) {
+        double r = ((float *)ref.data)[i], b = ((float *)b1.data)[i];
+        if (isnan(r) || isinf(r)) {
+            cr_assert(isnan(r) ? isnan(b) : b == r, "%s(%g): blis %g ref %g", goblin_op_name(op), x[i], b, r);
+            continue;
+        }
+        cr_assert(fabs(b - r) <= rel_u * u * fabs(r) + abs_u * u + 0x1p-126, "%s(%.9g): blis %.9g ref %.9g",
+                  goblin_op_name(op), x[i], b, r);
+        if (r == 0) cr_assert(signbit(b) == signbit(r) || fabs(x[i]) > 8, "%s(%g): sign of zero", goblin_op_name(op), x[i]);
+    }
+    for (int32_t th = 2; th <= 3; th++) {
+        goblin_tensor bt = run(GOBLIN_BACKEND_BLIS, th, op, t, 1, at, na);
+        cr_assert(n == 0 || memcmp(bt.data, b1.data, (size_t)n * 4) == 0, "%s: %d threads differ", goblin_op_name(op), th);
+        goblin_buffer_free(bt.data);
+    }
+    goblin_buffer_free(ref.data);
+    goblin_buffer_free(b1.data);
+}
+
+Test(blis_train3, exp_erf_gelu_vs_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t shapes[5][2] = {{0, 5}, {7, 13}, {300, 257}, {1, 1}, {2, 20001}};
+    uint64_t seed = 3200;
+    for (int s = 0; s < 5; s++) {
+        int64_t n = shapes[s][0] * shapes[s][1];
+        float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof *x);
+        static const float special[] = {NAN,   INFINITY, -INFINITY, 0.0f,   -0.0f,  88.8f,  -104.0f,
+                                        1e-30f, -3.9f,   10.0f,     1e-40f, 0.25f, -6.0f, 8.49f};
+        int ns = (int)(sizeof special / sizeof special[0]);
+        for (int64_t i = 0; i < n; i++) {
+            if (i < ns && n > ns) x[i] = special[i];
+            else if (s == 4) x[i] = (float)(-10.0 + 20.0 * (double)i / (double)n); /* every polynomial piece */
+            else if (s == 1 && i % 2) x[i] = nextafterf(0.25f * (float)(i % 40 - 20), i % 4 == 1 ? 100.0f : -100.0f);
+            else x[i] = (float)((2 * gt_rand(&seed) - 1) * (i % 3 ? 12.0 : 90.0));
+        }
+        goblin_tensor t = gt_tensor(GOBLIN_DTYPE_F32, 2, shapes[s], x);
+        compare_exact(GOBLIN_OP_EXP, &t, 1, NULL, 0, "f32");
+        contract_f32(GOBLIN_OP_ERF, &t, NULL, 0, 4, 4);
+        contract_f32(GOBLIN_OP_GELU, &t, NULL, 0, 8, 8);
+        goblin_attr tanh_at[1] = {A_INT(APPROXIMATE, GOBLIN_GELU_TANH)};
+        compare_exact(GOBLIN_OP_GELU, &t, 1, tanh_at, 1, "f32 tanh form");
+        double *xd = malloc((size_t)(n > 0 ? n : 1) * sizeof *xd);
+        for (int64_t i = 0; i < n; i++) xd[i] = x[i];
+        goblin_tensor td = gt_tensor(GOBLIN_DTYPE_F64, 2, shapes[s], xd);
+        compare_exact(GOBLIN_OP_EXP, &td, 1, NULL, 0, "f64");
+        compare_exact(GOBLIN_OP_ERF, &td, 1, NULL, 0, "f64");
+        compare_exact(GOBLIN_OP_GELU, &td, 1, NULL, 0, "f64");
+        free(xd);
+        free(x);
+    }
+}
+
+/* softmax / log_softmax over a non-last axis: the reference's bits (NaN and infinite
+ * entries included), 1, 2 and 3 threads; last-axis and empty cases still work. */
+Test(blis_train3, softmax_non_last_axis_matches_reference_bits) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t shapes[5][3] = {{32, 41, 32}, {3, 7, 5}, {1, 9, 2}, {4, 0, 3}, {2, 3, 0}};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    uint64_t seed = 3300;
+    for (int s = 0; s < 5; s++)
+        for (int d = 0; d < 2; d++) {
+            goblin_tensor x = rand_tensor(dts[d], 3, shapes[s], &seed);
+            int64_t n = goblin__numel(&x);
+            if (s == 1) { /* a NaN, an inf and a -inf in different columns */
+                double sp[3] = {NAN, INFINITY, -INFINITY};
+                for (int q = 0; q < 3; q++) {
+                    int64_t at = 5 * q + 7 * q + q;
+                    if (dts[d] == GOBLIN_DTYPE_F64) ((double *)x.data)[at] = sp[q];
+                    else ((float *)x.data)[at] = (float)sp[q];
+                }
+            }
+            for (int64_t i = 0; s == 0 && i < n; i++) /* logits scale */
+                if (dts[d] == GOBLIN_DTYPE_F32) ((float *)x.data)[i] *= 8;
+            goblin_op ops[2] = {GOBLIN_OP_SOFTMAX, GOBLIN_OP_LOG_SOFTMAX};
+            int64_t axes[4] = {0, 1, -2, 2};
+            for (int o = 0; o < 2; o++)
+                for (int a = 0; a < 4; a++) {
+                    goblin_attr at[1] = {A_INT(AXIS, axes[a])};
+                    char what[64];
+                    snprintf(what, sizeof what, "%s shape %d axis %lld", goblin_dtype_name(dts[d]), s,
+                             (long long)axes[a]);
+                    if (axes[a] == 2) { /* last axis: blis_reduce.c's kernel, within its contract */
+                        if (n > 0) compare(ops[o], &x, 1, at, 1, 64, what);
+                        continue;
+                    }
+                    compare_exact(ops[o], &x, 1, at, 1, what);
+                }
+            free(x.data);
+        }
+}

@@ -16,6 +16,7 @@ static void kernels_init(void) {
     goblin__blis_register_train(g_kernels);
     goblin__blis_register_train2(g_kernels);
     goblin__blis_register_threaded(g_kernels);
+    goblin__blis_register_train3(g_kernels);
 }
 
 static goblin__kernel_fn blis_kernel(goblin_op op) {

@@ -26,6 +26,9 @@ void goblin__blis_register_train2(goblin__kernel_fn *t);
 /* blis_threaded.c: called last; fills the remaining elementwise ops with the
  * reference kernels run on slices in parallel. */
 void goblin__blis_register_threaded(goblin__kernel_fn *t);
+/* blis_train3.c: called after blis_threaded.c (chains to the kernels it replaces):
+ * broadcast add/sub/mul/div, exp, f32 erf/gelu, softmax over a non-last axis */
+void goblin__blis_register_train3(goblin__kernel_fn *t);
 
 /* Run fn(arg, i) for i in [0, n) on up to @p threads threads (OpenMP when built
  * with it, else serially). Work items must be independent. */
