@@ -70,7 +70,11 @@ typedef struct task {
     bool replicated;       /* the accepted result was checked (replica or node) */
     void **held;           /* the held result: one contiguous buffer per output */
     void **outs;           /* accepted outputs of reductions, combined at the end */
+    uint8_t rep;           /* REPLICATE: 0 undecided, REP_SINGLE, REP_TWICE (decided when
+                              first leased, from that worker's trust) */
 } task;
+
+enum { REP_UNDECIDED = 0, REP_SINGLE = 1, REP_TWICE = 2 };
 
 enum { JOB_MATMUL = 0, JOB_GRAPH = 1 };
 
@@ -123,6 +127,7 @@ struct goblin_job {
     task *tasks;
     int32_t *tile_done; /* accepted slices per C tile (split-K only) */
     int64_t scan_from;
+    int64_t rep_from;  /* graph jobs: tasks before this need no concurrent replica lease */
     int64_t sum_task_ms, n_task_ms; /* for straggler detection */
     goblin_job_params jp;
     /* The serialized task graph of the last tile shape sent (most tiles share one):
@@ -624,6 +629,22 @@ static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, boo
                       const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in);
 static bool issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative);
 
+static double rand_u01(void);
+
+/* REPLICATE graph jobs: whether task @p ti, first leased to peer @p pi, is run twice.
+ * Drawn from the node's secret random source at the first lease, at the rate the
+ * worker's trust gives (docs/verification.md); the replica lease then goes to another
+ * worker at once, so both copies run side by side instead of one after the other. A
+ * worker cannot tell whether its lease has a twin. */
+static void decide_replication(goblin_job *j, int64_t ti, const peer *p) {
+    task *t = &j->tasks[ti];
+    if (j->kind != JOB_GRAPH || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE || t->rep != REP_UNDECIDED)
+        return;
+    double rate = 1.0 / (1.0 + (double)p->agreements / j->g->halflife);
+    if (rate < j->g->min_rep) rate = j->g->min_rep;
+    t->rep = rand_u01() < rate ? REP_TWICE : REP_SINGLE;
+}
+
 /* Send task @p ti of @p j to peer @p pi. */
 static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative) {
     if (j->kind == JOB_GRAPH) return issue_graph(n, j, ti, pi, speculative);
@@ -705,6 +726,7 @@ static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, boo
     n->st.tasks_issued++;
     if (speculative) n->st.tasks_speculative++;
     if (j->kind == JOB_GRAPH && tk->holder) n->st.replicas_issued++;
+    decide_replication(j, ti, p);
     return true;
 }
 
@@ -749,6 +771,33 @@ static bool assign_one(goblin_node *n, int32_t pi) {
         }
         if (best < 0) best = first;
         if (best >= 0) return issue(n, j, best, pi, false);
+    }
+    /* Nothing pending: the twin lease of a task that is to be replicated, on a worker
+     * other than the one running it. */
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE) continue;
+        while (j->rep_from < j->ntasks) {
+            const task *t = &j->tasks[j->rep_from];
+            if (t->state == T_DONE || t->rep == REP_SINGLE || (t->rep == REP_TWICE && t->n_leases >= 2)) {
+                j->rep_from++;
+                continue;
+            }
+            break;
+        }
+        int64_t seen = 0;
+        for (int64_t i = j->rep_from; i < j->ntasks && seen < SCAN_LIMIT; i++) {
+            task *t = &j->tasks[i];
+            if (t->state == T_PENDING && t->rep == REP_UNDECIDED) break; /* not leased yet from here on */
+            seen++;
+            if (t->state != T_LEASED || t->rep != REP_TWICE || t->n_leases != 1 || t->holder) continue;
+            if (lease_held_by(n, j, i, pi) || !task_fits(j, i, p)) continue;
+            int64_t at = t->leased_at_ms;
+            if (!issue(n, j, i, pi, false)) return false;
+            t->leased_at_ms = at;
+            n->st.replicas_issued++;
+            return true;
+        }
     }
     if (!n->p.speculate) return false;
     int64_t now = goblin__now_ms();
@@ -1885,9 +1934,8 @@ static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_w
             }
         }
     } else {
-        double rate = 1.0 / (1.0 + (double)p->agreements / G->halflife);
-        if (rate < G->min_rep) rate = G->min_rep;
-        if (rand_u01() >= rate) {
+        if (t->rep == REP_UNDECIDED) decide_replication(j, ti, p);
+        if (t->rep == REP_SINGLE) {
             count_accept(n, pi, false);
             graph_task_accept(n, j, ti, data, pi, false);
         } else if (!other_eligible(n, j, ti, pi)) {
