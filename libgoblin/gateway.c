@@ -318,9 +318,18 @@ static gw_job *free_slot(goblin_gateway *g) {
     return NULL;
 }
 
+/* A job's result, or GOBLIN_EBUSY while it runs. The status is read first: a job that
+ * ends between the two reads is then seen as ended with its real result (reading the
+ * result first could return "still running" for a job whose status already says done). */
+static goblin_err job_result(gw_job *j, goblin_job_status *st) {
+    *st = goblin_job_get_status(j->job);
+    if (*st == GOBLIN_JOB_RUNNING) return GOBLIN_EBUSY;
+    return goblin_job_wait(j->job, -1); /* ended: returns at once */
+}
+
 static void fill_status(gw_job *j, goblin__cw_msg *r) {
-    goblin_err res = goblin_job_wait(j->job, 0);
-    goblin_job_status st = goblin_job_get_status(j->job);
+    goblin_job_status st;
+    goblin_err res = job_result(j, &st);
     int64_t done = 0, total = 0;
     goblin_job_progress(j->job, &done, &total);
     if (done > total) done = total;
@@ -640,8 +649,9 @@ static void handle_submit_graph(goblin_gateway *g, goblin__cw_msg *m, goblin__cw
 }
 
 static void handle_fetch(goblin_gateway *g, goblin__cw_msg *m, goblin__cw_msg *r, gw_job *j) {
-    goblin_err res = goblin_job_wait(j->job, 0);
-    if (res == GOBLIN_ETIMEDOUT && goblin_job_get_status(j->job) == GOBLIN_JOB_RUNNING)
+    goblin_job_status st;
+    goblin_err res = job_result(j, &st);
+    if (res == GOBLIN_EBUSY)
         return reply_error(g, r, m->request_id, GOBLIN_EBUSY, "job %llu is still running",
                            (unsigned long long)j->id);
     j->end_reported = true;

@@ -6,9 +6,8 @@ References are NumPy products; tolerances are the matmul contract, gamma_k * (|A
 elementwise with k the inner dimension, in the dtype the workers compute in.
 
 The issue's full-size products (6000 x 5000 by 5000 x 7000) run in test_big_products: f32
-and f64 over tcp://, f32 over tls+tcp://, and f64 over tls+tcp:// too with
-GOBLIN_RUN_SLOW=1 (the four took 2.4 minutes on 2 quiet cores, 5 minutes on loaded ones;
-the f64 TLS product alone about a minute). test_file_product_over_1gib makes a 1 GiB
+and f64 over tcp:// and over tls+tcp:// (the four took 2.4 minutes on 2 quiet cores, 5
+minutes on loaded ones; the f64 TLS product alone about a minute). test_file_product_over_1gib makes a 1 GiB
 product on disk.
 """
 import json
@@ -564,8 +563,7 @@ def product_ok(c, a, b, rows=256, seed=0):
 @pytest.mark.parametrize("scheme", ["tcp", "tls+tcp"])
 def test_big_products(tmp, scheme):
     """The issue's products: A[6000 x 5000] . B[5000 x 7000] in f32 and f64, a node and 3
-    workers over tcp:// or tls+tcp:// (workers pinning the node's fingerprint; f64 over TLS
-    only with GOBLIN_RUN_SLOW=1)."""
+    workers over tcp:// or tls+tcp:// (workers pinning the node's fingerprint)."""
     extra, kw = (), {}
     if scheme == "tls+tcp":
         cert, key, fp = node_init(tmp)
@@ -576,8 +574,6 @@ def test_big_products(tmp, scheme):
             g.add_worker(*extra, threads=0, memory="512M")
         g.wait_workers(3, timeout=60)
         dtypes = (np.float32, np.float64)
-        if scheme == "tls+tcp" and os.environ.get("GOBLIN_RUN_SLOW") != "1":
-            dtypes = (np.float32,)  # f64 over TLS: about a minute more, GOBLIN_RUN_SLOW=1
         for dt in dtypes:
             a, b = operands(6000, 5000, 7000, dt, 13)
             t0 = time.time()
