@@ -123,7 +123,7 @@ def main():
         step = max(1, len(infos) // 12)
         for i in infos[::step] + ([infos[-1]] if (len(infos) - 1) % step else []):
             print(f"round {i['round']:4d}  loss {i['loss']:.4f}  tasks {i['tasks']}  {i['seconds']:.2f} s "
-                  f"(verify {i['verify_seconds']:.3f} s)")
+                  f"(verify {i['verify_seconds'] * 1e3:.2f} ms)")
         trainer.copy_to(model)
         st = grid.stats()
     print(f"{args.rounds} rounds in {time.time() - t0:.1f} s; node: {st.get('results_accepted', 0)} results "

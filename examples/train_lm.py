@@ -135,7 +135,7 @@ def main():
             if r == 0:
                 print(trainer.plan(args.batch))
             print(f"round {info['round']:4d}  loss {info['loss']:.4f}  lr {info['lr']:.2e}  "
-                  f"tasks {info['tasks']}  {info['seconds']:.2f} s (verify {info['verify_seconds']:.2f} s)")
+                  f"tasks {info['tasks']}  {info['seconds']:.2f} s (verify {info['verify_seconds'] * 1e3:.2f} ms)")
         trainer.copy_to(model)
         st = grid.stats()
     print(f"{args.rounds} rounds in {time.time() - t0:.1f} s; node: {st.get('results_accepted', 0)} results "
