@@ -2235,47 +2235,38 @@ static bool same_shape_t(const goblin_tensor *a, const goblin_tensor *b) {
     return true;
 }
 
+/* The caller's tensor @p t for graph input or output @p i (node @p id): the graph's dtype
+ * and shape, and data unless empty. */
+static goblin_err check_io(const goblin_graph *g, int32_t id, const goblin_tensor *t, const char *what,
+                           int32_t i, char *msg, size_t cap) {
+    goblin_tensor s;
+    goblin_graph_node(g, id, NULL, &s, NULL, NULL);
+    if (t->dtype != s.dtype) {
+        snprintf(msg, cap, "%s %d has dtype %s, the graph's is %s", what, (int)i, goblin_dtype_name(t->dtype),
+                 goblin_dtype_name(s.dtype));
+        return GOBLIN_EDTYPE;
+    }
+    if (!same_shape_t(t, &s)) {
+        snprintf(msg, cap, "%s %d does not have the graph's %s shape", what, (int)i, what);
+        return GOBLIN_ESHAPE;
+    }
+    if (goblin_tensor_numel(t) > 0 && !t->data) {
+        snprintf(msg, cap, "%s %d has no data", what, (int)i);
+        return GOBLIN_EINVAL;
+    }
+    return GOBLIN_OK;
+}
+
 /* Everything of a graph job that does not need the node's lock. */
 static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const goblin_graph *g, const goblin_graph_job_params *jp,
                              uint64_t mem, int32_t workers, char *msg, size_t cap) {
     int32_t ni = G->n_in, no = G->n_out;
     goblin_err e;
-    for (int32_t i = 0; i < ni; i++) {
-        goblin_tensor s;
-        goblin_graph_node(g, goblin_graph_input_id(g, i), NULL, &s, NULL, NULL);
-        const goblin_tensor *t = &G->in[i];
-        if (t->dtype != s.dtype) {
-            snprintf(msg, cap, "input %d has dtype %s, the graph wants %s", (int)i, goblin_dtype_name(t->dtype),
-                     goblin_dtype_name(s.dtype));
-            return GOBLIN_EDTYPE;
-        }
-        if (!same_shape_t(t, &s)) {
-            snprintf(msg, cap, "input %d does not have the graph's input shape", (int)i);
-            return GOBLIN_ESHAPE;
-        }
-        if (goblin_tensor_numel(t) > 0 && !t->data) {
-            snprintf(msg, cap, "input %d has no data", (int)i);
-            return GOBLIN_EINVAL;
-        }
-    }
-    for (int32_t o = 0; o < no; o++) {
-        goblin_tensor s;
-        goblin_graph_node(g, goblin_graph_output_id(g, o), NULL, &s, NULL, NULL);
-        const goblin_tensor *t = &G->out[o];
-        if (t->dtype != s.dtype) {
-            snprintf(msg, cap, "output %d has dtype %s, the graph gives %s", (int)o, goblin_dtype_name(t->dtype),
-                     goblin_dtype_name(s.dtype));
-            return GOBLIN_EDTYPE;
-        }
-        if (!same_shape_t(t, &s)) {
-            snprintf(msg, cap, "output %d does not have the graph's output shape", (int)o);
-            return GOBLIN_ESHAPE;
-        }
-        if (goblin_tensor_numel(t) > 0 && !t->data) {
-            snprintf(msg, cap, "output %d has no data", (int)o);
-            return GOBLIN_EINVAL;
-        }
-    }
+    for (int32_t i = 0; i < ni; i++)
+        if ((e = check_io(g, goblin_graph_input_id(g, i), &G->in[i], "input", i, msg, cap)) != GOBLIN_OK) return e;
+    for (int32_t o = 0; o < no; o++)
+        if ((e = check_io(g, goblin_graph_output_id(g, o), &G->out[o], "output", o, msg, cap)) != GOBLIN_OK)
+            return e;
     if ((e = goblin__batch_inputs(g, jp->split, G->batched, &G->batch, msg, cap)) != GOBLIN_OK) return e;
     int64_t B = G->batch;
     if (B < 1) {
