@@ -124,7 +124,7 @@ void goblin_freivalds_params_default(goblin_freivalds_params *p) {
  * both, and any summation order keeps the gamma_len error bound the levels assume. */
 #define LANES 4
 #define FV_ROWS 4    /* rows of a matrix in flight */
-#define FV_CHUNK 256 /* columns per chunk: four rows of it stay in L1 with the weights */
+#define FV_CHUNK 128 /* columns per chunk: four rows stay in L1 with two panels' weights */
 typedef double v4 __attribute__((vector_size(LANES * sizeof(double))));
 typedef float f4 __attribute__((vector_size(LANES * sizeof(float))));
 typedef int64_t i4 __attribute__((vector_size(LANES * sizeof(int64_t))));
@@ -304,40 +304,79 @@ FV_INLINE void sqab_impl(const double *const x[FV_ROWS], int rows, int64_t len, 
     }
 }
 
-typedef struct fv {
+/* ---- the check's state ---------------------------------------------------- *
+ *
+ * A panels object (goblin_freivalds_panels) holds everything that depends only on
+ * A, B and the secret vectors: r for all N columns, y = B r and s = |B| |r| per
+ * column panel, the column norms of B, the per-panel levels, and for each prepared
+ * row range of A, z = A y and P = |A| s per panel with the row norms.
+ * goblin_verify_matmul is one such object with one panel and one range. */
+
+/* The per-row levels of one column panel (docs/verification.md, "Freivalds"). */
+typedef struct fv_levels {
+    int64_t nv, ng, n_bad;
+    double rel_c, abs_c, g_z, g_w, grow, bf, n_good, sig_k, sig_z, sig_w, dn, dK;
+    double tight_sigmas, bound_sigmas;
+    bool rel_finite;
+    double sr1[GOBLIN_FREIVALDS_MAX_VECTORS], nb[GOBLIN_FREIVALDS_MAX_VECTORS];
+} fv_levels;
+
+/* A prepared row range of A. */
+typedef struct fv_range {
+    int64_t row0, rows;
+    v4 *zt;           /* [np][ng][rows][2]: A (B r) and |A| (|B| |r|) per panel */
+    double *asq, *a1; /* [rows] sum a^2 and sum |a| per row of A */
+} fv_range;
+
+struct goblin_freivalds_panels {
     goblin_dtype dt;
     size_t es;
-    int64_t m, n, K;
-    int64_t ng; /* groups of LANES vectors */
-    const char *a0; /* A at (0, k0) */
+    int64_t M, N, K;
+    int64_t nv, ng;     /* vectors, groups of LANES vectors */
+    int32_t np;         /* column panels */
+    bool v3;            /* the AVX2+FMA passes */
+    const char *a0;     /* A at (0, k0); NULL if K = 0 */
     int64_t as0, as1;
-    const char *b0; /* B at (k0, 0) */
+    const char *b0;     /* B at (k0, 0); NULL if K = 0 */
     int64_t bs0, bs1;
-    const char *c0;
-    int64_t cs0, cs1;
-    v4 *rw;             /* [ng][n][2]: the secret vectors r and |r| */
-    v4 *ys;             /* [ng][K][2]: B r and |B| |r| */
-    v4 *zt;             /* [ng][m][2]: A (B r) and |A| (|B| |r|) */
-    double *asq, *a1;   /* [m] sum a^2 and sum |a| per row of A */
-    double *colsq;      /* [n] sum b^2 per column of B */
+    int64_t *cb;        /* [np + 1] column bounds */
+    v4 *rw;             /* [ng][N][2]: the secret vectors r and |r| (0 in masked columns) */
+    v4 *ys;             /* [np][ng][K][2]: B r and |B| |r| per panel */
+    v4 *acc;            /* [np][ng][2 FV_ROWS]: the pass over A's accumulators */
+    fv_levels *lv;      /* [np] */
+    double *colsq;      /* [N] sum b^2 per column of B (0 in masked columns) */
     double *xb;         /* [FV_ROWS][FV_CHUNK] converted chunks */
-    double *buf;        /* [n] one row of C */
-    unsigned char *bad; /* [n] column of B holds NaN/inf or overflows */
-} fv;
+    double *buf;        /* [widest panel] one row of C */
+    unsigned char *bad; /* [N] column of B holds NaN/inf or overflows */
+    fv_range *ranges;   /* the prepared row ranges: inline_ranges until there are more */
+    int32_t n_ranges, cap_ranges;
+    fv_range inline_ranges[4];
+};
+
+typedef goblin_freivalds_panels fvp;
+
+/* The tile of C being judged: rows x n at @p c0, the panel's r at rw (group stride N). */
+typedef struct fv_tile {
+    const char *c0;
+    int64_t cs0, cs1, rows, n;
+    const v4 *rw;
+} fv_tile;
 
 /* The rows of a block: row q < rows at @p base + q * @p s0 (elements), from column
  * @p j0, @p len columns; missing rows repeat row 0 (their sums are not used). The
  * same columns of the next @p next rows (0..FV_ROWS) are prefetched: the passes
  * stream matrices far bigger than the caches, and tiles are strided views whose
- * rows the hardware prefetchers follow poorly. */
-FV_INLINE void block_rows(const fv *f, const char *base, int64_t s0, int64_t s1, int rows,
+ * rows the hardware prefetchers follow poorly. Into L2, not L1: they are read only
+ * after every chunk of the current block, by when L1 has long evicted them (to L1
+ * the prefetches cost a third of the passes' time; measured in docs/verification.md). */
+FV_INLINE void block_rows(const fvp *f, const char *base, int64_t s0, int64_t s1, int rows,
                           int64_t j0, int64_t len, bool sanitize, int next,
                           const double *x[FV_ROWS], bool vb) {
     int64_t es = (int64_t)f->es;
     if (s1 == 1)
         for (int q = 0; q < next; q++) {
             const char *p = base + ((FV_ROWS + q) * s0 + j0) * es;
-            for (int64_t o = 0; o < len * es; o += 64) __builtin_prefetch(p + o, 0, 3);
+            for (int64_t o = 0; o < len * es; o += 64) __builtin_prefetch(p + o, 0, 2);
         }
     for (int q = 0; q < FV_ROWS; q++)
         x[q] = q < rows ? chunk_impl(f->dt, base + (q * s0 + j0 * s1) * es, s1, len,
@@ -351,98 +390,104 @@ static inline int rows_next(int64_t r0, int64_t total) {
     return left <= 0 ? 0 : left < FV_ROWS ? (int)left : FV_ROWS;
 }
 
-/* ys = (B r, |B| |r|) and the column norms of B, one pass over B by rows.
+/* ys = (B r, |B| |r|) of every column panel and the column norms of B, one pass over
+ * B by rows (a block of rows meets every panel before the next block is read).
  * @p sanitize: read NaN/inf as 0 (their columns are masked: r_j = 0 there). */
-FV_INLINE void pass_b_impl(fv *f, bool sanitize, bool vb) {
-    int64_t n = f->n, K = f->K;
-    memset(f->colsq, 0, (size_t)n * sizeof(double));
+FV_INLINE void pass_b_impl(fvp *f, bool sanitize, bool vb) {
+    int64_t N = f->N, K = f->K, ng = f->ng;
+    memset(f->colsq, 0, (size_t)N * sizeof(double));
     for (int64_t l0 = 0; l0 < K; l0 += FV_ROWS) {
         int rows = K - l0 < FV_ROWS ? (int)(K - l0) : FV_ROWS;
-        v4 acc[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
-        memset(acc, 0, sizeof acc);
-        for (int64_t j0 = 0; j0 < n; j0 += FV_CHUNK) {
-            int64_t len = n - j0 < FV_CHUNK ? n - j0 : FV_CHUNK;
-            const double *x[FV_ROWS];
-            block_rows(f, f->b0 + l0 * f->bs0 * (int64_t)f->es, f->bs0, f->bs1, rows, j0, len,
-                       sanitize, rows_next(l0, K), x, vb);
-            double *cs = f->colsq + j0;
-            int64_t j = 0;
-            if (rows == FV_ROWS && vb)
-                for (; j + 2 <= len; j += 2) {
-                    v2 c, v0, v1, v2_, v3;
-                    v2_ld(c, cs + j);
-                    v2_ld(v0, x[0] + j);
-                    v2_ld(v1, x[1] + j);
-                    v2_ld(v2_, x[2] + j);
-                    v2_ld(v3, x[3] + j);
-                    c += v0 * v0;
-                    c += v1 * v1;
-                    c += v2_ * v2_;
-                    c += v3 * v3;
-                    v2_st(cs + j, c);
-                }
-            else if (rows == FV_ROWS)
-                for (; j + LANES <= len; j += LANES) {
-                    v4 c, v0, v1, v2, v3;
-                    v4_ld(c, cs + j);
-                    v4_ld(v0, x[0] + j);
-                    v4_ld(v1, x[1] + j);
-                    v4_ld(v2, x[2] + j);
-                    v4_ld(v3, x[3] + j);
-                    c += v0 * v0;
-                    c += v1 * v1;
-                    c += v2 * v2;
-                    c += v3 * v3;
-                    memcpy(cs + j, &c, sizeof c);
-                }
-            for (; j < len; j++)
-                for (int q = 0; q < rows; q++) cs[j] += x[q][j] * x[q][j];
-            for (int64_t g = 0; g < f->ng; g++)
-                mdot_impl(x, f->rw + (g * n + j0) * 2, len, acc[g], vb);
-        }
-        for (int64_t g = 0; g < f->ng; g++)
-            for (int q = 0; q < rows; q++) {
-                f->ys[(g * K + l0 + q) * 2] = acc[g][2 * q];
-                f->ys[(g * K + l0 + q) * 2 + 1] = acc[g][2 * q + 1];
+        int next = rows_next(l0, K);
+        const char *base = f->b0 + l0 * f->bs0 * (int64_t)f->es;
+        for (int32_t p = 0; p < f->np; p++) {
+            v4 acc[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
+            memset(acc, 0, sizeof acc);
+            for (int64_t j0 = f->cb[p]; j0 < f->cb[p + 1]; j0 += FV_CHUNK) {
+                int64_t len = f->cb[p + 1] - j0 < FV_CHUNK ? f->cb[p + 1] - j0 : FV_CHUNK;
+                const double *x[FV_ROWS];
+                block_rows(f, base, f->bs0, f->bs1, rows, j0, len, sanitize, next, x, vb);
+                double *cs = f->colsq + j0;
+                int64_t j = 0;
+                if (rows == FV_ROWS && vb)
+                    for (; j + 2 <= len; j += 2) {
+                        v2 c, v0, v1, v2_, v3;
+                        v2_ld(c, cs + j);
+                        v2_ld(v0, x[0] + j);
+                        v2_ld(v1, x[1] + j);
+                        v2_ld(v2_, x[2] + j);
+                        v2_ld(v3, x[3] + j);
+                        c += v0 * v0;
+                        c += v1 * v1;
+                        c += v2_ * v2_;
+                        c += v3 * v3;
+                        v2_st(cs + j, c);
+                    }
+                else if (rows == FV_ROWS)
+                    for (; j + LANES <= len; j += LANES) {
+                        v4 c, v0, v1, v2, v3;
+                        v4_ld(c, cs + j);
+                        v4_ld(v0, x[0] + j);
+                        v4_ld(v1, x[1] + j);
+                        v4_ld(v2, x[2] + j);
+                        v4_ld(v3, x[3] + j);
+                        c += v0 * v0;
+                        c += v1 * v1;
+                        c += v2 * v2;
+                        c += v3 * v3;
+                        memcpy(cs + j, &c, sizeof c);
+                    }
+                for (; j < len; j++)
+                    for (int q = 0; q < rows; q++) cs[j] += x[q][j] * x[q][j];
+                for (int64_t g = 0; g < ng; g++)
+                    mdot_impl(x, f->rw + (g * N + j0) * 2, len, acc[g], vb);
             }
+            v4 *ys = f->ys + (int64_t)p * ng * K * 2;
+            for (int64_t g = 0; g < ng; g++)
+                for (int q = 0; q < rows; q++) {
+                    ys[(g * K + l0 + q) * 2] = acc[g][2 * q];
+                    ys[(g * K + l0 + q) * 2 + 1] = acc[g][2 * q + 1];
+                }
+        }
     }
 }
 
-/* zt = (A (B r), |A| (|B| |r|)) and the row norms of A, one pass over A by rows. */
-FV_INLINE void pass_a_impl(fv *f, bool vb) {
-    int64_t m = f->m, K = f->K;
+/* zt = (A (B r), |A| (|B| |r|)) of every column panel and the row norms of A over the
+ * rows of @p r, one pass over them: each chunk of a block of rows meets the weights
+ * of every panel while it is in L1. */
+FV_INLINE void pass_a_impl(fvp *f, fv_range *r, bool vb) {
+    int64_t m = r->rows, K = f->K, npg = (int64_t)f->np * f->ng;
     for (int64_t i0 = 0; i0 < m; i0 += FV_ROWS) {
         int rows = m - i0 < FV_ROWS ? (int)(m - i0) : FV_ROWS;
-        v4 acc[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
         v4 sq[FV_ROWS], ab[FV_ROWS];
-        memset(acc, 0, sizeof acc);
+        memset(f->acc, 0, (size_t)npg * 2 * FV_ROWS * sizeof(v4));
         memset(sq, 0, sizeof sq);
         memset(ab, 0, sizeof ab);
         for (int64_t l0 = 0; l0 < K; l0 += FV_CHUNK) {
             int64_t len = K - l0 < FV_CHUNK ? K - l0 : FV_CHUNK;
             const double *x[FV_ROWS];
-            block_rows(f, f->a0 + i0 * f->as0 * (int64_t)f->es, f->as0, f->as1, rows, l0, len,
-                       false, rows_next(i0, m), x, vb);
+            block_rows(f, f->a0 + (r->row0 + i0) * f->as0 * (int64_t)f->es, f->as0, f->as1,
+                       rows, l0, len, false, rows_next(i0, m), x, vb);
             sqab_impl(x, rows, len, sq, ab, vb);
-            for (int64_t g = 0; g < f->ng; g++)
-                mdot_impl(x, f->ys + (g * K + l0) * 2, len, acc[g], vb);
+            for (int64_t pg = 0; pg < npg; pg++)
+                mdot_impl(x, f->ys + (pg * K + l0) * 2, len, f->acc + pg * 2 * FV_ROWS, vb);
         }
         for (int q = 0; q < rows; q++) {
-            f->asq[i0 + q] = v4_sum(sq[q]);
-            f->a1[i0 + q] = v4_sum(ab[q]);
-            for (int64_t g = 0; g < f->ng; g++) {
-                f->zt[(g * m + i0 + q) * 2] = acc[g][2 * q];
-                f->zt[(g * m + i0 + q) * 2 + 1] = acc[g][2 * q + 1];
+            r->asq[i0 + q] = v4_sum(sq[q]);
+            r->a1[i0 + q] = v4_sum(ab[q]);
+            for (int64_t pg = 0; pg < npg; pg++) {
+                r->zt[(pg * m + i0 + q) * 2] = f->acc[pg * 2 * FV_ROWS + 2 * q];
+                r->zt[(pg * m + i0 + q) * 2 + 1] = f->acc[pg * 2 * FV_ROWS + 2 * q + 1];
             }
         }
     }
 }
 
-/* (C r, |C| |r|) for the rows i0 .. i0 + rows - 1 of C into wq[g][2q], wq[g][2q + 1];
- * finite[q]: row q holds no NaN/inf (else its sums are not to be used). */
-FV_INLINE void pass_c_impl(fv *f, int64_t i0, int rows, v4 wq[][2 * FV_ROWS], bool *finite,
-                            bool vb) {
-    int64_t n = f->n;
+/* (C r, |C| |r|) for the rows i0 .. i0 + rows - 1 of the tile into wq[g][2q],
+ * wq[g][2q + 1]; finite[q]: row q holds no NaN/inf (else its sums are not to be used). */
+FV_INLINE void pass_c_impl(fvp *f, const fv_tile *t, int64_t i0, int rows,
+                           v4 wq[][2 * FV_ROWS], bool *finite, bool vb) {
+    int64_t n = t->n;
     /* x * 0 is +-0 for finite x and NaN for NaN/inf: OR-ing the bits of the products
      * leaves only the sign bit unless the row holds a NaN/inf */
     int64_t nf[FV_ROWS] = {0};
@@ -450,8 +495,8 @@ FV_INLINE void pass_c_impl(fv *f, int64_t i0, int rows, v4 wq[][2 * FV_ROWS], bo
     for (int64_t j0 = 0; j0 < n; j0 += FV_CHUNK) {
         int64_t len = n - j0 < FV_CHUNK ? n - j0 : FV_CHUNK;
         const double *x[FV_ROWS];
-        block_rows(f, f->c0 + i0 * f->cs0 * (int64_t)f->es, f->cs0, f->cs1, rows, j0, len, false,
-                   rows_next(i0, f->m), x, vb);
+        block_rows(f, t->c0 + i0 * t->cs0 * (int64_t)f->es, t->cs0, t->cs1, rows, j0, len,
+                   false, rows_next(i0, t->rows), x, vb);
         for (int q = 0; q < rows; q++) {
             const double *xq = x[q];
             int64_t j = 0, bits = 0;
@@ -487,28 +532,29 @@ FV_INLINE void pass_c_impl(fv *f, int64_t i0, int rows, v4 wq[][2 * FV_ROWS], bo
             nf[q] |= bits;
         }
         for (int64_t g = 0; g < f->ng; g++)
-            mdot_impl(x, f->rw + (g * n + j0) * 2, len, wq[g], vb);
+            mdot_impl(x, t->rw + (g * f->N + j0) * 2, len, wq[g], vb);
     }
     for (int q = 0; q < rows; q++) finite[q] = (nf[q] & INT64_MAX) == 0;
 }
 
-/* One row of C already in f64 (NaN/inf zeroed): its sums into wq[g][0], wq[g][1]
- * (rows with NaN/inf only: a hostile result). */
-static void row_c(fv *f, const double *row, v4 wq[][2 * FV_ROWS]) {
+/* One row of the tile already in f64 (NaN/inf zeroed): its sums into wq[g][0],
+ * wq[g][1] (rows with NaN/inf only: a hostile result). */
+static void row_c(const fvp *f, const fv_tile *t, const double *row, v4 wq[][2 * FV_ROWS]) {
     for (int64_t g = 0; g < f->ng; g++) {
         memset(wq[g], 0, sizeof wq[g]);
-        for (int64_t j0 = 0; j0 < f->n; j0 += FV_CHUNK) {
-            int64_t len = f->n - j0 < FV_CHUNK ? f->n - j0 : FV_CHUNK;
-            mdot2_base(row + j0, row + j0, f->rw + (g * f->n + j0) * 2, len, wq[g]);
+        for (int64_t j0 = 0; j0 < t->n; j0 += FV_CHUNK) {
+            int64_t len = t->n - j0 < FV_CHUNK ? t->n - j0 : FV_CHUNK;
+            mdot2_base(row + j0, row + j0, t->rw + (g * f->N + j0) * 2, len, wq[g]);
         }
     }
 }
 
 #if FV_HAVE_V3
-FV_V3 static void pass_b_v3(fv *f, bool sanitize) { pass_b_impl(f, sanitize, false); }
-FV_V3 static void pass_a_v3(fv *f) { pass_a_impl(f, false); }
-FV_V3 static void pass_c_v3(fv *f, int64_t i0, int rows, v4 wq[][2 * FV_ROWS], bool *finite) {
-    pass_c_impl(f, i0, rows, wq, finite, false);
+FV_V3 static void pass_b_v3(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, false); }
+FV_V3 static void pass_a_v3(fvp *f, fv_range *r) { pass_a_impl(f, r, false); }
+FV_V3 static void pass_c_v3(fvp *f, const fv_tile *t, int64_t i0, int rows,
+                            v4 wq[][2 * FV_ROWS], bool *finite) {
+    pass_c_impl(f, t, i0, rows, wq, finite, false);
 }
 /* Does the CPU run the AVX2+FMA passes? Asked once (racing first callers store the
  * same answer). */
@@ -523,10 +569,11 @@ static bool fv_v3(void) {
     return v;
 }
 #endif
-static void pass_b_base(fv *f, bool sanitize) { pass_b_impl(f, sanitize, true); }
-static void pass_a_base(fv *f) { pass_a_impl(f, true); }
-static void pass_c_base(fv *f, int64_t i0, int rows, v4 wq[][2 * FV_ROWS], bool *finite) {
-    pass_c_impl(f, i0, rows, wq, finite, true);
+static void pass_b_base(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, true); }
+static void pass_a_base(fvp *f, fv_range *r) { pass_a_impl(f, r, true); }
+static void pass_c_base(fvp *f, const fv_tile *t, int64_t i0, int rows, v4 wq[][2 * FV_ROWS],
+                        bool *finite) {
+    pass_c_impl(f, t, i0, rows, wq, finite, true);
 }
 #if !FV_HAVE_V3
 static bool fv_v3(void) { return false; }
@@ -535,28 +582,20 @@ static bool fv_v3(void) { return false; }
 #define pass_c_v3 pass_c_base
 #endif
 
-/* The per-row levels (docs/verification.md, "Freivalds"), fixed for a check. */
-typedef struct fv_levels {
-    int64_t nv, ng, m;
-    double rel_c, abs_c, g_z, g_w, grow, bf, n_good, sig_k, sig_z, sig_w, dn, dK;
-    double tight_sigmas, bound_sigmas;
-    bool rel_finite;
-    double sr1[GOBLIN_FREIVALDS_MAX_VECTORS], nb[GOBLIN_FREIVALDS_MAX_VECTORS];
-} fv_levels;
-
 typedef struct fv_tally {
     int64_t checked, above_tight, above_bound, worst_row;
     double worst, worst_tight;
 } fv_tally;
 
-/* Judge row @p i of C from its sums @p wq (w = C r in lane v of wq[g][ws], |C| |r| in
- * wq[g][ws + 1]) against zt = (A (B r), |A| (|B| |r|)). */
-static void judge_row(const fv_levels *L, const fv *f, int64_t i, double na,
-                      const v4 wq[][2 * FV_ROWS], int ws, fv_tally *t) {
-    double abs_own = ETA64 * (L->dn * f->a1[i] * L->grow + L->dK + L->dn + 4);
+/* Judge row @p i of a tile from its sums @p wq (w = C r in lane v of wq[g][ws],
+ * |C| |r| in wq[g][ws + 1]) against zt = (A (B r), |A| (|B| |r|)) of the panel
+ * (group stride @p m) and @p a1 = sum |a_il|. */
+static void judge_row(const fv_levels *L, const v4 *zt, int64_t m, double a1, int64_t i,
+                      double na, const v4 wq[][2 * FV_ROWS], int ws, fv_tally *t) {
+    double abs_own = ETA64 * (L->dn * a1 * L->grow + L->dK + L->dn + 4);
     for (int64_t g = 0; g < L->ng; g++) {
         v4 wv = wq[g][ws], qv = wq[g][ws + 1];
-        v4 zv = f->zt[(g * L->m + i) * 2], tv = f->zt[(g * L->m + i) * 2 + 1];
+        v4 zv = zt[(g * m + i) * 2], tv = zt[(g * m + i) * 2 + 1];
         for (int64_t lane = 0; lane < LANES && g * LANES + lane < L->nv; lane++) {
             int64_t v = g * LANES + lane;
             double w = wv[lane], q = qv[lane];
@@ -599,15 +638,22 @@ static void judge_row(const fv_levels *L, const fv *f, int64_t i, double na,
     }
 }
 
-goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
-                                const goblin_tensor *c, const goblin_freivalds_params *pp,
-                                goblin_verdict *out) {
-    if (!a || !b || !c || !out) return GOBLIN_EINVAL;
+/* ---- validation, creation, the passes' drivers ------------------------------ */
+
+typedef struct fv_args {
     goblin_freivalds_params p;
-    if (pp) p = *pp;
-    else goblin_freivalds_params_default(&p);
-    if (p.vectors < 1 || p.vectors > GOBLIN_FREIVALDS_MAX_VECTORS || !(p.tight_sigmas > 0) ||
-        !(p.bound_sigmas >= 0) || p.tight_sigmas == INFINITY || p.bound_sigmas == INFINITY)
+    goblin_dtype dt;
+    int64_t m, n, K; /* A [m, K-range], B [K-range, n] */
+} fv_args;
+
+/* The trusted arguments of a check: A, B, params. */
+static goblin_err fv_validate(const goblin_tensor *a, const goblin_tensor *b,
+                              const goblin_freivalds_params *pp, fv_args *x) {
+    if (pp) x->p = *pp;
+    else goblin_freivalds_params_default(&x->p);
+    const goblin_freivalds_params *p = &x->p;
+    if (p->vectors < 1 || p->vectors > GOBLIN_FREIVALDS_MAX_VECTORS || !(p->tight_sigmas > 0) ||
+        !(p->bound_sigmas >= 0) || p->tight_sigmas == INFINITY || p->bound_sigmas == INFINITY)
         return GOBLIN_EINVAL;
     if (a->rank != 2 || b->rank != 2 || a->shape[0] < 0 || a->shape[1] < 0 || b->shape[0] < 0 ||
         b->shape[1] < 0 || a->shape[1] != b->shape[0])
@@ -616,134 +662,258 @@ goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
     if ((dt != GOBLIN_DTYPE_F32 && dt != GOBLIN_DTYPE_F64) || b->dtype != dt) return GOBLIN_EDTYPE;
     int64_t m = a->shape[0], kfull = a->shape[1], n = b->shape[1];
     if (m > GOBLIN_MAX_DIM || kfull > GOBLIN_MAX_DIM || n > GOBLIN_MAX_DIM) return GOBLIN_ESHAPE;
-    if (p.k0 < 0 || p.k0 > kfull) return GOBLIN_EINVAL;
-    int64_t K = p.kn < 0 ? kfull - p.k0 : p.kn;
-    if (K > kfull - p.k0) return GOBLIN_EINVAL;
+    if (p->k0 < 0 || p->k0 > kfull) return GOBLIN_EINVAL;
+    int64_t K = p->kn < 0 ? kfull - p->k0 : p->kn;
+    if (K > kfull - p->k0) return GOBLIN_EINVAL;
     if ((m && K && !a->data) || (K && n && !b->data)) return GOBLIN_EINVAL;
+    x->dt = dt;
+    x->m = m;
+    x->n = n;
+    x->K = K;
+    return GOBLIN_OK;
+}
 
-    /* The claimed result is judged, not trusted. */
-    if (c->dtype != dt) return verdict_reject(out, GOBLIN_VERIFY_DTYPE);
-    if (c->rank != 2 || c->shape[0] != m || c->shape[1] != n)
-        return verdict_reject(out, GOBLIN_VERIFY_SHAPE);
-    if (m && n && !c->data) return GOBLIN_EINVAL;
+/* *acc += a * b on sizes, false on overflow. */
+static bool size_mac(uint64_t *acc, uint64_t a, uint64_t b) {
+    uint64_t t;
+    return !__builtin_mul_overflow(a, b, &t) && !__builtin_add_overflow(*acc, t, acc);
+}
 
-    verdict_init(out);
-    if (m == 0 || n == 0) return GOBLIN_OK; /* nothing claimed, nothing to check */
+/* The levels of column panel @p p (after the pass over B and the masking). */
+static void fv_levels_init(fvp *f, int32_t p, const fv_args *x) {
+    fv_levels *L = &f->lv[p];
+    memset(L, 0, sizeof *L);
+    int64_t col0 = f->cb[p], n = f->cb[p + 1] - col0, N = f->N;
+    L->nv = f->nv;
+    L->ng = f->ng;
+    L->tight_sigmas = x->p.tight_sigmas;
+    L->bound_sigmas = x->p.bound_sigmas;
+    double u = goblin__unit_roundoff(f->dt);
+    goblin_op_contract(GOBLIN_OP_MATMUL, f->dt, f->K, &L->rel_c, &L->abs_c);
+    double dn = (double)n, dK = (double)f->K;
+    L->dn = dn;
+    L->dK = dK;
+    L->g_z = gamma_n(dn + dK + 2, U64); /* our f64 error in A (B r) */
+    L->g_w = gamma_n(dn + 2, U64);      /* our f64 error in C r */
+    /* computed sums of magnitudes -> upper bounds of the exact ones: a sum of j terms
+     * is within gamma_j, so exact <= computed / (1 - gamma_j) <= computed (1 + 2 gamma_j) */
+    L->grow = 1 + 2 * gamma_n(dn + dK + 4, U64);
+    const double *colsq = f->colsq + col0;
+    double bf2 = 0;
+    for (int64_t j = 0; j < n; j++) {
+        bf2 += colsq[j];
+        L->n_bad += f->bad[col0 + j];
+    }
+    L->bf = sqrt(bf2) * L->grow;
+    L->n_good = (double)(n - L->n_bad);
+    for (int64_t v = 0; v < f->nv; v++) {
+        double s1 = 0, s2 = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double rj = f->rw[((v / LANES) * N + col0 + j) * 2][v % LANES];
+            s1 += fabs(rj);
+            s2 += colsq[j] * rj * rj;
+        }
+        L->sr1[v] = s1 * L->grow;
+        L->nb[v] = sqrt(s2) * L->grow;
+    }
+    L->sig_k = u * sqrt((dK + 1) / 3);   /* claimed: K + 1 roundings, variance u^2/3 each */
+    L->sig_z = U64 * sqrt((dn + dK) / 3); /* ours in A (B r) */
+    L->sig_w = U64 * sqrt(dn / 3);        /* ours in C r */
+    L->rel_finite = isfinite(L->rel_c);
+}
 
-    fv f;
-    memset(&f, 0, sizeof f);
-    f.dt = dt;
-    f.es = goblin_dtype_size(dt);
-    f.m = m;
-    f.n = n;
-    f.K = K;
-    int64_t nv = p.vectors;
-    f.ng = (nv + LANES - 1) / LANES;
-    f.as0 = a->strides[0];
-    f.as1 = a->strides[1];
-    f.bs0 = b->strides[0];
-    f.bs1 = b->strides[1];
-    f.cs0 = c->strides[0];
-    f.cs1 = c->strides[1];
+/* The object for validated arguments @p x and checked bounds. */
+static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const fv_args *x,
+                         int32_t np, const int64_t *cb, fvp **out) {
+    *out = NULL;
+    int64_t N = x->n, K = x->K, nv = x->p.vectors, ng = (nv + LANES - 1) / LANES;
+    int64_t wmax = 0;
+    for (int32_t p = 0; p < np; p++)
+        if (cb[p + 1] - cb[p] > wmax) wmax = cb[p + 1] - cb[p];
+    /* One allocation: the object, then the v4 arrays (64-byte aligned), the levels,
+     * doubles, bounds and bytes. */
+    uint64_t n_v4 = 0, bytes = 0;
+    bool ok = size_mac(&n_v4, (uint64_t)ng * 2, (uint64_t)N) &&
+              size_mac(&n_v4, (uint64_t)np * (uint64_t)ng * 2, (uint64_t)K) &&
+              size_mac(&n_v4, (uint64_t)np * (uint64_t)ng * 2, FV_ROWS) &&
+              size_mac(&bytes, n_v4, sizeof(v4)) && size_mac(&bytes, np, sizeof(fv_levels)) &&
+              size_mac(&bytes, (uint64_t)N + FV_ROWS * FV_CHUNK + (uint64_t)wmax, sizeof(double)) &&
+              size_mac(&bytes, (uint64_t)np + 1, sizeof(int64_t)) && size_mac(&bytes, N, 1) &&
+              bytes <= SIZE_MAX;
+    size_t head = (sizeof(fvp) + 63) & ~(size_t)63; /* the object, to a cache line */
+    ok = ok && bytes <= SIZE_MAX - head;
+    if (!ok) return GOBLIN_ENOMEM;
+    fvp *f = goblin__alloc(head + (size_t)bytes);
+    if (!f) return GOBLIN_ENOMEM;
+    memset(f, 0, sizeof *f);
+    void *block = (char *)f + head;
+    f->ranges = f->inline_ranges;
+    f->cap_ranges = (int32_t)(sizeof f->inline_ranges / sizeof *f->inline_ranges);
+    f->dt = x->dt;
+    f->es = goblin_dtype_size(x->dt);
+    f->M = x->m;
+    f->N = N;
+    f->K = K;
+    f->nv = nv;
+    f->ng = ng;
+    f->np = np;
+    f->v3 = fv_v3();
+    f->as0 = a->strides[0];
+    f->as1 = a->strides[1];
+    f->bs0 = b->strides[0];
+    f->bs1 = b->strides[1];
     /* (0, k0) of A and (k0, 0) of B; no arithmetic on a NULL of an empty operand */
-    f.a0 = K ? (const char *)a->data + p.k0 * f.as1 * (int64_t)f.es : NULL;
-    f.b0 = K ? (const char *)b->data + p.k0 * f.bs0 * (int64_t)f.es : NULL;
-    f.c0 = (const char *)c->data;
-
-    /* One scratch block: dims are <= 2^40 and ng <= 4, so no size here overflows 64 bits. */
-    uint64_t n_v4 = (uint64_t)f.ng * 2 * ((uint64_t)n + (uint64_t)K + (uint64_t)m);
-    uint64_t n_dbl = 2 * (uint64_t)m + 2 * (uint64_t)n + FV_ROWS * FV_CHUNK;
-    uint64_t bytes = n_v4 * sizeof(v4) + n_dbl * sizeof(double) + (uint64_t)n;
-    void *scratch = bytes <= SIZE_MAX ? goblin__alloc((size_t)bytes) : NULL;
-    if (!scratch) return GOBLIN_ENOMEM;
-    f.rw = scratch;
-    f.ys = f.rw + f.ng * n * 2;
-    f.zt = f.ys + f.ng * K * 2;
-    f.asq = (double *)(f.zt + f.ng * m * 2);
-    f.a1 = f.asq + m;
-    f.colsq = f.a1 + m;
-    f.buf = f.colsq + n;
-    f.xb = f.buf + n;
-    f.bad = (unsigned char *)(f.xb + FV_ROWS * FV_CHUNK);
-    memset(f.rw, 0, (size_t)(f.ng * n * 2) * sizeof(v4)); /* lanes beyond nv: r = 0 */
-    memset(f.bad, 0, (size_t)n);
+    f->a0 = K && x->m ? (const char *)a->data + x->p.k0 * f->as1 * (int64_t)f->es : NULL;
+    f->b0 = K && N ? (const char *)b->data + x->p.k0 * f->bs0 * (int64_t)f->es : NULL;
+    f->rw = block;
+    f->ys = f->rw + ng * N * 2;
+    f->acc = f->ys + (int64_t)np * ng * K * 2;
+    f->lv = (fv_levels *)(f->acc + (int64_t)np * ng * 2 * FV_ROWS);
+    f->colsq = (double *)(f->lv + np);
+    f->xb = f->colsq + N;
+    f->buf = f->xb + FV_ROWS * FV_CHUNK;
+    f->cb = (int64_t *)(f->buf + wmax);
+    f->bad = (unsigned char *)(f->cb + np + 1);
+    memcpy(f->cb, cb, ((size_t)np + 1) * sizeof(int64_t));
+    memset(f->rw, 0, (size_t)(ng * N * 2) * sizeof(v4)); /* lanes beyond nv: r = 0 */
+    memset(f->bad, 0, (size_t)N);
 
     /* The secret vectors: r_j = +-(1/2 + U/2), U uniform [0, 1) from Philox, sign
      * from an independent bit. |r_j| >= 1/2 means one wrong element always moves
      * its row's check by at least half its error; the continuous magnitude (density
      * <= 1) bounds the chance that several errors cancel; |r_j| <= 1 and symmetry
      * give Hoeffding's tail bound for the honest rounding errors. Vector v, element j
-     * is Philox draw v * n + j of the stream "FREV" under key = seed. */
+     * is Philox draw v * N + j of the stream "FREV" under key = seed. */
     for (int64_t v = 0; v < nv; v++)
-        for (int64_t j = 0; j < n; j++) {
-            uint32_t x[4];
-            goblin__rng_draw(p.seed, 0, VERIFY_STREAM_FREIVALDS,
-                             (uint64_t)v * (uint64_t)n + (uint64_t)j, x);
-            double mag = 0.5 + 0.5 * goblin__rng_u01(x, 53);
-            f.rw[((v / LANES) * n + j) * 2][v % LANES] = (x[2] & 1u) ? -mag : mag;
-            f.rw[((v / LANES) * n + j) * 2 + 1][v % LANES] = mag;
+        for (int64_t j = 0; j < N; j++) {
+            uint32_t r[4];
+            goblin__rng_draw(x->p.seed, 0, VERIFY_STREAM_FREIVALDS,
+                             (uint64_t)v * (uint64_t)N + (uint64_t)j, r);
+            double mag = 0.5 + 0.5 * goblin__rng_u01(r, 53);
+            f->rw[((v / LANES) * N + j) * 2][v % LANES] = (r[2] & 1u) ? -mag : mag;
+            f->rw[((v / LANES) * N + j) * 2 + 1][v % LANES] = mag;
         }
 
-    bool v3 = fv_v3();
-    if (v3) pass_b_v3(&f, false);
-    else pass_b_base(&f, false);
+    if (f->v3) pass_b_v3(f, false);
+    else pass_b_base(f, false);
     /* Columns of B with NaN/inf (or squares overflowing f64) cannot be checked
      * algebraically: mask them out of every vector and redo the pass. */
     int64_t n_bad = 0;
-    for (int64_t j = 0; j < n; j++)
-        if (!isfinite(f.colsq[j])) {
-            f.bad[j] = 1;
+    for (int64_t j = 0; j < N; j++)
+        if (!isfinite(f->colsq[j])) {
+            f->bad[j] = 1;
             n_bad++;
-            for (int64_t g = 0; g < f.ng; g++)
-                f.rw[(g * n + j) * 2] = f.rw[(g * n + j) * 2 + 1] = splat(0);
+            for (int64_t g = 0; g < ng; g++)
+                f->rw[(g * N + j) * 2] = f->rw[(g * N + j) * 2 + 1] = splat(0);
         }
     if (n_bad) {
-        if (v3) pass_b_v3(&f, true);
-        else pass_b_base(&f, true);
-        for (int64_t j = 0; j < n; j++)
-            if (f.bad[j]) f.colsq[j] = 0;
+        if (f->v3) pass_b_v3(f, true);
+        else pass_b_base(f, true);
+        for (int64_t j = 0; j < N; j++)
+            if (f->bad[j]) f->colsq[j] = 0;
     }
-    if (v3) pass_a_v3(&f);
-    else pass_a_base(&f);
+    for (int32_t p = 0; p < np; p++) fv_levels_init(f, p, x);
+    *out = f;
+    return GOBLIN_OK;
+}
 
-    /* ---- the per-row levels (docs/verification.md, "Freivalds") ---- */
-    fv_levels L;
-    memset(&L, 0, sizeof L);
-    L.nv = nv;
-    L.ng = f.ng;
-    L.m = m;
-    L.tight_sigmas = p.tight_sigmas;
-    L.bound_sigmas = p.bound_sigmas;
-    double u = goblin__unit_roundoff(dt);
-    goblin_op_contract(GOBLIN_OP_MATMUL, dt, K, &L.rel_c, &L.abs_c);
-    double dn = (double)n, dK = (double)K;
-    L.dn = dn;
-    L.dK = dK;
-    L.g_z = gamma_n(dn + dK + 2, U64); /* our f64 error in A (B r) */
-    L.g_w = gamma_n(dn + 2, U64);      /* our f64 error in C r */
-    /* computed sums of magnitudes -> upper bounds of the exact ones: a sum of j terms
-     * is within gamma_j, so exact <= computed / (1 - gamma_j) <= computed (1 + 2 gamma_j) */
-    L.grow = 1 + 2 * gamma_n(dn + dK + 4, U64);
-    double bf2 = 0;
-    for (int64_t j = 0; j < n; j++) bf2 += f.colsq[j];
-    L.bf = sqrt(bf2) * L.grow;
-    L.n_good = (double)(n - n_bad);
-    for (int64_t v = 0; v < nv; v++) {
-        double s1 = 0, s2 = 0;
-        for (int64_t j = 0; j < n; j++) {
-            double rj = f.rw[((v / LANES) * n + j) * 2][v % LANES];
-            s1 += fabs(rj);
-            s2 += f.colsq[j] * rj * rj;
-        }
-        L.sr1[v] = s1 * L.grow;
-        L.nb[v] = sqrt(s2) * L.grow;
+goblin_err goblin_freivalds_panels_new(const goblin_tensor *a, const goblin_tensor *b,
+                                       int32_t n_col_panels, const int64_t *col_bounds,
+                                       const goblin_freivalds_params *p,
+                                       goblin_freivalds_panels **out) {
+    if (!out) return GOBLIN_EINVAL;
+    *out = NULL;
+    if (!a || !b || !col_bounds) return GOBLIN_EINVAL;
+    fv_args x;
+    goblin_err e = fv_validate(a, b, p, &x);
+    if (e) return e;
+    /* strictly increasing bounds from 0 to N: at most N panels (checked before
+     * reading the caller's array that far) */
+    if (n_col_panels < 1 || n_col_panels > x.n || col_bounds[0] != 0) return GOBLIN_EINVAL;
+    for (int32_t q = 0; q < n_col_panels; q++)
+        if (!(col_bounds[q + 1] > col_bounds[q])) return GOBLIN_EINVAL;
+    if (col_bounds[n_col_panels] != x.n) return GOBLIN_EINVAL;
+    return fv_new(a, b, &x, n_col_panels, col_bounds, out);
+}
+
+static fv_range *fv_find(fvp *f, int64_t row0, int64_t rows) {
+    for (int32_t q = 0; q < f->n_ranges; q++)
+        if (f->ranges[q].row0 == row0 && f->ranges[q].rows == rows) return &f->ranges[q];
+    return NULL;
+}
+
+/* The prepared range (row0, rows), computed now if it is not yet (one pass over
+ * those rows of A). Arguments already checked. */
+static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out) {
+    fv_range *r = fv_find(f, row0, rows);
+    if (r) {
+        *out = r;
+        return GOBLIN_OK;
     }
-    L.sig_k = u * sqrt((dK + 1) / 3);   /* claimed: K + 1 roundings, variance u^2/3 each */
-    L.sig_z = U64 * sqrt((dn + dK) / 3); /* ours in A (B r) */
-    L.sig_w = U64 * sqrt(dn / 3);        /* ours in C r */
+    if (f->n_ranges == f->cap_ranges) {
+        if (f->cap_ranges > INT32_MAX / 2) return GOBLIN_ENOMEM;
+        int32_t cap = f->cap_ranges ? 2 * f->cap_ranges : 4;
+        fv_range *nr = goblin__alloc((size_t)cap * sizeof *nr);
+        if (!nr) return GOBLIN_ENOMEM;
+        if (f->n_ranges) memcpy(nr, f->ranges, (size_t)f->n_ranges * sizeof *nr);
+        if (f->ranges != f->inline_ranges) goblin__free(f->ranges);
+        f->ranges = nr;
+        f->cap_ranges = cap;
+    }
+    uint64_t bytes = 0;
+    if (!size_mac(&bytes, (uint64_t)f->np * (uint64_t)f->ng * 2 * sizeof(v4), (uint64_t)rows) ||
+        !size_mac(&bytes, 2 * sizeof(double), (uint64_t)rows) || bytes > SIZE_MAX)
+        return GOBLIN_ENOMEM;
+    void *block = goblin__alloc((size_t)bytes);
+    if (!block) return GOBLIN_ENOMEM;
+    r = &f->ranges[f->n_ranges];
+    r->row0 = row0;
+    r->rows = rows;
+    r->zt = block;
+    r->asq = (double *)(r->zt + (int64_t)f->np * f->ng * rows * 2);
+    r->a1 = r->asq + rows;
+    if (f->v3) pass_a_v3(f, r);
+    else pass_a_base(f, r);
+    f->n_ranges++;
+    *out = r;
+    return GOBLIN_OK;
+}
+
+static bool range_ok(const fvp *f, int64_t row0, int64_t rows) {
+    return row0 >= 0 && rows >= 0 && row0 <= f->M - rows;
+}
+
+goblin_err goblin_freivalds_panels_prepare(goblin_freivalds_panels *fp, int64_t row0,
+                                           int64_t rows) {
+    if (!fp || !range_ok(fp, row0, rows)) return GOBLIN_EINVAL;
+    fv_range *r;
+    return fv_prepare(fp, row0, rows, &r);
+}
+
+void goblin_freivalds_panels_release(goblin_freivalds_panels *fp, int64_t row0, int64_t rows) {
+    if (!fp) return;
+    fv_range *r = fv_find(fp, row0, rows);
+    if (!r) return;
+    goblin__free(r->zt);
+    *r = fp->ranges[--fp->n_ranges];
+}
+
+void goblin_freivalds_panels_free(goblin_freivalds_panels *fp) {
+    if (!fp) return;
+    for (int32_t q = 0; q < fp->n_ranges; q++) goblin__free(fp->ranges[q].zt);
+    if (fp->ranges != fp->inline_ranges) goblin__free(fp->ranges);
+    goblin__free(fp); /* and its arrays */
+}
+
+/* Judge tile @p c (shape and dtype checked) of panel @p p over the prepared range @p r. */
+static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *c,
+                     goblin_verdict *out) {
+    const fv_levels *L = &f->lv[p];
+    int64_t col0 = f->cb[p], n = f->cb[p + 1] - col0, m = r->rows, nv = f->nv;
+    goblin_dtype dt = f->dt;
+    fv_tile tile = {(const char *)c->data, c->strides[0], c->strides[1], m, n, f->rw + col0 * 2};
+    const v4 *zt = r->zt + (int64_t)p * f->ng * m * 2;
     double maxf = max_finite(dt);
-    L.rel_finite = isfinite(L.rel_c);
-
     int64_t unchecked = 0, nonfinite = 0;
     fv_tally t = {0, 0, 0, -1, 0, 0};
     bool reject_nonfinite = false;
@@ -751,32 +921,33 @@ goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
         int rows = m - i0 < FV_ROWS ? (int)(m - i0) : FV_ROWS;
         v4 wq[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
         bool finite[FV_ROWS];
-        if (v3) pass_c_v3(&f, i0, rows, wq, finite);
-        else pass_c_base(&f, i0, rows, wq, finite);
+        if (f->v3) pass_c_v3(f, &tile, i0, rows, wq, finite);
+        else pass_c_base(f, &tile, i0, rows, wq, finite);
         for (int q = 0; q < rows; q++) {
             int64_t i = i0 + q;
-            double na = sqrt(f.asq[i]) * L.grow;
-            bool row_ok = isfinite(f.asq[i]) && isfinite(f.a1[i]);
+            double na = sqrt(r->asq[i]) * L->grow;
+            bool row_ok = isfinite(r->asq[i]) && isfinite(r->a1[i]);
             for (int64_t v = 0; v < nv && row_ok; v++)
-                row_ok = isfinite(f.zt[((v / LANES) * m + i) * 2][v % LANES]) &&
-                         isfinite(f.zt[((v / LANES) * m + i) * 2 + 1][v % LANES]);
+                row_ok = isfinite(zt[((v / LANES) * m + i) * 2][v % LANES]) &&
+                         isfinite(zt[((v / LANES) * m + i) * 2 + 1][v % LANES]);
             if (finite[q]) {
                 if (!row_ok) unchecked++;
-                else judge_row(&L, &f, i, na, wq, 2 * q, &t);
+                else judge_row(L, zt, m, r->a1[i], i, na, wq, 2 * q, &t);
                 continue;
             }
             /* NaN/inf in C: impossible for an honest result when a_i and b_j are finite
              * and ||a_i|| ||b_j|| (1 + rel) + abs < max finite (no partial sum can
              * overflow). */
-            load_row(dt, f.c0 + i * f.cs0 * (int64_t)f.es, f.cs1, n, f.buf);
+            load_row(dt, tile.c0 + i * tile.cs0 * (int64_t)f->es, tile.cs1, n, f->buf);
             bool row_nonfinite = false, row_unsure = !row_ok;
             for (int64_t j = 0; j < n; j++) {
-                if (isfinite(f.buf[j])) continue;
-                f.buf[j] = 0;
-                if (f.bad[j] || !row_ok) continue; /* unchecked column or row */
-                double cap = L.rel_finite
-                                 ? na * sqrt(f.colsq[j]) * L.grow * (1 + L.rel_c) + L.abs_c
-                                 : INFINITY;
+                if (isfinite(f->buf[j])) continue;
+                f->buf[j] = 0;
+                if (f->bad[col0 + j] || !row_ok) continue; /* unchecked column or row */
+                double cap = L->rel_finite ? na * sqrt(f->colsq[col0 + j]) * L->grow *
+                                                     (1 + L->rel_c) +
+                                                 L->abs_c
+                                           : INFINITY;
                 if (cap < maxf) {
                     nonfinite++;
                     row_nonfinite = true;
@@ -797,18 +968,16 @@ goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
                 continue;
             }
             v4 wr[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
-            row_c(&f, f.buf, wr);
-            judge_row(&L, &f, i, na, wr, 0, &t);
+            row_c(f, &tile, f->buf, wr);
+            judge_row(L, zt, m, r->a1[i], i, na, wr, 0, &t);
         }
     }
-    goblin__free(scratch);
-
     out->checked = t.checked;
     out->above_tight = t.above_tight;
     out->above_bound = t.above_bound;
     out->nonfinite = nonfinite;
     /* elements of C left unchecked: whole rows, and masked columns of the others */
-    out->unchecked = unchecked * n + n_bad * (m - unchecked);
+    out->unchecked = unchecked * n + L->n_bad * (m - unchecked);
     out->worst_index = t.worst_row;
     out->worst_ratio = t.worst;
     out->worst_tight_ratio = t.worst_tight;
@@ -822,7 +991,61 @@ goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
         out->kind = GOBLIN_VERDICT_ESCALATE;
         out->reason = GOBLIN_VERIFY_UNCHECKABLE;
     }
+}
+
+/* The verdict left with an error: nothing was checked (never an ACCEPT). */
+static goblin_err verdict_error(goblin_verdict *v, goblin_err e) {
+    verdict_init(v);
+    v->kind = GOBLIN_VERDICT_ESCALATE;
+    v->reason = GOBLIN_VERIFY_UNCHECKABLE;
+    return e;
+}
+
+goblin_err goblin_freivalds_panels_check(goblin_freivalds_panels *fp, int64_t row0, int64_t rows,
+                                         int32_t col_panel, const goblin_tensor *c,
+                                         goblin_verdict *out) {
+    if (!fp || !c || !out || !range_ok(fp, row0, rows) || col_panel < 0 || col_panel >= fp->np)
+        return GOBLIN_EINVAL;
+    int64_t n = fp->cb[col_panel + 1] - fp->cb[col_panel];
+    /* The claimed result is judged, not trusted. */
+    if (c->dtype != fp->dt) return verdict_reject(out, GOBLIN_VERIFY_DTYPE);
+    if (c->rank != 2 || c->shape[0] != rows || c->shape[1] != n)
+        return verdict_reject(out, GOBLIN_VERIFY_SHAPE);
+    if (rows && !c->data) return GOBLIN_EINVAL;
+    verdict_init(out);
+    if (rows == 0) return GOBLIN_OK; /* nothing claimed, nothing to check */
+    fv_range *r;
+    goblin_err e = fv_prepare(fp, row0, rows, &r);
+    if (e) return verdict_error(out, e);
+    fv_judge(fp, r, col_panel, c, out);
     return GOBLIN_OK;
+}
+
+/* One tile: one column panel and one row range. */
+goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_tensor *b,
+                                const goblin_tensor *c, const goblin_freivalds_params *pp,
+                                goblin_verdict *out) {
+    if (!a || !b || !c || !out) return GOBLIN_EINVAL;
+    fv_args x;
+    goblin_err e = fv_validate(a, b, pp, &x);
+    if (e) return e;
+    int64_t m = x.m, n = x.n;
+    /* The claimed result is judged, not trusted. */
+    if (c->dtype != x.dt) return verdict_reject(out, GOBLIN_VERIFY_DTYPE);
+    if (c->rank != 2 || c->shape[0] != m || c->shape[1] != n)
+        return verdict_reject(out, GOBLIN_VERIFY_SHAPE);
+    if (m && n && !c->data) return GOBLIN_EINVAL;
+    verdict_init(out);
+    if (m == 0 || n == 0) return GOBLIN_OK; /* nothing claimed, nothing to check */
+    int64_t cb[2] = {0, n};
+    fvp *f;
+    e = fv_new(a, b, &x, 1, cb, &f);
+    if (e) return verdict_error(out, e);
+    fv_range *r;
+    e = fv_prepare(f, 0, m, &r);
+    if (!e) fv_judge(f, r, 0, c, out);
+    goblin_freivalds_panels_free(f);
+    return e ? verdict_error(out, e) : GOBLIN_OK;
 }
 
 

@@ -5,7 +5,8 @@
  *
  *  - goblin_verify_matmul: Freivalds' check of a claimed matmul tile C = A.B
  *    (or a split-K partial tile) with secret random vectors, O(mk + kn + mn)
- *    instead of O(mkn);
+ *    instead of O(mkn); goblin_freivalds_panels: the same check of all the tiles
+ *    of a job, reading A and B once for the whole job;
  *  - goblin_verify_compare: two results of the same task (replicas, or a replica
  *    and a recomputation) under the op's numeric contract;
  *  - goblin_verify_spot: sampled elements of a result against recomputed
@@ -21,7 +22,8 @@
  * being judged is hostile: a wrong dtype, shape or value is a verdict, never an
  * error.
  *
- * Thread safety: every call is reentrant; nothing is shared between calls. */
+ * Thread safety: every call is reentrant; nothing is shared between calls, except
+ * that one goblin_freivalds_panels object must not be used by two threads at once. */
 #ifndef GOBLIN_VERIFY_H
 #define GOBLIN_VERIFY_H
 
@@ -81,9 +83,11 @@ GOBLIN_API const char *goblin_verify_reason_name(goblin_verify_reason reason);
 #define GOBLIN_FREIVALDS_MAX_VECTORS 16
 
 typedef struct goblin_freivalds_params {
-    /** Secret seed of the random vectors. Draw it fresh for every check from a source
-     *  the worker cannot predict, after the result has arrived: a worker that knows
-     *  the vectors can forge a result that passes. */
+    /** Secret seed of the random vectors: a worker that knows the vectors can forge a
+     *  result that passes. Draw it from a source no worker can predict or influence,
+     *  after the inputs are fixed, and never reveal it. goblin_verify_matmul draws the
+     *  vectors per call; goblin_freivalds_panels draws them once per object (a job's
+     *  tiles share them; docs/verification.md, "Vectors shared by a job's tiles"). */
     uint64_t seed;
     /** Independent random vectors, 1..GOBLIN_FREIVALDS_MAX_VECTORS (default 4). Each
      *  misses a wrong row with probability <= 2 * accept_level / max |error in the row|
@@ -115,6 +119,63 @@ GOBLIN_API goblin_err goblin_verify_matmul(const goblin_tensor *a, const goblin_
                                            const goblin_tensor *c,
                                            const goblin_freivalds_params *p,
                                            goblin_verdict *out);
+
+/* ---- Freivalds' check of a whole job's tiles --------------------------------- *
+ *
+ * A job C = A.B cut into row panels x column panels checked tile by tile with
+ * goblin_verify_matmul reads each row panel of A once per column panel and each
+ * column panel of B once per row panel. A panels object draws the secret vectors
+ * once for all of C's columns and keeps what depends only on A and B: one pass over
+ * B (at creation) and one pass over each row range of A (at its first check) serve
+ * every tile, so a tile's check reads only its C. The judgement of a tile (levels,
+ * bounds, NaN/inf rules, verdict fields) is exactly goblin_verify_matmul's; with one
+ * column panel and one row range it is goblin_verify_matmul (which is built on it).
+ *
+ * Not thread-safe: one thread at a time per object (objects are independent). */
+
+typedef struct goblin_freivalds_panels goblin_freivalds_panels;
+
+/** Prepare the check of the tiles of C = A[:, K-range] . B[K-range, :] cut at the
+ *  column bounds @p col_bounds (@p n_col_panels + 1 of them: 0 = col_bounds[0] <
+ *  col_bounds[1] < ... < col_bounds[n_col_panels] = N). @p a [M, K], @p b [K, N]: f32
+ *  or f64, any strides, borrowed and trusted: they must outlive the object and not
+ *  change. @p col_bounds is copied. @p p: as for goblin_verify_matmul (NULL: defaults,
+ *  seed 0, only for tests; k0/kn select the K-range of every tile). Vector v, column
+ *  j is Philox draw v * N + j of goblin_verify_matmul's stream under p->seed. One pass
+ *  over B (columns with NaN/inf are masked as goblin_verify_matmul does); memory
+ *  O(vectors * K * n_col_panels + N) doubles. *out is NULL on error.
+ *  Returns GOBLIN_EINVAL (NULL pointer, bad params or bounds, K-range outside K),
+ *  GOBLIN_ESHAPE, GOBLIN_EDTYPE (as goblin_verify_matmul), GOBLIN_ENOMEM. */
+GOBLIN_API goblin_err goblin_freivalds_panels_new(const goblin_tensor *a, const goblin_tensor *b,
+                                                  int32_t n_col_panels, const int64_t *col_bounds,
+                                                  const goblin_freivalds_params *p,
+                                                  goblin_freivalds_panels **out);
+
+/** One pass over A[row0 : row0 + rows, K-range] for every column panel at once; kept
+ *  in the object under the key (row0, rows) until released. A range already prepared
+ *  returns at once. Ranges may overlap (each is kept separately); use the same
+ *  (row0, rows) for prepare, check and release. Returns GOBLIN_EINVAL (NULL, row0 < 0,
+ *  rows < 0, row0 + rows > M), GOBLIN_ENOMEM (O(vectors * rows * n_col_panels)). */
+GOBLIN_API goblin_err goblin_freivalds_panels_prepare(goblin_freivalds_panels *fp, int64_t row0,
+                                                      int64_t rows);
+
+/** Judge the tile @p c claimed as A[row0 : row0 + rows, K-range] . B[K-range, panel
+ *  @p col_panel] (borrowed, hostile, any strides): one pass over @p c, then the
+ *  per-row judgement of goblin_verify_matmul; verdict.worst_index is a row of @p c.
+ *  Prepares the row range first if it is not. A dtype other than A's or a shape other
+ *  than [rows, panel width] is a REJECT verdict. Returns GOBLIN_EINVAL (NULL pointer,
+ *  range outside M, col_panel outside [0, n_col_panels), NULL data), GOBLIN_ENOMEM. */
+GOBLIN_API goblin_err goblin_freivalds_panels_check(goblin_freivalds_panels *fp, int64_t row0,
+                                                    int64_t rows, int32_t col_panel,
+                                                    const goblin_tensor *c, goblin_verdict *out);
+
+/** Drop the prepared sums of the row range (row0, rows) (a no-op if it is not
+ *  prepared); a later check prepares it again. NULL is a no-op. */
+GOBLIN_API void goblin_freivalds_panels_release(goblin_freivalds_panels *fp, int64_t row0,
+                                                int64_t rows);
+
+/** Free the object (NULL is a no-op). A and B are not touched. */
+GOBLIN_API void goblin_freivalds_panels_free(goblin_freivalds_panels *fp);
 
 /* ---- replicas and spot-checks --------------------------------------------- */
 

@@ -1290,3 +1290,451 @@ Test(verify, allocation_failure_returns_enomem_and_leaks_nothing) {
     free(b.data);
     free(c.data);
 }
+
+/* ---- Freivalds over a whole job's tiles (goblin_freivalds_panels) ------------ */
+
+/* A view of rows [r0, r0 + nr) and columns [c0, c0 + nc) of @p t. */
+static goblin_tensor sub(const goblin_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+    goblin_tensor v = *t;
+    v.shape[0] = nr;
+    v.shape[1] = nc;
+    v.data = (char *)t->data +
+             (r0 * t->strides[0] + c0 * t->strides[1]) * (int64_t)goblin_dtype_size(t->dtype);
+    return v;
+}
+
+static void expect_same_verdict(const goblin_verdict *x, const goblin_verdict *y,
+                                const char *what) {
+    cr_assert_eq(x->kind, y->kind, "%s: kind %d vs %d", what, x->kind, y->kind);
+    cr_assert_eq(x->reason, y->reason, "%s: reason", what);
+    cr_assert_eq(x->checked, y->checked, "%s: checked", what);
+    cr_assert_eq(x->above_tight, y->above_tight, "%s: above_tight", what);
+    cr_assert_eq(x->above_bound, y->above_bound, "%s: above_bound", what);
+    cr_assert_eq(x->nonfinite, y->nonfinite, "%s: nonfinite", what);
+    cr_assert_eq(x->unchecked, y->unchecked, "%s: unchecked", what);
+    cr_assert_eq(x->worst_index, y->worst_index, "%s: worst_index", what);
+    /* bit for bit (both may be inf) */
+    cr_assert(memcmp(&x->worst_ratio, &y->worst_ratio, sizeof(double)) == 0,
+              "%s: worst_ratio %.17g vs %.17g", what, x->worst_ratio, y->worst_ratio);
+    cr_assert(memcmp(&x->worst_tight_ratio, &y->worst_tight_ratio, sizeof(double)) == 0,
+              "%s: worst_tight_ratio %.17g vs %.17g", what, x->worst_tight_ratio,
+              y->worst_tight_ratio);
+}
+
+static goblin_freivalds_panels *panels_new(const goblin_tensor *a, const goblin_tensor *b,
+                                           int32_t np, const int64_t *cb, uint64_t seed,
+                                           int32_t vectors) {
+    goblin_freivalds_params p;
+    goblin_freivalds_params_default(&p);
+    p.seed = seed;
+    p.vectors = vectors;
+    goblin_freivalds_panels *fp = NULL;
+    goblin_err e = goblin_freivalds_panels_new(a, b, np, cb, &p, &fp);
+    cr_assert_eq(e, GOBLIN_OK, "panels_new: %s", goblin_strerror(e));
+    cr_assert_not_null(fp);
+    return fp;
+}
+
+static goblin_verdict panels_check(goblin_freivalds_panels *fp, int64_t row0, int64_t rows,
+                                   int32_t panel, const goblin_tensor *c) {
+    goblin_verdict v;
+    goblin_err e = goblin_freivalds_panels_check(fp, row0, rows, panel, c, &v);
+    cr_assert_eq(e, GOBLIN_OK, "panels_check: %s", goblin_strerror(e));
+    return v;
+}
+
+/* One column panel over all of N: the vectors are goblin_verify_matmul's, so a row
+ * range's verdict must be goblin_verify_matmul's on those rows, field for field,
+ * for honest and wrong results, any vector count, f32 and f64. */
+Test(freivalds_panels, one_panel_equals_verify_matmul) {
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    static const int32_t nvs[] = {1, 4, 7};
+    int64_t m = 133, k = 301, n = 270;
+    for (size_t d = 0; d < 2; d++) {
+        sm_state = 600 + d;
+        goblin_tensor a = mat_new(dts[d], m, k), b = mat_new(dts[d], k, n);
+        fill(&a, DIST_SIGNED);
+        fill(&b, DIST_SIGNED);
+        goblin_tensor c = matmul_loop(&a, &b);
+        int64_t cb[2] = {0, n};
+        /* the whole matrix, then row ranges (ends of blocks of four not aligned) */
+        static const int64_t ranges[][2] = {{0, 133}, {0, 61}, {61, 70}, {131, 2}, {5, 1}};
+        for (size_t s = 0; s < sizeof nvs / sizeof *nvs; s++)
+            for (int variant = 0; variant < 4; variant++) {
+                goblin_tensor w = copy_of(&c);
+                if (variant == 1) set(&w, 62, 7, get(&w, 62, 7) + 5);       /* one element */
+                if (variant == 2) set(&w, 131, 269, NAN);                    /* NaN */
+                if (variant == 3)                                            /* scaled */
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) set(&w, i, j, get(&w, i, j) * 1.01);
+                uint64_t seed = 1000 + s * 10 + (uint64_t)variant;
+                goblin_freivalds_panels *fp = panels_new(&a, &b, 1, cb, seed, nvs[s]);
+                for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
+                    int64_t r0 = ranges[r][0], rn = ranges[r][1];
+                    goblin_tensor av = sub(&a, r0, rn, 0, k), wv = sub(&w, r0, rn, 0, n);
+                    goblin_verdict ref = fv_check_nv(&av, &b, &wv, seed, nvs[s]);
+                    goblin_verdict v = panels_check(fp, r0, rn, 0, &wv);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s %d vectors variant %d rows [%lld, +%lld)",
+                             goblin_dtype_name(dts[d]), nvs[s], variant, (long long)r0,
+                             (long long)rn);
+                    expect_same_verdict(&v, &ref, what);
+                    if (r == 0 && variant == 0) cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+                    if (r == 0 && variant > 0)
+                        cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT, "%s: %s", what,
+                                     goblin_verdict_name(v.kind));
+                }
+                goblin_freivalds_panels_free(fp);
+                free(w.data);
+            }
+        /* split-K: the K-range of the params applies to every tile */
+        goblin_freivalds_params p;
+        goblin_freivalds_params_default(&p);
+        p.seed = 77;
+        p.k0 = 100;
+        p.kn = 150;
+        goblin_tensor as = sub(&a, 0, m, 100, 150), bs = sub(&b, 100, 150, 0, n);
+        goblin_tensor cp = matmul_loop(&as, &bs);
+        goblin_freivalds_panels *fp = NULL;
+        cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 1, cb, &p, &fp), GOBLIN_OK);
+        goblin_verdict ref, v;
+        cr_assert_eq(goblin_verify_matmul(&a, &b, &cp, &p, &ref), GOBLIN_OK);
+        cr_assert_eq(ref.kind, GOBLIN_VERDICT_ACCEPT);
+        v = panels_check(fp, 0, m, 0, &cp);
+        expect_same_verdict(&v, &ref, "split-K");
+        goblin_freivalds_panels_free(fp);
+        free(cp.data);
+        free(a.data);
+        free(b.data);
+        free(c.data);
+    }
+}
+
+enum { PC_ELEMENT, PC_SCALE, PC_ROW_SWAP, PC_OTHER, PC_NAN, PC_ZEROS, PC_TRANSPOSE, PC_COUNT };
+static const char *pc_name[] = {"element", "scale", "row-swap", "other-tile", "nan", "zeros",
+                                "transposed"};
+
+/* A job cut unevenly into 3 row x 4 column panels, operands and result in strided
+ * layouts, honest tiles from the f64 loop: every tile accepted; each corruption of
+ * one tile rejected, every other tile still accepted. */
+Test(freivalds_panels, multi_panel_job_honest_and_corrupted_tiles) {
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    int64_t m = 300, k = 700, n = 500;
+    static const int64_t rb[] = {0, 80, 203, 300};          /* row panel 1: 123 rows */
+    static const int64_t cb[] = {0, 123, 380, 381, 500};    /* col panel 0: 123 (square tile) */
+    int nr = 3, nc = 4;
+    int64_t total = 0;
+    for (size_t d = 0; d < 2; d++) {
+        sm_state = 700 + d;
+        goblin_tensor a = mat_new(dts[d], m, k), b = mat_new(dts[d], k, n);
+        goblin_tensor a2 = mat_new(dts[d], m, k);
+        fill(&a, DIST_SIGNED);
+        fill(&b, DIST_SIGNED);
+        fill(&a2, DIST_SIGNED);
+        goblin_tensor c = matmul_loop(&a, &b), other = matmul_loop(&a2, &b);
+        void *sa, *sb, *sc;
+        goblin_tensor A = relayout(&a, 1, &sa);  /* column-major */
+        goblin_tensor B = relayout(&b, 2, &sb);  /* rows reversed, every other column */
+        goblin_tensor C = relayout(&c, 2, &sc);
+        goblin_freivalds_panels *fp = panels_new(&A, &B, nc, cb, 0xabcdef + d, 4);
+        for (int i = 0; i < nr; i++) /* prepare two of the three ranges; check prepares the last */
+            if (i != 1)
+                cr_assert_eq(goblin_freivalds_panels_prepare(fp, rb[i], rb[i + 1] - rb[i]),
+                             GOBLIN_OK);
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < nc; j++) {
+                int64_t rows = rb[i + 1] - rb[i], cols = cb[j + 1] - cb[j];
+                goblin_tensor t = sub(&C, rb[i], rows, cb[j], cols);
+                goblin_verdict v = panels_check(fp, rb[i], rows, j, &t);
+                cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT, "%s honest tile (%d, %d): %s",
+                             goblin_dtype_name(dts[d]), i, j, goblin_verify_reason_name(v.reason));
+                cr_assert_eq(v.checked, rows * 4);
+                total++;
+            }
+        for (int cls = 0; cls < PC_COUNT; cls++)
+            for (int i = 0; i < nr; i++)
+                for (int j = 0; j < nc; j++) {
+                    int64_t rows = rb[i + 1] - rb[i], cols = cb[j + 1] - cb[j];
+                    if (cls == PC_TRANSPOSE && rows != cols) continue;
+                    goblin_tensor t = sub(&C, rb[i], rows, cb[j], cols);
+                    goblin_tensor keep = copy_of(&t);
+                    int64_t x = (int64_t)(splitmix() % (uint64_t)rows);
+                    int64_t y = (int64_t)(splitmix() % (uint64_t)cols);
+                    switch (cls) {
+                    case PC_ELEMENT: { /* 5 % of the element's contract scale sum |a||b| */
+                        goblin_tensor ar = sub(&a, rb[i] + x, 1, 0, k);
+                        goblin_tensor bc = sub(&b, 0, k, cb[j] + y, 1);
+                        set(&t, x, y, get(&t, x, y) + 0.05 * abs_dot(&ar, &bc, 0, 0));
+                        break;
+                    }
+                    case PC_SCALE:
+                        for (int64_t p = 0; p < rows; p++)
+                            for (int64_t q = 0; q < cols; q++) set(&t, p, q, get(&t, p, q) * 1.01);
+                        break;
+                    case PC_ROW_SWAP: {
+                        int64_t x2 = (x + 1 + (int64_t)(splitmix() % (uint64_t)(rows - 1))) % rows;
+                        for (int64_t q = 0; q < cols; q++) {
+                            set(&t, x, q, get(&keep, x2, q));
+                            set(&t, x2, q, get(&keep, x, q));
+                        }
+                        break;
+                    }
+                    case PC_OTHER:
+                        for (int64_t p = 0; p < rows; p++)
+                            for (int64_t q = 0; q < cols; q++)
+                                set(&t, p, q, get(&other, rb[i] + p, cb[j] + q));
+                        break;
+                    case PC_NAN: set(&t, x, y, NAN); break;
+                    case PC_ZEROS:
+                        for (int64_t p = 0; p < rows; p++)
+                            for (int64_t q = 0; q < cols; q++) set(&t, p, q, 0);
+                        break;
+                    case PC_TRANSPOSE:
+                        for (int64_t p = 0; p < rows; p++)
+                            for (int64_t q = 0; q < cols; q++) set(&t, p, q, get(&keep, q, p));
+                        break;
+                    }
+                    for (int i2 = 0; i2 < nr; i2++)
+                        for (int j2 = 0; j2 < nc; j2++) {
+                            int64_t rows2 = rb[i2 + 1] - rb[i2];
+                            goblin_tensor t2 = sub(&C, rb[i2], rows2, cb[j2], cb[j2 + 1] - cb[j2]);
+                            goblin_verdict v = panels_check(fp, rb[i2], rows2, j2, &t2);
+                            total++;
+                            if (i2 == i && j2 == j) {
+                                cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT,
+                                             "%s %s in tile (%d, %d): %s (%s), ratio %.3g",
+                                             goblin_dtype_name(dts[d]), pc_name[cls], i, j,
+                                             goblin_verdict_name(v.kind),
+                                             goblin_verify_reason_name(v.reason), v.worst_ratio);
+                                cr_assert_eq(v.reason, cls == PC_NAN ? GOBLIN_VERIFY_NONFINITE
+                                                                     : GOBLIN_VERIFY_EXCEEDS_BOUND);
+                                if (cls == PC_ELEMENT || cls == PC_NAN)
+                                    cr_assert_eq(v.worst_index, x);
+                            } else {
+                                cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT,
+                                             "%s %s in tile (%d, %d): tile (%d, %d) %s",
+                                             goblin_dtype_name(dts[d]), pc_name[cls], i, j, i2,
+                                             j2, goblin_verdict_name(v.kind));
+                            }
+                        }
+                    for (int64_t p = 0; p < rows; p++)
+                        for (int64_t q = 0; q < cols; q++) set(&t, p, q, get(&keep, p, q));
+                    free(keep.data);
+                }
+        goblin_freivalds_panels_free(fp);
+        free(sa);
+        free(sb);
+        free(sc);
+        free(a.data);
+        free(a2.data);
+        free(b.data);
+        free(c.data);
+        free(other.data);
+    }
+    cr_log_info("freivalds panels: %lld tile checks of a 300x700x500 job in 3x4 panels",
+                (long long)total);
+}
+
+/* NaN/inf in A's rows and B's columns: the tiles they reach are partly unchecked
+ * (ESCALATE), with the counts goblin_verify_matmul gives for the same tile; a NaN
+ * where the honest value is finite is still a REJECT; other tiles are unaffected. */
+Test(freivalds_panels, nonfinite_rows_and_columns) {
+    int64_t m = 40, k = 50, n = 60;
+    static const int64_t rb[] = {0, 17, 40};
+    static const int64_t cb[] = {0, 25, 33, 60};
+    sm_state = 800;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F32, m, k), b = mat_new(GOBLIN_DTYPE_F32, k, n);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    set(&a, 20, 3, NAN);           /* row 20: row panel 1 */
+    set(&b, 7, 30, INFINITY);      /* column 30: column panel 1 */
+    goblin_tensor c = matmul_loop(&a, &b);
+    goblin_freivalds_panels *fp = panels_new(&a, &b, 3, cb, 5150, 4);
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 3; j++) {
+                int64_t rows = rb[i + 1] - rb[i], cols = cb[j + 1] - cb[j];
+                goblin_tensor t = sub(&c, rb[i], rows, cb[j], cols);
+                double keep = get(&t, 2, 1);
+                if (pass) set(&t, 2, 1, NAN); /* row 2 of the tile: finite inputs */
+                goblin_verdict v = panels_check(fp, rb[i], rows, j, &t);
+                goblin_tensor av = sub(&a, rb[i], rows, 0, k), bv = sub(&b, 0, k, cb[j], cols);
+                goblin_verdict ref = fv_check(&av, &bv, &t, 99);
+                cr_assert_eq(v.kind, ref.kind, "tile (%d, %d) pass %d", i, j, pass);
+                cr_assert_eq(v.reason, ref.reason);
+                cr_assert_eq(v.checked, ref.checked);
+                cr_assert_eq(v.unchecked, ref.unchecked);
+                cr_assert_eq(v.nonfinite, ref.nonfinite);
+                /* hand-derived: row 20 of A (tile row 3) unchecked in row panel 1,
+                 * column 30 (one column of panel 1) unchecked in every other row */
+                int64_t bad_rows = i == 1 ? 1 : 0, bad_cols = j == 1 ? 1 : 0;
+                if (pass) {
+                    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+                    cr_assert_eq(v.reason, GOBLIN_VERIFY_NONFINITE);
+                    cr_assert_eq(v.nonfinite, 1);
+                    cr_assert_eq(v.worst_index, 2);
+                } else if (bad_rows || bad_cols) {
+                    cr_assert_eq(v.kind, GOBLIN_VERDICT_ESCALATE);
+                    cr_assert_eq(v.reason, GOBLIN_VERIFY_UNCHECKABLE);
+                    cr_assert_eq(v.unchecked, bad_rows * cols + bad_cols * (rows - bad_rows));
+                    cr_assert_eq(v.checked, (rows - bad_rows) * 4);
+                } else {
+                    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+                    cr_assert_eq(v.unchecked, 0);
+                }
+                set(&t, 2, 1, keep);
+            }
+    goblin_freivalds_panels_free(fp);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+Test(freivalds_panels, release_then_check_again) {
+    int64_t m = 30, k = 20, n = 24;
+    static const int64_t cb[] = {0, 10, 24};
+    sm_state = 900;
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, m, k), b = mat_new(GOBLIN_DTYPE_F64, k, n);
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor c = matmul_loop(&a, &b);
+    goblin_freivalds_panels *fp = panels_new(&a, &b, 2, cb, 31337, 4);
+    goblin_tensor t = sub(&c, 12, 18, 10, 14);
+    goblin_verdict v1 = panels_check(fp, 12, 18, 1, &t); /* prepares (12, 18) */
+    cr_assert_eq(v1.kind, GOBLIN_VERDICT_ACCEPT);
+    cr_assert_eq(goblin_freivalds_panels_prepare(fp, 12, 18), GOBLIN_OK); /* already: no-op */
+    goblin_freivalds_panels_release(fp, 12, 18);
+    goblin_freivalds_panels_release(fp, 12, 18); /* not prepared: no-op */
+    goblin_freivalds_panels_release(fp, 0, 5);
+    goblin_verdict v2 = panels_check(fp, 12, 18, 1, &t); /* prepared again */
+    expect_same_verdict(&v2, &v1, "after release");
+    /* many ranges (the list grows), released in another order, checked again */
+    for (int64_t r = 0; r < 30; r++)
+        cr_assert_eq(goblin_freivalds_panels_prepare(fp, r, 1), GOBLIN_OK);
+    for (int64_t r = 0; r < 30; r += 2) goblin_freivalds_panels_release(fp, r, 1);
+    for (int64_t r = 0; r < 30; r++) {
+        goblin_tensor row = sub(&c, r, 1, 0, 10);
+        goblin_verdict v = panels_check(fp, r, 1, 0, &row);
+        cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+        set(&row, 0, 3, get(&row, 0, 3) + 1);
+        v = panels_check(fp, r, 1, 0, &row);
+        cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+        set(&row, 0, 3, get(&row, 0, 3) - 1);
+    }
+    goblin_verdict v3 = panels_check(fp, 12, 18, 1, &t);
+    expect_same_verdict(&v3, &v1, "after many ranges");
+    goblin_freivalds_panels_free(fp);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+Test(freivalds_panels, bad_arguments_and_allocation_failure) {
+    goblin_tensor a = mat_new(GOBLIN_DTYPE_F32, 6, 5), b = mat_new(GOBLIN_DTYPE_F32, 5, 8);
+    sm_state = 1000;
+    fill(&a, DIST_SIGNED);
+    fill(&b, DIST_SIGNED);
+    goblin_tensor c = matmul_loop(&a, &b);
+    goblin_freivalds_params p;
+    goblin_freivalds_params_default(&p);
+    goblin_freivalds_panels *fp = (goblin_freivalds_panels *)&p; /* must be reset to NULL */
+    int64_t cb[] = {0, 3, 8};
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, cb, &p, NULL), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_new(NULL, &b, 2, cb, &p, &fp), GOBLIN_EINVAL);
+    cr_assert_null(fp);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, NULL, 2, cb, &p, &fp), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, NULL, &p, &fp), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 0, cb, &p, &fp), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, -1, cb, &p, &fp), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 9, cb, &p, &fp), GOBLIN_EINVAL); /* > N */
+    int64_t bad1[] = {1, 3, 8}, bad2[] = {0, 3, 7}, bad3[] = {0, 3, 3, 8}, bad4[] = {0, 5, 3, 8};
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, bad1, &p, &fp), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, bad2, &p, &fp), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 3, bad3, &p, &fp), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 3, bad4, &p, &fp), GOBLIN_EINVAL);
+    p.vectors = 0;
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, cb, &p, &fp), GOBLIN_EINVAL);
+    goblin_freivalds_params_default(&p);
+    p.k0 = 3;
+    p.kn = 3;
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, cb, &p, &fp), GOBLIN_EINVAL);
+    goblin_freivalds_params_default(&p);
+    goblin_tensor b64 = mat_new(GOBLIN_DTYPE_F64, 5, 8), bt = mat_new(GOBLIN_DTYPE_F32, 8, 5);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b64, 2, cb, &p, &fp), GOBLIN_EDTYPE);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &bt, 2, cb, &p, &fp), GOBLIN_ESHAPE);
+    cr_assert_null(fp);
+    cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, cb, NULL, &fp), GOBLIN_OK); /* defaults */
+    cr_assert_eq(goblin_freivalds_panels_prepare(NULL, 0, 1), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_prepare(fp, -1, 2), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_prepare(fp, 0, -1), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_prepare(fp, 4, 3), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_prepare(fp, INT64_MAX, 2), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_prepare(fp, 2, INT64_MAX), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_prepare(fp, 6, 0), GOBLIN_OK); /* empty range */
+    goblin_verdict v;
+    goblin_tensor t = sub(&c, 0, 6, 3, 5);
+    cr_assert_eq(goblin_freivalds_panels_check(NULL, 0, 6, 1, &t, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 6, 1, NULL, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 6, 1, &t, NULL), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 6, 2, &t, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 6, -1, &t, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 1, 6, 1, &t, &v), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 6, 1, &t, &v), GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    /* the result is judged: wrong dtype, shape (another panel's width, rows) or rank */
+    goblin_tensor c64 = mat_new(GOBLIN_DTYPE_F64, 6, 5);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 6, 1, &c64, &v), GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_DTYPE);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 6, 0, &t, &v), GOBLIN_OK);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_SHAPE);
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 5, 1, &t, &v), GOBLIN_OK);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_SHAPE);
+    goblin_tensor t3 = t;
+    t3.rank = 3;
+    t3.shape[2] = 1;
+    t3.strides[2] = 1;
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 0, 6, 1, &t3, &v), GOBLIN_OK);
+    cr_assert_eq(v.reason, GOBLIN_VERIFY_SHAPE);
+    goblin_tensor t0 = sub(&c, 6, 0, 3, 5); /* an empty tile */
+    cr_assert_eq(goblin_freivalds_panels_check(fp, 6, 0, 1, &t0, &v), GOBLIN_OK);
+    cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+    cr_assert_eq(v.checked, 0);
+    goblin_freivalds_panels_release(NULL, 0, 1);
+    goblin_freivalds_panels_free(fp);
+    goblin_freivalds_panels_free(NULL);
+
+    /* every allocation failing in turn: ENOMEM, nothing leaked */
+    goblin_allocator al = {counting_alloc, counting_free, NULL};
+    goblin_set_allocator(&al);
+    int failures = 0;
+    for (long nfail = 0;; nfail++) {
+        g_countdown = nfail;
+        g_live = 0;
+        fp = NULL;
+        goblin_err e = goblin_freivalds_panels_new(&a, &b, 2, cb, &p, &fp);
+        if (e) cr_assert_null(fp);
+        for (int64_t r = 0; e == GOBLIN_OK && r < 6; r++) /* more ranges than the first list */
+            e = goblin_freivalds_panels_prepare(fp, r, 1);
+        bool in_check = e == GOBLIN_OK;
+        if (in_check) e = goblin_freivalds_panels_check(fp, 0, 6, 1, &t, &v);
+        goblin_freivalds_panels_free(fp);
+        cr_assert_eq(g_live, 0, "leak after failing allocation %ld", nfail);
+        if (e == GOBLIN_OK) {
+            cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
+            break;
+        }
+        cr_assert_eq(e, GOBLIN_ENOMEM);
+        if (in_check) cr_assert_neq(v.kind, GOBLIN_VERDICT_ACCEPT); /* never with an error */
+        failures++;
+    }
+    cr_assert(failures >= 4);
+    goblin_set_allocator(NULL);
+    g_countdown = -1;
+    free(a.data);
+    free(b.data);
+    free(b64.data);
+    free(bt.data);
+    free(c.data);
+    free(c64.data);
+}
