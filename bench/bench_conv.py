@@ -109,7 +109,8 @@ def main():
         sys.stdout.flush()
         del conv
     print("\nRatios above 1 mean libgoblin is faster (goal >= 0.8). libgoblin does im2col "
-          "per image and a BLIS gemm per image, images split across the threads.")
+          "and a BLIS gemm per image, or per block of small images (up to 512 KB of im2col side by side), "
+          "blocks split across the threads.")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
  * the chosen backend (or the reference backend when it lacks the op), free
  * intermediates after their last use, and hand results to the caller. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include "backend_impl.h"
 #include "kernel_util.h"
@@ -15,8 +18,15 @@ struct goblin_exec {
     goblin_exec_params p;
     int32_t *last_use;  /* per node: index of its last consumer, or n_nodes if a graph output */
     goblin_exec_stats stats;
+    bool profile; /* GOBLIN_PROFILE set (non-empty, not "0"): per-node times to stderr */
     char err[512];
 };
+
+static double now_ms(clockid_t clk) {
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 static const goblin__backend_vtable *backend_vt(goblin_backend_kind k) {
     switch (k) {
@@ -84,6 +94,8 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
     ex->g = g;
     ex->be = vt;
     ex->p = params;
+    const char *prof = getenv("GOBLIN_PROFILE");
+    ex->profile = prof && prof[0] && strcmp(prof, "0") != 0;
     ex->last_use = goblin__calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(int32_t));
     if (!ex->last_use) {
         goblin__free(ex);
@@ -138,17 +150,34 @@ void goblin__tensor_copy(goblin_tensor *dst, const goblin_tensor *src) {
         memcpy(dst->data, src->data, (size_t)n * es);
         return;
     }
+    /* rows of the last dim: one memcpy where both are unit-stride, else a typed loop;
+     * the outer dims by the iterator */
+    int32_t r = src->rank;
+    if (r == 0) {
+        memcpy(dst->data, src->data, es);
+        return;
+    }
+    int64_t len = src->shape[r - 1], sd = dst->strides[r - 1], ss = src->strides[r - 1];
     int64_t st[2][GOBLIN_MAX_RANK];
-    for (int32_t d = 0; d < src->rank; d++) {
+    for (int32_t d = 0; d < r - 1; d++) {
         st[0][d] = dst->strides[d];
         st[1][d] = src->strides[d];
     }
     goblin__nditer it;
-    goblin__nditer_init(&it, src->rank, src->shape, 2, st);
+    goblin__nditer_init(&it, r - 1, src->shape, 2, st);
     char *o = dst->data;
     const char *s = src->data;
-    for (int64_t i = 0; i < n; i++) {
-        memcpy(o + it.off[0] * (int64_t)es, s + it.off[1] * (int64_t)es, es);
+    int64_t ie = (int64_t)es;
+    for (int64_t row = 0; row < n / len; row++) {
+        char *od = o + it.off[0] * ie;
+        const char *sr = s + it.off[1] * ie;
+        if (sd == 1 && ss == 1) memcpy(od, sr, (size_t)len * es);
+        else if (es == 4)
+            for (int64_t i = 0; i < len; i++) memcpy(od + i * sd * 4, sr + i * ss * 4, 4);
+        else if (es == 8)
+            for (int64_t i = 0; i < len; i++) memcpy(od + i * sd * 8, sr + i * ss * 8, 8);
+        else
+            for (int64_t i = 0; i < len; i++) memcpy(od + i * sd * ie, sr + i * ss * ie, es);
         goblin__nditer_next(&it);
     }
 }
@@ -173,6 +202,82 @@ static size_t node_bytes(const goblin__node *n) {
     int64_t numel = 1;
     for (int32_t d = 0; d < n->rank; d++) numel *= n->shape[d];
     return (size_t)numel * goblin_dtype_size(n->dtype);
+}
+
+/* A node's output buffer. Big ones are advised to use transparent huge pages (where
+ * the system leaves that to madvise): a fresh 16 MiB activation then costs 8 page
+ * faults instead of 4096, which on a VM take longer than a fast elementwise kernel.
+ * Advice only: whatever the allocator returned, errors are ignored. */
+#define HUGE_MIN ((size_t)4 << 20)
+#define HUGE_PAGE ((uintptr_t)2 << 20)
+
+static void *node_alloc(size_t bytes) {
+    void *p = goblin__alloc(bytes);
+#ifdef MADV_HUGEPAGE
+    if (p && bytes >= HUGE_MIN) {
+        uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        uintptr_t hi = ((uintptr_t)p + bytes) & ~(HUGE_PAGE - 1);
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+#endif
+    return p;
+}
+
+/* Intermediates freed after their last use are kept for a few nodes when one of those
+ * nodes will allocate exactly as many bytes, and handed to it: a chain of same-shaped
+ * activations then reuses two buffers instead of touching fresh pages (page faults cost
+ * as much as a fast elementwise kernel). A kept buffer lives at most REUSE_AHEAD nodes
+ * past its last use, so peak memory grows by little. */
+#define REUSE_AHEAD 4
+#define REUSE_SLOTS 8
+
+typedef struct reuse_pool {
+    void *p[REUSE_SLOTS];
+    size_t bytes[REUSE_SLOTS];
+    int32_t until[REUSE_SLOTS]; /* last node index that may take it */
+} reuse_pool;
+
+/* Does a node in (i, i + REUSE_AHEAD] allocate @p bytes? Its index, or -1. */
+static int32_t reuse_wanted(const goblin_graph *g, const int32_t *direct, int32_t i, size_t bytes) {
+    for (int32_t q = i + 1; q < g->n_nodes && q <= i + REUSE_AHEAD; q++) {
+        const goblin__node *n = &g->nodes[q];
+        if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT || direct[q] >= 0) continue;
+        if (node_bytes(n) == bytes) return q;
+    }
+    return -1;
+}
+
+static void *reuse_take(reuse_pool *rp, size_t bytes) {
+    for (int s = 0; s < REUSE_SLOTS; s++)
+        if (rp->p[s] && rp->bytes[s] == bytes) {
+            void *b = rp->p[s];
+            rp->p[s] = NULL;
+            return b;
+        }
+    return NULL;
+}
+
+/* Keep @p buf (freed after node i) if a coming node wants its size; else free it. */
+static void reuse_give(reuse_pool *rp, const goblin_graph *g, const int32_t *direct, int32_t i,
+                       void *buf, size_t bytes) {
+    int32_t q = bytes > 0 ? reuse_wanted(g, direct, i, bytes) : -1;
+    for (int s = 0; q >= 0 && s < REUSE_SLOTS; s++)
+        if (!rp->p[s]) {
+            rp->p[s] = buf;
+            rp->bytes[s] = bytes;
+            rp->until[s] = q;
+            return;
+        }
+    goblin__free(buf);
+}
+
+/* Free kept buffers no node up to @p i took (i = INT32_MAX: all). */
+static void reuse_expire(reuse_pool *rp, int32_t i) {
+    for (int s = 0; s < REUSE_SLOTS; s++)
+        if (rp->p[s] && rp->until[s] <= i) {
+            goblin__free(rp->p[s]);
+            rp->p[s] = NULL;
+        }
 }
 
 goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t n_inputs,
@@ -210,6 +315,8 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
 
     goblin_err e = GOBLIN_OK;
     int32_t nn = g->n_nodes;
+    reuse_pool pool;
+    memset(&pool, 0, sizeof pool);
     goblin_tensor *vals = goblin__calloc((size_t)nn, sizeof *vals);
     void **owned = goblin__calloc((size_t)nn, sizeof *owned);
     /* caller output buffer a node writes straight into, if any (-1 = none) */
@@ -249,6 +356,8 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
             describe(&vals[i], n, n->payload);
             continue;
         }
+        double t0 = ex->profile ? now_ms(CLOCK_MONOTONIC) : 0;
+        double c0 = ex->profile ? now_ms(CLOCK_PROCESS_CPUTIME_ID) : 0;
         const goblin__op_def *d = goblin__op_def_get(n->op);
         bool strided_ok = d && (d->flags & GOBLIN__OPF_STRIDED);
         for (int32_t j = 0; j < n->n_inputs; j++) {
@@ -271,7 +380,8 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
         if (direct[i] >= 0) {
             buf = outputs[direct[i]].data;
         } else {
-            buf = goblin__alloc(node_bytes(n));
+            buf = reuse_take(&pool, node_bytes(n));
+            if (!buf) buf = node_alloc(node_bytes(n));
             if (!buf) {
                 for (int32_t q = 0; q < n->n_inputs; q++) goblin__free(tmp[q]);
                 e = xfail(ex, GOBLIN_ENOMEM, "out of memory");
@@ -315,14 +425,24 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
             goto done;
         }
         ex->stats.nodes_run++;
+        if (ex->profile) {
+            char sh[160];
+            fprintf(stderr, "goblin-profile: node %d %s %s %s%s %.3f ms (cpu %.3f ms)\n", (int)i,
+                    goblin_op_name(n->op), goblin_dtype_name(n->dtype),
+                    goblin__shape_str(n->rank, n->shape, sh, sizeof sh),
+                    use_ref && ex->be != &goblin__backend_ref ? " (ref)" : "",
+                    now_ms(CLOCK_MONOTONIC) - t0, now_ms(CLOCK_PROCESS_CPUTIME_ID) - c0);
+        }
         for (int32_t j = 0; j < n->n_inputs; j++) {
             int32_t src = n->inputs[j];
             if (ex->last_use[src] == i && owned[src]) {
-                goblin__free(owned[src]);
+                reuse_give(&pool, g, direct, i, owned[src], node_bytes(&g->nodes[src]));
                 owned[src] = NULL;
             }
         }
+        reuse_expire(&pool, i);
     }
+    reuse_expire(&pool, INT32_MAX);
 
     for (int32_t o = 0; o < n_outputs; o++) {
         int32_t id = g->output_ids[o];
@@ -333,7 +453,7 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
             if (buf) {
                 owned[id] = NULL; /* handed over to the caller */
             } else {
-                buf = goblin__alloc(node_bytes(n));
+                buf = node_alloc(node_bytes(n));
                 if (!buf) {
                     e = xfail(ex, GOBLIN_ENOMEM, "out of memory");
                     /* undo: the caller gets no library buffers on failure */
@@ -356,6 +476,7 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
         }
     }
 done:
+    reuse_expire(&pool, INT32_MAX);
     if (owned)
         for (int32_t i = 0; i < nn; i++) goblin__free(owned[i]);
     goblin__free(vals);

@@ -189,6 +189,34 @@ def test_matmul_blis_thread_count_does_not_change_bits():
             assert np.array_equal(o.view(np.uint32), outs[0].view(np.uint32))
 
 
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_matmul_blis_linear_layer_shapes_bits_and_values(dt):
+    """Linear layers ([B, T, D] @ W^T + bias, batch folded into one product and split
+    by rows across threads) and a wide product (split by columns): within the contract
+    of exact products and the same bits for any thread count."""
+    if not backend_available("blis"):
+        pytest.skip("no blis")
+    rng = np.random.default_rng(16)
+    cases = [((4, 64, 80), (120, 80), (120,), 1), ((3, 1, 70), (90, 70), (1, 90), 1),
+             ((40, 96), (96, 600), None, 0), ((2, 5, 60, 72), (72, 130), (130,), 0)]
+    for sa, sb, sc, tb in cases:
+        a, b = fdata(sa, dt, rng), fdata(sb, dt, rng)
+        ins = [a, b] + ([fdata(sc, dt, rng)] if sc else [])
+        outs = [run_op("matmul", ins, dtype=dt, backend="blis", threads=t, trans_b=tb)
+                for t in (1, 2, 3, 5)]
+        ob = b.T if tb else b
+        ex = np_matmul_exact(a, ob)
+        scale = np.abs(exact64(a)) @ np.abs(exact64(ob))
+        if sc:
+            ex = ex + ins[2].astype(np.longdouble)
+            scale = scale + np.abs(exact64(ins[2]))
+        rel, ab = contract("matmul", dt, sa[-1])
+        within(outs[0], np.asarray(ex, dtype=np.float64), rel, ab, scale, (dt, sa, sb))
+        u = np.uint32 if dt == "f32" else np.uint64
+        for o in outs[1:]:
+            assert np.array_equal(o.view(u), outs[0].view(u)), (dt, sa, sb)
+
+
 # ---- conv2d ---------------------------------------------------------------------
 
 CONV_CASES = [

@@ -680,6 +680,11 @@ static const conv_case CONV_CASES[] = {
     {{2, 8, 7, 7}, {16, 4, 1, 1}, 2, 2, 0, 0, 1, 1, 2, false},  /* 1x1 strided */
     {{4, 3, 32, 32}, {64, 3, 3, 3}, 1, 1, 1, 1, 1, 1, 1, true}, /* the benchmark's layer */
     {{1, 16, 20, 20}, {32, 16, 5, 5}, 3, 3, 2, 2, 1, 1, 1, true},
+    /* images share a gemm in blocks of 3 (the last one partial); "same" width im2col */
+    {{13, 16, 24, 24}, {8, 16, 3, 3}, 1, 1, 1, 1, 1, 1, 1, true},
+    {{11, 2, 6, 5}, {3, 2, 3, 3}, 1, 1, 2, 2, 2, 2, 1, true},  /* dilated, same width */
+    {{3, 4, 5, 7}, {5, 4, 1, 3}, 1, 1, 0, 1, 1, 1, 1, false},  /* 1x3, same width */
+    {{5, 4, 6, 6}, {6, 2, 3, 3}, 1, 1, 1, 1, 1, 1, 2, false},  /* groups, same width */
 };
 
 static void run_conv_case(const conv_case *c, goblin_dtype dt, uint64_t seed) {

@@ -122,6 +122,42 @@ typedef struct mm_job {
     rntm_t cfg;
 } mm_job;
 
+/* One big gemm (batch 1) on several threads: C's rows (or columns) in @p parts
+ * contiguous ranges, each a one-thread conventional gemm. An element of C comes out
+ * the same whichever range holds it (the conventional path never splits k by m or n),
+ * so the split, which follows the thread count, does not change a bit. This beats
+ * BLIS's own threading on a loaded machine: one barrier per call instead of one per
+ * block. A row bias (bias_row, n elements) is written into the part's rows first. */
+typedef struct mm_split {
+    const mm_job *j;
+    bool rows;
+    int64_t extent, parts;
+    const char *bias_row;
+} mm_split;
+
+static void mm_part(void *arg, int64_t part) {
+    const mm_split *sp = arg;
+    const mm_job *j = sp->j;
+    const goblin__mm_geom *g = j->g;
+    int64_t es = (int64_t)j->esz;
+    int64_t lo = part * sp->extent / sp->parts, hi = (part + 1) * sp->extent / sp->parts;
+    lo = lo / 8 * 8;
+    hi = part + 1 == sp->parts ? sp->extent : hi / 8 * 8;
+    if (hi <= lo) return;
+    if (sp->rows) {
+        char *c = j->c + lo * g->o_rs * es;
+        if (sp->bias_row)
+            for (int64_t r = lo; r < hi; r++)
+                memcpy(j->c + r * g->o_rs * es, sp->bias_row, (size_t)(g->n * es));
+        gemm(j->cdt, &j->cfg, hi - lo, g->n, g->k, g->alpha, j->a + lo * g->a_rs * es, g->a_rs,
+             g->a_cs, j->b, g->b_rs, g->b_cs, j->beta, c, g->o_rs, g->o_cs);
+    } else {
+        gemm(j->cdt, &j->cfg, g->m, hi - lo, g->k, g->alpha, j->a, g->a_rs, g->a_cs,
+             j->b + lo * g->b_cs * es, g->b_rs, g->b_cs, j->beta, j->c + lo * g->o_cs * es, g->o_rs,
+             g->o_cs);
+    }
+}
+
 static void mm_item(void *arg, int64_t bi) {
     const mm_job *j = arg;
     const goblin__mm_geom *g = j->g;
@@ -137,6 +173,59 @@ static void mm_item(void *arg, int64_t bi) {
     gemm(j->cdt, &j->cfg, g->m, g->n, g->k, g->alpha, j->a + it.off[0] * (int64_t)j->esz, g->a_rs,
          g->a_cs, j->b + it.off[1] * (int64_t)j->esz, g->b_rs, g->b_cs, j->beta,
          j->c + it.off[2] * (int64_t)j->esz, g->o_rs, g->o_cs);
+}
+
+/* Fold trailing batch dims into m where B is the same matrix for every item and the
+ * rows of A and of the output continue evenly from one item to the next (a linear
+ * layer on [B, T, D] is one [B*T, D] gemm, not B small ones: B is packed once and
+ * BLIS gets one big product to thread). A row's result does not depend on m (BLIS
+ * never splits K by m), so this only changes which path runs, not its determinism. */
+static void fold_batch(goblin__mm_geom *g) {
+    while (g->batch_rank > 0) {
+        int32_t d = g->batch_rank - 1;
+        int64_t s = g->batch_shape[d];
+        if (s != 1) {
+            if (g->b_bs[d] != 0) return;
+            int64_t ars = g->m == 1 ? g->a_bs[d] : g->a_rs, acs = g->a_cs;
+            int64_t ors = g->m == 1 ? g->o_bs[d] : g->o_rs, ocs = g->o_cs;
+            if (g->a_bs[d] != g->m * ars || g->o_bs[d] != g->m * ors) return;
+            int64_t nm = g->m * s;
+            if (!layout_ok(nm, g->k, &ars, &acs) || !layout_ok(nm, g->n, &ors, &ocs)) return;
+            g->m = nm;
+            g->a_rs = ars;
+            g->a_cs = acs;
+            g->o_rs = ors;
+            g->o_cs = ocs;
+        }
+        g->batch /= s > 0 ? s : 1;
+        g->batch_rank--;
+    }
+}
+
+/* out[i] = c[broadcast i] for the contiguous output @p o; c a single row repeated (a
+ * bias) goes row by row, anything else element by element. */
+static void fill_c(goblin_dtype cdt, const goblin_tensor *c, const goblin_tensor *o, int64_t numel) {
+    size_t es = goblin_dtype_size(cdt);
+    int64_t cn = goblin__numel(c);
+    int32_t lead = 0;
+    while (lead < c->rank && c->shape[lead] == 1) lead++;
+    bool row = goblin_tensor_is_contiguous(c) && c->rank - lead <= o->rank && cn > 0;
+    for (int32_t d = lead; row && d < c->rank; d++)
+        row = c->shape[d] == o->shape[o->rank - (c->rank - d)];
+    if (row) {
+        for (int64_t i = 0; i < numel; i += cn) memcpy((char *)o->data + (size_t)i * es, c->data, (size_t)cn * es);
+        return;
+    }
+    int64_t st[4][GOBLIN_MAX_RANK];
+    goblin__bcast_strides(c, o->rank, o->shape, st[0]);
+    goblin__nditer it;
+    goblin__nditer_init(&it, o->rank, o->shape, 1, st);
+    if (cdt == GOBLIN_DTYPE_F64)
+        for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
+            ((double *)o->data)[i] = ((const double *)c->data)[it.off[0]];
+    else
+        for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
+            ((float *)o->data)[i] = ((const float *)c->data)[it.off[0]];
 }
 
 static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
@@ -181,18 +270,16 @@ static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const g
     g.o_cs = ocs;
 
     /* c (broadcast) goes into the output first; BLIS then accumulates on top of it. */
-    if (g.has_c) {
-        int64_t st[4][GOBLIN_MAX_RANK];
-        goblin__bcast_strides(&v[2], o.rank, o.shape, st[0]);
-        goblin__nditer it;
-        goblin__nditer_init(&it, o.rank, o.shape, 1, st);
-        if (cdt == GOBLIN_DTYPE_F64)
-            for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
-                ((double *)o.data)[i] = ((const double *)v[2].data)[it.off[0]];
-        else
-            for (int64_t i = 0; i < numel; i++, goblin__nditer_next(&it))
-                ((float *)o.data)[i] = ((const float *)v[2].data)[it.off[0]];
-    }
+    int32_t threads = k->threads > 0 ? k->threads : 1;
+    fold_batch(&g);
+    bool small = small_gemm(g.m, g.n, g.k);
+    bool across = threads > 1 && g.batch > 1 && (small || g.batch >= threads);
+    mm_split sp = {NULL, g.m >= g.n, g.m >= g.n ? g.m : g.n, threads, NULL};
+    bool split = g.k > 0 && !small && !across && threads > 1 && g.batch == 1 && sp.extent >= 32 * threads;
+    if (split && sp.rows && g.has_c && g.o_cs == 1 && g.o_rs == g.n && goblin_tensor_is_contiguous(&v[2]) &&
+        goblin__numel(&v[2]) == g.n && v[2].shape[v[2].rank - 1] == g.n)
+        sp.bias_row = v[2].data; /* a bias row: each part fills its own rows */
+    if (g.has_c && !sp.bias_row) fill_c(cdt, &v[2], &o, numel);
     double beta = g.has_c ? g.beta : 0;
 
     if (g.k == 0) { /* an empty sum: beta * c, or 0 */
@@ -201,12 +288,11 @@ static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const g
             goblin__store_f64(cdt, o.data, i, x);
         }
     } else {
-        int32_t threads = k->threads > 0 ? k->threads : 1;
-        bool small = small_gemm(g.m, g.n, g.k);
-        bool across = threads > 1 && g.batch > 1 && (small || g.batch >= threads);
         mm_job job = {&g, cdt, esz, v[0].data, v[1].data, o.data, beta, {0}};
-        rntm_for(&job.cfg, small, across ? 1 : threads);
-        if (across) goblin__parallel_for(threads, g.batch, mm_item, &job);
+        rntm_for(&job.cfg, small, across || split ? 1 : threads);
+        sp.j = &job;
+        if (split) goblin__parallel_for(threads, sp.parts, mm_part, &sp);
+        else if (across) goblin__parallel_for(threads, g.batch, mm_item, &job);
         else
             for (int64_t bi = 0; bi < g.batch; bi++) mm_item(&job, bi);
     }
@@ -219,12 +305,19 @@ done:
     return err;
 }
 
-/* ---- CONV2D: im2col + gemm per (image, group) ------------------------------ */
+/* ---- CONV2D: im2col + gemm per (block of images, group) ------------------- */
 
 /* Scratch per worker for im2col: output rows are processed in blocks so that one
  * block's K x (rows * OW) matrix stays under this size. The block size depends on
  * the shapes only (never on the thread count), so results stay deterministic. */
 #define COL_BUDGET ((int64_t)32 << 20)
+/* When one image's K x P matrix is small, consecutive images share one gemm (their
+ * columns side by side, the product then copied to the images' planes): up to this
+ * many bytes of im2col per block, a count fixed by the shapes (deterministic). Kept
+ * small: sup streams the unpacked col, so a block must stay in cache (measured: blocks
+ * of 2 MB ran at half the speed of per-image gemms; 512 KB blocks made the CNN step of
+ * examples/train_cnn.py 2-3% faster than per-image gemms, fewer BLIS calls). */
+#define BATCH_COL_BUDGET ((int64_t)1 << 19)
 
 typedef struct conv_job {
     const goblin__conv_geom *g;
@@ -232,8 +325,10 @@ typedef struct conv_job {
     size_t esz;
     const char *x, *w, *bias;
     char *o;
-    char *col;       /* nchunks scratch matrices of kk x (rows_per_block * OW), or NULL (direct) */
+    char *col;       /* nchunks scratch matrices of kk x max(rows_per_block * OW, nb * P), or NULL (direct) */
+    char *prod;      /* nb > 1: nchunks scratch products of og x (nb * P) */
     int64_t items, nchunks, K, P, cg, og, rows_per_block;
+    int64_t nb;      /* images per gemm (1: per image, row blocks); items = ceil(n / nb) * groups */
     /* With im2col the bias rides in the gemm as one more term: w gets a column of
      * biases and col a row of ones (kk = K + 1). That saves a pass that would fill
      * the whole output with the bias before the gemm reads it back. */
@@ -242,12 +337,53 @@ typedef struct conv_job {
     rntm_t cfg;
 } conv_job;
 
+/* im2col for stride 1 with OW == W ("same" width, the usual 3x3 / pad 1 case) over
+ * all output rows: each kernel tap's row is the input plane shifted by a constant
+ * offset, so one memcpy per (channel, tap), then the rows and columns that fall
+ * outside the image set to 0. The same values as the general loop. */
+#define DEFINE_IM2COL_SAME(name, T)                                                             \
+    static bool name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
+                     int64_t oh1, int64_t ld) {                                                 \
+        if (g->sh != 1 || g->sw != 1 || g->ow != g->w || oh0 != 0 || oh1 != g->oh) return false; \
+        int64_t ow = g->ow, hw = g->h * g->w;                                                   \
+        for (int64_t c = 0; c < cg; c++)                                                        \
+            for (int64_t i = 0; i < g->kh; i++)                                                 \
+                for (int64_t j = 0; j < g->kw; j++) {                                           \
+                    T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                          \
+                    const T *xp = x + c * hw;                                                   \
+                    int64_t dh = i * g->dh - g->ph, dwo = j * g->dw - g->pw;                    \
+                    int64_t a = dh < 0 ? -dh : 0, b = g->h - dh;                                \
+                    if (a > g->oh) a = g->oh;                                                   \
+                    if (b > g->oh) b = g->oh;                                                   \
+                    if (b < a) b = a;                                                           \
+                    memset(row, 0, (size_t)(a * ow) * sizeof(T));                               \
+                    memset(row + b * ow, 0, (size_t)((g->oh - b) * ow) * sizeof(T));            \
+                    if (b == a) continue;                                                       \
+                    int64_t off = dh * g->w + dwo, d0 = a * ow, d1 = b * ow;                    \
+                    if (d0 + off < 0) d0 = -off;                                                \
+                    if (d1 + off > hw) d1 = hw - off;                                           \
+                    if (d1 > d0) memcpy(row + d0, xp + d0 + off, (size_t)(d1 - d0) * sizeof(T)); \
+                    int64_t zl = dwo < 0 ? -dwo : 0, zr = dwo > 0 ? ow - dwo : ow;              \
+                    if (zl > ow) zl = ow;                                                       \
+                    if (zr < zl) zr = zl;                                                       \
+                    if (zl == 0 && zr == ow && d0 == a * ow && d1 == b * ow) continue;          \
+                    for (int64_t r = a; r < b; r++) {                                           \
+                        T *rr = row + r * ow;                                                   \
+                        for (int64_t q = 0; q < zl; q++) rr[q] = 0;                             \
+                        for (int64_t q = zr; q < ow; q++) rr[q] = 0;                            \
+                    }                                                                           \
+                }                                                                               \
+        return true;                                                                            \
+    }
+DEFINE_IM2COL_SAME(im2col_same_f32, float)
+DEFINE_IM2COL_SAME(im2col_same_f64, double)
+
 /* col[(c, i, j), (oh - oh0, ow)] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] for oh in
- * [oh0, oh1), 0 outside the image. */
+ * [oh0, oh1), 0 outside the image; col's rows are pb elements apart. */
 #define DEFINE_IM2COL(name, T)                                                                  \
     static void name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
-                     int64_t oh1) {                                                             \
-        int64_t pb = (oh1 - oh0) * g->ow;                                                       \
+                     int64_t oh1, int64_t pb) {                                                 \
+        if (im2col_same_##name(g, cg, x, col, oh0, oh1, pb)) return;                           \
         for (int64_t c = 0; c < cg; c++)                                                        \
             for (int64_t i = 0; i < g->kh; i++)                                                 \
                 for (int64_t j = 0; j < g->kw; j++) {                                           \
@@ -276,17 +412,56 @@ typedef struct conv_job {
                     }                                                                           \
                 }                                                                               \
     }
+#define im2col_same_im2col_f32 im2col_same_f32
+#define im2col_same_im2col_f64 im2col_same_f64
 DEFINE_IM2COL(im2col_f32, float)
 DEFINE_IM2COL(im2col_f64, double)
+
+/* Images [n0, n1) of group grp in one gemm: col [kk, cnt * P] (image b's columns at
+ * b * P), prod = w_g @ col [og, cnt * P], then each image's rows copied to its planes. */
+static void conv_block(const conv_job *j, int64_t n0, int64_t n1, int64_t grp, char *col, char *prod) {
+    const goblin__conv_geom *g = j->g;
+    int64_t es = (int64_t)j->esz, cnt = n1 - n0, ld = cnt * j->P;
+    for (int64_t b = 0; b < cnt; b++) {
+        const char *xin = j->x + (((n0 + b) * g->c + grp * j->cg) * g->h * g->w) * es;
+        if (j->cdt == GOBLIN_DTYPE_F64)
+            im2col_f64(g, j->cg, (const double *)xin, (double *)col + b * j->P, 0, g->oh, ld);
+        else
+            im2col_f32(g, j->cg, (const float *)xin, (float *)col + b * j->P, 0, g->oh, ld);
+    }
+    if (j->bias_in_k) {
+        char *ones = col + j->K * ld * es;
+        for (int64_t p = 0; p < ld; p++) {
+            if (j->cdt == GOBLIN_DTYPE_F64) ((double *)ones)[p] = 1;
+            else ((float *)ones)[p] = 1;
+        }
+    }
+    const char *w = j->w + grp * j->og * j->kk * es;
+    int64_t rsw = j->kk, csw = 1, rsb = ld, csb = 1, rso = ld, cso = 1;
+    layout_ok(j->og, j->kk, &rsw, &csw);
+    layout_ok(j->kk, ld, &rsb, &csb);
+    layout_ok(j->og, ld, &rso, &cso);
+    gemm(j->cdt, &j->cfg, j->og, ld, j->kk, 1.0, w, rsw, csw, col, rsb, csb, 0.0, prod, rso, cso);
+    for (int64_t b = 0; b < cnt; b++)
+        for (int64_t r = 0; r < j->og; r++)
+            memcpy(j->o + (((n0 + b) * g->o + grp * j->og + r) * j->P) * es, prod + (r * ld + b * j->P) * es,
+                   (size_t)(j->P * es));
+}
 
 static void conv_chunk(void *arg, int64_t chunk) {
     const conv_job *j = arg;
     const goblin__conv_geom *g = j->g;
     int64_t lo = chunk * j->items / j->nchunks, hi = (chunk + 1) * j->items / j->nchunks;
     int64_t es = (int64_t)j->esz;
-    char *col = j->col ? j->col + chunk * j->kk * j->rows_per_block * g->ow * es : NULL;
+    int64_t colw = j->nb > 1 ? j->nb * j->P : j->rows_per_block * g->ow;
+    char *col = j->col ? j->col + chunk * j->kk * colw * es : NULL;
     for (int64_t it = lo; it < hi; it++) {
         int64_t n = it / g->groups, grp = it % g->groups;
+        if (j->nb > 1) {
+            int64_t n0 = n * j->nb, n1 = n0 + j->nb < g->n ? n0 + j->nb : g->n;
+            conv_block(j, n0, n1, grp, col, j->prod + chunk * j->og * j->nb * j->P * es);
+            continue;
+        }
         const char *xin = j->x + ((n * g->c + grp * j->cg) * g->h * g->w) * es;
         const char *w = j->w + grp * j->og * j->kk * es;
         char *o = j->o + ((n * g->o + grp * j->og) * j->P) * es;
@@ -312,9 +487,9 @@ static void conv_chunk(void *arg, int64_t chunk) {
             int64_t rsb = j->P, csb = 1;
             if (col) {
                 if (j->cdt == GOBLIN_DTYPE_F64)
-                    im2col_f64(g, j->cg, (const double *)xin, (double *)col, oh0, oh1);
+                    im2col_f64(g, j->cg, (const double *)xin, (double *)col, oh0, oh1, pb);
                 else
-                    im2col_f32(g, j->cg, (const float *)xin, (float *)col, oh0, oh1);
+                    im2col_f32(g, j->cg, (const float *)xin, (float *)col, oh0, oh1, pb);
                 if (j->bias_in_k) {
                     char *ones = col + j->K * pb * es;
                     for (int64_t p = 0; p < pb; p++) {
@@ -346,7 +521,7 @@ static goblin_err blis_conv2d(goblin__kctx *k, const goblin__node *node, const g
     if (numel == 0) return GOBLIN_OK;
     goblin_dtype cdt = dt == GOBLIN_DTYPE_F64 ? GOBLIN_DTYPE_F64 : GOBLIN_DTYPE_F32;
     size_t esz = goblin_dtype_size(cdt);
-    void *owned[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    void *owned[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     const void *src[3] = {in[0].data, in[1].data, n_in >= 3 ? in[2].data : NULL};
     void *o = out->data;
     if (is_half(dt)) { /* widen inputs to f32 (exact), compute in f32, round once */
@@ -397,16 +572,35 @@ static goblin_err blis_conv2d(goblin__kctx *k, const goblin__node *node, const g
         j.rows_per_block = direct ? g.oh : COL_BUDGET / row_bytes;
         if (j.rows_per_block < 1) j.rows_per_block = 1;
         if (j.rows_per_block > g.oh) j.rows_per_block = g.oh;
-        bool small = small_gemm(j.og, j.rows_per_block * g.ow, j.kk);
+        /* images per gemm: whole images whose im2col fits BATCH_COL_BUDGET together */
+        j.nb = 1;
+        if (!direct && j.rows_per_block == g.oh && j.P > 0) {
+            int64_t img = j.kk * j.P * (int64_t)esz;
+            j.nb = BATCH_COL_BUDGET / img;
+            if (j.nb > g.n) j.nb = g.n;
+            if (j.nb < 1) j.nb = 1;
+        }
+        if (j.nb > 1) j.items = (g.n + j.nb - 1) / j.nb * g.groups;
+        /* a block of images is a skinny gemm (few output channels, a small K): BLIS's sup
+         * path on one thread (no packing of the wide col), blocks spread across threads */
+        bool small = j.nb > 1 || small_gemm(j.og, j.rows_per_block * g.ow, j.kk);
         bool across = threads > 1 && j.items > 1 && (small || j.items >= threads);
         j.nchunks = across ? (j.items < threads ? j.items : threads) : 1;
         rntm_for(&j.cfg, small, across ? 1 : threads);
         if (!direct) {
             size_t bytes;
-            if (!goblin__mul_size((size_t)(j.rows_per_block * row_bytes), (size_t)j.nchunks, &bytes) ||
+            int64_t colw = j.nb > 1 ? j.nb * j.P : j.rows_per_block * g.ow;
+            if (!goblin__mul_size((size_t)(j.kk * colw * (int64_t)esz), (size_t)j.nchunks, &bytes) ||
                 !(owned[4] = goblin__alloc(bytes)))
                 goto oom;
             j.col = owned[4];
+        }
+        if (j.nb > 1) {
+            size_t bytes;
+            if (!goblin__mul_size((size_t)(j.og * j.nb * j.P * (int64_t)esz), (size_t)j.nchunks, &bytes) ||
+                !(owned[6] = goblin__alloc(bytes)))
+                goto oom;
+            j.prod = owned[6];
         }
         if (j.nchunks > 1) goblin__parallel_for(threads, j.nchunks, conv_chunk, &j);
         else conv_chunk(&j, 0);
@@ -416,7 +610,7 @@ static goblin_err blis_conv2d(goblin__kctx *k, const goblin__node *node, const g
 oom:
     err = goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "out of memory for conv2d scratch");
 done:
-    for (int32_t i = 0; i < 6; i++) goblin__free(owned[i]);
+    for (int32_t i = 0; i < 7; i++) goblin__free(owned[i]);
     return err;
 }
 

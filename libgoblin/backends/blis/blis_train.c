@@ -1,17 +1,19 @@
 /* libgoblin/backends/blis/blis_train.c - the training hot spots on BLIS:
- * CONV2D_BACKWARD_INPUT (gemm W^T @ grad_out per image, then col2im),
- * CONV2D_BACKWARD_WEIGHT (im2col per image, grad_out @ col^T accumulated over the
- * images in order), SCALED_DOT_PRODUCT_ATTENTION and its backward (gemms per batch
+ * CONV2D_BACKWARD_INPUT (gemm W^T @ grad_out per image or per block of small images,
+ * then col2im), CONV2D_BACKWARD_WEIGHT (im2col per image or block, grad_out @ col^T
+ * accumulated over the images in order), SCALED_DOT_PRODUCT_ATTENTION and its backward (gemms per batch
  * item with the reference kernel's softmax and NaN rules). f32 and f64 only; other
  * dtypes return GOBLIN_ENOTSUP (the reference kernel runs).
  *
  * Determinism: as blis_gemm.c, a gemm is "small" (decided from m, n, k) and runs
  * BLIS's sup path on one thread, or runs the conventional path (sup disabled), which
- * never splits k and so gives the same bits on any number of threads. Work split
- * across threads is per independent output block (image, batch item); sums over
- * images run sequentially in image order. So results do not depend on k->threads. */
+ * never splits k and so gives the same bits on any number of threads; the gemms of
+ * a block of images always run sup on one thread. Work split across threads is per
+ * independent output block (image or block of images, batch item); sums over images
+ * run sequentially in image order. So results do not depend on k->threads. */
 #include <blis.h>
 #include <math.h>
+#include <string.h>
 #include "blis_impl.h"
 #include "ops_nn.h"
 
@@ -73,6 +75,28 @@ static void gemm(goblin_dtype dt, int32_t threads, int64_t m, int64_t n, int64_t
     }
 }
 
+/* c = a @ b + beta c on BLIS's sup path on one thread whatever the size (m, n, k > 0):
+ * for the skinny gemms of a block of images (few output channels, a short K), where
+ * the conventional path's packing of the wide operand costs more than the product. */
+static void gemm_sup1(goblin_dtype dt, int64_t m, int64_t n, int64_t k, const void *a, int64_t rsa,
+                      int64_t csa, const void *b, int64_t rsb, int64_t csb, double beta, void *c, int64_t rsc,
+                      int64_t csc) {
+    rntm_t r;
+    rntm_for(&r, true, 1);
+    fix_strides(m, k, &rsa, &csa);
+    fix_strides(k, n, &rsb, &csb);
+    fix_strides(m, n, &rsc, &csc);
+    if (dt == GOBLIN_DTYPE_F64) {
+        double al = 1, be = beta;
+        bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (double *)a, rsa, csa, (double *)b, rsb,
+                     csb, &be, (double *)c, rsc, csc, NULL, &r);
+    } else {
+        float al = 1, be = (float)beta;
+        bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a, rsa, csa, (float *)b, rsb,
+                     csb, &be, (float *)c, rsc, csc, NULL, &r);
+    }
+}
+
 static bool f32_or_f64(goblin_dtype dt) { return dt == GOBLIN_DTYPE_F32 || dt == GOBLIN_DTYPE_F64; }
 
 static goblin_err oom(goblin__kctx *k, const char *what) {
@@ -80,6 +104,12 @@ static goblin_err oom(goblin__kctx *k, const char *what) {
 }
 
 /* ---- im2col / col2im (rows oh in [oh0, oh1) of one image's channel group) ---------- */
+
+/* When one image's K x P matrix is small, consecutive images share one gemm (their
+ * columns side by side): up to this many bytes of im2col per block, a count fixed by
+ * the shapes (never by the thread count), so results stay deterministic. Small enough
+ * for the block to stay in cache (see blis_gemm.c). */
+#define BATCH_COL_BUDGET ((int64_t)1 << 19)
 
 /* ow in [lo, hi) reads inside the row for kernel column j: 0 <= ow*sw + off < W. */
 static void col_range(const goblin__conv_geom *g, int64_t j, int64_t *off, int64_t *lo, int64_t *hi) {
@@ -93,14 +123,122 @@ static void col_range(const goblin__conv_geom *g, int64_t j, int64_t *off, int64
     *hi = h;
 }
 
-#define DEFINE_COLS(sfx, T)                                                                     \
-    static void im2col_##sfx(const goblin__conv_geom *g, int64_t cg, const T *x, T *col,        \
-                             int64_t oh0, int64_t oh1) {                                        \
-        int64_t pb = (oh1 - oh0) * g->ow;                                                       \
+/* im2col for stride 1 with OW == W ("same" width, the usual 3x3 / pad 1 case) over
+ * all output rows: each kernel tap's row is the input plane shifted by a constant
+ * offset, so one memcpy per (channel, tap), then the rows and columns that fall
+ * outside the image set to 0. The same values as the general loop. */
+#define DEFINE_IM2COL_SAME(name, T)                                                             \
+    static bool name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
+                     int64_t oh1, int64_t ld) {                                                 \
+        if (g->sh != 1 || g->sw != 1 || g->ow != g->w || oh0 != 0 || oh1 != g->oh) return false; \
+        int64_t ow = g->ow, hw = g->h * g->w;                                                   \
         for (int64_t c = 0; c < cg; c++)                                                        \
             for (int64_t i = 0; i < g->kh; i++)                                                 \
                 for (int64_t j = 0; j < g->kw; j++) {                                           \
-                    T *row = col + ((c * g->kh + i) * g->kw + j) * pb;                          \
+                    T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                          \
+                    const T *xp = x + c * hw;                                                   \
+                    int64_t dh = i * g->dh - g->ph, dwo = j * g->dw - g->pw;                    \
+                    int64_t a = dh < 0 ? -dh : 0, b = g->h - dh;                                \
+                    if (a > g->oh) a = g->oh;                                                   \
+                    if (b > g->oh) b = g->oh;                                                   \
+                    if (b < a) b = a;                                                           \
+                    memset(row, 0, (size_t)(a * ow) * sizeof(T));                               \
+                    memset(row + b * ow, 0, (size_t)((g->oh - b) * ow) * sizeof(T));            \
+                    if (b == a) continue;                                                       \
+                    int64_t off = dh * g->w + dwo, d0 = a * ow, d1 = b * ow;                    \
+                    if (d0 + off < 0) d0 = -off;                                                \
+                    if (d1 + off > hw) d1 = hw - off;                                           \
+                    if (d1 > d0) memcpy(row + d0, xp + d0 + off, (size_t)(d1 - d0) * sizeof(T)); \
+                    int64_t zl = dwo < 0 ? -dwo : 0, zr = dwo > 0 ? ow - dwo : ow;              \
+                    if (zl > ow) zl = ow;                                                       \
+                    if (zr < zl) zr = zl;                                                       \
+                    if (zl == 0 && zr == ow && d0 == a * ow && d1 == b * ow) continue;          \
+                    for (int64_t r = a; r < b; r++) {                                           \
+                        T *rr = row + r * ow;                                                   \
+                        for (int64_t q = 0; q < zl; q++) rr[q] = 0;                             \
+                        for (int64_t q = zr; q < ow; q++) rr[q] = 0;                            \
+                    }                                                                           \
+                }                                                                               \
+        return true;                                                                            \
+    }
+DEFINE_IM2COL_SAME(im2col_same_f32, float)
+DEFINE_IM2COL_SAME(im2col_same_f64, double)
+
+/* col2im for the same case: per (channel, tap) the col row's entries that fall outside
+ * the image are set to 0 (col is scratch), then the row is added to the shifted plane
+ * in one contiguous run. Each dx element still receives its terms in (c, i, j) order,
+ * and the extra terms are +0, which change no value (dx starts at +0, so it is never
+ * -0): the same bits as the general loop. */
+#define DEFINE_COL2IM_SAME(name, T)                                                             \
+    static bool name(const goblin__conv_geom *g, int64_t cg, T *col, T *dx, int64_t oh0,       \
+                     int64_t oh1, int64_t ld) {                                                 \
+        if (g->sh != 1 || g->sw != 1 || g->ow != g->w || oh0 != 0 || oh1 != g->oh) return false; \
+        int64_t ow = g->ow, hw = g->h * g->w;                                                   \
+        for (int64_t c = 0; c < cg; c++)                                                        \
+            for (int64_t i = 0; i < g->kh; i++)                                                 \
+                for (int64_t j = 0; j < g->kw; j++) {                                           \
+                    T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                          \
+                    T *xp = dx + c * hw;                                                        \
+                    int64_t dh = i * g->dh - g->ph, dwo = j * g->dw - g->pw;                    \
+                    int64_t a = dh < 0 ? -dh : 0, b = g->h - dh;                                \
+                    if (a > g->oh) a = g->oh;                                                   \
+                    if (b > g->oh) b = g->oh;                                                   \
+                    if (b <= a) continue;                                                       \
+                    int64_t off = dh * g->w + dwo, d0 = a * ow, d1 = b * ow;                    \
+                    if (d0 + off < 0) d0 = -off;                                                \
+                    if (d1 + off > hw) d1 = hw - off;                                           \
+                    if (d1 <= d0) continue;                                                     \
+                    int64_t zl = dwo < 0 ? -dwo : 0, zr = dwo > 0 ? ow - dwo : ow;              \
+                    if (zl > ow) zl = ow;                                                       \
+                    if (zr < zl) zr = zl;                                                       \
+                    if (zl > 0 || zr < ow)                                                      \
+                        for (int64_t r = a; r < b; r++) {                                       \
+                            T *rr = row + r * ow;                                               \
+                            for (int64_t q = 0; q < zl; q++) rr[q] = 0;                         \
+                            for (int64_t q = zr; q < ow; q++) rr[q] = 0;                        \
+                        }                                                                       \
+                    add_run_##name(xp + off + d0, row + d0, d1 - d0);                           \
+                }                                                                               \
+        return true;                                                                            \
+    }
+
+typedef float v4f_ __attribute__((vector_size(16)));
+typedef double v2d_ __attribute__((vector_size(16)));
+/* y[q] += x[q], q < n (no overlap) */
+static void add_run_col2im_same_f32(float *y, const float *x, int64_t n) {
+    int64_t q = 0;
+    for (; q + 4 <= n; q += 4) {
+        v4f_ a, b;
+        memcpy(&a, y + q, sizeof a);
+        memcpy(&b, x + q, sizeof b);
+        a += b;
+        memcpy(y + q, &a, sizeof a);
+    }
+    for (; q < n; q++) y[q] += x[q];
+}
+static void add_run_col2im_same_f64(double *y, const double *x, int64_t n) {
+    int64_t q = 0;
+    for (; q + 2 <= n; q += 2) {
+        v2d_ a, b;
+        memcpy(&a, y + q, sizeof a);
+        memcpy(&b, x + q, sizeof b);
+        a += b;
+        memcpy(y + q, &a, sizeof a);
+    }
+    for (; q < n; q++) y[q] += x[q];
+}
+DEFINE_COL2IM_SAME(col2im_same_f32, float)
+DEFINE_COL2IM_SAME(col2im_same_f64, double)
+
+/* col rows are ld elements apart (ld >= (oh1 - oh0) * OW: several images side by side). */
+#define DEFINE_COLS(sfx, T)                                                                     \
+    static void im2col_##sfx(const goblin__conv_geom *g, int64_t cg, const T *x, T *col,        \
+                             int64_t oh0, int64_t oh1, int64_t ld) {                            \
+        if (im2col_same_##sfx(g, cg, x, col, oh0, oh1, ld)) return;                             \
+        for (int64_t c = 0; c < cg; c++)                                                        \
+            for (int64_t i = 0; i < g->kh; i++)                                                 \
+                for (int64_t j = 0; j < g->kw; j++) {                                           \
+                    T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                          \
                     int64_t off, lo, hi;                                                        \
                     col_range(g, j, &off, &lo, &hi);                                            \
                     for (int64_t oh = oh0; oh < oh1; oh++) {                                    \
@@ -112,19 +250,23 @@ static void col_range(const goblin__conv_geom *g, int64_t j, int64_t *off, int64
                         }                                                                       \
                         const T *xr = x + (c * g->h + ih) * g->w + off;                         \
                         for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0;                          \
-                        for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * g->sw];            \
+                        if (g->sw == 1)                                                         \
+                            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow];                \
+                        else                                                                    \
+                            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * g->sw];        \
                         for (int64_t ow = hi; ow < g->ow; ow++) r[ow] = 0;                      \
                     }                                                                           \
                 }                                                                               \
     }                                                                                           \
-    /* dx[c, ih, iw] += col[(c, i, j), (oh - oh0, ow)], in (c, i, j, oh, ow) order */          \
-    static void col2im_##sfx(const goblin__conv_geom *g, int64_t cg, const T *col, T *dx,       \
-                             int64_t oh0, int64_t oh1) {                                        \
-        int64_t pb = (oh1 - oh0) * g->ow;                                                       \
+    /* dx[c, ih, iw] += col[(c, i, j), (oh - oh0, ow)], in (c, i, j, oh, ow) order (col is  \
+     * scratch: the same-width path zeroes its entries outside the image) */                 \
+    static void col2im_##sfx(const goblin__conv_geom *g, int64_t cg, T *col, T *dx,             \
+                             int64_t oh0, int64_t oh1, int64_t ld) {                            \
+        if (col2im_same_##sfx(g, cg, col, dx, oh0, oh1, ld)) return;                            \
         for (int64_t c = 0; c < cg; c++)                                                        \
             for (int64_t i = 0; i < g->kh; i++)                                                 \
                 for (int64_t j = 0; j < g->kw; j++) {                                           \
-                    const T *row = col + ((c * g->kh + i) * g->kw + j) * pb;                    \
+                    const T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                    \
                     int64_t off, lo, hi;                                                        \
                     col_range(g, j, &off, &lo, &hi);                                            \
                     for (int64_t oh = oh0; oh < oh1; oh++) {                                    \
@@ -132,7 +274,10 @@ static void col_range(const goblin__conv_geom *g, int64_t j, int64_t *off, int64
                         if (ih < 0 || ih >= g->h) continue;                                     \
                         const T *r = row + (oh - oh0) * g->ow;                                  \
                         T *xr = dx + (c * g->h + ih) * g->w + off;                              \
-                        for (int64_t ow = lo; ow < hi; ow++) xr[ow * g->sw] += r[ow];           \
+                        if (g->sw == 1)                                                         \
+                            for (int64_t ow = lo; ow < hi; ow++) xr[ow] += r[ow];               \
+                        else                                                                    \
+                            for (int64_t ow = lo; ow < hi; ow++) xr[ow * g->sw] += r[ow];       \
                     }                                                                           \
                 }                                                                               \
     }
@@ -145,10 +290,39 @@ typedef struct cbwd_job {
     const goblin__conv_geom *g;
     goblin_dtype dt;
     int64_t es, cg, og, K, P, rows_per_block, items, nchunks;
+    int64_t nb;             /* images per gemm (1: per image, in row blocks) */
     const char *go, *other; /* grad_out; weight (input grad) or x (weight grad) */
-    char *out, *col;        /* col: nchunks scratch matrices of K x (rows_per_block * OW) */
+    char *out, *col;        /* col: nchunks scratch matrices of K x colw */
+    char *gob;              /* nb > 1: nchunks scratch [og, nb * P] (grad_out of a block of images) */
+    int64_t colw;           /* max(rows_per_block * OW, nb * P) */
     int32_t gemm_threads;
 } cbwd_job;
+
+/* gob [og, cnt * P] = grad_out of images [n0, n0 + cnt), group grp, side by side. */
+static void gather_go(const cbwd_job *j, int64_t n0, int64_t cnt, int64_t grp, char *gob) {
+    int64_t es = j->es, ld = cnt * j->P;
+    for (int64_t b = 0; b < cnt; b++)
+        for (int64_t r = 0; r < j->og; r++)
+            memcpy(gob + (r * ld + b * j->P) * es, j->go + (((n0 + b) * j->g->o + grp * j->og + r) * j->P) * es,
+                   (size_t)(j->P * es));
+}
+
+/* The input gradient of images [n0, n0 + cnt) (cnt > 1) of group grp: one gemm
+ * col = W_g^T @ grad_out [K, cnt * P], then col2im per image. */
+static void cbwd_input_block(const cbwd_job *j, int64_t n0, int64_t cnt, int64_t grp, char *col, char *gob) {
+    const goblin__conv_geom *g = j->g;
+    int64_t es = j->es, ld = cnt * j->P;
+    gather_go(j, n0, cnt, grp, gob);
+    const char *w = j->other + grp * j->og * j->K * es;
+    gemm_sup1(j->dt, j->K, ld, j->og, w, 1, j->K, gob, ld, 1, 0.0, col, ld, 1);
+    for (int64_t b = 0; b < cnt; b++) {
+        char *dx = j->out + ((n0 + b) * g->c + grp * j->cg) * g->h * g->w * es;
+        memset(dx, 0, (size_t)(j->cg * g->h * g->w * es));
+        if (j->dt == GOBLIN_DTYPE_F64)
+            col2im_f64(g, j->cg, (double *)col + b * j->P, (double *)dx, 0, g->oh, ld);
+        else col2im_f32(g, j->cg, (float *)col + b * j->P, (float *)dx, 0, g->oh, ld);
+    }
+}
 
 /* The input gradient of one (image, group) item: zero the planes, then per row block
  * col = W_g^T @ grad_out block and col2im into dx. */
@@ -165,35 +339,61 @@ static void cbwd_input_item(const cbwd_job *j, int64_t it, char *col) {
         /* [K, og] (W_g transposed) @ [og, pb] -> [K, pb] */
         gemm(j->dt, j->gemm_threads, j->K, pb, j->og, 1.0, w, 1, j->K, go + oh0 * g->ow * es, j->P, 1, 0.0,
              col, pb, 1);
-        if (j->dt == GOBLIN_DTYPE_F64) col2im_f64(g, j->cg, (const double *)col, (double *)dx, oh0, oh1);
-        else col2im_f32(g, j->cg, (const float *)col, (float *)dx, oh0, oh1);
+        if (j->dt == GOBLIN_DTYPE_F64) col2im_f64(g, j->cg, (double *)col, (double *)dx, oh0, oh1, pb);
+        else col2im_f32(g, j->cg, (float *)col, (float *)dx, oh0, oh1, pb);
     }
 }
 
 static void cbwd_input_chunk(void *arg, int64_t chunk) {
     const cbwd_job *j = arg;
     int64_t lo = chunk * j->items / j->nchunks, hi = (chunk + 1) * j->items / j->nchunks;
-    char *col = j->col + chunk * j->K * j->rows_per_block * j->g->ow * j->es;
-    for (int64_t it = lo; it < hi; it++) cbwd_input_item(j, it, col);
+    char *col = j->col + chunk * j->K * j->colw * j->es;
+    for (int64_t it = lo; it < hi; it++) {
+        if (j->nb > 1) {
+            int64_t blk = it / j->g->groups, grp = it % j->g->groups, n0 = blk * j->nb;
+            int64_t cnt = n0 + j->nb < j->g->n ? j->nb : j->g->n - n0;
+            cbwd_input_block(j, n0, cnt, grp, col, j->gob + chunk * j->og * j->nb * j->P * j->es);
+        } else {
+            cbwd_input_item(j, it, col);
+        }
+    }
 }
 
-/* The weight gradient of group grp: dW_g [og, K] = sum over images (in order) and row
- * blocks of grad_out block [og, pb] @ col^T [pb, K]. */
+/* The weight gradient of group grp: dW_g [og, K] = sum over blocks of images (in
+ * order; nb > 1: one gemm over the block's gathered grad_out [og, cnt * P] and im2col
+ * [K, cnt * P]) or, per image, over row blocks: grad_out block [og, pb] @ col^T [pb, K]. */
 static void cbwd_weight_group(void *arg, int64_t grp) {
     const cbwd_job *j = arg;
     const goblin__conv_geom *g = j->g;
     int64_t es = j->es;
-    char *col = j->col + grp * j->K * j->rows_per_block * g->ow * es;
+    char *col = j->col + grp * j->K * j->colw * es;
     char *dw = j->out + grp * j->og * j->K * es;
     bool first = true;
+    if (j->nb > 1) {
+        char *gob = j->gob + grp * j->og * j->nb * j->P * es;
+        for (int64_t n0 = 0; n0 < g->n; n0 += j->nb) {
+            int64_t cnt = n0 + j->nb < g->n ? j->nb : g->n - n0, ld = cnt * j->P;
+            gather_go(j, n0, cnt, grp, gob);
+            for (int64_t b = 0; b < cnt; b++) {
+                const char *x = j->other + ((n0 + b) * g->c + grp * j->cg) * g->h * g->w * es;
+                if (j->dt == GOBLIN_DTYPE_F64)
+                    im2col_f64(g, j->cg, (const double *)x, (double *)col + b * j->P, 0, g->oh, ld);
+                else im2col_f32(g, j->cg, (const float *)x, (float *)col + b * j->P, 0, g->oh, ld);
+            }
+            gemm_sup1(j->dt, j->og, j->K, ld, gob, ld, 1, col, 1, ld, first ? 0.0 : 1.0, dw, j->K, 1);
+            first = false;
+        }
+        return;
+    }
     for (int64_t n = 0; n < g->n; n++) {
         const char *x = j->other + (n * g->c + grp * j->cg) * g->h * g->w * es;
         const char *go = j->go + (n * g->o + grp * j->og) * j->P * es;
         for (int64_t oh0 = 0; oh0 < g->oh; oh0 += j->rows_per_block) {
             int64_t oh1 = oh0 + j->rows_per_block < g->oh ? oh0 + j->rows_per_block : g->oh;
             int64_t pb = (oh1 - oh0) * g->ow;
-            if (j->dt == GOBLIN_DTYPE_F64) im2col_f64(g, j->cg, (const double *)x, (double *)col, oh0, oh1);
-            else im2col_f32(g, j->cg, (const float *)x, (float *)col, oh0, oh1);
+            if (j->dt == GOBLIN_DTYPE_F64)
+                im2col_f64(g, j->cg, (const double *)x, (double *)col, oh0, oh1, pb);
+            else im2col_f32(g, j->cg, (const float *)x, (float *)col, oh0, oh1, pb);
             gemm(j->dt, j->gemm_threads, j->og, j->K, pb, 1.0, go + oh0 * g->ow * es, j->P, 1, col, 1, pb,
                  first ? 0.0 : 1.0, dw, j->K, 1);
             first = false;
@@ -234,21 +434,36 @@ static goblin_err blis_conv_bwd(goblin__kctx *k, const goblin__node *node, const
     j.rows_per_block = row_bytes > 0 ? COL_BUDGET / row_bytes : g.oh;
     if (j.rows_per_block < 1) j.rows_per_block = 1;
     if (j.rows_per_block > g.oh) j.rows_per_block = g.oh;
+    /* images per gemm: whole images whose im2col fits BATCH_COL_BUDGET together */
+    j.nb = 1;
+    if (j.rows_per_block == g.oh && j.K > 0) {
+        j.nb = BATCH_COL_BUDGET / (j.K * j.P * j.es);
+        if (j.nb > g.n) j.nb = g.n;
+        if (j.nb < 1) j.nb = 1;
+    }
+    j.colw = j.nb > 1 ? j.nb * j.P : j.rows_per_block * g.ow;
     if (wgrad) {
         j.items = g.groups;
         j.nchunks = j.items;
     } else {
-        j.items = g.n * g.groups;
+        j.items = j.nb > 1 ? (g.n + j.nb - 1) / j.nb * g.groups : g.n * g.groups;
         j.nchunks = threads > 1 && j.items > 1 ? (j.items < threads ? j.items : threads) : 1;
     }
     bool across = j.nchunks > 1 && threads > 1;
     j.gemm_threads = across ? 1 : threads;
-    size_t bytes;
-    if (!goblin__mul_size((size_t)(j.rows_per_block * row_bytes), (size_t)j.nchunks, &bytes))
+    size_t bytes, gbytes = 0;
+    if (!goblin__mul_size((size_t)(j.K * j.colw * j.es), (size_t)j.nchunks, &bytes) ||
+        (j.nb > 1 && !goblin__mul_size((size_t)(j.og * j.nb * j.P * j.es), (size_t)j.nchunks, &gbytes)))
         return oom(k, "conv2d backward");
     void *col = goblin__alloc(bytes ? bytes : 1);
     if (!col) return oom(k, "conv2d backward");
+    void *gob = NULL;
+    if (gbytes && !(gob = goblin__alloc(gbytes))) {
+        goblin__free(col);
+        return oom(k, "conv2d backward");
+    }
     j.col = col;
+    j.gob = gob;
     if (wgrad) {
         if (across) goblin__parallel_for(threads, j.nchunks, cbwd_weight_group, &j);
         else
@@ -257,6 +472,7 @@ static goblin_err blis_conv_bwd(goblin__kctx *k, const goblin__node *node, const
         if (across) goblin__parallel_for(threads, j.nchunks, cbwd_input_chunk, &j);
         else cbwd_input_chunk(&j, 0);
     }
+    goblin__free(gob);
     goblin__free(col);
     return GOBLIN_OK;
 }
@@ -276,10 +492,151 @@ typedef struct sdpa_job {
     double scale;
 } sdpa_job;
 
-/* Scores of batch item b into p [L, S] (scale q k^T, mask, causal), then per row the
- * reference kernel's softmax: state[i] 0 normal (p normalized in place when
- * @p normalize, else exp(x - max) with z[i] the sum), 1 no key attended (p = 0),
- * 2 NaN row. */
+/* One row of scores r[0, n) to softmax weights, the reference kernel's rules: *state 0
+ * normal (r normalized in place when @p normalize, else exp(x - max) with *z the sum),
+ * 1 no key attended (all -inf: r = 0), 2 NaN or +inf in the row (r = 0).
+ * f64: libm exp, summed in column order. f32: 8 lanes (GCC vector types, an AVX2
+ * clone and a baseline one with the same bits: neither has FMA), exp by the
+ * polynomial of blis_reduce.c's softmax (about 1 ulp), lane sums folded in a fixed
+ * order in double: within SDPA's contract, and the same bits on any thread count. */
+static void sd_row_f64(double *r, int64_t n, int64_t cap, double *z, uint8_t *state,
+                       bool normalize) {
+    (void)cap;
+    double mx = -INFINITY;
+    bool nan = false;
+    for (int64_t c = 0; c < n; c++) {
+        if (isnan(r[c])) nan = true;
+        if (r[c] > mx) mx = r[c];
+    }
+    *z = 1;
+    if (nan || mx == INFINITY || mx == -INFINITY) {
+        *state = mx == -INFINITY && !nan ? 1 : 2;
+        for (int64_t c = 0; c < n; c++) r[c] = 0;
+        return;
+    }
+    *state = 0;
+    double s = 0;
+    for (int64_t c = 0; c < n; c++) {
+        r[c] = r[c] == -INFINITY ? 0 : exp(r[c] - mx);
+        s += r[c];
+    }
+    *z = s;
+    if (normalize)
+        for (int64_t c = 0; c < n; c++) r[c] /= s;
+}
+
+#pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
+typedef float sd_v8f __attribute__((vector_size(32)));
+typedef int32_t sd_v8i __attribute__((vector_size(32)));
+#define SD_BLEND(m, a, b) ((sd_v8f)(((sd_v8i)(a) & (m)) | ((sd_v8i)(b) & ~(m))))
+
+/* exp(x) for x <= 0 or -inf, 8 lanes: blis_reduce.c's VEXP_NEG (Cody-Waite, Cephes'
+ * polynomial, 2^n in two halves; x < -104 gives 0). */
+#define SD_VEXP_NEG(xin)                                                                        \
+    ({                                                                                          \
+        const sd_v8f lo_ = {0}, magic_ = lo_ + 12582912.0f;                                     \
+        sd_v8f x_ = (xin);                                                                      \
+        x_ = SD_BLEND((sd_v8i)(x_ < -104.0f), lo_ - 104.0f, x_);                                \
+        sd_v8f t_ = x_ * 1.44269504088896341f + magic_;                                         \
+        sd_v8i n_ = (sd_v8i)t_ - (sd_v8i)magic_;                                                \
+        sd_v8f fn_ = t_ - magic_;                                                               \
+        sd_v8f r_ = x_ - fn_ * 0.693359375f;                                                    \
+        r_ = r_ - fn_ * -2.12194440e-4f;                                                        \
+        sd_v8f p_ = lo_ + 1.9875691500e-4f;                                                     \
+        p_ = p_ * r_ + 1.3981999507e-3f;                                                        \
+        p_ = p_ * r_ + 8.3334519073e-3f;                                                        \
+        p_ = p_ * r_ + 4.1665795894e-2f;                                                        \
+        p_ = p_ * r_ + 1.6666665459e-1f;                                                        \
+        p_ = p_ * r_ + 5.0000001201e-1f;                                                        \
+        sd_v8f y_ = p_ * (r_ * r_) + r_ + 1.0f;                                                 \
+        sd_v8i n1_ = n_ >> 1, n2_ = n_ - n1_;                                                   \
+        y_ * (sd_v8f)((n1_ + 127) << 23) * (sd_v8f)((n2_ + 127) << 23);                         \
+    })
+
+/* r[0, cap) is the row's memory; only [0, n) is scored and [n, cap) must hold 0 on entry
+ * (it does: a causal row's dead columns), so the tail of [0, n) can be read and written as a
+ * whole vector with its dead lanes masked to -inf (exp 0) while it stays inside cap. */
+__attribute__((target_clones("avx2", "default"))) static void
+sd_row_f32(float *r, int64_t n, int64_t cap, float *z, uint8_t *state, bool normalize) {
+    const sd_v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    sd_v8f mv = {0};
+    mv -= INFINITY;
+    sd_v8i bad = {0};
+    int64_t nv = n / 8 * 8;
+    for (int64_t c = 0; c < nv; c += 8) {
+        sd_v8f v;
+        memcpy(&v, r + c, sizeof v);
+        bad |= v != v;
+        mv = SD_BLEND(v > mv, v, mv);
+    }
+    /* lane max by halving (no NaN in mv: NaN never wins a > compare) */
+    sd_v8f sh = __builtin_shuffle(mv, (sd_v8i){4, 5, 6, 7, 0, 1, 2, 3});
+    mv = SD_BLEND(sh > mv, sh, mv);
+    sh = __builtin_shuffle(mv, (sd_v8i){2, 3, 0, 1, 6, 7, 4, 5});
+    mv = SD_BLEND(sh > mv, sh, mv);
+    sh = __builtin_shuffle(mv, (sd_v8i){1, 0, 3, 2, 5, 4, 7, 6});
+    mv = SD_BLEND(sh > mv, sh, mv);
+    float mx = mv[0];
+    sd_v8i b2 = bad | __builtin_shuffle(bad, (sd_v8i){4, 5, 6, 7, 0, 1, 2, 3});
+    bool nan = (b2[0] | b2[1] | b2[2] | b2[3]) != 0;
+    for (int64_t c = nv; c < n; c++) {
+        if (isnan(r[c])) nan = true;
+        if (r[c] > mx) mx = r[c];
+    }
+    *z = 1;
+    if (nan || mx == INFINITY || mx == -INFINITY) {
+        *state = mx == -INFINITY && !nan ? 1 : 2;
+        for (int64_t c = 0; c < n; c++) r[c] = 0;
+        return;
+    }
+    *state = 0;
+    sd_v8f acc = {0}, ninf = {0};
+    ninf -= INFINITY;
+    int64_t c = 0;
+    for (; c < nv; c += 8) {
+        sd_v8f v;
+        memcpy(&v, r + c, sizeof v);
+        sd_v8f e = SD_VEXP_NEG(v - mx);
+        acc += e;
+        memcpy(r + c, &e, sizeof e);
+    }
+    if (c < n) { /* the tail, as a whole vector with lanes past n at -inf */
+        bool whole = c + 8 <= cap;
+        sd_v8f v;
+        if (whole) {
+            memcpy(&v, r + c, sizeof v);
+        } else {
+            float buf[8];
+            for (int l = 0; l < 8; l++) buf[l] = c + l < n ? r[c + l] : 0;
+            memcpy(&v, buf, sizeof v);
+        }
+        v = SD_BLEND(lane < (int32_t)(n - c), v, ninf);
+        sd_v8f e = SD_VEXP_NEG(v - mx);
+        acc += e;
+        if (whole) memcpy(r + c, &e, sizeof e);
+        else
+            for (int l = 0; c + l < n; l++) r[c + l] = e[l];
+    }
+    /* lanes to double, summed as a fixed tree */
+    double s = (((double)acc[0] + (double)acc[4]) + ((double)acc[2] + (double)acc[6])) +
+               (((double)acc[1] + (double)acc[5]) + ((double)acc[3] + (double)acc[7]));
+    float sf = (float)s;
+    *z = sf;
+    if (normalize) {
+        int64_t end = (n + 7) / 8 * 8 <= cap ? (n + 7) / 8 * 8 : nv; /* dead lanes: 0 / s = 0 */
+        for (c = 0; c < end; c += 8) {
+            sd_v8f v;
+            memcpy(&v, r + c, sizeof v);
+            v /= sf;
+            memcpy(r + c, &v, sizeof v);
+        }
+        for (; c < n; c++) r[c] /= sf;
+    }
+}
+
+/* Scores of batch item b into p [L, S] (scale q k^T, mask, causal), then the row
+ * softmax above. Without a mask a causal row's columns past i are set to 0 directly
+ * (exp(-inf)), the softmax runs on the live ones only. */
 #define DEFINE_SOFTMAX(sfx, T)                                                                  \
     static void scores_##sfx(const sdpa_job *j, const int64_t *off, T *p, T *z, uint8_t *state, \
                              bool normalize) {                                                  \
@@ -288,10 +645,15 @@ typedef struct sdpa_job {
         int32_t br = j->br;                                                                     \
         for (int64_t i = 0; i < j->L; i++) {                                                    \
             T *r = p + i * j->S;                                                                \
+            int64_t live = j->S;                                                                \
             if (j->E == 0)                                                                      \
                 for (int64_t c = 0; c < j->S; c++) r[c] = 0;                                    \
-            if (j->causal)                                                                      \
+            if (j->causal && !j->mask) {                                                        \
+                live = i + 1 < j->S ? i + 1 : j->S;                                             \
+                for (int64_t c = live; c < j->S; c++) r[c] = 0;                                 \
+            } else if (j->causal) {                                                             \
                 for (int64_t c = i + 1; c < j->S; c++) r[c] = -INFINITY;                        \
+            }                                                                                   \
             if (j->mask) {                                                                      \
                 const goblin_tensor *m = j->mask;                                               \
                 for (int64_t c = 0; c < j->S; c++) {                                            \
@@ -303,34 +665,9 @@ typedef struct sdpa_job {
                     }                                                                           \
                 }                                                                               \
             }                                                                                   \
-            T mx = -INFINITY;                                                                   \
-            bool nan = false;                                                                   \
-            for (int64_t c = 0; c < j->S; c++) {                                                \
-                if (isnan(r[c])) nan = true;                                                    \
-                if (r[c] > mx) mx = r[c];                                                       \
-            }                                                                                   \
-            z[i] = 1;                                                                           \
-            if (nan || mx == INFINITY) {                                                        \
-                state[i] = 2;                                                                   \
-                for (int64_t c = 0; c < j->S; c++) r[c] = 0;                                    \
-            } else if (mx == -INFINITY) {                                                       \
-                state[i] = 1;                                                                   \
-                for (int64_t c = 0; c < j->S; c++) r[c] = 0;                                    \
-            } else {                                                                            \
-                state[i] = 0;                                                                   \
-                T s = 0;                                                                        \
-                for (int64_t c = 0; c < j->S; c++) {                                            \
-                    r[c] = r[c] == -INFINITY ? 0 : EXP_##sfx(r[c] - mx);                        \
-                    s += r[c];                                                                  \
-                }                                                                               \
-                z[i] = s;                                                                       \
-                if (normalize)                                                                  \
-                    for (int64_t c = 0; c < j->S; c++) r[c] /= s;                               \
-            }                                                                                   \
+            sd_row_##sfx(r, live, j->S, &z[i], &state[i], normalize);                           \
         }                                                                                       \
     }
-#define EXP_f32 expf
-#define EXP_f64 exp
 DEFINE_SOFTMAX(f32, float)
 DEFINE_SOFTMAX(f64, double)
 
@@ -351,12 +688,14 @@ DEFINE_SOFTMAX(f64, double)
         const T *v = (const T *)j->v->data + off[2];                                            \
         if (!j->bwd) { /* out = (exp weights @ v) / z */                                        \
             gemm(j->dt, 1, L, j->Ev, S, 1.0, p, S, 1, v, j->Ev, 1, 0.0, o, j->Ev, 1);           \
-            for (int64_t i = 0; i < L; i++)                                                     \
-                for (int64_t e = 0; e < j->Ev; e++) {                                           \
-                    if (state[i] == 2) o[i * j->Ev + e] = NAN;                                  \
-                    else if (S == 0) o[i * j->Ev + e] = 0;                                      \
-                    else o[i * j->Ev + e] /= z[i];                                              \
-                }                                                                               \
+            for (int64_t i = 0; i < L; i++) {                                                   \
+                T *restrict orow = o + i * j->Ev;                                               \
+                const T zi = z[i], fill = state[i] == 2 ? (T)NAN : 0;                           \
+                if (state[i] == 2 || S == 0)                                                    \
+                    for (int64_t e = 0; e < j->Ev; e++) orow[e] = fill;                         \
+                else                                                                            \
+                    for (int64_t e = 0; e < j->Ev; e++) orow[e] /= zi;                          \
+            }                                                                                   \
             return;                                                                             \
         }                                                                                       \
         const T *go = (const T *)j->go->data + b * L * j->Ev;                                   \

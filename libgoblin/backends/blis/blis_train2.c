@@ -1,14 +1,17 @@
 /* libgoblin/backends/blis/blis_train2.c - more training hot spots on the CPU backend:
  * BATCH_NORM (training and eval) and BATCH_NORM_BACKWARD, MAX_POOL2D and its backward,
- * EMBEDDING_BACKWARD (f32 and f64; other dtypes return GOBLIN_ENOTSUP so the reference
+ * EMBEDDING_BACKWARD, RELU (f32 and f64; other dtypes return GOBLIN_ENOTSUP so the reference
  * kernel runs), and the pure copies PERMUTE, SLICE, PAD, RESHAPE and COPY (any dtype of
  * 1, 2, 4 or 8 bytes).
  *
- * Bits: every kernel does the reference kernel's arithmetic in the same order (f64
- * accumulators, row-major sums per channel / per output cell / per index), only with
- * typed loads instead of per-element dtype dispatch, so results are the reference's bits.
+ * Bits: max pooling, embedding backward, relu and the copies do the reference kernel's
+ * arithmetic in the same order (f64 accumulators, row-major sums per output cell / per
+ * index), so results are the reference's bits. Batch norm gathers each channel's
+ * statistics in one pass of shifted sums in fixed double lanes (see below): within the
+ * op's contract, not the reference's bits.
  * Threads take independent slices only (channels, planes, column blocks of the
  * embedding, chunks of a copy), so results do not depend on k->threads. */
+#pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <math.h>
 #include <string.h>
 #include "blis_impl.h"
@@ -36,88 +39,197 @@ typedef struct bn_job {
     int64_t which; /* backward: 0 dx, 1 dweight, 2 dbias */
 } bn_job;
 
-/* Channel statistics exactly as the reference: sum, mean, then sum of squared
- * deviations, each in row-major (image, position) order. */
-#define BN_STATS(T, X, j, ch, mean, var, mi, vi)                                            \
-    do {                                                                                     \
-        if ((j)->training) {                                                                 \
-            double cnt_ = (double)((j)->n * (j)->sp), acc_ = 0, m2_ = 0;                     \
-            for (int64_t i_ = 0; i_ < (j)->n; i_++) {                                        \
-                const T *p_ = (X) + (i_ * (j)->c + (ch)) * (j)->sp;                          \
-                for (int64_t q_ = 0; q_ < (j)->sp; q_++) acc_ += (double)p_[q_];             \
-            }                                                                                \
-            mean = acc_ / cnt_;                                                              \
-            for (int64_t i_ = 0; i_ < (j)->n; i_++) {                                        \
-                const T *p_ = (X) + (i_ * (j)->c + (ch)) * (j)->sp;                          \
-                for (int64_t q_ = 0; q_ < (j)->sp; q_++) {                                   \
-                    double d_ = (double)p_[q_] - mean;                                       \
-                    m2_ += d_ * d_;                                                          \
-                }                                                                            \
-            }                                                                                \
-            var = m2_ / cnt_;                                                                \
-        } else {                                                                             \
-            mean = (double)((const T *)(j)->in[mi].data)[ch];                                \
-            var = (double)((const T *)(j)->in[vi].data)[ch];                                 \
-        }                                                                                    \
-    } while (0)
+/* Per channel, one pass over x (and dy) gathers the shifted sums S1 = sum (x - K),
+ * S2 = sum (x - K)^2, Sy = sum dy, Syx = sum dy (x - K) with K = the channel's first
+ * value; then mean = K + S1/M, var = S2/M - (S1/M)^2 and sum dy (x - mean) =
+ * Syx - (S1/M) Sy. As (K - mean)^2 <= M var, the cancellation costs at most about M
+ * double roundings relative to var, inside the op's gamma_(2k+16) contract for f32
+ * and f64 alike. The sums run in 8 double lanes (element q of a row of `sp` values to
+ * lane q mod 8 while a whole 8 fit, the rest to 8 tail lanes), folded in a fixed order;
+ * GCC vector types of double without FMA, so the bits are the same on every ISA clone
+ * and thread count (threads take whole channels). The per-element passes use the
+ * reference's expressions in double. */
+#define INL static inline __attribute__((always_inline))
+#define CLONES __attribute__((target_clones("avx2", "default")))
 
-#define BN_FWD(T, NAME)                                                                       \
-    static void NAME(void *arg, int64_t ch) {                                                 \
+typedef float v4f __attribute__((vector_size(16)));
+typedef double v4d __attribute__((vector_size(32)));
+
+INL v4d ld4_f32(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, v4d);
+}
+INL void st4_f32(float *p, v4d v) {
+    v4f r = __builtin_convertvector(v, v4f);
+    memcpy(p, &r, sizeof r);
+}
+INL v4d ld4_f64(const double *p) {
+    v4d v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+INL void st4_f64(double *p, v4d v) { memcpy(p, &v, sizeof v); }
+
+/* 8 lanes (two vectors) + 8 tail lanes, folded lane by lane in order */
+static double fold8(v4d a0, v4d a1, const double *tail) {
+    double v[8], s = 0;
+    memcpy(v, &a0, sizeof a0);
+    memcpy(v + 4, &a1, sizeof a1);
+    for (int i = 0; i < 8; i++) s += v[i] + tail[i];
+    return s;
+}
+
+typedef struct bn_sums {
+    double k, s1, s2, sy, syx;
+} bn_sums;
+
+#define BN_PASS(T, S)                                                                         \
+    /* the shifted sums of channel ch around K (go NULL: no Sy, Syx) */                       \
+    INL void S##_pass(const bn_job *j, const T *x, const T *go, int64_t ch, double K, bn_sums *r) { \
+        v4d a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, c0 = {0}, c1 = {0}, e0 = {0}, e1 = {0};   \
+        double ta[8] = {0}, tb[8] = {0}, tc[8] = {0}, te[8] = {0};                            \
+        v4d vk = {K, K, K, K};                                                                \
+        for (int64_t i = 0; i < j->n; i++) {                                                  \
+            int64_t o = (i * j->c + ch) * j->sp;                                              \
+            const T *p = x + o;                                                               \
+            int64_t q = 0;                                                                    \
+            if (go) {                                                                         \
+                const T *g = go + o;                                                          \
+                for (; q + 8 <= j->sp; q += 8) {                                              \
+                    v4d d0 = ld4_##S(p + q) - vk, d1 = ld4_##S(p + q + 4) - vk;               \
+                    v4d y0 = ld4_##S(g + q), y1 = ld4_##S(g + q + 4);                         \
+                    a0 += d0;                                                                 \
+                    a1 += d1;                                                                 \
+                    b0 += d0 * d0;                                                            \
+                    b1 += d1 * d1;                                                            \
+                    c0 += y0;                                                                 \
+                    c1 += y1;                                                                 \
+                    e0 += y0 * d0;                                                            \
+                    e1 += y1 * d1;                                                            \
+                }                                                                             \
+                for (int t = 0; q < j->sp; q++, t++) {                                        \
+                    double d = (double)p[q] - K, y = (double)g[q];                            \
+                    ta[t] += d;                                                               \
+                    tb[t] += d * d;                                                           \
+                    tc[t] += y;                                                               \
+                    te[t] += y * d;                                                           \
+                }                                                                             \
+            } else {                                                                          \
+                for (; q + 8 <= j->sp; q += 8) {                                              \
+                    v4d d0 = ld4_##S(p + q) - vk, d1 = ld4_##S(p + q + 4) - vk;               \
+                    a0 += d0;                                                                 \
+                    a1 += d1;                                                                 \
+                    b0 += d0 * d0;                                                            \
+                    b1 += d1 * d1;                                                            \
+                }                                                                             \
+                for (int t = 0; q < j->sp; q++, t++) {                                        \
+                    double d = (double)p[q] - K;                                              \
+                    ta[t] += d;                                                               \
+                    tb[t] += d * d;                                                           \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        r->k = K;                                                                             \
+        r->s1 = fold8(a0, a1, ta);                                                            \
+        r->s2 = fold8(b0, b1, tb);                                                            \
+        r->sy = fold8(c0, c1, tc);                                                            \
+        r->syx = fold8(e0, e1, te);                                                           \
+    }                                                                                         \
+    /* training: mean and var of channel ch (and with go its d sums); eval: the inputs'    \
+     * statistics (and with go, sums around the running mean) */                              \
+    INL void S##_stats(const bn_job *j, const T *x, const T *go, int64_t ch, double *mean, double *var, \
+                       double *sdy, double *sdyxm) {                                          \
+        double m = (double)(j->n * j->sp);                                                    \
+        bn_sums r;                                                                            \
+        if (j->training) {                                                                    \
+            double K = m > 0 ? (double)x[ch * j->sp] : 0;                                     \
+            S##_pass(j, x, go, ch, K, &r);                                                    \
+            double d = r.s1 / m;                                                              \
+            *mean = K + d;                                                                    \
+            *var = r.s2 / m - d * d;                                                          \
+            if (*var < 0) *var = 0;                                                           \
+            if (go) {                                                                         \
+                *sdy = r.sy;                                                                  \
+                *sdyxm = m > 0 ? r.syx - d * r.sy : 0;                                        \
+            }                                                                                 \
+        } else {                                                                              \
+            *mean = (double)((const T *)j->in[3].data)[ch];                                   \
+            *var = (double)((const T *)j->in[4].data)[ch];                                    \
+            if (go) {                                                                         \
+                S##_pass(j, x, go, ch, *mean, &r);                                            \
+                *sdy = r.sy;                                                                  \
+                *sdyxm = r.syx;                                                               \
+            }                                                                                 \
+        }                                                                                     \
+    }
+BN_PASS(float, f32)
+BN_PASS(double, f64)
+
+#define BN_FWD(T, S, NAME)                                                                    \
+    static CLONES void NAME(void *arg, int64_t ch) {                                          \
         const bn_job *j = arg;                                                                \
         const T *x = j->in[0].data;                                                           \
         T *y = j->out->data;                                                                  \
         double mean, var;                                                                     \
-        BN_STATS(T, x, j, ch, mean, var, 3, 4);                                               \
-        double rstd = 1.0 / sqrt(var + j->eps);                                               \
+        S##_stats(j, x, NULL, ch, &mean, &var, NULL, NULL);                                   \
+        double rstd = 1.0 / sqrt(var + j->eps), mu = mean;                                    \
         double w = (double)((const T *)j->in[1].data)[ch], b = (double)((const T *)j->in[2].data)[ch]; \
+        v4d vm = {mu, mu, mu, mu}, vr = {rstd, rstd, rstd, rstd}, vw = {w, w, w, w}, vb = {b, b, b, b}; \
         for (int64_t i = 0; i < j->n; i++) {                                                  \
-            int64_t o = (i * j->c + ch) * j->sp;                                              \
-            for (int64_t q = 0; q < j->sp; q++) y[o + q] = (T)(((double)x[o + q] - mean) * rstd * w + b); \
+            const T *xr = x + (i * j->c + ch) * j->sp;                                        \
+            T *yr = y + (i * j->c + ch) * j->sp;                                              \
+            int64_t q = 0;                                                                    \
+            for (; q + 4 <= j->sp; q += 4) st4_##S(yr + q, (ld4_##S(xr + q) - vm) * vr * vw + vb); \
+            for (; q < j->sp; q++) yr[q] = (T)(((double)xr[q] - mu) * rstd * w + b);          \
         }                                                                                     \
     }
-BN_FWD(float, bn_fwd_f32)
-BN_FWD(double, bn_fwd_f64)
+BN_FWD(float, f32, bn_fwd_f32)
+BN_FWD(double, f64, bn_fwd_f64)
 
-#define BN_BWD(T, NAME)                                                                       \
-    static void NAME(void *arg, int64_t ch) {                                                 \
+#define BN_BWD(T, S, NAME)                                                                    \
+    static CLONES void NAME(void *arg, int64_t ch) {                                          \
         const bn_job *j = arg;                                                                \
         const T *go = j->in[0].data, *x = j->in[1].data;                                      \
         T *y = j->out->data;                                                                  \
-        double mean, var;                                                                     \
-        BN_STATS(T, x, j, ch, mean, var, 3, 4);                                               \
-        double rstd = 1.0 / sqrt(var + j->eps);                                               \
-        double wv = (double)((const T *)j->in[2].data)[ch];                                   \
-        double m = (double)(j->n * j->sp), sdy = 0, sdyx = 0;                                 \
-        for (int64_t i = 0; i < j->n; i++) {                                                  \
-            int64_t o = (i * j->c + ch) * j->sp;                                              \
-            for (int64_t q = 0; q < j->sp; q++) {                                             \
-                double dy = (double)go[o + q];                                                \
-                sdy += dy;                                                                    \
-                sdyx += dy * ((double)x[o + q] - mean) * rstd;                                \
-            }                                                                                 \
+        double m = (double)(j->n * j->sp), mean, var, sdy = 0, sdyxm = 0;                     \
+        if (j->which == 2) { /* d bias = sum dy: one pass over dy alone */                    \
+            bn_sums r;                                                                        \
+            S##_pass(j, go, NULL, ch, 0, &r);                                                 \
+            y[ch] = (T)r.s1;                                                                  \
+            return;                                                                           \
         }                                                                                     \
+        bool sums = j->which != 0 || j->training;                                             \
+        S##_stats(j, x, sums ? go : NULL, ch, &mean, &var, &sdy, &sdyxm);                     \
+        double rs = 1.0 / sqrt(var + j->eps), sdyx = m > 0 ? sdyxm * rs : 0; /* empty: 0 */ \
+        double wv = (double)((const T *)j->in[2].data)[ch];                                   \
         if (j->which == 1) {                                                                  \
             y[ch] = (T)sdyx;                                                                  \
-        } else if (j->which == 2) {                                                           \
-            y[ch] = (T)sdy;                                                                   \
-        } else {                                                                              \
-            for (int64_t i = 0; i < j->n; i++) {                                              \
-                int64_t o = (i * j->c + ch) * j->sp;                                          \
-                for (int64_t q = 0; q < j->sp; q++) {                                         \
-                    double dy = (double)go[o + q], r;                                         \
-                    if (j->training) {                                                        \
-                        double xh = ((double)x[o + q] - mean) * rstd;                         \
-                        r = wv * rstd / m * (m * dy - sdy - xh * sdyx);                       \
-                    } else {                                                                  \
-                        r = dy * wv * rstd;                                                   \
-                    }                                                                         \
-                    y[o + q] = (T)r;                                                          \
+            return;                                                                           \
+        }                                                                                     \
+        double mu = mean, coef = wv * rs / m, s1 = sdy, s2 = sdyx;                            \
+        v4d vmu = {mu, mu, mu, mu}, vrs = {rs, rs, rs, rs}, vc = {coef, coef, coef, coef};    \
+        v4d vm = {m, m, m, m}, v1 = {s1, s1, s1, s1}, v2 = {s2, s2, s2, s2}, vw = {wv, wv, wv, wv}; \
+        for (int64_t i = 0; i < j->n; i++) {                                                  \
+            int64_t o = (i * j->c + ch) * j->sp;                                              \
+            int64_t q = 0;                                                                    \
+            if (j->training) {                                                                \
+                for (; q + 4 <= j->sp; q += 4) {                                              \
+                    v4d dy = ld4_##S(go + o + q), xh = (ld4_##S(x + o + q) - vmu) * vrs;      \
+                    st4_##S(y + o + q, vc * (vm * dy - v1 - xh * v2));                        \
                 }                                                                             \
+                for (; q < j->sp; q++) {                                                      \
+                    double dy = (double)go[o + q], xh = ((double)x[o + q] - mu) * rs;         \
+                    y[o + q] = (T)(coef * (m * dy - s1 - xh * s2));                           \
+                }                                                                             \
+            } else {                                                                          \
+                for (; q + 4 <= j->sp; q += 4) st4_##S(y + o + q, ld4_##S(go + o + q) * vw * vrs); \
+                for (; q < j->sp; q++) y[o + q] = (T)((double)go[o + q] * wv * rs);           \
             }                                                                                 \
         }                                                                                     \
     }
-BN_BWD(float, bn_bwd_f32)
-BN_BWD(double, bn_bwd_f64)
+BN_BWD(float, f32, bn_bwd_f32)
+BN_BWD(double, f64, bn_bwd_f64)
 
 static goblin_err blis_batch_norm(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                                   int32_t n_in, goblin_tensor *out) {
@@ -212,6 +324,132 @@ POOL_FWD(double, pool_fwd_f64)
 POOL_BWD(float, pool_bwd_f32)
 POOL_BWD(double, pool_bwd_f64)
 
+/* 2x2 windows, stride 2, no padding or dilation, every window inside the plane (the
+ * usual pooling): the same pick as POOL_PICK in the same order (the first of a tie, the
+ * first NaN stops the scan), written as selects. */
+#define PICK2(v, idx, best, at)                                                  \
+    do {                                                                         \
+        bool take_ = (v) > (best) || ((v) != (v) && (best) == (best));           \
+        best = take_ ? (v) : (best);                                             \
+        at = take_ ? (idx) : (at);                                               \
+    } while (0)
+
+static bool pool_2x2(const goblin__pool_geom *g) {
+    return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 && g->dh == 1 &&
+           g->dw == 1 && 2 * g->oh <= g->h && 2 * g->ow <= g->w;
+}
+
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+
+/* Four windows at once: e/o are the even/odd columns of the two rows; the selects
+ * are PICK2's (lanes of `at` hold 0..3). */
+#define PICK2V(VT, VI, a, b, c, d, best, at)                                     \
+    do {                                                                         \
+        best = a;                                                                \
+        at = (VI){0, 0, 0, 0};                                                   \
+        VT cand_[3] = {b, c, d};                                                 \
+        for (int s_ = 0; s_ < 3; s_++) {                                         \
+            VT v_ = cand_[s_];                                                   \
+            VI take_ = (v_ > best) | ((v_ != v_) & (best == best));              \
+            best = (VT)(((VI)v_ & take_) | ((VI)best & ~take_));                 \
+            at = (at & ~take_) | ((VI){s_ + 1, s_ + 1, s_ + 1, s_ + 1} & take_); \
+        }                                                                        \
+    } while (0)
+
+#define LDV(VT, p) ({ VT v_; memcpy(&v_, (p), sizeof v_); v_; })
+#define STV(p, v) do { __typeof__(v) t_ = (v); memcpy((p), &t_, sizeof t_); } while (0)
+
+#define POOL2_FWD(T, VT, VI, NAME)                                               \
+    static CLONES void NAME(void *arg, int64_t p) {                              \
+        const pool_job *j = arg;                                                 \
+        const goblin__pool_geom *g = &j->g;                                      \
+        const T *X = (const T *)j->in[0].data + p * g->h * g->w;                 \
+        T *Y = (T *)j->out->data + p * g->oh * g->ow;                            \
+        const VI ev = {0, 2, 4, 6}, od = {1, 3, 5, 7};                           \
+        for (int64_t oh = 0; oh < g->oh; oh++) {                                 \
+            const T *r0 = X + 2 * oh * g->w, *r1 = r0 + g->w;                    \
+            T *y = Y + oh * g->ow;                                               \
+            int64_t ow = 0;                                                      \
+            for (; ow + 4 <= g->ow; ow += 4) {                                   \
+                VT a0 = LDV(VT, r0 + 2 * ow), a1 = LDV(VT, r0 + 2 * ow + 4);     \
+                VT b0 = LDV(VT, r1 + 2 * ow), b1 = LDV(VT, r1 + 2 * ow + 4);     \
+                VT best;                                                         \
+                VI at;                                                           \
+                PICK2V(VT, VI, __builtin_shuffle(a0, a1, ev), __builtin_shuffle(a0, a1, od), \
+                       __builtin_shuffle(b0, b1, ev), __builtin_shuffle(b0, b1, od), best, at); \
+                (void)at;                                                        \
+                STV(y + ow, best);                                               \
+            }                                                                    \
+            for (; ow < g->ow; ow++) {                                           \
+                T best = r0[2 * ow];                                             \
+                int at = 0;                                                      \
+                PICK2(r0[2 * ow + 1], 1, best, at);                              \
+                PICK2(r1[2 * ow], 2, best, at);                                  \
+                PICK2(r1[2 * ow + 1], 3, best, at);                              \
+                (void)at;                                                        \
+                y[ow] = best;                                                    \
+            }                                                                    \
+        }                                                                        \
+    }
+POOL2_FWD(float, v4f, v4i, pool2_fwd_f32)
+POOL2_FWD(double, v4d, v4l, pool2_fwd_f64)
+
+/* Windows do not overlap, so each input cell gets at most one gradient: 0 + g (the
+ * reference's accumulator starts at +0, so -0 becomes +0; exact otherwise, also for
+ * f32 through its f64 accumulator), 0 elsewhere. */
+#define POOL2_BWD(T, VT, VI, NAME)                                               \
+    static CLONES void NAME(void *arg, int64_t c) {                              \
+        const pool_job *j = arg;                                                 \
+        const goblin__pool_geom *g = &j->g;                                      \
+        int64_t hw = g->h * g->w, p1 = (c + 1) * j->chunk;                       \
+        if (p1 > g->planes) p1 = g->planes;                                      \
+        const VI ev = {0, 2, 4, 6}, od = {1, 3, 5, 7}, lo = {0, 4, 1, 5}, hi = {2, 6, 3, 7}; \
+        const VI z = {0, 0, 0, 0}, one = {1, 1, 1, 1}, two = {2, 2, 2, 2}, three = {3, 3, 3, 3}; \
+        for (int64_t p = c * j->chunk; p < p1; p++) {                            \
+            const T *GO = (const T *)j->in[0].data + p * g->oh * g->ow;          \
+            const T *X = (const T *)j->in[1].data + p * hw;                      \
+            T *D = (T *)j->out->data + p * hw;                                   \
+            for (int64_t oh = 0; oh < g->oh; oh++) {                             \
+                const T *r0 = X + 2 * oh * g->w, *r1 = r0 + g->w;                \
+                T *d0 = D + 2 * oh * g->w, *d1 = d0 + g->w;                      \
+                const T *go = GO + oh * g->ow;                                   \
+                int64_t ow = 0;                                                  \
+                for (; ow + 4 <= g->ow; ow += 4) {                               \
+                    VT a0 = LDV(VT, r0 + 2 * ow), a1 = LDV(VT, r0 + 2 * ow + 4); \
+                    VT b0 = LDV(VT, r1 + 2 * ow), b1 = LDV(VT, r1 + 2 * ow + 4); \
+                    VT best;                                                     \
+                    VI at;                                                       \
+                    PICK2V(VT, VI, __builtin_shuffle(a0, a1, ev), __builtin_shuffle(a0, a1, od), \
+                           __builtin_shuffle(b0, b1, ev), __builtin_shuffle(b0, b1, od), best, at); \
+                    VI v = (VI)(LDV(VT, go + ow) + (T)0);                        \
+                    VT e0 = (VT)(v & (at == z)), o0 = (VT)(v & (at == one));     \
+                    VT e1 = (VT)(v & (at == two)), o1 = (VT)(v & (at == three)); \
+                    STV(d0 + 2 * ow, __builtin_shuffle(e0, o0, lo));             \
+                    STV(d0 + 2 * ow + 4, __builtin_shuffle(e0, o0, hi));         \
+                    STV(d1 + 2 * ow, __builtin_shuffle(e1, o1, lo));             \
+                    STV(d1 + 2 * ow + 4, __builtin_shuffle(e1, o1, hi));         \
+                }                                                                \
+                for (; ow < g->ow; ow++) {                                       \
+                    T best = r0[2 * ow];                                         \
+                    int at = 0;                                                  \
+                    PICK2(r0[2 * ow + 1], 1, best, at);                          \
+                    PICK2(r1[2 * ow], 2, best, at);                              \
+                    PICK2(r1[2 * ow + 1], 3, best, at);                          \
+                    T v = go[ow] + (T)0;                                         \
+                    d0[2 * ow] = at == 0 ? v : (T)0;                             \
+                    d0[2 * ow + 1] = at == 1 ? v : (T)0;                         \
+                    d1[2 * ow] = at == 2 ? v : (T)0;                             \
+                    d1[2 * ow + 1] = at == 3 ? v : (T)0;                         \
+                }                                                                \
+                for (int64_t q = 2 * g->ow; q < g->w; q++) d0[q] = d1[q] = 0;    \
+            }                                                                    \
+            for (int64_t q = 2 * g->oh * g->w; q < hw; q++) D[q] = 0;            \
+        }                                                                        \
+    }
+POOL2_BWD(float, v4f, v4i, pool2_bwd_f32)
+POOL2_BWD(double, v4d, v4l, pool2_bwd_f64)
+
 static goblin_err blis_max_pool(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                                 int32_t n_in, goblin_tensor *out) {
     bool bwd = node->op == GOBLIN_OP_MAX_POOL2D_BACKWARD;
@@ -225,9 +463,11 @@ static goblin_err blis_max_pool(goblin__kctx *k, const goblin__node *node, const
     j.in = in;
     j.out = out;
     int64_t work = goblin__numel(x) + goblin__numel(out);
+    bool fast = pool_2x2(&j.g);
     if (!bwd) {
-        goblin__parallel_for(threads_for(k, work, j.g.planes), j.g.planes,
-                             dt == GOBLIN_DTYPE_F64 ? pool_fwd_f64 : pool_fwd_f32, &j);
+        void (*fn)(void *, int64_t) = fast ? (dt == GOBLIN_DTYPE_F64 ? pool2_fwd_f64 : pool2_fwd_f32)
+                                           : (dt == GOBLIN_DTYPE_F64 ? pool_fwd_f64 : pool_fwd_f32);
+        goblin__parallel_for(threads_for(k, work, j.g.planes), j.g.planes, fn, &j);
         return GOBLIN_OK;
     }
     int32_t t = threads_for(k, work, j.g.planes);
@@ -235,6 +475,10 @@ static goblin_err blis_max_pool(goblin__kctx *k, const goblin__node *node, const
     j.chunk = items > 0 ? (j.g.planes + items - 1) / items : 0;
     if (items == 0 || j.chunk == 0) return GOBLIN_OK;
     items = (j.g.planes + j.chunk - 1) / j.chunk;
+    if (fast) {
+        goblin__parallel_for(t, items, dt == GOBLIN_DTYPE_F64 ? pool2_bwd_f64 : pool2_bwd_f32, &j);
+        return GOBLIN_OK;
+    }
     if (dt == GOBLIN_DTYPE_F32) {
         j.scratch = goblin__alloc((size_t)(items * j.g.h * j.g.w > 0 ? items * j.g.h * j.g.w : 1) * sizeof(double));
         if (!j.scratch) return goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "out of memory for max_pool2d_backward scratch");
@@ -556,6 +800,46 @@ static goblin_err blis_pad(goblin__kctx *k, const goblin__node *node, const gobl
     return GOBLIN_OK;
 }
 
+/* ---- relu ------------------------------------------------------------------------ */
+
+/* x < 0 ? 0 : x, as the reference (relu(NaN) = NaN, relu(-0) = -0): exact, chunked. */
+typedef struct relu_job {
+    const void *x;
+    void *y;
+    int64_t n, per;
+    bool f64;
+} relu_job;
+
+static CLONES void relu_chunk(void *arg, int64_t w) {
+    const relu_job *j = arg;
+    int64_t i0 = w * j->per, i1 = i0 + j->per;
+    if (i1 > j->n) i1 = j->n;
+    if (j->f64) {
+        const double *x = j->x;
+        double *y = j->y;
+        for (int64_t i = i0; i < i1; i++) y[i] = x[i] < 0 ? 0.0 : x[i];
+    } else {
+        const float *x = j->x;
+        float *y = j->y;
+        for (int64_t i = i0; i < i1; i++) y[i] = x[i] < 0 ? 0.0f : x[i];
+    }
+}
+
+static goblin_err blis_relu(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in, int32_t n_in,
+                            goblin_tensor *out) {
+    (void)node;
+    (void)n_in;
+    if (!f32_or_f64(out->dtype) || in[0].dtype != out->dtype || !goblin_tensor_is_contiguous(&in[0]) ||
+        goblin__numel(&in[0]) != goblin__numel(out))
+        return GOBLIN_ENOTSUP;
+    relu_job j = {in[0].data, out->data, goblin__numel(out), 0, out->dtype == GOBLIN_DTYPE_F64};
+    if (j.n == 0) return GOBLIN_OK;
+    int32_t t = threads_for(k, j.n, j.n);
+    j.per = (j.n + t - 1) / t;
+    goblin__parallel_for(t, (j.n + j.per - 1) / j.per, relu_chunk, &j);
+    return GOBLIN_OK;
+}
+
 void goblin__blis_register_train2(goblin__kernel_fn *t) {
     t[GOBLIN_OP_BATCH_NORM] = blis_batch_norm;
     t[GOBLIN_OP_BATCH_NORM_BACKWARD] = blis_batch_norm;
@@ -567,4 +851,5 @@ void goblin__blis_register_train2(goblin__kernel_fn *t) {
     t[GOBLIN_OP_RESHAPE] = blis_view_copy;
     t[GOBLIN_OP_COPY] = blis_view_copy;
     t[GOBLIN_OP_PAD] = blis_pad;
+    t[GOBLIN_OP_RELU] = blis_relu;
 }

@@ -18,6 +18,7 @@
  * (registered after blis_threaded.c), so nothing loses its earlier fast path.
  * Work is split into fixed blocks; elementwise results never depend on the split,
  * so they are the same bits for every thread count. */
+#include <string.h>
 #include "blis_impl.h"
 #include "scalar_ops.h"
 
@@ -242,6 +243,98 @@ static double erf_d(double x) {
     return copysign(r, x);
 }
 
+/* ---- erf / gelu on 4 lanes at a time ----------------------------------------------------
+ * The same operations as erf_d in the same order, on GCC vector types (no FMA: neither
+ * clone's ISA has one, so fp-contract cannot fuse), hence the same bits as the scalar code
+ * on every CPU. The table rows of 4 lanes are loaded whole (a row is one 64-byte line) and
+ * transposed into per-coefficient vectors. A group of 4 with a lane outside |x| < 6 (or
+ * NaN) runs erf_d per lane instead. */
+#pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
+#define T3_CLONES __attribute__((target_clones("avx2", "default")))
+#define T3_INL static inline __attribute__((always_inline))
+
+typedef double t3_v4d __attribute__((vector_size(32)));
+typedef int64_t t3_v4l __attribute__((vector_size(32)));
+typedef float t3_v4f __attribute__((vector_size(16)));
+typedef int32_t t3_v4i __attribute__((vector_size(16)));
+
+/* *out = erf of the 4 lanes of *xp, all with |x| < 6 (pointers, not vector arguments:
+ * their calling convention would differ between the clones) */
+T3_INL void erf4(const t3_v4d *xp, t3_v4d *out) {
+    t3_v4d x = *xp;
+    const t3_v4l sgn = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN};
+    t3_v4l xs = (t3_v4l)x & sgn;
+    t3_v4d a = (t3_v4d)((t3_v4l)x & ~sgn);
+    /* a < 0.25: odd Taylor series */
+    t3_v4d z = a * a, z2 = z * z, z4 = z2 * z2;
+    t3_v4d p01 = 1.0 - z * (1.0 / 3.0), p23 = 1.0 / 10.0 - z * (1.0 / 42.0);
+    t3_v4d p45 = 1.0 / 216.0 - z * (1.0 / 1320.0), p6 = (t3_v4d){0, 0, 0, 0} + 1.0 / 9360.0;
+    t3_v4d rt = (p01 + z2 * p23) + z4 * (p45 + z2 * p6);
+    rt = 1.12837916709551257390 * a * rt;
+    /* a >= 0.25: the table's interval k = (int)(4 a), clamped to 1 for the Taylor lanes */
+    t3_v4i k = __builtin_convertvector(a * 4.0, t3_v4i);
+    t3_v4i lo = k < 1;
+    k = (k & ~lo) | (lo & 1);
+    const double *c0 = ERF_TAB[k[0] - 1], *c1 = ERF_TAB[k[1] - 1], *c2 = ERF_TAB[k[2] - 1],
+                 *c3 = ERF_TAB[k[3] - 1];
+    t3_v4d ra[2];
+    for (int h = 0; h < 2; h++) { /* coefficients 4h .. 4h+3 of the four lanes, transposed */
+        t3_v4d r0, r1, r2, r3;
+        memcpy(&r0, c0 + 4 * h, sizeof r0);
+        memcpy(&r1, c1 + 4 * h, sizeof r1);
+        memcpy(&r2, c2 + 4 * h, sizeof r2);
+        memcpy(&r3, c3 + 4 * h, sizeof r3);
+        t3_v4d t0 = __builtin_shuffle(r0, r1, (t3_v4l){0, 4, 2, 6});
+        t3_v4d t1 = __builtin_shuffle(r0, r1, (t3_v4l){1, 5, 3, 7});
+        t3_v4d t2 = __builtin_shuffle(r2, r3, (t3_v4l){0, 4, 2, 6});
+        t3_v4d t3 = __builtin_shuffle(r2, r3, (t3_v4l){1, 5, 3, 7});
+        t3_v4d q0 = __builtin_shuffle(t0, t2, (t3_v4l){0, 1, 4, 5});
+        t3_v4d q1 = __builtin_shuffle(t1, t3, (t3_v4l){0, 1, 4, 5});
+        t3_v4d q2 = __builtin_shuffle(t0, t2, (t3_v4l){2, 3, 6, 7});
+        t3_v4d q3 = __builtin_shuffle(t1, t3, (t3_v4l){2, 3, 6, 7});
+        t3_v4d u = a - (0.25 * __builtin_convertvector(k, t3_v4d) + 0.125);
+        ra[h] = (q0 + q1 * u) + (u * u) * (q2 + q3 * u);
+        if (h == 1) {
+            t3_v4d u2 = u * u, u4 = u2 * u2;
+            ra[1] = ra[0] + u4 * ra[1];
+        }
+    }
+    t3_v4l m = a < 0.25;
+    t3_v4l r = ((t3_v4l)rt & m) | ((t3_v4l)ra[1] & ~m);
+    *out = (t3_v4d)(r | xs);
+}
+
+/* n elements of erf (gelu = false) or gelu (erf form) on f32, through double */
+T3_CLONES static void erf_gelu_f32(const float *restrict x, float *restrict y, int64_t n,
+                                   bool gelu) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        t3_v4f xf;
+        memcpy(&xf, x + i, sizeof xf);
+        t3_v4d v = __builtin_convertvector(xf, t3_v4d);
+        t3_v4d t = gelu ? v * 0.70710678118654752440 : v;
+        t3_v4l ok = (t3_v4d)((t3_v4l)t & ~(t3_v4l){INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN}) <
+                    6.0;
+        if ((ok[0] & ok[1] & ok[2] & ok[3]) == 0) {
+            for (int q = 0; q < 4; q++) {
+                double vq = x[i + q];
+                y[i + q] = gelu ? (float)(0.5 * vq * (1.0 + erf_d(vq * 0.70710678118654752440)))
+                                : (float)erf_d(vq);
+            }
+        } else {
+            t3_v4d e;
+            erf4(&t, &e);
+            t3_v4d r = gelu ? 0.5 * v * (1.0 + e) : e;
+            t3_v4f rf = __builtin_convertvector(r, t3_v4f);
+            memcpy(y + i, &rf, sizeof rf);
+        }
+    }
+    for (; i < n; i++) {
+        double v = x[i];
+        y[i] = gelu ? (float)(0.5 * v * (1.0 + erf_d(v * 0.70710678118654752440))) : (float)erf_d(v);
+    }
+}
+
 enum { U_EXP, U_ERF, U_GELU };
 
 typedef struct ujob {
@@ -267,15 +360,8 @@ static void urun(void *arg, int64_t item) {
     case U_EXP:
         for (int64_t i = lo; i < hi; i++) y[i] = (float)exp((double)x[i]);
         break;
-    case U_ERF:
-        for (int64_t i = lo; i < hi; i++) y[i] = (float)erf_d(x[i]);
-        break;
-    default:
-        for (int64_t i = lo; i < hi; i++) {
-            double v = x[i];
-            y[i] = (float)(0.5 * v * (1.0 + erf_d(v * 0.70710678118654752440)));
-        }
-        break;
+    case U_ERF: erf_gelu_f32(x + lo, y + lo, hi - lo, false); break;
+    default: erf_gelu_f32(x + lo, y + lo, hi - lo, true); break;
     }
 }
 
