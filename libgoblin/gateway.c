@@ -26,6 +26,7 @@
 #include "goblin/npy.h"
 #include "goblin/tls.h"
 #include "tls_impl.h"
+#include "transport.h"
 
 typedef struct gw_job {
     uint64_t id; /* 0: free slot */
@@ -819,6 +820,7 @@ static bool drained(goblin_gateway *g) {
 
 static void *serve(void *arg) {
     goblin_gateway *g = arg;
+    int rfd = -1; /* poll()ed: no nng timer per receive (see node_main) */
     for (;;) {
         if (atomic_load(&g->stop)) break;
         /* Draining ends once every job's end was reported and those replies arrived
@@ -828,7 +830,7 @@ static void *serve(void *arg) {
             (now_ms() >= g->drain_deadline_ms || (drained(g) && !replies_in_flight(g))))
             break;
         nng_msg *in;
-        int rv = nng_recvmsg(g->sock, &in, 0);
+        int rv = goblin__transport_recv(g->sock, &rfd, &in, 100);
         if (rv == NNG_ETIMEDOUT) continue;
         if (rv == NNG_ECLOSED) break;
         if (rv) {

@@ -29,12 +29,17 @@
 #define PANEL_MEMO 32     /* panel ids remembered per worker and kind (A, B) */
 #define SCAN_LIMIT 512    /* pending tasks examined per assignment */
 #define MAX_WANTED 256    /* lease slots a worker may have outstanding */
+#define HOUSEKEEPING_MS 2 /* node_main: lease deadlines and heartbeats checked this often */
 #define REFUSE_LINGER_MS 300 /* let a REFUSE reach the worker before closing the pipe */
 /* nng's polyamorous pair1 queues at most 2 messages per pipe (plus the one being
  * written) and silently drops a message to a pipe whose queue is full. Workers drain
  * their pipe into a receive buffer of slots + 4 messages, so keeping at most this many
- * leases outstanding per worker means a TASK is never dropped. */
-#define MAX_IN_FLIGHT 3
+ * leases outstanding per worker means a TASK is never dropped. Not 3: the pipe takes
+ * its next message off the queue in a callback that can lag behind the worker's
+ * RESULT for the message it wrote, so with 3 outstanding a TASK was dropped now and
+ * then on a loaded machine (found when workers began asking for many slots, tiny
+ * tasks; each drop stalled the task for a lease time). */
+#define MAX_IN_FLIGHT 2
 
 enum { T_PENDING = 0, T_LEASED = 1, T_DONE = 2 };
 
@@ -56,6 +61,7 @@ typedef struct peer {
     int32_t gnext;
     int64_t agreements; /* replicated results that agreed (adaptive trust) */
     int64_t last_heard_ms; /* any message from the peer */
+    bool ready; /* in node->ready (schedule) */
 } peer;
 
 typedef struct task {
@@ -126,9 +132,16 @@ struct goblin_job {
     int64_t ntasks;
     task *tasks;
     int32_t *tile_done; /* accepted slices per C tile (split-K only) */
+    /* Freivalds: one panels object per K-slice, shared by the slice's tiles (one pass
+     * over B and one over each row panel of A for the whole job, instead of per tile;
+     * docs/verification.md). Built at the first check, dropped (new vectors) after a
+     * rejection and at the job's end. fvp_off: the job checks tile by tile. Under node->mu. */
+    goblin_freivalds_panels **fvp;
+    bool fvp_off;
     int64_t scan_from;
     int64_t rep_from;  /* graph jobs: tasks before this need no concurrent replica lease */
     int64_t sum_task_ms, n_task_ms; /* for straggler detection */
+    int64_t spec_gate_ms; /* no straggler to duplicate before this time (node->mu) */
     goblin_job_params jp;
     /* The serialized task graph of the last tile shape sent (most tiles share one):
      * built once instead of per TASK. Under node->mu. */
@@ -158,6 +171,12 @@ struct goblin_node {
     goblin_wire_limits limits;
     peer *peers;
     int32_t n_peers, cap_peers;
+    /* Peers that may take a task (schedule): added when a message comes from one or
+     * one of its leases ends, dropped once it cannot take more; every housekeeping
+     * tick adds all eligible peers. With hundreds of workers, a pass over all of them
+     * per message cost more than the message. */
+    int32_t *ready;
+    int32_t n_ready, cap_ready;
     lease *leases;
     int64_t n_leases, cap_leases;
     goblin_job **jobs;
@@ -407,8 +426,11 @@ static void task_free_graph_bufs(goblin_job *j, task *t) {
 
 static void job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+static void job_drop_panels(goblin_job *j);
+
 static void job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const char *fmt, ...) {
     j->running = false;
+    job_drop_panels(j);
     for (int64_t i = 0; i < j->ntasks; i++) {
         goblin__free(j->tasks[i].partial);
         j->tasks[i].partial = NULL;
@@ -545,12 +567,15 @@ static int64_t find_lease(goblin_node *n, uint64_t id) {
     return -1;
 }
 
+static void mark_ready(goblin_node *n, int32_t pi);
+
 /* A lease ended without an accepted result. @p counts: whether it counts against the
  * task's retry budget. */
 static void lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why, const char *what) {
     lease L = n->leases[li];
     remove_lease(n, li);
     if (L.peer >= 0 && L.peer < n->n_peers && n->peers[L.peer].in_flight > 0) n->peers[L.peer].in_flight--;
+    mark_ready(n, L.peer);
     if (L.moot) return;
     goblin_job *j = L.job;
     task *t = &j->tasks[L.task];
@@ -804,30 +829,67 @@ static bool assign_one(goblin_node *n, int32_t pi) {
     for (int32_t k = 0; k < n->n_jobs; k++) {
         goblin_job *j = n->jobs[k];
         if (!j->running || j->scan_from < j->ntasks) continue; /* not near the end yet */
+        /* The straggler scan is O(tasks): a scan that found nothing says when the
+         * next straggler can appear at the earliest, and until then no worker scans
+         * (with many workers idle at a job's end, every message used to scan). */
+        if (now < j->spec_gate_ms) continue;
         int64_t avg = j->n_task_ms ? j->sum_task_ms / j->n_task_ms : 100;
         int64_t thresh = 2 * avg + 50;
+        int64_t gate = now + thresh;
         for (int64_t i = 0; i < j->ntasks; i++) {
             task *t = &j->tasks[i];
-            if (t->state != T_LEASED || t->n_leases != 1 || now - t->leased_at_ms < thresh) continue;
-            if (lease_held_by(n, j, i, pi) || !task_fits(j, i, p) || t->holder == pi + 1) continue;
+            if (t->state != T_LEASED || t->n_leases != 1) continue;
+            if (now - t->leased_at_ms < thresh) {
+                if (t->leased_at_ms + thresh < gate) gate = t->leased_at_ms + thresh;
+                continue;
+            }
+            if (lease_held_by(n, j, i, pi) || !task_fits(j, i, p) || t->holder == pi + 1) {
+                if (now + 1 < gate) gate = now + 1; /* another worker may take it */
+                continue;
+            }
             return issue(n, j, i, pi, true);
         }
+        /* The average only falls by so much in a few ms: look again at least that often. */
+        j->spec_gate_ms = gate < now + 20 ? gate : now + 20;
     }
     return false;
 }
 
 static void resolve_orphans(goblin_node *n);
 
-static void schedule(goblin_node *n) {
-    resolve_orphans(n);
+static bool peer_can_take(const peer *p) {
+    return p->connected && p->hello && !p->quarantined && p->wanted > 0 && !p->close_at_ms &&
+           p->in_flight < MAX_IN_FLIGHT;
+}
+
+static void mark_ready(goblin_node *n, int32_t pi) {
+    if (pi < 0 || pi >= n->n_peers || n->peers[pi].ready) return;
+    int64_t cap = n->cap_ready;
+    if (!grow((void **)&n->ready, &cap, n->n_ready + 1, sizeof(int32_t))) return; /* next tick */
+    n->cap_ready = (int32_t)cap;
+    n->ready[n->n_ready++] = pi;
+    n->peers[pi].ready = true;
+}
+
+/* Lease tasks to the peers that can take them, round by round (one task per peer per
+ * round). @p full: every peer is looked at (housekeeping ticks), else only the ready
+ * list. */
+static void schedule(goblin_node *n, bool full) {
+    if (full) {
+        resolve_orphans(n);
+        for (int32_t i = 0; i < n->n_peers; i++)
+            if (peer_can_take(&n->peers[i])) mark_ready(n, i);
+    }
     bool progress = true;
     while (progress) {
         progress = false;
-        for (int32_t i = 0; i < n->n_peers; i++) {
-            peer *p = &n->peers[i];
-            if (!p->connected || !p->hello || p->quarantined || p->wanted <= 0 || p->close_at_ms ||
-                p->in_flight >= MAX_IN_FLIGHT)
+        for (int32_t k = 0; k < n->n_ready; k++) {
+            int32_t i = n->ready[k];
+            if (!peer_can_take(&n->peers[i])) {
+                n->peers[i].ready = false;
+                n->ready[k--] = n->ready[--n->n_ready];
                 continue;
+            }
             if (assign_one(n, i)) progress = true;
         }
     }
@@ -854,8 +916,12 @@ static void task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *d
     t->state = T_DONE;
     t->accepted_peer = by;
     int64_t s = j->info.k_slices;
-    for (int64_t i = 0; i < n->n_leases; i++)
-        if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
+    /* n_leases counts the task's live leases, the accepted one included (already
+     * removed by the caller, or by recheck/escalation paths that hold none): only a
+     * task with another live lease (a speculative duplicate) has any to mark. */
+    if (t->n_leases > 1 || by < 0)
+        for (int64_t i = 0; i < n->n_leases; i++)
+            if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
     t->n_leases = 0;
     size_t bytes = (size_t)(tl.rows * tl.cols) * j->esz;
     if (s == 1) {
@@ -930,12 +996,72 @@ static void task_done(goblin_node *n, goblin_job *j, int64_t ti) {
     }
 }
 
+/* Memory a job's panels objects may take before its tiles are checked one by one. */
+#define FVP_MAX_BYTES ((double)(256u << 20))
+
+/* Drop the job's panels objects: the next check draws new vectors. */
+static void job_drop_panels(goblin_job *j) {
+    if (!j->fvp) return;
+    for (int64_t q = 0; q < j->info.k_slices; q++) goblin_freivalds_panels_free(j->fvp[q]);
+    goblin__free(j->fvp);
+    j->fvp = NULL;
+}
+
+/* The panels object of K-slice @p q of matmul job @p j, built at its first use (one
+ * pass over that slice of B, with vectors drawn from the node's secret source); NULL
+ * when the job's tiles are checked one by one (too much memory, or building failed). */
+static goblin_freivalds_panels *job_panels(goblin_node *n, goblin_job *j, int64_t q) {
+    if (j->fvp_off || j->kind != JOB_MATMUL) return NULL;
+    int64_t s = j->info.k_slices, gc = j->info.grid_cols;
+    if (!j->fvp) {
+        /* B's sums per column panel and K-slice, and A's per row and column panel */
+        double bytes = 8.0 * (n->p.freivalds_vectors + 2) * (double)gc *
+                       ((double)j->info.k + (double)s * (double)j->info.m) + 8.0 * (double)j->info.n;
+        if (bytes > FVP_MAX_BYTES || !(j->fvp = goblin__calloc((size_t)s, sizeof *j->fvp))) {
+            j->fvp_off = true;
+            return NULL;
+        }
+    }
+    if (!j->fvp[q]) {
+        int64_t *cb = goblin__alloc((size_t)(gc + 1) * sizeof(int64_t));
+        if (!cb) return NULL;
+        goblin_matmul_tile t;
+        for (int64_t c = 0; c < gc; c++) {
+            job_tile(j, c * s + q, &t); /* tiles of grid row 0, slice q */
+            cb[c] = t.col0;
+        }
+        cb[gc] = j->info.n;
+        job_tile(j, q, &t);
+        goblin_freivalds_params fp;
+        goblin_freivalds_params_default(&fp);
+        fp.seed = goblin__secret_u64();
+        fp.vectors = n->p.freivalds_vectors;
+        fp.k0 = t.k0;
+        fp.kn = t.kn;
+        goblin_err e = goblin_freivalds_panels_new(&j->a, &j->b, (int32_t)gc, cb, &fp, &j->fvp[q]);
+        goblin__free(cb);
+        if (e) {
+            nlog(n, GOBLIN_LOG_WARN, "job %llu: checking tiles one by one (%s)", (unsigned long long)j->id,
+                 goblin_strerror(e));
+            job_drop_panels(j);
+            j->fvp_off = true;
+            return NULL;
+        }
+    }
+    return j->fvp[q];
+}
+
 /* Freivalds-check @p c as task @p ti (or, with @p whole_tile, the whole C tile over
  * all of K). */
 static goblin_err check_tile_impl(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
                              const goblin_tensor *c, goblin_verdict *v) {
     goblin_matmul_tile t;
     job_tile(j, ti, &t);
+    if (!whole_tile) {
+        int64_t s = j->info.k_slices;
+        goblin_freivalds_panels *fp = job_panels(n, j, ti % s);
+        if (fp) return goblin_freivalds_panels_check(fp, t.row0, t.rows, (int32_t)((ti / s) % j->info.grid_cols), c, v);
+    }
     if (whole_tile) {
         t.k0 = 0;
         t.kn = j->info.k;
@@ -1048,6 +1174,8 @@ static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
              v.worst_ratio);
         char why[96];
         snprintf(why, sizeof why, "result rejected (%s)", goblin_verify_reason_name(v.reason));
+        /* The rejected worker learned one bit about the job's vectors: draw new ones. */
+        job_drop_panels(j);
         lease_failed(n, li, true, GOBLIN_EVERIFY, why);
         quarantine(n, pi);
     }
@@ -1181,6 +1309,7 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
     peer *p = &n->peers[pi];
     if (p->close_at_ms) return; /* refused: ignore until closed */
     p->last_heard_ms = goblin__now_ms();
+    mark_ready(n, pi);
     const uint8_t *buf = nng_msg_body(msg);
     size_t len = nng_msg_len(msg);
     goblin_wire_msg *m = NULL;
@@ -1356,20 +1485,32 @@ static void housekeeping(goblin_node *n) {
 
 static void *node_main(void *arg) {
     goblin_node *n = arg;
+    /* Wait for a message with poll() on the socket's receive descriptor, at most 10 ms
+     * (new jobs, lease deadlines): a timed nng receive puts an aio on nng 1.5's expiry
+     * list, whose thread spins up to a millisecond each time one expires (7 % of a core
+     * at 100 timeouts a second, measured). */
+    int rfd = -1;
     for (;;) {
         pthread_mutex_lock(&n->mu);
         bool stop = n->stopping;
         pthread_mutex_unlock(&n->mu);
         if (stop) break;
         nng_msg *msg = NULL;
-        int rv = nng_recvmsg(n->sock, &msg, 0);
+        int rv = goblin__transport_recv(n->sock, &rfd, &msg, 10);
         pthread_mutex_lock(&n->mu);
         if (rv == 0) {
             handle_msg(n, msg);
             nng_msg_free(msg);
         }
-        housekeeping(n);
-        schedule(n);
+        /* Housekeeping (pipe events, lease deadlines, heartbeats: O(leases + workers))
+         * every HOUSEKEEPING_MS rather than after every message; its deadlines are
+         * in ms anyway. A removed pipe is seen at once. */
+        pthread_mutex_lock(&n->ev_mu);
+        bool ev = n->n_ev > 0;
+        pthread_mutex_unlock(&n->ev_mu);
+        bool tick = ev || rv != 0 || goblin__now_ms() - n->last_housekeeping_ms >= HOUSEKEEPING_MS;
+        if (tick) housekeeping(n);
+        schedule(n, tick);
         pthread_mutex_unlock(&n->mu);
         if (rv && rv != NNG_ETIMEDOUT && rv != NNG_EAGAIN) {
             if (rv == NNG_ECLOSED) break;
@@ -1437,6 +1578,7 @@ void goblin_node_free(goblin_node *n) {
     goblin__free(n->token_file);
     goblin__free(n->peers);
     goblin__free(n->leases);
+    goblin__free(n->ready);
     goblin__free(n->jobs);
     goblin__free(n->ev_removed);
     for (int32_t k = 0; k < 2; k++) {
@@ -2580,6 +2722,7 @@ void goblin_job_free(goblin_job *j) {
             goblin__free(j->tasks[i].partial);
             if (j->g) task_free_graph_bufs(j, &j->tasks[i]);
         }
+    job_drop_panels(j);
     gjob_free(j->g);
     goblin_buffer_free(j->gser);
     goblin__free(j->tasks);

@@ -4,6 +4,8 @@
 
 #include <nng/protocol/pair1/pair.h>
 #include <nng/supplemental/util/platform.h>
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -147,4 +149,19 @@ goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms
         return fail(rv, "cannot dial", url, msg, cap);
     }
     return GOBLIN_OK;
+}
+
+int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms) {
+    int rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    if (rv != NNG_EAGAIN || timeout_ms <= 0) return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+    if (*fd < 0 && (rv = nng_socket_get_int(s, NNG_OPT_RECVFD, fd)) != 0) {
+        /* No pollable descriptor (never on pair1): the timed receive. */
+        *fd = -1;
+        nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms);
+        return nng_recvmsg(s, msg, 0);
+    }
+    struct pollfd p = {.fd = *fd, .events = POLLIN};
+    if (poll(&p, 1, timeout_ms) < 0 && errno != EINTR) return NNG_EINTERNAL;
+    rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
 }

@@ -51,6 +51,14 @@ bool goblin__transport_url_is_plain_tcp(const char *url);
 bool goblin__transport_url_is_local(const char *url);
 /** tls+tcp:// and its variants. */
 bool goblin__transport_url_is_tls(const char *url);
+/** Receive one message, waiting at most @p timeout_ms (0: do not wait), like
+ *  nng_recvmsg with a receive timeout but without nng's timer: nng 1.5's aio expiry
+ *  thread spins for up to a millisecond on every receive that times out (measured:
+ *  a loop with a 10 ms timeout burns about 7% of a core doing nothing; this wait,
+ *  poll(2) on the socket's NNG_OPT_RECVFD, about 0.5%). @p *fd caches that descriptor
+ *  (pass -1 the first time; it stays valid until the socket is closed). Returns 0,
+ *  NNG_ETIMEDOUT, or nng's error (NNG_ECLOSED once the socket is closed). */
+int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms);
 /** goblin_err for an nng error code. */
 goblin_err goblin__transport_err(int rv);
 

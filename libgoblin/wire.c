@@ -85,6 +85,9 @@ typedef struct wr {
     uint64_t cap;
     bool over;    /* a write would have passed cap */
     bool strided; /* tensors may be strided views: gathered into the message */
+    bool layout;  /* tensor data is neither read nor written: its offsets are recorded */
+    size_t *offs; /* layout: offset of each tensor's data, in order (max_offs of them) */
+    int32_t n_offs, max_offs;
 } wr;
 
 static void put(wr *w, const void *src, uint64_t n) {
@@ -179,8 +182,8 @@ static goblin_err put_tensors(wr *w, const goblin_tensor *ts, int32_t n) {
         int64_t numel;
         if (!shape_numel(t->rank, t->shape, GOBLIN_MAX_NUMEL, &numel)) return GOBLIN_ELIMIT;
         uint64_t nbytes = (uint64_t)numel * es; /* <= 2^46 * 8: no overflow */
-        if (numel > 0 && !t->data) return GOBLIN_EINVAL;
-        bool gather = numel > 1 && !goblin_tensor_is_contiguous(t);
+        if (numel > 0 && !t->data && !w->layout) return GOBLIN_EINVAL;
+        bool gather = numel > 1 && !w->layout && !goblin_tensor_is_contiguous(t);
         if (gather && !w->strided) return GOBLIN_EINVAL;
         if (nbytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES) return GOBLIN_ELIMIT;
         PUT_U8(w, t->dtype);
@@ -189,7 +192,13 @@ static goblin_err put_tensors(wr *w, const goblin_tensor *ts, int32_t n) {
         PUT_U32(w, 0);
         for (int32_t d = 0; d < t->rank; d++) PUT_U64(w, t->shape[d]);
         PUT_U64(w, nbytes);
-        if (gather)
+        if (w->layout) {
+            if (w->n_offs >= w->max_offs) return GOBLIN_EINVAL;
+            if (w->offs) w->offs[w->n_offs] = (size_t)w->len;
+            w->n_offs++;
+            if (w->p && (w->over || nbytes > w->cap - w->len)) w->over = true;
+            else w->len += nbytes; /* left for the caller to fill */
+        } else if (gather)
             put_strided(w, t, es, nbytes);
         else
             put(w, t->data, nbytes);
@@ -351,6 +360,38 @@ goblin_err goblin_wire_encode_into(const goblin_wire_msg *m, uint8_t *buf, size_
 goblin_err goblin__wire_encode_into_strided(const goblin_wire_msg *m, uint8_t *buf, size_t cap,
                                             size_t *out_len) {
     return encode_into(m, true, buf, cap, out_len);
+}
+
+goblin_err goblin__wire_layout_size(const goblin_wire_msg *m, int32_t n_tensors, size_t *out_len) {
+    if (!m || !out_len || n_tensors < 0) return GOBLIN_EINVAL;
+    wr w = {0};
+    w.layout = true;
+    w.max_offs = n_tensors;
+    goblin_err e = put_msg(&w, m, 0);
+    if (e) return e;
+    if (w.n_offs != n_tensors || w.len > SIZE_MAX) return GOBLIN_EINVAL;
+    *out_len = (size_t)w.len;
+    return GOBLIN_OK;
+}
+
+goblin_err goblin__wire_encode_layout(const goblin_wire_msg *m, uint8_t *buf, size_t cap, size_t *out_len,
+                                      size_t *data_off, int32_t n_tensors) {
+    if (!m || !buf || !out_len || !data_off || n_tensors < 0) return GOBLIN_EINVAL;
+    size_t need;
+    goblin_err e = goblin__wire_layout_size(m, n_tensors, &need);
+    if (e) return e;
+    if (need > cap) return GOBLIN_ELIMIT;
+    wr w = {0};
+    w.p = buf;
+    w.cap = cap;
+    w.layout = true;
+    w.offs = data_off;
+    w.max_offs = n_tensors;
+    e = put_msg(&w, m, need - GOBLIN_WIRE_HEADER_SIZE);
+    if (e) return e;
+    if (w.over || w.len != need || w.n_offs != n_tensors) return GOBLIN_EINVAL;
+    *out_len = need;
+    return GOBLIN_OK;
 }
 
 goblin_err goblin_wire_encode(const goblin_wire_msg *m, uint8_t **out_buf, size_t *out_len) {

@@ -1,8 +1,9 @@
 /* worker.c - a worker: dials a node, says HELLO, computes leased tasks.
  *
- * One loop in the caller's thread receives a message (20 ms timeout), computes a
- * TASK to completion and sends its RESULT followed by a LEASE_REQUEST for one more
- * task. With slots > 1 the node keeps further tasks queued in the socket, so the next
+ * One loop in the caller's thread receives a message (no timeout: stop and pipe
+ * events wake it), computes a TASK to completion and sends its RESULT followed by a
+ * LEASE_REQUEST for one more task (for tiny tasks, a batch now and then: lease_topup).
+ * With slots > 1 the node keeps further tasks queued in the socket, so the next
  * task's transfer overlaps this one's computation. Task data lives in memory only. */
 #include "goblin/worker.h"
 
@@ -21,6 +22,7 @@
 #include "goblin/wire.h"
 #include "scheduler.h"
 #include "transport.h"
+#include "wire_impl.h"
 #ifdef GOBLIN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -65,6 +67,11 @@ struct goblin_worker {
     atomic_int pipes_added, pipes_removed;
     atomic_uint hb_ms;   /* from HELLO_ACK; 0 until then and after a disconnect */
     atomic_bool hb_quit;
+    pthread_mutex_t hb_mu; /* the heartbeat thread sleeps on hb_cv */
+    pthread_cond_t hb_cv;
+    pthread_mutex_t rx_mu; /* guards rx: goblin_worker_stop and pipe events abort it */
+    nng_aio *rx;           /* the loop's receive (no timeout), while goblin_worker_run runs */
+    int64_t credit;        /* lease slots asked for and not yet received as TASKs */
     nng_socket sock;
     goblin_wire_limits limits;
     panel *cache;
@@ -167,6 +174,13 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
     w->limits.max_message_bytes = p->recv_max_bytes;
     w->rng = p->misbehave_seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     pthread_mutex_init(&w->st_mu, NULL);
+    pthread_mutex_init(&w->rx_mu, NULL);
+    pthread_mutex_init(&w->hb_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->hb_cv, &ca);
+    pthread_condattr_destroy(&ca);
     *out = w;
     return GOBLIN_OK;
 nomem:
@@ -178,8 +192,23 @@ nomem:
     return GOBLIN_ENOMEM;
 }
 
+/* Wake the loop out of its receive (it then looks at stop and the pipe events). */
+static void rx_wake(goblin_worker *w) {
+    pthread_mutex_lock(&w->rx_mu);
+    if (w->rx) nng_aio_abort(w->rx, NNG_ECANCELED);
+    pthread_mutex_unlock(&w->rx_mu);
+}
+
+static void hb_wake(goblin_worker *w) {
+    pthread_mutex_lock(&w->hb_mu);
+    pthread_cond_broadcast(&w->hb_cv);
+    pthread_mutex_unlock(&w->hb_mu);
+}
+
 void goblin_worker_stop(goblin_worker *w) {
-    if (w) atomic_store(&w->stop, true);
+    if (!w) return;
+    atomic_store(&w->stop, true);
+    rx_wake(w);
 }
 
 static void panel_release(panel *pn) {
@@ -219,6 +248,9 @@ void goblin_worker_free(goblin_worker *w) {
     goblin__free(w->tls_name);
     goblin__free(w->token);
     pthread_mutex_destroy(&w->st_mu);
+    pthread_mutex_destroy(&w->rx_mu);
+    pthread_mutex_destroy(&w->hb_mu);
+    pthread_cond_destroy(&w->hb_cv);
     goblin__free(w);
 }
 
@@ -367,16 +399,73 @@ static void keep_outputs(kept_set *k, const goblin_tensor *o, int32_t n) {
     k->n = n;
 }
 
+/* The RESULT message of task @p task_id, laid out before the evaluation: each of the
+ * @p no outputs of @p g gets a descriptor in @p out whose data lies inside the message
+ * body, so the evaluation writes the result where it is sent from (no output buffer,
+ * no copy into the message). NULL (and @p out left zeroed) when that cannot be done:
+ * the caller then evaluates into buffers of its own and encodes them as usual. */
+static nng_msg *result_msg(const goblin_graph *g, uint64_t task_id, goblin_tensor *out, int32_t no) {
+    if (no < 1 || no > GOBLIN_WIRE_MAX_TENSORS) return NULL;
+    for (int32_t i = 0; i < no; i++)
+        if (goblin_graph_node(g, goblin_graph_output_id(g, i), NULL, &out[i], NULL, NULL) != GOBLIN_OK) {
+            memset(out, 0, (size_t)no * sizeof *out);
+            return NULL;
+        }
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+    m.request_id = task_id;
+    m.body.result.task_id = task_id;
+    m.body.result.n_outputs = (uint32_t)no;
+    m.body.result.outputs = out;
+    size_t len = 0, wrote = 0;
+    size_t *off = goblin__alloc((size_t)no * sizeof *off);
+    nng_msg *msg = NULL;
+    bool ok = off && goblin__wire_layout_size(&m, no, &len) == GOBLIN_OK && nng_msg_alloc(&msg, len) == 0;
+    if (ok && goblin__wire_encode_layout(&m, nng_msg_body(msg), len, &wrote, off, no) != GOBLIN_OK) ok = false;
+    for (int32_t i = 0; ok && i < no; i++) {
+        uint8_t *d = (uint8_t *)nng_msg_body(msg) + off[i];
+        size_t es = goblin_dtype_size(out[i].dtype);
+        if (es == 0 || (uintptr_t)d % es) ok = false; /* kernels need aligned elements */
+        out[i].data = d;
+    }
+    goblin__free(off);
+    if (!ok) {
+        if (msg) nng_msg_free(msg);
+        memset(out, 0, (size_t)no * sizeof *out);
+        return NULL;
+    }
+    return msg;
+}
+
 /* Returns false when the worker must end now (CRASH). Every answer (RESULT or
  * ERROR) is followed by a LEASE_REQUEST for one more task; SILENT sends neither. */
 static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp, bool *answered);
+
+/* Lease requests. The worker keeps `slots` leases asked for ahead (w->credit: asked
+ * and not yet received). After a task of normal size it asks for one more, as the task
+ * ends. After a tiny task (under TINY_TASK_NS) it asks for LEASE_BATCH at once, when
+ * fewer than `slots` are left: one LEASE_REQUEST per LEASE_BATCH tasks instead of one
+ * per task, a third of the messages of a tiny task. The node keeps at most 2 leases
+ * outstanding per worker whatever it asked for (MAX_IN_FLIGHT in node.c), so this
+ * does not queue more work here (docs/runtime.md). */
+#define TINY_TASK_NS 1000000
+#define LEASE_BATCH 16
+
+static void lease_topup(goblin_worker *w, int64_t task_ns) {
+    if (w->credit >= w->p.slots) return;
+    uint32_t ask = task_ns < TINY_TASK_NS ? LEASE_BATCH : 1;
+    send_lease_request(w, ask);
+    w->credit += ask;
+}
 
 /* @p t was decoded zero-copy from *nmp; the panel cache may take the message (then
  * *nmp is set to NULL). */
 static bool run_task(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp) {
     bool answered = true;
+    int64_t t0 = goblin__now_ns();
+    if (w->credit > 0) w->credit--;
     bool keep = run_task_inner(w, t, nmp, &answered);
-    if (keep && answered) send_lease_request(w, 1);
+    if (keep && answered) lease_topup(w, goblin__now_ns() - t0);
     return keep;
 }
 
@@ -525,6 +614,9 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     goblin_exec_params_default(&ep);
     ep.backend = w->p.backend;
     ep.threads = w->p.threads;
+    /* An honest worker computes straight into its RESULT message (misbehaving ones,
+     * which alter or replace outputs, keep buffers of their own). */
+    nng_msg *rmsg = w->p.misbehave == GOBLIN_MISBEHAVE_NONE ? result_msg(g, t->task_id, out, no) : NULL;
     e = goblin_graph_eval(g, &ep, in, ni, out, no);
     if (owned) goblin_graph_free(g);
     if (dv) {
@@ -534,8 +626,21 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     }
     goblin__free(in);
     if (e) {
+        if (rmsg) nng_msg_free(rmsg);
+        else
+            for (int32_t i = 0; i < no; i++) goblin_buffer_free(out[i].data);
         goblin__free(out);
         fail_task(w, t->task_id, e, "task evaluation failed");
+        return true;
+    }
+    if (rmsg) {
+        goblin__free(out);
+        int rv = nng_sendmsg(w->sock, rmsg, 0);
+        if (rv) {
+            nng_msg_free(rmsg);
+            wlog(w, GOBLIN_LOG_WARN, "cannot send result: %s", nng_strerror(rv));
+        }
+        BUMP(w, tasks_done);
         return true;
     }
     goblin_tensor *send_t = out;
@@ -643,23 +748,41 @@ static void wpipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     } else if (ev == NNG_PIPE_EV_REM_POST) {
         atomic_store(&w->hb_ms, 0); /* no HEARTBEAT before the next HELLO */
         atomic_fetch_add(&w->pipes_removed, 1);
+    } else {
+        return;
     }
+    rx_wake(w);
 }
 
 /* Sends a HEARTBEAT every hb_ms (as HELLO_ACK asked), also while the loop computes. */
+/* It sleeps until the next HEARTBEAT is due (not in 10 ms steps: with hundreds of
+ * workers in one process those wake-ups showed in the profile); HELLO_ACK and the end
+ * of the loop wake it. */
 static void *heartbeat_main(void *arg) {
     goblin_worker *w = arg;
     int64_t last = goblin__now_ms();
+    pthread_mutex_lock(&w->hb_mu);
     while (!atomic_load(&w->hb_quit)) {
-        usleep(10000);
         unsigned hb = atomic_load(&w->hb_ms);
         int64_t now = goblin__now_ms();
-        if (!hb || now - last < (int64_t)hb) continue;
-        goblin_wire_msg m;
-        goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
-        wsend(w, &m);
-        last = now;
+        if (hb && now - last >= (int64_t)hb) {
+            pthread_mutex_unlock(&w->hb_mu);
+            goblin_wire_msg m;
+            goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
+            wsend(w, &m);
+            last = now;
+            pthread_mutex_lock(&w->hb_mu);
+            continue;
+        }
+        int64_t wait_ms = hb ? last + (int64_t)hb - now : 100;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ns = ts.tv_nsec + (wait_ms % 1000) * 1000000;
+        ts.tv_sec += (time_t)(wait_ms / 1000 + ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_cond_timedwait(&w->hb_cv, &w->hb_mu, &ts);
     }
+    pthread_mutex_unlock(&w->hb_mu);
     return NULL;
 }
 
@@ -729,6 +852,14 @@ goblin_err goblin_worker_run(goblin_worker *w) {
     atomic_store(&w->hb_quit, false);
     pthread_t hb_th;
     bool hb_started = pthread_create(&hb_th, NULL, heartbeat_main, w) == 0;
+    /* The loop's receive waits without a timeout (an aio with one sits on nng's
+     * expiry list, which nng scans whole: with hundreds of workers in a process that
+     * scan was a third of the CPU); goblin_worker_stop and pipe events abort it. */
+    nng_aio *rx = NULL;
+    if (nng_aio_alloc(&rx, NULL, NULL) != 0) rx = NULL; /* then nng_recvmsg, 20 ms timeout */
+    pthread_mutex_lock(&w->rx_mu);
+    w->rx = rx;
+    pthread_mutex_unlock(&w->rx_mu);
     while (!atomic_load(&w->stop)) {
         int removed = atomic_load(&w->pipes_removed);
         if (removed != seen_removed) {
@@ -744,7 +875,21 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             send_hello(w);
         }
         nng_msg *nm = NULL;
-        int rv = nng_recvmsg(w->sock, &nm, 0);
+        int rv;
+        if (rx) {
+            nng_aio_set_timeout(rx, NNG_DURATION_INFINITE);
+            nng_recv_aio(w->sock, rx);
+            /* An event that came before the receive started found nothing to abort. */
+            if (atomic_load(&w->stop) || atomic_load(&w->pipes_removed) != seen_removed ||
+                atomic_load(&w->pipes_added) != seen_added)
+                nng_aio_abort(rx, NNG_ECANCELED);
+            nng_aio_wait(rx);
+            rv = nng_aio_result(rx);
+            if (rv == 0) nm = nng_aio_get_msg(rx);
+            else if (rv == NNG_ECANCELED) rv = NNG_ETIMEDOUT;
+        } else {
+            rv = nng_recvmsg(w->sock, &nm, 0);
+        }
         if (rv == NNG_ETIMEDOUT || rv == NNG_EAGAIN) continue;
         if (rv) {
             wlog(w, GOBLIN_LOG_ERROR, "receive failed: %s", nng_strerror(rv));
@@ -770,7 +915,9 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                  (unsigned long long)m->body.hello_ack.session_id);
             /* Heartbeat a bit more often than asked: the node allows 3 intervals. */
             atomic_store(&w->hb_ms, m->body.hello_ack.heartbeat_ms ? m->body.hello_ack.heartbeat_ms / 2 + 1 : 0);
+            hb_wake(w);
             send_lease_request(w, (uint32_t)w->p.slots);
+            w->credit = w->p.slots;
             break;
         case GOBLIN_WIRE_TYPE_REFUSE:
             wlog(w, GOBLIN_LOG_ERROR, "the node refused this worker (%s): %s",
@@ -799,7 +946,12 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         if (nm) nng_msg_free(nm);
         if (!keep_going) break;
     }
+    pthread_mutex_lock(&w->rx_mu);
+    w->rx = NULL;
+    pthread_mutex_unlock(&w->rx_mu);
+    if (rx) nng_aio_free(rx);
     atomic_store(&w->hb_quit, true);
+    hb_wake(w);
     if (hb_started) pthread_join(hb_th, NULL);
     if (atomic_load(&w->stop)) {
         /* Give back tasks already queued for us so the node reissues them at once. */

@@ -48,7 +48,7 @@ typedef struct goblin_worker_params {
     int32_t threads;                /* kernel threads; 0 = all cores (advertised as >= 1) */
     uint64_t memory_bytes;          /* budget advertised for tasks (default 1 GiB) */
     uint64_t cache_bytes;           /* panel cache bound (default memory_bytes / 4; 0 disables) */
-    int32_t slots;                  /* tasks asked for in flight (default 2; a node keeps at most 3) */
+    int32_t slots;                  /* tasks asked for in flight (default 2; a node keeps at most 2) */
     const uint8_t *join_token;      /* presented in HELLO (copied) */
     uint32_t token_len;
     uint32_t reconnect_min_ms;      /* redial backoff (defaults 100 and 5000) */

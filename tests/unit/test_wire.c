@@ -1134,3 +1134,95 @@ Test(wire, type_names) {
     cr_assert_null(goblin_wire_type_name(GOBLIN_WIRE_TYPE_COUNT));
     cr_assert_null(goblin_wire_type_name((goblin_wire_type)-1));
 }
+
+/* ---- internal: layout encoding (a worker computes its RESULT in place) and the
+ * transport's timed receive ------------------------------------------------------- */
+#include "transport.h" /* nng.h first: pair.h needs it */
+#include <nng/protocol/pair1/pair.h>
+#include "wire_impl.h"
+
+Test(wire, layout_encoding_matches_the_plain_encoder_once_filled) {
+    float a[6] = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f}; /* 24 bytes: no padding after */
+    double b[3] = {1e300, -4.5, 0.125};                   /* after a u8 tensor: padded */
+    uint8_t c[5] = {9, 8, 7, 6, 5};
+    int64_t sa[2] = {2, 3}, sb[1] = {3}, sc[1] = {5};
+    goblin_tensor full[3], empty[3];
+    goblin_tensor_init(&full[0], GOBLIN_DTYPE_F32, 2, sa, a);
+    goblin_tensor_init(&full[1], GOBLIN_DTYPE_U8, 1, sc, c);
+    goblin_tensor_init(&full[2], GOBLIN_DTYPE_F64, 1, sb, b);
+    for (int i = 0; i < 3; i++) {
+        empty[i] = full[i];
+        empty[i].data = NULL;
+    }
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+    m.request_id = 77;
+    m.body.result.task_id = 78;
+    m.body.result.n_outputs = 3;
+    m.body.result.outputs = full;
+    size_t want_len;
+    uint8_t *want = encode(&m, &want_len);
+
+    m.body.result.outputs = empty;
+    size_t len = 0, wrote = 0, off[3] = {0, 0, 0};
+    cr_assert_eq(goblin__wire_layout_size(&m, 3, &len), GOBLIN_OK);
+    cr_assert_eq(len, want_len);
+    cr_assert_eq(goblin__wire_layout_size(&m, 2, &len), GOBLIN_EINVAL); /* 3 tensors, not 2 */
+    cr_assert_eq(goblin__wire_layout_size(&m, 4, &len), GOBLIN_EINVAL);
+    uint8_t *buf = malloc(want_len);
+    memset(buf, 0xEE, want_len);
+    cr_assert_eq(goblin__wire_encode_layout(&m, buf, want_len - 1, &wrote, off, 3), GOBLIN_ELIMIT);
+    cr_assert_eq(goblin__wire_encode_layout(&m, buf, want_len, &wrote, off, 3), GOBLIN_OK);
+    cr_assert_eq(wrote, want_len);
+    /* header 24 + task id 8 + count 4 + 4; tensor head 8 + shape 8 per dim + byte count 8 */
+    cr_assert_eq(off[0], 24 + 16 + 8 + 16 + 8);
+    cr_assert_eq(off[1], off[0] + 24 + 8 + 8 + 8);
+    cr_assert_eq(off[2], off[1] + 8 + 8 + 8 + 8);
+    for (int i = 0; i < 3; i++) cr_assert_eq(off[i] % 8, 0, "tensor %d data is not 8-byte aligned", i);
+    memcpy(buf + off[0], a, sizeof a);
+    memcpy(buf + off[1], c, sizeof c);
+    memcpy(buf + off[2], b, sizeof b);
+    cr_assert_eq(memcmp(buf, want, want_len), 0, "filled layout differs from the plain encoding");
+    goblin_wire_msg *d = decode_ok(buf, want_len, 0);
+    cr_assert_eq(d->body.result.task_id, 78);
+    cr_assert_float_eq(((float *)d->body.result.outputs[0].data)[5], -0.5f, 0);
+    cr_assert_eq(((uint8_t *)d->body.result.outputs[1].data)[4], 5);
+    cr_assert_float_eq(((double *)d->body.result.outputs[2].data)[0], 1e300, 0);
+    goblin_wire_msg_free(d);
+    free(buf);
+    goblin_buffer_free(want);
+}
+
+Test(wire, transport_recv_waits_without_nng_timers) {
+    nng_socket node, wk;
+    char msg[128];
+    cr_assert_eq(goblin__transport_open_node(&node, 1 << 20, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    cr_assert_eq(nng_pair1_open(&wk), 0);
+    cr_assert_eq(nng_listen(node, "inproc://goblin-test-transport-recv", NULL, 0), 0);
+    cr_assert_eq(nng_dial(wk, "inproc://goblin-test-transport-recv", NULL, 0), 0);
+    int fd = -1;
+    nng_msg *got = NULL;
+    cr_assert_eq(goblin__transport_recv(node, &fd, &got, 0), NNG_ETIMEDOUT);
+    cr_assert_eq(goblin__transport_recv(node, &fd, &got, 20), NNG_ETIMEDOUT);
+    cr_assert_eq(got, NULL);
+    for (int i = 0; i < 3; i++) {
+        nng_msg *s;
+        cr_assert_eq(nng_msg_alloc(&s, 4), 0);
+        memcpy(nng_msg_body(s), "abc", 4);
+        ((char *)nng_msg_body(s))[2] = (char)('0' + i);
+        cr_assert_eq(nng_sendmsg(wk, s, 0), 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        int rv = goblin__transport_recv(node, &fd, &got, 5000);
+        cr_assert_eq(rv, 0, "message %d: %s", i, nng_strerror(rv));
+        cr_assert_eq(nng_msg_len(got), 4);
+        cr_assert_eq(((char *)nng_msg_body(got))[2], '0' + i);
+        nng_msg_free(got);
+        got = NULL;
+    }
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(goblin__transport_recv(node, &fd, &got, 10), NNG_ETIMEDOUT);
+    nng_close(wk);
+    nng_close(node);
+    cr_assert_eq(goblin__transport_recv(node, &fd, &got, 10), NNG_ECLOSED);
+}
