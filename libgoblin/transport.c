@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 goblin_err goblin__transport_err(int rv) {
     switch (rv) {
@@ -149,6 +150,25 @@ goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms
         return fail(rv, "cannot dial", url, msg, cap);
     }
     return GOBLIN_OK;
+}
+
+int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms) {
+    if (wake_fd < 0) return goblin__transport_recv(s, fd, msg, timeout_ms);
+    int rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    if (rv != NNG_EAGAIN || timeout_ms <= 0) return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+    if (*fd < 0 && nng_socket_get_int(s, NNG_OPT_RECVFD, fd) != 0) {
+        *fd = -1;
+        return goblin__transport_recv(s, fd, msg, timeout_ms); /* no pollable descriptor */
+    }
+    struct pollfd p[2] = {{.fd = *fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
+    if (poll(p, 2, timeout_ms) < 0 && errno != EINTR) return NNG_EINTERNAL;
+    if (p[1].revents & POLLIN) {
+        char junk[64];
+        while (read(wake_fd, junk, sizeof junk) > 0) {
+        }
+    }
+    rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
 }
 
 int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms) {

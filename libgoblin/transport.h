@@ -59,6 +59,11 @@ bool goblin__transport_url_is_tls(const char *url);
  *  (pass -1 the first time; it stays valid until the socket is closed). Returns 0,
  *  NNG_ETIMEDOUT, or nng's error (NNG_ECLOSED once the socket is closed). */
 int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms);
+/** goblin__transport_recv that also returns early (NNG_ETIMEDOUT, no message) when
+ *  @p wake_fd (the read end of a non-blocking pipe, or -1) becomes readable; the bytes
+ *  waiting there are drained. Another thread writes a byte to the pipe to wake the
+ *  receiver at once (a job submitted to the node). */
+int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms);
 /** goblin_err for an nng error code. */
 goblin_err goblin__transport_err(int rv);
 
