@@ -42,6 +42,10 @@ void goblin__free(void *p) {
 
 void goblin_buffer_free(void *p) { goblin__free(p); }
 
+bool goblin__alloc_is_default(void) { return g_alloc.alloc == default_alloc && g_alloc.free == default_free; }
+
+void goblin__free_default(void *p) { free(p); }
+
 char *goblin__strdup(const char *s) {
     if (!s) return NULL;
     return goblin__memdup(s, strlen(s) + 1);

@@ -16,6 +16,12 @@ char *goblin__strdup(const char *s);
 /* Copy of @p n bytes, or NULL. */
 void *goblin__memdup(const void *p, size_t n);
 
+/* Whether the default allocator (no goblin_set_allocator hook) is installed, and its
+ * free, for memory taken while it was: caches of buffers kept across calls use these
+ * so that a hook installed later never sees memory it did not allocate. */
+bool goblin__alloc_is_default(void);
+void goblin__free_default(void *p);
+
 /* Overflow-checked arithmetic on sizes: return false on overflow. */
 static inline bool goblin__mul_size(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);

@@ -1,6 +1,7 @@
 /* libgoblin/exec.c - evaluating a graph: walk the nodes in order, give each to
  * the chosen backend (or the reference backend when it lacks the op), free
  * intermediates after their last use, and hand results to the caller. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +224,88 @@ static void *node_alloc(size_t bytes) {
     return p;
 }
 
+/* Buffers kept across runs on a thread. A graph evaluated again (a worker's next task of
+ * the same shape, the next training round) allocates the same intermediates: the
+ * buffers the last run on this thread freed are kept and handed back by exact size, so
+ * a repeated run touches no fresh pages (on a VM the page faults of a small CNN's
+ * training step cost ~40 % of it). Only buffers of at least WARM_MIN bytes, at most
+ * WARM_CAP bytes in all per thread, only while the default allocator is installed (a
+ * goblin_set_allocator hook never sees them), and only until the end of the next run on
+ * the thread (what it did not take is freed then) or the thread's exit. */
+#define WARM_SLOTS 32
+#define WARM_MIN ((size_t)64 << 10)
+#define WARM_CAP ((size_t)256 << 20)
+
+typedef struct warm_cache {
+    void *p[WARM_SLOTS];
+    size_t bytes[WARM_SLOTS];
+    uint32_t run[WARM_SLOTS]; /* the run that kept it */
+    size_t total;
+    uint32_t cur;
+    bool keyed;
+} warm_cache;
+
+static _Thread_local warm_cache t_warm;
+static pthread_key_t g_warm_key;
+static pthread_once_t g_warm_once = PTHREAD_ONCE_INIT;
+static bool g_warm_key_ok;
+
+static void warm_flush(warm_cache *w, bool all) {
+    for (int s = 0; s < WARM_SLOTS; s++)
+        if (w->p[s] && (all || w->run[s] != w->cur)) {
+            goblin__free_default(w->p[s]);
+            w->total -= w->bytes[s];
+            w->p[s] = NULL;
+        }
+}
+
+static void warm_thread_exit(void *arg) { warm_flush(arg, true); }
+static void warm_key_init(void) { g_warm_key_ok = pthread_key_create(&g_warm_key, warm_thread_exit) == 0; }
+
+/* This thread's cache, or NULL when buffers are not kept (a hook is installed: what
+ * was kept under the default allocator is released first). */
+static warm_cache *warm_get(void) {
+    warm_cache *w = &t_warm;
+    if (!goblin__alloc_is_default()) {
+        if (w->total) warm_flush(w, true);
+        return NULL;
+    }
+    if (!w->keyed) {
+        pthread_once(&g_warm_once, warm_key_init);
+        if (!g_warm_key_ok || pthread_setspecific(g_warm_key, w) != 0) return NULL;
+        w->keyed = true;
+    }
+    return w;
+}
+
+static void *warm_take(size_t bytes) {
+    warm_cache *w = bytes >= WARM_MIN ? warm_get() : NULL;
+    for (int s = 0; w && s < WARM_SLOTS; s++)
+        if (w->p[s] && w->bytes[s] == bytes) {
+            void *b = w->p[s];
+            w->p[s] = NULL;
+            w->total -= bytes;
+            return b;
+        }
+    return NULL;
+}
+
+/* Free @p buf (@p bytes long, from node_alloc or warm_take), or keep it for the next run. */
+static void warm_put(void *buf, size_t bytes) {
+    if (!buf) return;
+    warm_cache *w = bytes >= WARM_MIN ? warm_get() : NULL;
+    if (w && w->total + bytes <= WARM_CAP)
+        for (int s = 0; s < WARM_SLOTS; s++)
+            if (!w->p[s]) {
+                w->p[s] = buf;
+                w->bytes[s] = bytes;
+                w->run[s] = w->cur;
+                w->total += bytes;
+                return;
+            }
+    goblin__free(buf);
+}
+
 /* Intermediates freed after their last use are kept for a few nodes when one of those
  * nodes will allocate exactly as many bytes, and handed to it: a chain of same-shaped
  * activations then reuses two buffers instead of touching fresh pages (page faults cost
@@ -268,14 +351,14 @@ static void reuse_give(reuse_pool *rp, const goblin_graph *g, const int32_t *dir
             rp->until[s] = q;
             return;
         }
-    goblin__free(buf);
+    warm_put(buf, bytes);
 }
 
 /* Free kept buffers no node up to @p i took (i = INT32_MAX: all). */
 static void reuse_expire(reuse_pool *rp, int32_t i) {
     for (int s = 0; s < REUSE_SLOTS; s++)
         if (rp->p[s] && rp->until[s] <= i) {
-            goblin__free(rp->p[s]);
+            warm_put(rp->p[s], rp->bytes[s]);
             rp->p[s] = NULL;
         }
 }
@@ -381,6 +464,7 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
             buf = outputs[direct[i]].data;
         } else {
             buf = reuse_take(&pool, node_bytes(n));
+            if (!buf) buf = warm_take(node_bytes(n));
             if (!buf) buf = node_alloc(node_bytes(n));
             if (!buf) {
                 for (int32_t q = 0; q < n->n_inputs; q++) goblin__free(tmp[q]);
@@ -478,7 +562,14 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
 done:
     reuse_expire(&pool, INT32_MAX);
     if (owned)
-        for (int32_t i = 0; i < nn; i++) goblin__free(owned[i]);
+        for (int32_t i = 0; i < nn; i++) warm_put(owned[i], node_bytes(&g->nodes[i]));
+    {
+        warm_cache *w = warm_get(); /* what the last run kept and this one did not take */
+        if (w) {
+            warm_flush(w, false);
+            w->cur++;
+        }
+    }
     goblin__free(vals);
     goblin__free(owned);
     goblin__free(direct);

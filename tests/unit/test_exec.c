@@ -231,3 +231,83 @@ Test(exec, threaded_elementwise_matches_reference_bitwise) {
     goblin_buffer_free(ref.data);
     goblin_graph_free(g);
 }
+
+/* Buffers kept across runs on a thread (exec.c, "warm" cache): a chain of big
+ * intermediates evaluated again and again, with inputs changing between runs, gives
+ * the hand-computed values every time (a kept buffer is never read before it is
+ * written, and never handed to two nodes); a hook installed afterwards sees balanced
+ * allocations and frees, never a buffer kept under the default allocator. */
+static int64_t g_hook_allocs, g_hook_frees;
+static void *hook_alloc(void *u, size_t n, size_t al) {
+    (void)u;
+    void *p = NULL;
+    if (posix_memalign(&p, al, n) != 0) return NULL;
+    g_hook_allocs++;
+    return p;
+}
+static void hook_free(void *u, void *p) {
+    (void)u;
+    g_hook_frees++;
+    free(p);
+}
+
+Test(exec, buffers_kept_across_runs_stay_correct_and_hooks_never_see_them) {
+    enum { N = 40000 }; /* 320 KB of f64 per intermediate: above the kept size */
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sh[] = {N};
+    int32_t x, y;
+    goblin_graph_input(g, GOBLIN_DTYPE_F64, 1, sh, &x);
+    goblin_graph_input(g, GOBLIN_DTYPE_F64, 1, sh, &y);
+    /* t1 = x + y, t2 = t1 * x, t3 = t2 - y, out = t3 * t1 */
+    int32_t t1, t2, t3, o, a1[] = {x, y};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, a1, 2, NULL, 0, &t1), GOBLIN_OK);
+    int32_t a2[] = {t1, x};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MUL, a2, 2, NULL, 0, &t2), GOBLIN_OK);
+    int32_t a3[] = {t2, y};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SUB, a3, 2, NULL, 0, &t3), GOBLIN_OK);
+    int32_t a4[] = {t3, t1};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MUL, a4, 2, NULL, 0, &o), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, o), GOBLIN_OK);
+    double *xb = malloc(N * sizeof(double)), *yb = malloc(N * sizeof(double));
+    for (int hooked = 0; hooked < 2; hooked++) {
+        if (hooked) {
+            goblin_allocator a = {hook_alloc, hook_free, NULL};
+            g_hook_allocs = g_hook_frees = 0;
+            goblin_set_allocator(&a);
+        }
+        for (size_t bi = 0; bi < sizeof backends / sizeof *backends; bi++) {
+            goblin_exec_params p;
+            goblin_exec_params_default(&p);
+            p.backend = backends[bi];
+            p.threads = 1;
+            goblin_exec *ex;
+            cr_assert_eq(goblin_exec_new(&ex, g, &p), GOBLIN_OK);
+            for (int run = 0; run < 4; run++) {
+                for (int i = 0; i < N; i++) {
+                    xb[i] = (double)((i * 7 + run * 13) % 101) / 8.0 - 6.0;
+                    yb[i] = (double)((i * 3 + run * 5) % 37) / 4.0 - 4.0;
+                }
+                goblin_tensor in[2] = {gt_tensor(GOBLIN_DTYPE_F64, 1, sh, xb), gt_tensor(GOBLIN_DTYPE_F64, 1, sh, yb)};
+                goblin_tensor out = {0};
+                cr_assert_eq(goblin_exec_run(ex, in, 2, &out, 1), GOBLIN_OK, "%s", goblin_exec_error(ex));
+                for (int i = 0; i < N; i++) {
+                    double s = xb[i] + yb[i]; /* exact: the values are multiples of 1/8 */
+                    double want = (s * xb[i] - yb[i]) * s;
+                    cr_assert_eq(((double *)out.data)[i], want, "run %d element %d", run, i);
+                }
+                goblin_buffer_free(out.data);
+            }
+            goblin_exec_free(ex);
+        }
+        if (hooked) {
+            goblin_set_allocator(NULL);
+            cr_assert_gt(g_hook_allocs, 0);
+            cr_assert_eq(g_hook_allocs, g_hook_frees, "the hook saw %lld allocations and %lld frees",
+                         (long long)g_hook_allocs, (long long)g_hook_frees);
+        }
+    }
+    free(xb);
+    free(yb);
+    goblin_graph_free(g);
+}
