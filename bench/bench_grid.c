@@ -16,7 +16,8 @@
  *      job with GOBLIN_VERIFY_POLICY_UNSAFE_NONE (goal <= 2%);
  *   4. scheduler throughput: a matmul cut into tiny tiles (the node has no other task
  *      type) through a node with W in-process workers dialing tcp loopback (the real
- *      protocol and transport), W = 1 .. 64 (goal >= 20,000 tasks/s at W = 4).
+ *      protocol and transport), W = 1 .. 256 (goal >= 20,000 tasks/s at W = 4). Tiny
+ *      TASKs go in batches of up to 16 per message (protocol 1.1, docs/wire-protocol.md).
  * Ratios are direct time / goblin time (> 1: goblin faster). Each figure is the best
  * of a few interleaved runs after a warm-up.
  *
@@ -25,7 +26,9 @@
  * takes about 2.5 minutes on a loaded 2-core machine, 1 without it), GOBLIN_BENCH_GRID_EMBEDDED_ONLY=1
  * runs only sections 1 and 3 (the embedded grid and its verification overhead), GOBLIN_BENCH_GRID_REPS
  * (default 2), GOBLIN_BENCH_GRID_SCHED_ONLY=1 runs only section 4 (W up to
- * GOBLIN_BENCH_GRID_SCHED_MAX_W, default 256), GOBLIN_BENCH_GRID_PORT (first tcp port to try;
+ * GOBLIN_BENCH_GRID_SCHED_MAX_W, default 256; GOBLIN_BENCH_GRID_SCHED_W=1,4,... picks the
+ * W values, GOBLIN_BENCH_GRID_SCHED_REPS the runs per W, GOBLIN_BENCH_GRID_SCHED_TASKS
+ * the tiles per job, default 4096), GOBLIN_BENCH_GRID_PORT (first tcp port to try;
  * default random), GOBLIN_BENCH_GRID_WORKER (path of goblin-worker; default
  * ../tools/goblin-worker next to this program). */
 #define _GNU_SOURCE
@@ -631,10 +634,15 @@ sched:
     }
     int wmax = env_int("GOBLIN_BENCH_GRID_SCHED_MAX_W", 1024);
     int sreps = env_int("GOBLIN_BENCH_GRID_SCHED_REPS", 1);
+    /* 4096 tiles of a 512 x 512 C; GOBLIN_BENCH_GRID_SCHED_TASKS=16384 (a 1024 x 1024 C)
+     * makes a run long enough to time well at 100k tasks/s. */
+    int64_t stasks = env_int("GOBLIN_BENCH_GRID_SCHED_TASKS", 4096);
+    int64_t sdim = 8;
+    while (sdim * sdim < stasks * 64) sdim *= 2;
     for (int i = 0; i < nws; i++) {
         if (ws[i] > wmax) continue;
         fprintf(stderr, "scheduler W=%d\n", ws[i]);
-        scheduler(ws[i], 512, 4096, sreps);
+        scheduler(ws[i], sdim, stasks, sreps);
     }
     loadavg(la, sizeof la);
     printf("\nLoad average at end: %s; this program ran %.0f s.\n", la, now_s() - t_start);

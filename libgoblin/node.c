@@ -36,12 +36,19 @@
 /* nng's polyamorous pair1 queues at most 2 messages per pipe (plus the one being
  * written) and silently drops a message to a pipe whose queue is full. Workers drain
  * their pipe into a receive buffer of slots + 4 messages, so keeping at most this many
- * leases outstanding per worker means a TASK is never dropped. Not 3: the pipe takes
+ * TASK messages (single TASKs or batches) outstanding per worker means a TASK is never
+ * dropped. Not 3: the pipe takes
  * its next message off the queue in a callback that can lag behind the worker's
  * RESULT for the message it wrote, so with 3 outstanding a TASK was dropped now and
  * then on a loaded machine (found when workers began asking for many slots, tiny
  * tasks; each drop stalled the task for a lease time). */
 #define MAX_IN_FLIGHT 2
+/* Batches (protocol 1.1, docs/wire-protocol.md): to a worker that takes them, up to
+ * BATCH_MAX TASKs whose encodings are each under BATCH_TASK_BYTES go in one nng
+ * message. MAX_IN_FLIGHT then counts messages, not leases: a batch is one message in
+ * the pipe's queue. Bigger tasks go one per message, as to a 1.0 worker. */
+#define BATCH_MAX 16
+#define BATCH_TASK_BYTES ((size_t)64 << 10)
 
 enum { T_PENDING = 0, T_LEASED = 1, T_DONE = 2 };
 
@@ -53,7 +60,13 @@ typedef struct peer {
     int64_t close_at_ms;
     int32_t threads;
     uint64_t memory;
-    int32_t wanted, in_flight;
+    int32_t wanted;
+    /* TASK messages sent and not yet taken off the pipe (at most MAX_IN_FLIGHT), by
+     * id: a message counts until the first of its leases ends (its RESULT shows the
+     * worker has received it), so a batch of several leases counts once. */
+    int32_t in_flight;
+    uint64_t in_flight_msg[MAX_IN_FLIGHT];
+    bool batch; /* takes batches of TASKs (offered GOBLIN_WIRE_CAP_BATCH in HELLO) */
     int64_t issued, accepted, rejected, failed;
     uint64_t panels[2][PANEL_MEMO];
     int32_t panel_next[2];
@@ -114,6 +127,7 @@ typedef struct gjob {
 
 typedef struct lease {
     uint64_t id;
+    uint64_t msg; /* the TASK message (a batch may hold several leases): peer in_flight */
     goblin_job *job;
     int64_t task;
     int32_t peer;
@@ -187,6 +201,12 @@ struct goblin_node {
     goblin_job **jobs;
     int32_t n_jobs, cap_jobs;
     uint64_t next_lease_id, next_job_id, next_session;
+    /* The batch being filled for one peer (schedule, send_task): TASKs are appended
+     * to bmsg, sent by batch_flush. bpeer < 0: no batch open. */
+    int32_t bpeer, bcount;
+    nng_msg *bmsg;
+    uint64_t bid, next_msg_id;
+    bool bclosed; /* a task went alone: the batch takes no more this round */
     int64_t last_housekeeping_ms;
     goblin_node_stats st;
     /* pipe events from nng's threads, under ev_mu */
@@ -382,6 +402,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     goblin_wire_limits_default(&n->limits);
     n->limits.max_message_bytes = p->recv_max_bytes;
     n->next_lease_id = 1;
+    n->bpeer = -1;
     n->next_job_id = 1;
     int wp[2];
     if (pipe(wp) == 0) { /* without it the node still works, waking every 10 ms */
@@ -584,12 +605,24 @@ static int64_t find_lease(goblin_node *n, uint64_t id) {
 
 static void mark_ready(goblin_node *n, int32_t pi);
 
+/* Lease @p L ended (result, failure, expiry, its job freed): the first lease of its
+ * TASK message to end shows the worker took the message off its pipe. */
+static void lease_msg_done(goblin_node *n, const lease *L) {
+    if (L->peer < 0 || L->peer >= n->n_peers) return;
+    peer *p = &n->peers[L->peer];
+    for (int32_t i = 0; i < p->in_flight; i++)
+        if (p->in_flight_msg[i] == L->msg) {
+            p->in_flight_msg[i] = p->in_flight_msg[--p->in_flight];
+            return;
+        }
+}
+
 /* A lease ended without an accepted result. @p counts: whether it counts against the
  * task's retry budget. */
 static void lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why, const char *what) {
     lease L = n->leases[li];
     remove_lease(n, li);
-    if (L.peer >= 0 && L.peer < n->n_peers && n->peers[L.peer].in_flight > 0) n->peers[L.peer].in_flight--;
+    lease_msg_done(n, &L);
     mark_ready(n, L.peer);
     if (L.moot) return;
     goblin_job *j = L.job;
@@ -649,6 +682,82 @@ static int send_wire(goblin_node *n, nng_pipe pp, const goblin_wire_msg *m) {
     nng_msg_set_pipe(msg, pp);
     if ((rv = nng_sendmsg(n->sock, msg, 0)) != 0) nng_msg_free(msg);
     return rv;
+}
+
+/* Take a slot of peer @p pi's pipe queue for TASK message @p mid. */
+static void in_flight_add(peer *p, uint64_t mid) {
+    if (p->in_flight < MAX_IN_FLIGHT) p->in_flight_msg[p->in_flight++] = mid;
+}
+
+static void lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why, const char *what);
+
+/* Send the open batch (if it holds any TASK) and close it. If the send fails, its
+ * leases end at once (not counted against the tasks: nothing reached the worker). */
+static void batch_flush(goblin_node *n) {
+    int32_t pi = n->bpeer;
+    nng_msg *msg = n->bmsg;
+    uint64_t bid = n->bid;
+    n->bpeer = -1;
+    n->bmsg = NULL;
+    n->bcount = 0;
+    n->bclosed = false;
+    if (!msg) return;
+    peer *p = &n->peers[pi];
+    nng_msg_set_pipe(msg, p->pipe);
+    int rv = nng_sendmsg(n->sock, msg, 0);
+    if (rv == 0) return;
+    nng_msg_free(msg);
+    nlog(n, GOBLIN_LOG_WARN, "cannot send a batch of tasks to worker %llu: %s", (unsigned long long)p->session_id,
+         nng_strerror(rv));
+    for (int64_t i = n->n_leases - 1; i >= 0; i--)
+        if (i < n->n_leases && n->leases[i].msg == bid && n->leases[i].peer == pi)
+            lease_failed(n, i, false, GOBLIN_ECLOSED, "cannot send the task");
+}
+
+/* Send TASK @p m to peer @p pi: appended to the batch open for it when it is small,
+ * @p batchable and the peer takes batches, else alone. *mid: the id of the message it went in.
+ * NNG_EAGAIN: not now (a big task after small ones in this round: it waits for the
+ * next one, since the batch and it would need two queue slots). */
+static int batch_add(goblin_node *n, int32_t pi, const goblin_wire_msg *m, bool batchable, uint64_t *mid) {
+    peer *p = &n->peers[pi];
+    size_t len = 0;
+    if (goblin__wire_encoded_size_strided(m, &len) != GOBLIN_OK) return NNG_EINVAL;
+    bool open = n->bpeer == pi && !n->bclosed;
+    if (open && batchable && len < BATCH_TASK_BYTES && n->bcount < BATCH_MAX) {
+        size_t at = 0, cur = 0;
+        int rv;
+        if (!n->bmsg) {
+            rv = nng_msg_alloc(&n->bmsg, len);
+            if (rv) return rv;
+            /* room for the rest of a full batch of tasks like this one */
+            nng_msg_reserve(n->bmsg, (len + GOBLIN_WIRE_BATCH_ALIGN) * (size_t)(p->wanted < BATCH_MAX ? p->wanted : BATCH_MAX));
+        } else {
+            cur = nng_msg_len(n->bmsg);
+            at = cur + (GOBLIN_WIRE_BATCH_ALIGN - cur % GOBLIN_WIRE_BATCH_ALIGN) % GOBLIN_WIRE_BATCH_ALIGN;
+            if ((rv = nng_msg_realloc(n->bmsg, at + len)) != 0) return rv;
+            memset((uint8_t *)nng_msg_body(n->bmsg) + cur, 0, at - cur);
+        }
+        size_t wrote = 0;
+        if (goblin__wire_encode_into_strided(m, (uint8_t *)nng_msg_body(n->bmsg) + at, len, &wrote) != GOBLIN_OK) {
+            if (at == 0) {
+                nng_msg_free(n->bmsg);
+                n->bmsg = NULL;
+            } else {
+                nng_msg_chop(n->bmsg, at + len - cur);
+            }
+            return NNG_EINVAL;
+        }
+        if (n->bcount++ == 0) in_flight_add(p, n->bid);
+        *mid = n->bid;
+        return 0;
+    }
+    if (open && n->bcount > 0) return NNG_EAGAIN;
+    int rv = send_wire(n, p->pipe, m);
+    if (rv) return rv;
+    *mid = ++n->next_msg_id;
+    in_flight_add(p, *mid);
+    if (n->bpeer == pi) n->bclosed = true;
+    return 0;
 }
 
 static void drop_peer(goblin_node *n, int32_t pi, const char *why) {
@@ -747,21 +856,26 @@ static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, boo
     int64_t cap = n->cap_leases;
     if (!grow((void **)&n->leases, &cap, n->n_leases + 1, sizeof(lease))) return false;
     n->cap_leases = cap;
-    int rv = send_wire(n, p->pipe, &m);
+    uint64_t mid;
+    /* Graph jobs verified by replication decide each task's replication from the
+     * worker's trust when it is first leased: their tasks go one per message, so a
+     * new worker is not handed a batch of leases before it has earned any trust. */
+    bool batchable = j->kind == JOB_MATMUL || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE;
+    int rv = batch_add(n, pi, &m, batchable, &mid);
     if (rv) {
-        nlog(n, GOBLIN_LOG_WARN, "cannot send task to worker %llu: %s", (unsigned long long)p->session_id,
-             nng_strerror(rv));
+        if (rv != NNG_EAGAIN)
+            nlog(n, GOBLIN_LOG_WARN, "cannot send task to worker %llu: %s", (unsigned long long)p->session_id,
+                 nng_strerror(rv));
         return false;
     }
     int64_t now = goblin__now_ms();
-    n->leases[n->n_leases++] = (lease){.id = lid, .job = j, .task = ti, .peer = pi,
+    n->leases[n->n_leases++] = (lease){.id = lid, .msg = mid, .job = j, .task = ti, .peer = pi,
                                        .deadline_ms = now + n->p.lease_ms};
     task *tk = &j->tasks[ti];
     tk->state = T_LEASED;
     tk->n_leases++;
     if (!speculative) tk->leased_at_ms = now;
     p->wanted--;
-    p->in_flight++;
     p->issued++;
     n->st.tasks_issued++;
     if (speculative) n->st.tasks_speculative++;
@@ -905,7 +1019,19 @@ static void schedule(goblin_node *n, bool full) {
                 n->ready[k--] = n->ready[--n->n_ready];
                 continue;
             }
-            if (assign_one(n, i)) progress = true;
+            if (!n->peers[i].batch) {
+                if (assign_one(n, i)) progress = true;
+                continue;
+            }
+            /* One message per peer per round: up to BATCH_MAX small tasks. */
+            peer *p = &n->peers[i];
+            n->bpeer = i;
+            n->bid = ++n->next_msg_id;
+            for (int32_t c = 0; c < BATCH_MAX && p->wanted > 0 && !n->bclosed && n->bcount < BATCH_MAX; c++) {
+                if (!assign_one(n, i)) break;
+                progress = true;
+            }
+            batch_flush(n);
         }
     }
 }
@@ -1114,7 +1240,7 @@ static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
     if (L.moot) {
         n->st.results_duplicate++;
         remove_lease(n, li);
-        if (n->peers[pi].in_flight > 0) n->peers[pi].in_flight--;
+        lease_msg_done(n, &L);
         return;
     }
     goblin_job *j = L.job;
@@ -1163,14 +1289,14 @@ static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
     peer *p = &n->peers[pi];
     if (v.kind == GOBLIN_VERDICT_ACCEPT) {
         remove_lease(n, li);
-        if (p->in_flight > 0) p->in_flight--;
+        lease_msg_done(n, &L);
         p->accepted++;
         n->st.results_accepted++;
         task_accept(n, j, L.task, c->data, pi);
     } else if (v.kind == GOBLIN_VERDICT_ESCALATE) {
         /* Inconclusive: recompute on the node and keep the node's tile. */
         remove_lease(n, li);
-        if (p->in_flight > 0) p->in_flight--;
+        lease_msg_done(n, &L);
         n->st.results_escalated++;
         if (!mine) mine = goblin__alloc((size_t)(t.rows * t.cols) * j->esz);
         goblin_err e = mine ? node_compute(n, j, L.task, mine) : GOBLIN_ENOMEM;
@@ -1307,6 +1433,10 @@ static bool token_ok(const goblin_node *n, const goblin_wire_hello *h) {
     return false;
 }
 
+static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t len);
+
+/* One nng message from a worker: one goblin message, or a batch of them (protocol
+ * 1.1), handled in order. */
 static void handle_msg(goblin_node *n, nng_msg *msg) {
     nng_pipe pp = nng_msg_get_pipe(msg);
     uint32_t pid = nng_pipe_id(pp);
@@ -1326,11 +1456,42 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
     p->last_heard_ms = goblin__now_ms();
     mark_ready(n, pi);
     const uint8_t *buf = nng_msg_body(msg);
-    size_t len = nng_msg_len(msg);
+    size_t len = nng_msg_len(msg), off = 0, ml = 0;
+    char err[256];
+    do {
+        size_t at = off;
+        goblin_err e = goblin_wire_batch_next(buf, len, &off, &n->limits, &ml, err, sizeof err);
+        if (e == GOBLIN_OK && at == 0 && off == len) {
+            handle_one(n, pi, buf, len); /* not a batch */
+            return;
+        }
+        if (e) {
+            /* A lone message that does not frame is judged by the decoder (a HELLO of
+             * another catalogue gets a REFUSE); a bad batch drops the worker. */
+            if (at == 0) {
+                handle_one(n, pi, buf, len);
+                return;
+            }
+            char why[320];
+            snprintf(why, sizeof why, "malformed batch (%s): %s", goblin_err_name(e), err);
+            drop_peer(n, pi, why);
+            return;
+        }
+        handle_one(n, pi, buf + at, ml);
+        p = &n->peers[pi];
+    } while (off < len && p->connected && !p->close_at_ms);
+}
+
+/* One goblin message (@p len bytes at @p buf, inside the nng message handle_msg
+ * frees after this returns) from peer @p pi. */
+static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t len) {
+    peer *p = &n->peers[pi];
+    nng_pipe pp = p->pipe;
+    uint32_t pid = p->pipe_id;
     goblin_wire_msg *m = NULL;
     char err[256];
-    /* Zero-copy: result tensors are read-only views into @p msg, which node_main
-     * frees only after this returns (everything kept past it is copied). */
+    /* Zero-copy: result tensors are read-only views into the nng message, which
+     * node_main frees only after this returns (everything kept past it is copied). */
     goblin_err e = goblin_wire_decode(buf, len, &n->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err, sizeof err);
     if (e) {
         goblin_wire_header h;
@@ -1377,6 +1538,7 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
         p->threads = (int32_t)h->threads;
         p->memo_cap = PANEL_MEMO;
         p->memory = h->memory_bytes;
+        p->batch = (h->backends & GOBLIN_WIRE_CAP_BATCH) != 0;
         n->st.workers_seen++;
         n->st.workers_connected++;
         goblin_wire_msg a;
@@ -1385,6 +1547,7 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
         a.body.hello_ack.session_id = p->session_id;
         a.body.hello_ack.heartbeat_ms = n->p.heartbeat_ms;
         a.body.hello_ack.max_message_bytes = n->p.recv_max_bytes;
+        if (p->batch) a.flags = GOBLIN_WIRE_FLAG_BATCH;
         send_wire(n, pp, &a);
         nlog(n, GOBLIN_LOG_INFO, "worker %llu joined (pipe %u, %u threads, %llu bytes)",
              (unsigned long long)p->session_id, (unsigned)pid, (unsigned)h->threads,
@@ -2058,7 +2221,7 @@ static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_w
         return;
     }
     remove_lease(n, li);
-    if (p->in_flight > 0) p->in_flight--;
+    lease_msg_done(n, &L);
     if (t->n_leases > 0) t->n_leases--;
     if (t->holder == pi + 1) { /* cannot replicate itself */
         n->st.results_duplicate++;
@@ -2736,8 +2899,7 @@ void goblin_job_free(goblin_job *j) {
          * they must not point at freed memory. */
         for (int64_t i = n->n_leases - 1; i >= 0; i--)
             if (n->leases[i].job == j) {
-                if (n->leases[i].peer >= 0 && n->peers[n->leases[i].peer].in_flight > 0)
-                    n->peers[n->leases[i].peer].in_flight--;
+                lease_msg_done(n, &n->leases[i]);
                 remove_lease(n, i);
             }
         for (int32_t k = 0; k < n->n_jobs; k++)

@@ -56,6 +56,11 @@ const char *goblin_wire_type_name(goblin_wire_type type) {
 
 static bool type_known(uint32_t t) { return t >= 1 && t < GOBLIN_WIRE_TYPE_COUNT; }
 
+/* Header flags a message of type @p t may carry (protocol 1.1). */
+static uint32_t flags_allowed(uint32_t t) {
+    return t == GOBLIN_WIRE_TYPE_HELLO_ACK ? GOBLIN_WIRE_FLAG_BATCH : 0;
+}
+
 static uint64_t pad_to_align(uint64_t off) { return (ALIGN - off % ALIGN) % ALIGN; }
 
 static bool text_byte_ok(uint8_t c) { return c >= 0x20 && c <= 0x7e; }
@@ -288,10 +293,11 @@ static goblin_err put_body(wr *w, const goblin_wire_msg *m) {
 
 /* Header then body; in the counting pass body_len is a placeholder. */
 static goblin_err put_msg(wr *w, const goblin_wire_msg *m, uint64_t body_len) {
+    if (m->flags & ~flags_allowed((uint32_t)m->type)) return GOBLIN_EINVAL;
     put(w, MAGIC, 4);
     PUT_U16(w, GOBLIN_WIRE_VERSION);
     PUT_U8(w, m->type);
-    PUT_U8(w, 0);
+    PUT_U8(w, m->flags);
     PUT_U64(w, m->request_id);
     PUT_U64(w, body_len);
     goblin_err e = put_body(w, m);
@@ -747,7 +753,8 @@ static goblin_err header_decode(rd *r, goblin_wire_header *h) {
         return rfail(r, GOBLIN_EVERSION, "peer speaks protocol version %llu, this library speaks %d",
                      (unsigned long long)ver, GOBLIN_WIRE_VERSION);
     if (!type_known((uint32_t)type)) return rfail(r, GOBLIN_EPROTO, "unknown message type %llu", (unsigned long long)type);
-    if (flags != 0) return rfail(r, GOBLIN_EPROTO, "unknown flags 0x%02llx", (unsigned long long)flags);
+    if (flags & ~(uint64_t)flags_allowed((uint32_t)type))
+        return rfail(r, GOBLIN_EPROTO, "unknown flags 0x%02llx", (unsigned long long)flags);
     if (blen > r->lim.max_message_bytes - GOBLIN_WIRE_HEADER_SIZE)
         return rfail(r, GOBLIN_ELIMIT, "body of %llu bytes exceeds the limit of %llu bytes per message",
                      (unsigned long long)blen, (unsigned long long)r->lim.max_message_bytes);
@@ -802,6 +809,7 @@ goblin_err goblin_wire_decode(const uint8_t *buf, size_t len, const goblin_wire_
     memset(&scratch, 0, sizeof scratch);
     scratch.type = (goblin_wire_type)h.type;
     scratch.version = h.version;
+    scratch.flags = h.flags;
     scratch.request_id = h.request_id;
     arena_take(&r, sizeof scratch, _Alignof(goblin_wire_msg));
     if ((e = get_body(&r, &scratch))) return e;
@@ -828,6 +836,52 @@ goblin_err goblin_wire_decode(const uint8_t *buf, size_t len, const goblin_wire_
     }
     *out = m;
     return GOBLIN_OK;
+}
+
+goblin_err goblin_wire_batch_next(const uint8_t *buf, size_t len, size_t *off,
+                                  const goblin_wire_limits *limits, size_t *msg_len, char *err_msg,
+                                  size_t err_cap) {
+    if (err_msg && err_cap) err_msg[0] = 0;
+    if (!off || !msg_len || (!buf && len) || *off > len || (*off < len && *off % GOBLIN_WIRE_BATCH_ALIGN))
+        return GOBLIN_EINVAL;
+    size_t at = *off;
+    rd r;
+    char sub[224];
+    rd_init(&r, buf + at, len - at, limits, 0, sub, sizeof sub);
+    goblin_err e;
+    if (at == len) {
+        e = rfail(&r, GOBLIN_EFORMAT, len ? "no message left in the batch" : "empty message");
+    } else {
+        goblin_wire_header h;
+        e = header_decode(&r, &h);
+        if (!e && h.body_len > r.len - GOBLIN_WIRE_HEADER_SIZE)
+            e = rfail(&r, GOBLIN_EFORMAT, "truncated: header says the body has %llu bytes, but %zu follow",
+                      (unsigned long long)h.body_len, r.len - GOBLIN_WIRE_HEADER_SIZE);
+        if (!e) {
+            size_t end = at + GOBLIN_WIRE_HEADER_SIZE + (size_t)h.body_len;
+            size_t next = end;
+            if (end < len) {
+                next = end + (size_t)pad_to_align(end);
+                for (size_t i = end; i < next && i < len; i++)
+                    if (buf[i] != 0) {
+                        r.pos = i - at;
+                        e = rfail(&r, GOBLIN_EFORMAT, "non-zero padding byte after the message");
+                        break;
+                    }
+                if (!e && next >= len) {
+                    r.pos = end - at;
+                    e = rfail(&r, GOBLIN_EFORMAT, "%zu trailing bytes after the last message", len - end);
+                }
+            }
+            if (!e) {
+                *msg_len = end - at;
+                *off = next;
+                return GOBLIN_OK;
+            }
+        }
+    }
+    if (err_msg && err_cap) snprintf(err_msg, err_cap, "batch, message at byte %zu: %s", at, sub);
+    return e;
 }
 
 void goblin_wire_msg_free(goblin_wire_msg *m) { goblin__free(m); }

@@ -4,7 +4,12 @@
  * events wake it), computes a TASK to completion and sends its RESULT followed by a
  * LEASE_REQUEST for one more task (for tiny tasks, a batch now and then: lease_topup).
  * With slots > 1 the node keeps further tasks queued in the socket, so the next
- * task's transfer overlaps this one's computation. Task data lives in memory only. */
+ * task's transfer overlaps this one's computation. Task data lives in memory only.
+ *
+ * Batches (protocol 1.1): the worker offers GOBLIN_WIRE_CAP_BATCH in its HELLO; a node
+ * that takes them says so in HELLO_ACK and may then send several small TASKs in one
+ * nng message. They run in order, and their RESULTs, ERRORs and LEASE_REQUESTs go back
+ * together in one nng message (the loop's out-batch, w->ob) once the last has run. */
 #include "goblin/worker.h"
 
 #include <math.h>
@@ -72,6 +77,11 @@ struct goblin_worker {
     pthread_mutex_t rx_mu; /* guards rx: goblin_worker_stop and pipe events abort it */
     nng_aio *rx;           /* the loop's receive (no timeout), while goblin_worker_run runs */
     int64_t credit;        /* lease slots asked for and not yet received as TASKs */
+    /* Loop thread only: the node takes batches (HELLO_ACK flag); while ob_on, what
+     * the loop sends is appended to ob (sent by ob_flush) instead of sent at once. */
+    bool node_batch, ob_on;
+    nng_msg *ob;
+    uint64_t node_max;     /* the node's max_message_bytes (HELLO_ACK) */
     nng_socket sock;
     goblin_wire_limits limits;
     panel *cache;
@@ -328,7 +338,7 @@ static bool cache_put(goblin_worker *w, uint64_t id, const goblin_tensor *t, msg
 
 /* ---- sending ------------------------------------------------------------------------ */
 
-static int wsend(goblin_worker *w, const goblin_wire_msg *m) {
+static int wencode(const goblin_wire_msg *m, nng_msg **out) {
     size_t len = 0;
     if (goblin_wire_encoded_size(m, &len)) return NNG_EINVAL;
     nng_msg *msg;
@@ -339,15 +349,73 @@ static int wsend(goblin_worker *w, const goblin_wire_msg *m) {
         nng_msg_free(msg);
         return NNG_EINVAL;
     }
+    *out = msg;
+    return 0;
+}
+
+/* Send now (any thread). */
+static int wsend(goblin_worker *w, const goblin_wire_msg *m) {
+    nng_msg *msg = NULL;
+    int rv = wencode(m, &msg);
+    if (rv) return rv;
     if ((rv = nng_sendmsg(w->sock, msg, 0)) != 0) nng_msg_free(msg);
     return rv;
+}
+
+/* The out-batch goes to the node (loop thread). */
+static int ob_flush(goblin_worker *w) {
+    nng_msg *ob = w->ob;
+    w->ob = NULL;
+    if (!ob) return 0;
+    int rv = nng_sendmsg(w->sock, ob, 0);
+    if (rv) {
+        nng_msg_free(ob);
+        wlog(w, GOBLIN_LOG_WARN, "cannot send results: %s", nng_strerror(rv));
+    }
+    return rv;
+}
+
+/* The out-batch stays under this many bytes (a message over it goes alone). */
+#define OB_MAX_BYTES ((size_t)4 << 20)
+
+/* Send @p msg (taken) from the loop thread: appended to the out-batch while one is
+ * being collected, else at once. */
+static int wout(goblin_worker *w, nng_msg *msg) {
+    if (!w->ob_on) {
+        int rv = nng_sendmsg(w->sock, msg, 0);
+        if (rv) nng_msg_free(msg);
+        return rv;
+    }
+    size_t cap = w->node_max && w->node_max < OB_MAX_BYTES ? (size_t)w->node_max : OB_MAX_BYTES;
+    size_t len = nng_msg_len(msg);
+    if (w->ob) {
+        size_t cur = nng_msg_len(w->ob);
+        size_t at = cur + (GOBLIN_WIRE_BATCH_ALIGN - cur % GOBLIN_WIRE_BATCH_ALIGN) % GOBLIN_WIRE_BATCH_ALIGN;
+        if (at + len <= cap && nng_msg_realloc(w->ob, at + len) == 0) {
+            uint8_t *b = nng_msg_body(w->ob);
+            memset(b + cur, 0, at - cur);
+            memcpy(b + at, nng_msg_body(msg), len);
+            nng_msg_free(msg);
+            return 0;
+        }
+        ob_flush(w);
+    }
+    w->ob = msg;
+    return 0;
+}
+
+/* Encode and send @p m from the loop thread (wout). */
+static int lsend(goblin_worker *w, const goblin_wire_msg *m) {
+    nng_msg *msg = NULL;
+    int rv = wencode(m, &msg);
+    return rv ? rv : wout(w, msg);
 }
 
 static void send_lease_request(goblin_worker *w, uint32_t slots) {
     goblin_wire_msg m;
     goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
     m.body.lease_request.slots = slots;
-    wsend(w, &m);
+    lsend(w, &m);
 }
 
 static void send_error(goblin_worker *w, uint64_t task_id, goblin_err code, const char *text) {
@@ -356,14 +424,14 @@ static void send_error(goblin_worker *w, uint64_t task_id, goblin_err code, cons
     m.body.error.code = code;
     m.body.error.task_id = task_id;
     m.body.error.message = text;
-    wsend(w, &m);
+    lsend(w, &m);
 }
 
 static void send_hello(goblin_worker *w) {
     goblin_wire_msg m;
     goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
     if (w->p.catalog_version_override) m.body.hello.catalog_version = w->p.catalog_version_override;
-    m.body.hello.backends = 1u << w->p.backend;
+    m.body.hello.backends = (1u << w->p.backend) | GOBLIN_WIRE_CAP_BATCH;
     m.body.hello.threads = (uint32_t)(w->p.threads > 0 ? w->p.threads : 1);
     m.body.hello.memory_bytes = w->p.memory_bytes;
     m.body.hello.token_len = w->p.token_len;
@@ -439,15 +507,15 @@ static nng_msg *result_msg(const goblin_graph *g, uint64_t task_id, goblin_tenso
 
 /* Returns false when the worker must end now (CRASH). Every answer (RESULT or
  * ERROR) is followed by a LEASE_REQUEST for one more task; SILENT sends neither. */
-static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp, bool *answered);
+static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, msgref **refp, bool *answered);
 
 /* Lease requests. The worker keeps `slots` leases asked for ahead (w->credit: asked
  * and not yet received). After a task of normal size it asks for one more, as the task
  * ends. After a tiny task (under TINY_TASK_NS) it asks for LEASE_BATCH at once, when
  * fewer than `slots` are left: one LEASE_REQUEST per LEASE_BATCH tasks instead of one
- * per task, a third of the messages of a tiny task. The node keeps at most 2 leases
- * outstanding per worker whatever it asked for (MAX_IN_FLIGHT in node.c), so this
- * does not queue more work here (docs/runtime.md). */
+ * per task, a third of the messages of a tiny task. The node keeps at most 2 TASK
+ * messages outstanding per worker whatever it asked for (MAX_IN_FLIGHT in node.c); to
+ * a worker that takes batches, each may hold up to 16 small TASKs (docs/runtime.md). */
 #define TINY_TASK_NS 1000000
 #define LEASE_BATCH 16
 
@@ -458,13 +526,14 @@ static void lease_topup(goblin_worker *w, int64_t task_ns) {
     w->credit += ask;
 }
 
-/* @p t was decoded zero-copy from *nmp; the panel cache may take the message (then
- * *nmp is set to NULL). */
-static bool run_task(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp) {
+/* @p t was decoded zero-copy from @p nm (with other tasks, in a batch); the panel
+ * cache may keep panels inside it through *refp (made on first use, with one
+ * reference held by the loop, which drops it once the whole message is done). */
+static bool run_task(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, msgref **refp) {
     bool answered = true;
     int64_t t0 = goblin__now_ns();
     if (w->credit > 0) w->credit--;
-    bool keep = run_task_inner(w, t, nmp, &answered);
+    bool keep = run_task_inner(w, t, nm, refp, &answered);
     if (keep && answered) lease_topup(w, goblin__now_ns() - t0);
     return keep;
 }
@@ -475,11 +544,12 @@ static void fail_task(goblin_worker *w, uint64_t id, goblin_err e, const char *t
 }
 
 /* Cache the inputs that came with task @p t (directory @p dv, @p ni inputs): by
- * reference to the message *nmp when they lie in it and make up at least half of it
+ * reference to the message @p nm when they lie in it and make up at least half of it
  * (so a kept message is mostly cached panels), else by copy. */
-static void cache_inputs(goblin_worker *w, goblin_wire_task *t, const int64_t *dv, int32_t ni, nng_msg **nmp) {
-    const uint8_t *body = *nmp ? nng_msg_body(*nmp) : NULL;
-    size_t blen = *nmp ? nng_msg_len(*nmp) : 0;
+static void cache_inputs(goblin_worker *w, goblin_wire_task *t, const int64_t *dv, int32_t ni, nng_msg *nm,
+                         msgref **refp) {
+    const uint8_t *body = nm ? nng_msg_body(nm) : NULL;
+    size_t blen = nm ? nng_msg_len(nm) : 0;
     size_t inside = 0;
     for (int32_t k = 0; k < ni; k++) {
         if (dv[ni + k] || !dv[k]) continue;
@@ -488,9 +558,12 @@ static void cache_inputs(goblin_worker *w, goblin_wire_task *t, const int64_t *d
         if (body && d >= body && d + bytes <= body + blen && bytes <= w->p.cache_bytes) inside += bytes;
     }
     msgref *ref = NULL;
-    if (inside > 0 && inside >= blen / 2 && (ref = goblin__calloc(1, sizeof *ref))) {
-        ref->msg = *nmp;
-        ref->refs = 1; /* ours while caching: an eviction below must not free the message */
+    if (inside > 0 && inside >= blen / 2) {
+        if (!*refp && (*refp = goblin__calloc(1, sizeof **refp))) {
+            (*refp)->msg = nm;
+            (*refp)->refs = 1; /* the loop's: an eviction must not free the message */
+        }
+        ref = *refp;
     }
     for (int32_t k = 0; k < ni; k++) {
         if (dv[ni + k] || !dv[k]) continue;
@@ -498,11 +571,6 @@ static void cache_inputs(goblin_worker *w, goblin_wire_task *t, const int64_t *d
         size_t bytes = (size_t)goblin_tensor_numel(&t->inputs[k]) * goblin_dtype_size(t->inputs[k].dtype);
         bool in_msg = ref && d >= body && d + bytes <= body + blen;
         cache_put(w, (uint64_t)dv[k], &t->inputs[k], in_msg ? ref : NULL);
-    }
-    if (ref && --ref->refs == 0) {
-        goblin__free(ref); /* no panel kept it: the caller frees the message */
-    } else if (ref) {
-        *nmp = NULL; /* the cache owns the message now */
     }
 }
 
@@ -541,7 +609,7 @@ static goblin_err task_graph(goblin_worker *w, const goblin_wire_task *t, goblin
     return GOBLIN_OK;
 }
 
-static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp, bool *answered) {
+static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, msgref **refp, bool *answered) {
     goblin_graph *g = NULL;
     char err[256];
     bool owned = false;
@@ -622,7 +690,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     if (dv) {
         /* Cache the inputs that came with the task only now: an eviction before the
          * evaluation could free a cached input this very task is using. */
-        cache_inputs(w, t, dv, ni, nmp);
+        cache_inputs(w, t, dv, ni, nm, refp);
     }
     goblin__free(in);
     if (e) {
@@ -635,11 +703,8 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     }
     if (rmsg) {
         goblin__free(out);
-        int rv = nng_sendmsg(w->sock, rmsg, 0);
-        if (rv) {
-            nng_msg_free(rmsg);
-            wlog(w, GOBLIN_LOG_WARN, "cannot send result: %s", nng_strerror(rv));
-        }
+        int rv = wout(w, rmsg);
+        if (rv) wlog(w, GOBLIN_LOG_WARN, "cannot send result: %s", nng_strerror(rv));
         BUMP(w, tasks_done);
         return true;
     }
@@ -724,7 +789,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg **nmp,
     m.body.result.task_id = t->task_id;
     m.body.result.n_outputs = (uint32_t)n_out;
     m.body.result.outputs = send_t;
-    int rv = wsend(w, &m);
+    int rv = lsend(w, &m);
     if (rv) wlog(w, GOBLIN_LOG_WARN, "cannot send result: %s", nng_strerror(rv));
     if (send_t != out && send_t != w->first.t && send_t != w->prev.t) goblin__free(send_t);
     /* Keep honest outputs for STALE / SWAP (only when that mode is configured). */
@@ -867,6 +932,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             wlog(w, GOBLIN_LOG_INFO, "connection to the node lost; redialing");
             /* Panel ids are per node session: a new connection starts clean. */
             cache_clear(w);
+            w->node_batch = false; /* until the next HELLO_ACK says so */
         }
         int added = atomic_load(&w->pipes_added);
         if (added != seen_added) {
@@ -896,54 +962,81 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             result = goblin__transport_err(rv);
             break;
         }
-        goblin_wire_msg *m = NULL;
-        char err[256];
-        /* Zero-copy: the task's inputs and graph are read-only views into nm, which
-         * lives until the task is answered (the panel cache keeps copies). */
-        e = goblin_wire_decode(nng_msg_body(nm), nng_msg_len(nm), &w->limits, GOBLIN_WIRE_DECODE_ZERO_COPY,
-                               &m, err, sizeof err);
-        if (e) {
-            nng_msg_free(nm);
-            wlog(w, GOBLIN_LOG_WARN, "ignoring a malformed message from the node (%s): %s",
-                 goblin_err_name(e), err);
-            continue;
-        }
+        /* One message, or a batch of them (protocol 1.1), in order. Zero-copy: the
+         * tasks' inputs and graphs are read-only views into nm, which lives until
+         * all of them are answered (the panel cache may keep it longer: ref). */
+        const uint8_t *body = nng_msg_body(nm);
+        size_t blen = nng_msg_len(nm), off = 0, ml = 0;
+        msgref *ref = NULL;
         bool keep_going = true;
-        switch (m->type) {
-        case GOBLIN_WIRE_TYPE_HELLO_ACK:
-            wlog(w, GOBLIN_LOG_INFO, "joined the node as worker %llu",
-                 (unsigned long long)m->body.hello_ack.session_id);
-            /* Heartbeat a bit more often than asked: the node allows 3 intervals. */
-            atomic_store(&w->hb_ms, m->body.hello_ack.heartbeat_ms ? m->body.hello_ack.heartbeat_ms / 2 + 1 : 0);
-            hb_wake(w);
-            send_lease_request(w, (uint32_t)w->p.slots);
-            w->credit = w->p.slots;
-            break;
-        case GOBLIN_WIRE_TYPE_REFUSE:
-            wlog(w, GOBLIN_LOG_ERROR, "the node refused this worker (%s): %s",
-                 goblin_err_name(m->body.refuse.reason), m->body.refuse.message);
-            BUMP(w, refused);
-            result = (unsigned)m->body.refuse.reason < GOBLIN_ERR_COUNT && m->body.refuse.reason
-                         ? m->body.refuse.reason
-                         : GOBLIN_EPROTO;
-            keep_going = false;
-            break;
-        case GOBLIN_WIRE_TYPE_TASK:
-            if (!run_task(w, &m->body.task, &nm)) {
-                result = GOBLIN_ECLOSED;
-                keep_going = false;
+        do {
+            size_t at = off;
+            char err[256];
+            e = goblin_wire_batch_next(body, blen, &off, &w->limits, &ml, err, sizeof err);
+            if (e && at == 0) ml = blen; /* the decoder says what is wrong with it */
+            else if (e) {
+                wlog(w, GOBLIN_LOG_WARN, "ignoring the rest of a malformed batch from the node (%s): %s",
+                     goblin_err_name(e), err);
+                break;
             }
-            break;
-        case GOBLIN_WIRE_TYPE_ABANDON:
-        case GOBLIN_WIRE_TYPE_HEARTBEAT:
-        case GOBLIN_WIRE_TYPE_ERROR:
-            break;
-        default:
-            wlog(w, GOBLIN_LOG_WARN, "ignoring unexpected %s from the node", goblin_wire_type_name(m->type));
-            break;
-        }
-        goblin_wire_msg_free(m);
-        if (nm) nng_msg_free(nm);
+            /* Answers to a batch of several go back as one batch, if the node takes them. */
+            if (at == 0 && !e && off < blen && w->node_batch) w->ob_on = true;
+            goblin_wire_msg *m = NULL;
+            goblin_err de = goblin_wire_decode(body + at, ml, &w->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err,
+                                               sizeof err);
+            if (de || e) {
+                if (!de) goblin_wire_msg_free(m);
+                wlog(w, GOBLIN_LOG_WARN, "ignoring a malformed message from the node (%s): %s",
+                     goblin_err_name(de ? de : e), err);
+                break;
+            }
+            switch (m->type) {
+            case GOBLIN_WIRE_TYPE_HELLO_ACK:
+                wlog(w, GOBLIN_LOG_INFO, "joined the node as worker %llu%s",
+                     (unsigned long long)m->body.hello_ack.session_id,
+                     (m->flags & GOBLIN_WIRE_FLAG_BATCH) ? " (batches)" : "");
+                w->node_batch = (m->flags & GOBLIN_WIRE_FLAG_BATCH) != 0;
+                w->node_max = m->body.hello_ack.max_message_bytes;
+                /* Heartbeat a bit more often than asked: the node allows 3 intervals. */
+                atomic_store(&w->hb_ms,
+                             m->body.hello_ack.heartbeat_ms ? m->body.hello_ack.heartbeat_ms / 2 + 1 : 0);
+                hb_wake(w);
+                send_lease_request(w, (uint32_t)w->p.slots);
+                w->credit = w->p.slots;
+                break;
+            case GOBLIN_WIRE_TYPE_REFUSE:
+                wlog(w, GOBLIN_LOG_ERROR, "the node refused this worker (%s): %s",
+                     goblin_err_name(m->body.refuse.reason), m->body.refuse.message);
+                BUMP(w, refused);
+                result = (unsigned)m->body.refuse.reason < GOBLIN_ERR_COUNT && m->body.refuse.reason
+                             ? m->body.refuse.reason
+                             : GOBLIN_EPROTO;
+                keep_going = false;
+                break;
+            case GOBLIN_WIRE_TYPE_TASK:
+                if (!run_task(w, &m->body.task, nm, &ref)) {
+                    result = GOBLIN_ECLOSED;
+                    keep_going = false;
+                }
+                break;
+            case GOBLIN_WIRE_TYPE_ABANDON:
+            case GOBLIN_WIRE_TYPE_HEARTBEAT:
+            case GOBLIN_WIRE_TYPE_ERROR:
+                break;
+            default:
+                wlog(w, GOBLIN_LOG_WARN, "ignoring unexpected %s from the node", goblin_wire_type_name(m->type));
+                break;
+            }
+            goblin_wire_msg_free(m);
+        } while (keep_going && off < blen);
+        ob_flush(w); /* also before a CRASH: what ran before it was answered */
+        w->ob_on = false;
+        if (!ref) {
+            nng_msg_free(nm);
+        } else if (--ref->refs == 0) {
+            nng_msg_free(nm);
+            goblin__free(ref);
+        } /* else panels in the cache keep it */
         if (!keep_going) break;
     }
     pthread_mutex_lock(&w->rx_mu);
@@ -958,8 +1051,14 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         nng_socket_set_ms(w->sock, NNG_OPT_RECVTIMEO, 0);
         nng_msg *nm = NULL;
         while (nng_recvmsg(w->sock, &nm, NNG_FLAG_NONBLOCK) == 0) {
-            goblin_wire_msg *m = NULL;
-            if (goblin_wire_decode(nng_msg_body(nm), nng_msg_len(nm), &w->limits, 0, &m, NULL, 0) == 0) {
+            const uint8_t *body = nng_msg_body(nm);
+            size_t blen = nng_msg_len(nm), off = 0, ml = 0;
+            do { /* each TASK of a batch */
+                size_t at = off;
+                goblin_wire_msg *m = NULL;
+                if (goblin_wire_batch_next(body, blen, &off, &w->limits, &ml, NULL, 0) != GOBLIN_OK ||
+                    goblin_wire_decode(body + at, ml, &w->limits, 0, &m, NULL, 0) != GOBLIN_OK)
+                    break;
                 if (m->type == GOBLIN_WIRE_TYPE_TASK) {
                     goblin_wire_msg a;
                     goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_ABANDON);
@@ -967,7 +1066,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                     wsend(w, &a);
                 }
                 goblin_wire_msg_free(m);
-            }
+            } while (off < blen);
             nng_msg_free(nm);
         }
         /* nng_close may drop queued messages; give the ABANDONs a moment. */

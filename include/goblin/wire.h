@@ -2,11 +2,12 @@
  *
  * Pure encode/decode of one message to and from a byte buffer; no sockets.
  * The transport (nng) carries whole messages; a stream transport can frame them
- * with goblin_wire_header_decode, which says how long the body is.
+ * with goblin_wire_header_decode, which says how long the body is. Since protocol
+ * 1.1 one nng message may carry a batch of messages (goblin_wire_batch_next).
  *
  * Every message is a 24-byte header followed by a body (all little-endian):
  *
- *   "GBLW"  u16 protocol version  u8 type  u8 flags(0)  u64 request id  u64 body length
+ *   "GBLW"  u16 protocol version  u8 type  u8 flags  u64 request id  u64 body length
  *
  * The layout of each body is in docs/wire-protocol.md. The encoding is canonical:
  * a buffer the decoder accepts re-encodes to exactly the same bytes.
@@ -30,7 +31,8 @@
 
 GOBLIN_BEGIN_DECLS
 
-/** Protocol version of this library; peers must speak exactly this one. */
+/** Protocol version of this library; peers must speak exactly this one. (Protocol 1.1,
+ *  batches, is negotiated in HELLO / HELLO_ACK and does not change this number.) */
 #define GOBLIN_WIRE_VERSION 1
 /** Size of the fixed header that starts every message. */
 #define GOBLIN_WIRE_HEADER_SIZE 24
@@ -42,6 +44,23 @@ GOBLIN_BEGIN_DECLS
 #define GOBLIN_WIRE_MAX_TEXT_BYTES 512                    /* REFUSE / ERROR message */
 #define GOBLIN_WIRE_MAX_SLOTS 4096                        /* LEASE_REQUEST */
 #define GOBLIN_WIRE_MAX_THREADS 65536                     /* HELLO */
+
+/** Header flags (protocol 1.1). Each is valid on the message types named; the decoder
+ *  rejects any other flag (GOBLIN_EPROTO), as version 1.0 decoders reject every flag. */
+/** HELLO_ACK only: the node takes batches (goblin_wire_batch_next) and sends TASKs in
+ *  batches. A node sets it only for a worker whose HELLO offered GOBLIN_WIRE_CAP_BATCH. */
+#define GOBLIN_WIRE_FLAG_BATCH 0x01u
+
+/** HELLO capability bits, carried in the high byte of `backends` (bits 24..31: no
+ *  backend kind will ever use them). A 1.0 node keeps backend bits it does not know,
+ *  so a worker offering a capability still joins an old node, which ignores it. */
+#define GOBLIN_WIRE_CAP_MASK 0xff000000u
+/** The worker takes batches of TASKs and, if the node's HELLO_ACK has
+ *  GOBLIN_WIRE_FLAG_BATCH, answers them in batches. */
+#define GOBLIN_WIRE_CAP_BATCH 0x80000000u
+
+/** Messages in a batch start at offsets that are multiples of this. */
+#define GOBLIN_WIRE_BATCH_ALIGN 8
 
 /** This library's version as one number for HELLO: major << 16 | minor << 8 | patch. */
 #define GOBLIN_WIRE_SOFTWARE_VERSION                                                     \
@@ -69,7 +88,7 @@ GOBLIN_API const char *goblin_wire_type_name(goblin_wire_type type);
 typedef struct goblin_wire_header {
     uint16_t version;
     uint8_t type;       /* a goblin_wire_type, possibly unknown */
-    uint8_t flags;      /* no flags are defined in version 1: always 0 */
+    uint8_t flags;      /* GOBLIN_WIRE_FLAG_* (protocol 1.1); 0 unless one applies */
     uint64_t request_id;
     uint64_t body_len;
 } goblin_wire_header;
@@ -82,8 +101,9 @@ typedef struct goblin_wire_header {
 typedef struct goblin_wire_hello {
     uint32_t catalog_version;  /* goblin_catalog_version() */
     uint32_t software_version; /* GOBLIN_WIRE_SOFTWARE_VERSION; informational */
-    uint32_t backends;         /* bit (1 << goblin_backend_kind) per backend; not 0.
-                                  Unknown bits are kept: a newer worker may have more */
+    uint32_t backends;         /* bit (1 << goblin_backend_kind) per backend, plus
+                                  GOBLIN_WIRE_CAP_* bits; not 0. Unknown bits are
+                                  kept: a newer worker may have more */
     uint32_t threads;          /* 1 .. GOBLIN_WIRE_MAX_THREADS */
     uint64_t memory_bytes;     /* memory budget for tasks */
     uint32_t token_len;        /* 0 .. GOBLIN_WIRE_MAX_TOKEN_BYTES */
@@ -154,6 +174,8 @@ typedef struct goblin_wire_heartbeat {
 typedef struct goblin_wire_msg {
     goblin_wire_type type;
     uint16_t version;    /* GOBLIN_WIRE_VERSION (the encoder always writes its own) */
+    uint8_t flags;       /* header flags, GOBLIN_WIRE_FLAG_*: 0 unless the type allows
+                            one (the encoder refuses others with GOBLIN_EINVAL) */
     uint64_t request_id; /* chosen by the sender of a request; replies echo it */
     union {
         goblin_wire_hello hello;
@@ -234,6 +256,29 @@ GOBLIN_API goblin_err goblin_wire_header_decode(const uint8_t *buf, size_t len,
 GOBLIN_API goblin_err goblin_wire_decode(const uint8_t *buf, size_t len,
                                          const goblin_wire_limits *limits, uint32_t flags,
                                          goblin_wire_msg **out, char *err_msg, size_t err_cap);
+
+/** Walk a batch (protocol 1.1): one transport message holding one or more whole
+ *  messages, each starting at an offset that is a multiple of GOBLIN_WIRE_BATCH_ALIGN
+ *  (1..7 zero bytes follow a message whose length is not, unless it is the last). A
+ *  single message is a batch of one. Call with *off = 0, then as long as *off < len:
+ *
+ *      size_t off = 0, ml;
+ *      do {
+ *          size_t at = off;
+ *          if (goblin_wire_batch_next(buf, len, &off, lim, &ml, err, cap)) break; // bad
+ *          goblin_wire_decode(buf + at, ml, lim, ...);
+ *      } while (off < len);
+ *
+ *  On success *msg_len is the length of the message at the old *off (its header was
+ *  checked as goblin_wire_header_decode does, its body is all there) and *off moves
+ *  past it and its padding. GOBLIN_EFORMAT for a truncated message or header, non-zero
+ *  padding, padding or bytes after the last message, or an empty @p buf;
+ *  GOBLIN_EVERSION / GOBLIN_EPROTO / GOBLIN_ELIMIT from the header; GOBLIN_EINVAL for
+ *  NULL pointers or an *off that is past @p len or not aligned. On failure *off is
+ *  unchanged and @p err_msg says why and at which byte of the batch. */
+GOBLIN_API goblin_err goblin_wire_batch_next(const uint8_t *buf, size_t len, size_t *off,
+                                             const goblin_wire_limits *limits, size_t *msg_len,
+                                             char *err_msg, size_t err_cap);
 
 /** Free a message from goblin_wire_decode; NULL is a no-op. */
 GOBLIN_API void goblin_wire_msg_free(goblin_wire_msg *m);

@@ -630,3 +630,178 @@ Test(node, join_token_file) {
     cr_assert_eq(goblin_node_new(&node, &np), GOBLIN_EINVAL);
     unlink(path);
 }
+
+/* ---- batches (protocol 1.1) ----------------------------------------------------- */
+
+static void raw_send_msg(nng_socket s, const goblin_wire_msg *m) {
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(goblin_wire_encode(m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(nng_send(s, buf, len, 0), 0);
+    goblin_buffer_free(buf);
+}
+
+/* HELLO (offering batches or not), HELLO_ACK back (its flags in *ack_flags), then a
+ * LEASE_REQUEST for @p slots. */
+static void raw_join(nng_socket s, bool batch, uint8_t *ack_flags, uint32_t slots) {
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    m.body.hello.backends = 1u | (batch ? GOBLIN_WIRE_CAP_BATCH : 0);
+    m.body.hello.threads = 1;
+    m.body.hello.memory_bytes = 1 << 24;
+    raw_send_msg(s, &m);
+    void *rb;
+    size_t rlen;
+    cr_assert_eq(nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC), 0, "a HELLO_ACK comes back");
+    goblin_wire_msg *r = NULL;
+    cr_assert_eq(goblin_wire_decode(rb, rlen, NULL, 0, &r, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_HELLO_ACK);
+    *ack_flags = r->flags;
+    goblin_wire_msg_free(r);
+    nng_free(rb, rlen);
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    m.body.lease_request.slots = slots;
+    raw_send_msg(s, &m);
+}
+
+static void *batch_worker_main(void *arg) {
+    goblin_worker *w = arg;
+    goblin_worker_run(w);
+    return NULL;
+}
+
+static bool wait_reissued(goblin_node *node, int64_t want) {
+    for (int i = 0; i < 500; i++) {
+        goblin_node_stats st;
+        goblin_node_stats_get(node, &st);
+        if (st.tasks_reissued >= want) return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+/* A 1.0 worker (no capability in HELLO) gets one TASK per message and no flag in
+ * HELLO_ACK; a 1.1 worker gets several small TASKs in one message, and every message
+ * of a batch it sends back is handled; a malformed batch drops it; real workers then
+ * finish the job, checked against the reference product. */
+Test(node, batches_only_to_workers_that_offer_them, .timeout = 60) {
+    rt_log lg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.log = rt_log_fn;
+    np.log_user = &lg;
+    const char *url = "inproc://test-node-batches";
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, NULL, 0), GOBLIN_OK);
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 64, 8, 5, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 8, 64, 6, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 64, 64, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 64;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    goblin_plan_info info;
+    cr_assert_eq(goblin_job_plan_info(job, &info), GOBLIN_OK);
+    cr_assert_geq(info.grid_rows * info.grid_cols * info.k_slices, 32);
+
+    /* 1.0 worker: asks for 16, gets single TASK messages (at most 2 queued) */
+    nng_socket s1;
+    cr_assert_eq(raw_dial(&s1, url), 0);
+    uint8_t flags = 0xff;
+    raw_join(s1, false, &flags, 16);
+    cr_assert_eq(flags, 0, "no batch flag for a 1.0 worker");
+    nng_socket_set_ms(s1, NNG_OPT_RECVTIMEO, 300);
+    int singles = 0;
+    void *rb;
+    size_t rlen;
+    while (nng_recv(s1, &rb, &rlen, NNG_FLAG_ALLOC) == 0) {
+        goblin_wire_msg *t = NULL;
+        char err[256];
+        cr_assert_eq(goblin_wire_decode(rb, rlen, NULL, 0, &t, err, sizeof err), GOBLIN_OK,
+                     "a 1.0 worker gets whole single messages: %s", err);
+        cr_assert_eq(t->type, GOBLIN_WIRE_TYPE_TASK);
+        goblin_wire_msg_free(t);
+        nng_free(rb, rlen);
+        singles++;
+    }
+    cr_assert(singles >= 1 && singles <= 2, "%d TASK messages", singles);
+    nng_close(s1);
+
+    /* 1.1 worker: one message holds several TASKs */
+    nng_socket s2;
+    cr_assert_eq(raw_dial(&s2, url), 0);
+    raw_join(s2, true, &flags, 16);
+    cr_assert_eq(flags, GOBLIN_WIRE_FLAG_BATCH);
+    cr_assert_eq(nng_recv(s2, &rb, &rlen, NNG_FLAG_ALLOC), 0);
+    uint64_t ids[64];
+    int k = 0;
+    size_t off = 0, ml = 0;
+    char err[256];
+    do {
+        size_t at = off;
+        cr_assert_eq(goblin_wire_batch_next(rb, rlen, &off, NULL, &ml, err, sizeof err), GOBLIN_OK, "%s", err);
+        goblin_wire_msg *t = NULL;
+        cr_assert_eq(goblin_wire_decode((uint8_t *)rb + at, ml, NULL, 0, &t, err, sizeof err), GOBLIN_OK, "%s", err);
+        cr_assert_eq(t->type, GOBLIN_WIRE_TYPE_TASK);
+        cr_assert_lt(k, 64);
+        ids[k++] = t->body.task.task_id;
+        goblin_wire_msg_free(t);
+    } while (off < rlen);
+    nng_free(rb, rlen);
+    cr_assert_gt(k, 1, "several TASKs in one message");
+    cr_assert_leq(k, 16);
+    /* give them all back in one batch (with a HEARTBEAT in the middle) */
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    int64_t r0 = st.tasks_reissued;
+    static uint8_t out[4096];
+    size_t olen = 0;
+    for (int i = 0; i <= k; i++) {
+        goblin_wire_msg m;
+        if (i == k / 2) {
+            goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
+        } else {
+            goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ABANDON);
+            m.body.abandon.task_id = ids[i < k / 2 ? i : i - 1];
+        }
+        size_t at = (olen + 7) / 8 * 8, wrote = 0;
+        cr_assert_eq(goblin_wire_encode_into(&m, out + at, sizeof out - at, &wrote), GOBLIN_OK);
+        olen = at + wrote;
+    }
+    cr_assert_eq(nng_send(s2, out, olen, 0), 0);
+    cr_assert(wait_reissued(g.node, r0 + k), "every ABANDON of the batch was handled");
+    /* a batch with garbage after its first message drops the worker */
+    goblin_node_stats_get(g.node, &st);
+    int64_t dropped = st.peers_dropped;
+    memset(out + 32, 0x5a, 24);
+    cr_assert_eq(nng_send(s2, out, 56, 0), 0); /* an ABANDON (32 bytes), then junk */
+    for (int i = 0; i < 300 && st.peers_dropped == dropped; i++) {
+        usleep(10000);
+        goblin_node_stats_get(g.node, &st);
+    }
+    cr_assert_eq(st.peers_dropped, dropped + 1);
+    cr_assert(rt_log_has(&lg, "malformed batch"));
+    nng_close(s2);
+
+    /* real (batching) workers finish the job */
+    goblin_worker *w[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params wp;
+        goblin_worker_params_default(&wp);
+        wp.threads = 1;
+        wp.connect[0] = url;
+        wp.n_connect = 1;
+        cr_assert_eq(goblin_worker_new(&w[i], &wp), GOBLIN_OK);
+        pthread_create(&th[i], NULL, batch_worker_main, w[i]);
+    }
+    goblin_err e = goblin_job_wait(job, 30000);
+    cr_assert_eq(e, GOBLIN_OK, "%s (%s)", goblin_strerror(e), goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    goblin_job_free(job);
+    for (int i = 0; i < 2; i++) goblin_worker_stop(w[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    rt_grid_stop(&g);
+    for (int i = 0; i < 2; i++) goblin_worker_free(w[i]);
+    free(a.data), free(b.data), free(c.data);
+}

@@ -1226,3 +1226,264 @@ Test(wire, transport_recv_waits_without_nng_timers) {
     nng_close(node);
     cr_assert_eq(goblin__transport_recv(node, &fd, &got, 10), NNG_ECLOSED);
 }
+
+/* ---- batches (protocol 1.1) ------------------------------------------------ */
+
+/* Append the encoding of @p m to @p buf at *len, after zero padding to a multiple of
+ * 8 when something is already there (docs/wire-protocol.md, "Batches"). */
+static void batch_put(uint8_t *buf, size_t cap, size_t *len, const goblin_wire_msg *m) {
+    size_t at = *len ? (*len + 7) / 8 * 8 : 0, wrote = 0;
+    cr_assert_leq(at, cap);
+    memset(buf + *len, 0, at - *len);
+    cr_assert_eq(goblin_wire_encode_into(m, buf + at, cap - at, &wrote), GOBLIN_OK);
+    *len = at + wrote;
+}
+
+/* Walk a batch: how many messages it frames, or -1 on the first error (*e). Each
+ * framed message also decodes on its own. Checks that the walk always moves on. */
+static int walk(const uint8_t *buf, size_t len, const goblin_wire_limits *lim, goblin_err *e, char *msg,
+                size_t cap) {
+    size_t off = 0, ml = 0;
+    int n = 0;
+    *e = GOBLIN_OK;
+    do {
+        size_t at = off;
+        *e = goblin_wire_batch_next(buf, len, &off, lim, &ml, msg, cap);
+        if (*e) {
+            cr_assert_eq(off, at, "*off moved on failure");
+            return -1;
+        }
+        cr_assert_gt(off, at);
+        cr_assert_leq(at + ml, len);
+        cr_assert_geq(ml, GOBLIN_WIRE_HEADER_SIZE);
+        cr_assert_eq(at % 8, 0);
+        n++;
+    } while (off < len);
+    return n;
+}
+
+Test(wire, batch_of_every_type_splits_and_decodes) {
+    static uint8_t buf[8192];
+    size_t len = 0;
+    goblin_wire_type order[] = {GOBLIN_WIRE_TYPE_HELLO,     GOBLIN_WIRE_TYPE_LEASE_REQUEST, /* 57 and 28 bytes */
+                                GOBLIN_WIRE_TYPE_TASK,      GOBLIN_WIRE_TYPE_RESULT,
+                                GOBLIN_WIRE_TYPE_LEASE_REQUEST, GOBLIN_WIRE_TYPE_ERROR,
+                                GOBLIN_WIRE_TYPE_HEARTBEAT, GOBLIN_WIRE_TYPE_ABANDON,
+                                GOBLIN_WIRE_TYPE_REFUSE,    GOBLIN_WIRE_TYPE_HELLO_ACK};
+    int nm = (int)(sizeof order / sizeof order[0]);
+    size_t starts[16];
+    for (int i = 0; i < nm; i++) {
+        goblin_wire_msg m;
+        sample(order[i], &m);
+        batch_put(buf, sizeof buf, &len, &m);
+        size_t one = 0;
+        cr_assert_eq(goblin_wire_encoded_size(&m, &one), GOBLIN_OK);
+        starts[i] = len - one;
+    }
+    /* hand-derived: HELLO is 24 + 28 + 5 = 57 bytes, so the LEASE_REQUEST starts at 64 */
+    cr_assert_eq(starts[1], 64);
+    cr_assert_eq(buf[57] | buf[58] | buf[63], 0);
+    size_t off = 0, ml = 0;
+    char msg[256];
+    for (int i = 0; i < nm; i++) {
+        size_t at = off;
+        cr_assert_eq(at, starts[i], "message %d at %zu, expected %zu", i, at, starts[i]);
+        cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, &ml, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+        goblin_wire_msg *d = decode_ok(buf + at, ml, GOBLIN_WIRE_DECODE_ZERO_COPY);
+        cr_assert_eq(d->type, order[i]);
+        if (order[i] == GOBLIN_WIRE_TYPE_TASK) {
+            cr_assert_eq(d->body.task.n_inputs, 3);
+            cr_assert_eq(((const float *)d->body.task.inputs[0].data)[5], 3.0f);
+            cr_assert((const uint8_t *)d->body.task.inputs[0].data > buf + at); /* zero copy */
+        }
+        if (order[i] == GOBLIN_WIRE_TYPE_HELLO) cr_assert_eq(d->body.hello.token_len, 5);
+        goblin_wire_msg_free(d);
+    }
+    cr_assert_eq(off, len);
+    /* past the end, or not aligned: a caller error */
+    cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, &ml, msg, sizeof msg), GOBLIN_EFORMAT);
+    off = len + 8;
+    cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
+    off = 4;
+    cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_wire_batch_next(buf, len, NULL, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
+    off = 0;
+    cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, NULL, NULL, 0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_wire_batch_next(NULL, 8, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
+}
+
+Test(wire, single_message_is_a_batch_of_one) {
+    goblin_wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_LEASE_REQUEST, &m);
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    cr_assert_eq(len, 28); /* not a multiple of 8: no padding after the last message */
+    size_t off = 0, ml = 0;
+    cr_assert_eq(goblin_wire_batch_next(b, len, &off, NULL, &ml, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(ml, 28);
+    cr_assert_eq(off, 28);
+    goblin_buffer_free(b);
+}
+
+Test(wire, malformed_batches_are_rejected) {
+    uint8_t buf[512];
+    size_t len = 0;
+    goblin_wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_LEASE_REQUEST, &m); /* 28 bytes: 4 padding bytes follow */
+    batch_put(buf, sizeof buf, &len, &m);
+    sample(GOBLIN_WIRE_TYPE_ABANDON, &m); /* 32 bytes, at 32 */
+    batch_put(buf, sizeof buf, &len, &m);
+    cr_assert_eq(len, 64);
+    uint8_t c[600];
+    char msg[256];
+    goblin_err e;
+    cr_assert_eq(walk(buf, len, NULL, &e, msg, sizeof msg), 2, "%s", msg);
+
+    /* empty */
+    cr_assert_eq(walk(buf, 0, NULL, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "empty"), "%s", msg);
+    /* non-zero padding */
+    memcpy(c, buf, len);
+    c[30] = 1;
+    cr_assert_eq(walk(c, len, NULL, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "padding"), "%s", msg);
+    /* padding after the last message, and trailing bytes */
+    memcpy(c, buf, 28);
+    memset(c + 28, 0, 4);
+    cr_assert_eq(walk(c, 32, NULL, &e, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "trailing"), "%s", msg);
+    memcpy(c, buf, len);
+    memset(c + len, 0, 8);
+    cr_assert_eq(walk(c, len + 8, NULL, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "byte 64"), "names the offset in the batch: %s", msg);
+    /* a body length that runs past the end of the batch */
+    memcpy(c, buf, len);
+    wr_le(c + 32 + 16, 9, 8);
+    cr_assert_eq(walk(c, len, NULL, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "truncated"), "%s", msg);
+    /* an oversize body length: over the limit */
+    wr_le(c + 32 + 16, (uint64_t)1 << 40, 8);
+    cr_assert_eq(walk(c, len, NULL, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_ELIMIT);
+    goblin_wire_limits lim;
+    goblin_wire_limits_default(&lim);
+    lim.max_message_bytes = 30; /* the ABANDON (32 bytes) is over it */
+    cr_assert_eq(walk(buf, len, &lim, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_ELIMIT);
+    /* a header cut short, a bad magic, an unknown flag in the second message */
+    cr_assert_eq(walk(buf, 32 + 20, NULL, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_EFORMAT);
+    memcpy(c, buf, len);
+    c[32] = 'X';
+    cr_assert_eq(walk(c, len, NULL, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_EFORMAT);
+    memcpy(c, buf, len);
+    c[32 + 7] = GOBLIN_WIRE_FLAG_BATCH;
+    cr_assert_eq(walk(c, len, NULL, &e, msg, sizeof msg), -1);
+    cr_assert_eq(e, GOBLIN_EPROTO);
+    /* a zero body length frames (the decoder then judges the body) */
+    memcpy(c, buf, len);
+    wr_le(c + 32 + 16, 0, 8);
+    cr_assert_eq(walk(c, 32 + 24, NULL, &e, msg, sizeof msg), 2, "%s", msg);
+    cr_assert_eq(decode_err(c + 32, 24, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+}
+
+Test(wire, batch_truncations_and_byte_flips_never_crash) {
+    static uint8_t buf[16384], c[16384];
+    size_t len = 0;
+    int n = 0;
+    for (int r = 0; r < 40; r++) {
+        goblin_wire_msg m;
+        sample((goblin_wire_type)(1 + r % (GOBLIN_WIRE_TYPE_COUNT - 1)), &m);
+        batch_put(buf, sizeof buf, &len, &m);
+        n++;
+    }
+    goblin_err e;
+    char msg[256];
+    cr_assert_eq(walk(buf, len, NULL, &e, msg, sizeof msg), n, "%s", msg);
+    /* every truncation: a shorter walk that ends in an error, never a read past it
+     * (ASan), except at a message boundary where the batch is simply shorter */
+    for (size_t cut = 0; cut < len; cut++) {
+        uint8_t *t = malloc(cut ? cut : 1);
+        memcpy(t, buf, cut);
+        int k = walk(t, cut, NULL, &e, msg, sizeof msg);
+        cr_assert(k == -1 || k < n);
+        free(t);
+    }
+    /* random flips: the walk ends, and what it frames decodes or fails cleanly */
+    uint64_t s = 42;
+    for (int it = 0; it < 3000; it++) {
+        memcpy(c, buf, len);
+        int flips = 1 + (int)(rng(&s) % 4);
+        for (int f = 0; f < flips; f++) c[rng(&s) % len] ^= (uint8_t)(1u << (rng(&s) % 8));
+        size_t off = 0, ml = 0;
+        int guard = 0;
+        do {
+            size_t at = off;
+            if (goblin_wire_batch_next(c, len, &off, NULL, &ml, msg, sizeof msg)) break;
+            goblin_wire_msg *d = NULL;
+            if (goblin_wire_decode(c + at, ml, NULL, GOBLIN_WIRE_DECODE_ZERO_COPY, &d, NULL, 0) == GOBLIN_OK)
+                goblin_wire_msg_free(d);
+            cr_assert_lt(++guard, n + 1);
+        } while (off < len);
+    }
+    /* many tiny messages */
+    len = 0;
+    for (int r = 0; r < 500; r++) {
+        goblin_wire_msg m;
+        sample(GOBLIN_WIRE_TYPE_LEASE_REQUEST, &m);
+        batch_put(buf, sizeof buf, &len, &m);
+    }
+    cr_assert_eq(walk(buf, len, NULL, &e, msg, sizeof msg), 500, "%s", msg);
+}
+
+Test(wire, batch_flag_and_capability) {
+    goblin_wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_HELLO_ACK, &m);
+    m.flags = GOBLIN_WIRE_FLAG_BATCH;
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    cr_assert_eq(b[7], 0x01); /* the header's flags byte */
+    goblin_wire_header h;
+    cr_assert_eq(goblin_wire_header_decode(b, len, NULL, &h, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(h.flags, GOBLIN_WIRE_FLAG_BATCH);
+    goblin_wire_msg *d = decode_ok(b, len, 0);
+    cr_assert_eq(d->flags, GOBLIN_WIRE_FLAG_BATCH);
+    size_t len2;
+    uint8_t *b2 = encode(d, &len2); /* canonical */
+    cr_assert_eq(len2, len);
+    cr_assert_eq(memcmp(b, b2, len), 0);
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b2);
+    char msg[256];
+    b[7] = 0x02; /* undefined */
+    cr_assert_eq(decode_err(b, len, NULL, msg, sizeof msg), GOBLIN_EPROTO);
+    goblin_buffer_free(b);
+    /* only HELLO_ACK may carry it */
+    for (int t = 1; t < GOBLIN_WIRE_TYPE_COUNT; t++) {
+        if (t == GOBLIN_WIRE_TYPE_HELLO_ACK) continue;
+        sample((goblin_wire_type)t, &m);
+        m.flags = GOBLIN_WIRE_FLAG_BATCH;
+        uint8_t *x = NULL;
+        size_t xl = 0;
+        cr_assert_eq(goblin_wire_encode(&m, &x, &xl), GOBLIN_EINVAL, "type %d", t);
+        m.flags = 0;
+        x = encode(&m, &xl);
+        x[7] = GOBLIN_WIRE_FLAG_BATCH;
+        cr_assert_eq(decode_err(x, xl, NULL, msg, sizeof msg), GOBLIN_EPROTO, "type %d", t);
+        goblin_buffer_free(x);
+    }
+    /* the capability rides in HELLO's backends, which a 1.0 decoder keeps as they are */
+    sample(GOBLIN_WIRE_TYPE_HELLO, &m);
+    m.body.hello.backends = 0x2u | GOBLIN_WIRE_CAP_BATCH;
+    b = encode(&m, &len);
+    cr_assert_eq(rd_le(b + 24 + 8, 4), 0x80000002u);
+    d = decode_ok(b, len, 0);
+    cr_assert_eq(d->body.hello.backends, 0x80000002u);
+    goblin_wire_msg_free(d);
+    goblin_buffer_free(b);
+}

@@ -345,3 +345,78 @@ Test(worker, unsafe_policy_checks_nothing) {
     cr_assert_eq(o.st.results_rejected, 0);
     cr_assert_gt(o.unsafe_bad, 0);
 }
+
+/* ---- batches (protocol 1.1) ----------------------------------------------------- */
+
+/* Many tiny tasks (8 x 8 x 8 tiles): the node sends them in batches, the workers
+ * answer in batches; with @p cheat, worker 2 returns wrong tiles at rate 0.3. The
+ * product is checked against the f64 reference. */
+static void tiny_tasks(bool cheat, goblin_dtype dt, goblin_misbehave mode) {
+    rt_log lg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.max_retries = 8;
+    goblin_worker_params wp[4];
+    for (int i = 0; i < 4; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+        wp[i].log = rt_log_fn;
+        wp[i].log_user = &lg;
+    }
+    if (cheat) {
+        wp[2].misbehave = mode;
+        wp[2].misbehave_rate = 0.3;
+        wp[2].misbehave_seed = 77;
+    }
+    char url[80];
+    snprintf(url, sizeof url, "inproc://test-worker-tiny-%d-%d", (int)cheat, (int)mode);
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 4), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 4));
+    rt_mat a = rt_mat_new(dt, 128, 8, 31, true), b = rt_mat_new(dt, 8, 128, 32, true);
+    rt_mat c = rt_mat_new(dt, 128, 128, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 256;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    goblin_err e = goblin_job_wait(job, 40000);
+    cr_assert_eq(e, GOBLIN_OK, "%s (%s)", goblin_strerror(e), goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    goblin_plan_info info;
+    goblin_job_plan_info(job, &info);
+    int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
+    cr_assert_geq(tasks, 256);
+    cr_assert_eq(info.tile_rows * info.tile_cols * info.tile_k, 8 * 8 * 8);
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_eq(st.tasks_completed, tasks);
+    cr_assert(rt_log_has(&lg, "(batches)"), "the workers joined with batches on");
+    goblin_worker_stats cs;
+    goblin_worker_stats_get(g.w[2], &cs);
+    if (cheat) {
+        cr_assert_gt(cs.misbehaved, 0);
+        cr_assert_eq(st.workers_quarantined, 1);
+        cr_assert_geq(st.results_rejected, 1);
+        int64_t honest_rejected = 0, cheater_accepted = -1;
+        for (int64_t i = 0; i < st.workers_seen && i < 4; i++) {
+            goblin_node_worker_stats ws;
+            cr_assert_eq(goblin_node_worker_stats_get(g.node, i, &ws), GOBLIN_OK);
+            if (ws.quarantined) cheater_accepted = ws.accepted;
+            else honest_rejected += ws.rejected;
+        }
+        cr_assert_eq(honest_rejected, 0);
+        cr_assert_eq(st.rechecked, cheater_accepted);
+    } else {
+        cr_assert_eq(st.results_rejected, 0);
+        cr_assert_eq(st.workers_quarantined, 0);
+    }
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
+Test(worker, tiny_tasks_in_batches) { tiny_tasks(false, GOBLIN_DTYPE_F32, GOBLIN_MISBEHAVE_NONE); }
+Test(worker, tiny_tasks_in_batches_f64) { tiny_tasks(false, GOBLIN_DTYPE_F64, GOBLIN_MISBEHAVE_NONE); }
+Test(worker, batching_cheater_caught) { tiny_tasks(true, GOBLIN_DTYPE_F32, GOBLIN_MISBEHAVE_WRONG); }
+Test(worker, batching_truncating_cheater_caught) { tiny_tasks(true, GOBLIN_DTYPE_F64, GOBLIN_MISBEHAVE_TRUNCATE); }
