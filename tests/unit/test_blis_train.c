@@ -4,6 +4,7 @@
  * with odd sizes, strides, padding, dilation, groups, masks and empty tensors, in f32
  * and f64; and BLIS results that are the same bits for 1, 2 and 3 threads. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include "kernel_util.h"
@@ -121,6 +122,10 @@ static const sdpa_case SDPA_CASES[] = {
     {2, 3, 5, 7, 4, 3, 0, 0}, {3, 2, 9, 9, 8, 8, 1, 0}, {1, 1, 17, 13, 5, 6, 0, 1}, {2, 2, 6, 4, 3, 5, 0, 2},
     {4, 4, 32, 32, 8, 8, 1, 0}, {2, 1, 3, 0, 4, 2, 0, 0}, {0, 2, 3, 3, 2, 2, 0, 0}, {2, 2, 4, 4, 0, 3, 0, 0},
     {1, 2, 7, 5, 3, 0, 1, 0}, {1, 1, 1, 1, 1, 1, 0, 0},
+    /* small heads (direct products): masks, odd widths; then past the
+     * small-head limits (L or S > 128, E or Ev > 64): the BLIS products */
+    {2, 2, 11, 11, 9, 10, 0, 2}, {3, 1, 33, 40, 16, 17, 0, 1}, {1, 2, 130, 129, 5, 6, 1, 0},
+    {1, 1, 9, 7, 65, 3, 0, 1}, {1, 1, 6, 140, 4, 66, 0, 0},
 };
 
 static void sdpa_case_run(const sdpa_case *c, goblin_dtype dt, uint64_t seed) {
@@ -554,10 +559,10 @@ Test(blis_train3, broadcast_binary_ops_keep_nan_inf_and_ints) {
     for (int o = 0; o < 3; o++) compare_exact(ops[o], ii, 2, NULL, 0, "i64 (declined: reference)");
 }
 
-/* exp keeps the reference's bits (f32, f64); erf and gelu on f32 use a double polynomial
- * erf: within the ops' contracts of the reference (erf 4u relative + 4u absolute, gelu
- * 8u + 8u, plus the smallest normal), the same bits on 1, 2 and 3 threads; f64 erf/gelu
- * and tanh-form gelu keep the reference's bits. */
+/* f32 exp, erf and gelu use float polynomials (erf/gelu tails in double): within the ops'
+ * contracts of the reference (exp 4u relative, erf 4u relative + 4u absolute, gelu 8u + 8u,
+ * plus the smallest normal), the same bits on 1, 2 and 3 threads; f64 exp/erf/gelu and
+ * tanh-form gelu keep the reference's bits. */
 static void contract_f32(goblin_op op, const goblin_tensor *t, const goblin_attr *at, int32_t na, double rel_u,
                          double abs_u) {
     goblin_tensor ref = run(GOBLIN_BACKEND_REF, 1, op, t, 1, at, na);
@@ -601,7 +606,7 @@ Test(blis_train3, exp_erf_gelu_vs_reference) {
             else x[i] = (float)((2 * gt_rand(&seed) - 1) * (i % 3 ? 12.0 : 90.0));
         }
         goblin_tensor t = gt_tensor(GOBLIN_DTYPE_F32, 2, shapes[s], x);
-        compare_exact(GOBLIN_OP_EXP, &t, 1, NULL, 0, "f32");
+        contract_f32(GOBLIN_OP_EXP, &t, NULL, 0, 4, 0);
         contract_f32(GOBLIN_OP_ERF, &t, NULL, 0, 4, 4);
         contract_f32(GOBLIN_OP_GELU, &t, NULL, 0, 8, 8);
         goblin_attr tanh_at[1] = {A_INT(APPROXIMATE, GOBLIN_GELU_TANH)};
@@ -615,6 +620,80 @@ Test(blis_train3, exp_erf_gelu_vs_reference) {
         free(xd);
         free(x);
     }
+}
+
+/* f32 exp, erf and gelu (erf form) against long double references computed here (expl, erfl,
+ * 0.5 x erfcl(-x / sqrt2)), on every 4096th float of either sign (normals, subnormals,
+ * huge), the boundaries of the float polynomials' ranges, exp's overflow and underflow
+ * edges and the IEEE specials: within each op's contract (exp 4u relative + the smallest
+ * normal, erf 4u + 4u, gelu 8u + 8u), exact special values and signs of zero, and the same
+ * bits on 1, 2 and 3 threads. */
+static double ld_ref(goblin_op op, float xf) {
+    long double x = xf;
+    if (op == GOBLIN_OP_EXP) return (double)expl(x);
+    if (op == GOBLIN_OP_ERF) return (double)erfl(x);
+    if (isinf(xf)) return xf > 0 ? INFINITY : NAN;
+    return (double)(0.5L * x * erfcl(-x / sqrtl(2.0L)));
+}
+
+Test(blis_train3, f32_exp_erf_gelu_within_contract_vs_long_double) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const float edges[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 0x1p-149f, -0x1p-149f, 1e-40f, -1e-40f,
+                                  0x1p-126f, FLT_MAX, -FLT_MAX, 88.72283f, 88.72284f, 88.7f, 89.0f, -87.33654f,
+                                  -103.27893f, -103.97208f, -104.0f, -150.0f, 2.5f, -2.5f, 2.1213202f, -2.1213202f,
+                                  4.9497476f, -4.9497476f, 3.5f, -3.5f, 5.5f, -5.5f, 6.0f, -6.0f, 1.0f, -1.0f};
+    int ne = (int)(sizeof edges / sizeof edges[0]);
+    int64_t n = 2 * ((int64_t)1 << 19) + ne + 4 * 64;
+    float *x = malloc((size_t)n * sizeof *x);
+    int64_t c = 0;
+    for (int e = 0; e < ne; e++) x[c++] = edges[e];
+    for (uint32_t u = 0; u < 0x80000000u; u += 4096) { /* every 4096th float, both signs */
+        float f;
+        memcpy(&f, &u, sizeof f);
+        x[c++] = f;
+        x[c++] = -f;
+    }
+    static const float bounds[4] = {2.5f, 2.1213202f, 4.9497476f, 1.5f};
+    for (int b = 0; b < 4; b++) /* the neighbourhoods of the float paths' range ends */
+        for (int d = -16; d < 16; d++) {
+            float f = bounds[b];
+            for (int s = 0; s < (d < 0 ? -d : d); s++) f = nextafterf(f, d < 0 ? 0.0f : 100.0f);
+            x[c++] = f;
+            x[c++] = -f;
+        }
+    cr_assert(c <= n);
+    n = c;
+    goblin_tensor t = gt_tensor(GOBLIN_DTYPE_F32, 1, &n, x);
+    static const goblin_op ops[3] = {GOBLIN_OP_EXP, GOBLIN_OP_ERF, GOBLIN_OP_GELU};
+    static const double rel[3] = {4, 4, 8}, absu[3] = {0, 4, 8};
+    double u = 0x1p-24;
+    for (int o = 0; o < 3; o++) {
+        goblin_tensor b1 = run(GOBLIN_BACKEND_BLIS, 1, ops[o], &t, 1, NULL, 0);
+        const float *y = b1.data;
+        for (int64_t i = 0; i < n; i++) {
+            double r = ld_ref(ops[o], x[i]), b = y[i];
+            const char *nm = goblin_op_name(ops[o]);
+            if (isnan(r)) {
+                cr_assert(isnan(b), "%s(%.9g) = %.9g, want NaN", nm, x[i], b);
+            } else if (isinf((float)r)) {
+                cr_assert(b == (float)r, "%s(%.9g) = %.9g, want %g", nm, x[i], b, (double)(float)r);
+            } else {
+                cr_assert(fabs(b - r) <= rel[o] * u * fabs(r) + absu[o] * u + 0x1p-126,
+                          "%s(%.9g) = %.9g, long double reference %.9g", nm, x[i], b, r);
+                if (r == 0 || x[i] == 0)
+                    cr_assert(b == 0 ? signbit(b) == signbit(r) : ops[o] == GOBLIN_OP_EXP,
+                              "%s(%g): sign of zero", nm, x[i]);
+            }
+        }
+        cr_assert(y[3] == (ops[o] == GOBLIN_OP_EXP ? 1.0f : 0.0f) && y[4] == y[3], "%s(+-0)", goblin_op_name(ops[o]));
+        for (int32_t th = 2; th <= 3; th++) {
+            goblin_tensor bt = run(GOBLIN_BACKEND_BLIS, th, ops[o], &t, 1, NULL, 0);
+            cr_assert(memcmp(bt.data, b1.data, (size_t)n * 4) == 0, "%s: %d threads differ", goblin_op_name(ops[o]), th);
+            goblin_buffer_free(bt.data);
+        }
+        goblin_buffer_free(b1.data);
+    }
+    free(x);
 }
 
 /* softmax / log_softmax over a non-last axis: the reference's bits (NaN and infinite

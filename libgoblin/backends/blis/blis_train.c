@@ -2,7 +2,8 @@
  * CONV2D_BACKWARD_INPUT (gemm W^T @ grad_out per image or per block of small images,
  * then col2im), CONV2D_BACKWARD_WEIGHT (im2col per image or block, grad_out @ col^T
  * accumulated over the images in order), SCALED_DOT_PRODUCT_ATTENTION and its backward (gemms per batch
- * item with the reference kernel's softmax and NaN rules). f32 and f64 only; other
+ * item with the reference kernel's softmax and NaN rules; for small heads, L and S <= 128,
+ * E and Ev <= 64, direct vectorized products instead of a BLIS call per tiny product). f32 and f64 only; other
  * dtypes return GOBLIN_ENOTSUP (the reference kernel runs).
  *
  * Determinism: as blis_gemm.c, a gemm is "small" (decided from m, n, k) and runs
@@ -477,7 +478,7 @@ static goblin_err blis_conv_bwd(goblin__kctx *k, const goblin__node *node, const
     return GOBLIN_OK;
 }
 
-/* ---- SDPA forward and backward: gemms per batch item ----------------------------- */
+/* ---- SDPA forward and backward: products per batch item ---------------------------- */
 
 typedef struct sdpa_job {
     goblin_dtype dt;
@@ -489,6 +490,8 @@ typedef struct sdpa_job {
     char *out, *scratch; /* per chunk: p [L, S], dp [L, S] */
     int64_t nchunks;
     bool causal, bwd;
+    bool tiny;     /* small heads: the direct products (tiny_gemm) instead of BLIS */
+    int64_t packn; /* their packing buffer: max(L, S, E, Ev) x max(S, E, Ev) rounded up to 8 */
     double scale;
 } sdpa_job;
 
@@ -634,14 +637,102 @@ sd_row_f32(float *r, int64_t n, int64_t cap, float *z, uint8_t *state, bool norm
     }
 }
 
+/* ---- small heads: direct products instead of a BLIS call per tiny product ----------------
+ * For L, S <= SD_TINY_LS and E, Ev <= SD_TINY_E every product of an item runs here:
+ * c [m, n] (rows contiguous) = alpha sum_k a(i, k) b(k, n), a(i, k) = a[i rsa + k csa] and
+ * b(k, n) = b[k rsb + n csb]. Each element of c is summed over k in order, then scaled by
+ * alpha: a fixed order, so the same bits on any thread count; two clones, AVX2 and
+ * baseline, neither with FMA, so no contraction either and the same bits on every CPU. */
+#define SD_TINY_LS 128
+#define SD_TINY_E 64
+
+#pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
+typedef float sd_t8f __attribute__((vector_size(32)));
+typedef double sd_t4d __attribute__((vector_size(32)));
+
+/* B is read in place when its rows are contiguous whole vectors, else packed: k rows of np
+ * (n rounded up to the vector length, zero padded). Rows
+ * of c run in groups of 4 sharing each B vector, one vector of columns at a time, each
+ * element summed in registers over k in order. */
+#define DEFINE_TINY_GEMM(sfx, T, V, VL)                                                         \
+    __attribute__((target_clones("avx2", "default"))) static void tiny_gemm_##sfx(              \
+        int64_t m, int64_t n, int64_t k, T alpha, const T *a, int64_t rsa, int64_t csa,         \
+        const T *b, int64_t rsb, int64_t csb, T *restrict c, T *restrict pack) {                 \
+        int64_t np = (n + VL - 1) / VL * VL, ldp = np;                                          \
+        const T *bp = pack;                                                                     \
+        if (csb == 1 && n == np) { /* whole vectors of b's rows: read in place */              \
+            bp = b;                                                                             \
+            ldp = rsb;                                                                          \
+        } else {                                                                                \
+            for (int64_t kk = 0; kk < k; kk++) {                                                \
+                T *restrict pr = pack + kk * np;                                                \
+                for (int64_t x = 0; x < n; x++) pr[x] = b[kk * rsb + x * csb];                  \
+                for (int64_t x = n; x < np; x++) pr[x] = 0;                                     \
+            }                                                                                   \
+        }                                                                                       \
+        for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                 \
+            int64_t nr = m - i0 < 4 ? m - i0 : 4;                                               \
+            const T *a0 = a + i0 * rsa, *a1 = a0 + (nr > 1 ? rsa : 0);                         \
+            const T *a2 = a0 + (nr > 2 ? 2 * rsa : 0), *a3 = a0 + (nr > 3 ? 3 * rsa : 0);       \
+            for (int64_t x0 = 0; x0 < np; x0 += VL) {                                           \
+                V c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};                                       \
+                for (int64_t kk = 0; kk < k; kk++) {                                            \
+                    V bv;                                                                       \
+                    memcpy(&bv, bp + kk * ldp + x0, sizeof bv);                                 \
+                    c0 += a0[kk * csa] * bv;                                                    \
+                    c1 += a1[kk * csa] * bv;                                                    \
+                    c2 += a2[kk * csa] * bv;                                                    \
+                    c3 += a3[kk * csa] * bv;                                                    \
+                }                                                                               \
+                if (alpha != 1) {                                                               \
+                    c0 *= alpha;                                                                \
+                    c1 *= alpha;                                                                \
+                    c2 *= alpha;                                                                \
+                    c3 *= alpha;                                                                \
+                }                                                                               \
+                T *cr = c + i0 * n + x0;                                                        \
+                if (x0 + VL <= n && nr == 4) {                                                  \
+                    memcpy(cr, &c0, sizeof c0);                                                 \
+                    memcpy(cr + n, &c1, sizeof c1);                                             \
+                    memcpy(cr + 2 * n, &c2, sizeof c2);                                         \
+                    memcpy(cr + 3 * n, &c3, sizeof c3);                                         \
+                } else {                                                                        \
+                    int64_t w = n - x0 < VL ? n - x0 : VL;                                      \
+                    for (int64_t x = 0; x < w; x++) {                                           \
+                        cr[x] = c0[x];                                                          \
+                        if (nr > 1) cr[n + x] = c1[x];                                          \
+                        if (nr > 2) cr[2 * n + x] = c2[x];                                      \
+                        if (nr > 3) cr[3 * n + x] = c3[x];                                      \
+                    }                                                                           \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+    }
+DEFINE_TINY_GEMM(f32, float, sd_t8f, 8)
+DEFINE_TINY_GEMM(f64, double, sd_t4d, 4)
+
+/* c = alpha a @ b for one item: the direct loops above when the job is small (j->pack set),
+ * else BLIS (gemm, one thread; c contiguous rows of n) */
+#define DEFINE_ITEM_GEMM(sfx, T)                                                                \
+    static void item_gemm_##sfx(const sdpa_job *j, int64_t m, int64_t n, int64_t k, double alpha, \
+                                const T *a, int64_t rsa, int64_t csa, const T *b, int64_t rsb,    \
+                                int64_t csb, T *c, T *pack) {                                   \
+        if (pack)                                                                               \
+            tiny_gemm_##sfx(m, n, k, (T)alpha, a, rsa, csa, b, rsb, csb, c, pack);              \
+        else                                                                                    \
+            gemm(j->dt, 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb, 0.0, c, n, 1);             \
+    }
+DEFINE_ITEM_GEMM(f32, float)
+DEFINE_ITEM_GEMM(f64, double)
+
 /* Scores of batch item b into p [L, S] (scale q k^T, mask, causal), then the row
  * softmax above. Without a mask a causal row's columns past i are set to 0 directly
  * (exp(-inf)), the softmax runs on the live ones only. */
 #define DEFINE_SOFTMAX(sfx, T)                                                                  \
     static void scores_##sfx(const sdpa_job *j, const int64_t *off, T *p, T *z, uint8_t *state, \
-                             bool normalize) {                                                  \
-        gemm(j->dt, 1, j->L, j->S, j->E, j->scale, (const char *)j->q->data + off[0] * j->es,   \
-             j->E, 1, (const char *)j->k->data + off[1] * j->es, 1, j->E, 0.0, p, j->S, 1);     \
+                             bool normalize, T *pack) {                                         \
+        item_gemm_##sfx(j, j->L, j->S, j->E, j->scale, (const T *)j->q->data + off[0], j->E, 1,   \
+                        (const T *)j->k->data + off[1], 1, j->E, p, pack);                      \
         int32_t br = j->br;                                                                     \
         for (int64_t i = 0; i < j->L; i++) {                                                    \
             T *r = p + i * j->S;                                                                \
@@ -671,8 +762,17 @@ sd_row_f32(float *r, int64_t n, int64_t cap, float *z, uint8_t *state, bool norm
 DEFINE_SOFTMAX(f32, float)
 DEFINE_SOFTMAX(f64, double)
 
+#if defined(_OPENMP)
+#define SD_SIMD _Pragma("omp simd")
+#define SD_SIMD_SUM_SPD _Pragma("omp simd reduction(+ : spd)")
+#else
+#define SD_SIMD
+#define SD_SIMD_SUM_SPD
+#endif
+
 #define DEFINE_SDPA_ITEM(sfx, T)                                                                \
     static void sdpa_item_##sfx(const sdpa_job *j, int64_t b, char *scratch) {                  \
+        const T sc = (T)j->scale;                                                               \
         int64_t off[4] = {0, 0, 0, 0};                                                          \
         goblin__nditer it;                                                                      \
         int64_t bs[4][GOBLIN_MAX_RANK];                                                         \
@@ -682,44 +782,48 @@ DEFINE_SOFTMAX(f64, double)
         for (int32_t a = 0; a < 4; a++) off[a] = it.off[a];                                     \
         int64_t L = j->L, S = j->S;                                                             \
         T *p = (T *)scratch, *dp = p + L * S, *z = dp + L * S;                                  \
-        uint8_t *state = (uint8_t *)(z + L);                                                    \
+        T *pack = j->tiny ? z + L : NULL; /* j->packn elements */                                 \
+        uint8_t *state = (uint8_t *)(z + L + (j->tiny ? j->packn : 0));                         \
         T *o = (T *)j->out + b * j->rows * j->cols;                                             \
-        scores_##sfx(j, off, p, z, state, j->bwd);                                              \
+        scores_##sfx(j, off, p, z, state, j->bwd, pack);                                        \
         const T *v = (const T *)j->v->data + off[2];                                            \
         if (!j->bwd) { /* out = (exp weights @ v) / z */                                        \
-            gemm(j->dt, 1, L, j->Ev, S, 1.0, p, S, 1, v, j->Ev, 1, 0.0, o, j->Ev, 1);           \
+            item_gemm_##sfx(j, L, j->Ev, S, 1.0, p, S, 1, v, j->Ev, 1, o, pack);                \
             for (int64_t i = 0; i < L; i++) {                                                   \
                 T *restrict orow = o + i * j->Ev;                                               \
                 const T zi = z[i], fill = state[i] == 2 ? (T)NAN : 0;                           \
                 if (state[i] == 2 || S == 0)                                                    \
                     for (int64_t e = 0; e < j->Ev; e++) orow[e] = fill;                         \
                 else                                                                            \
-                    for (int64_t e = 0; e < j->Ev; e++) orow[e] /= zi;                          \
+                    SD_SIMD for (int64_t e = 0; e < j->Ev; e++) orow[e] /= zi;                  \
             }                                                                                   \
             return;                                                                             \
         }                                                                                       \
         const T *go = (const T *)j->go->data + b * L * j->Ev;                                   \
         if (j->which == 2) { /* dv = p^T @ go */                                                \
-            gemm(j->dt, 1, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, 0.0, o, j->Ev, 1);          \
+            item_gemm_##sfx(j, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, o, pack);               \
         } else {                                                                                \
             /* dp = go @ v^T; ds = p (dp - sum p dp) scale */                                   \
-            gemm(j->dt, 1, L, S, j->Ev, 1.0, go, j->Ev, 1, v, 1, j->Ev, 0.0, dp, S, 1);         \
+            item_gemm_##sfx(j, L, S, j->Ev, 1.0, go, j->Ev, 1, v, 1, j->Ev, dp, pack);          \
             for (int64_t i = 0; i < L; i++) {                                                   \
-                T *pr = p + i * S, *dr = dp + i * S;                                            \
+                const T *restrict pr = p + i * S;                                               \
+                T *restrict dr = dp + i * S;                                                    \
                 if (state[i] != 0 || j->Ev == 0) {                                              \
                     for (int64_t c = 0; c < S; c++) dr[c] = 0;                                  \
                     continue;                                                                   \
                 }                                                                               \
-                T spd = 0;                                                                      \
+                T spd = 0; /* lanes of SSE2 width (this function has one ISA): a fixed order */ \
+                SD_SIMD_SUM_SPD                                                                 \
                 for (int64_t c = 0; c < S; c++) spd += pr[c] * dr[c];                           \
-                for (int64_t c = 0; c < S; c++) dr[c] = pr[c] * (dr[c] - spd) * (T)j->scale;    \
+                SD_SIMD                                                                         \
+                for (int64_t c = 0; c < S; c++) dr[c] = pr[c] * (dr[c] - spd) * sc;             \
             }                                                                                   \
             if (j->which == 1) /* dk = ds^T @ q */                                              \
-                gemm(j->dt, 1, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0], j->E, 1, \
-                     0.0, o, j->E, 1);                                                          \
+                item_gemm_##sfx(j, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0], j->E, \
+                                1, o, pack);                                                    \
             else /* dq = ds @ k */                                                              \
-                gemm(j->dt, 1, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1], j->E, 1, \
-                     0.0, o, j->E, 1);                                                          \
+                item_gemm_##sfx(j, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1], j->E, \
+                                1, o, pack);                                                    \
         }                                                                                       \
         if (j->rows > 0 && (j->Ev == 0 || L == 0 || S == 0 || (j->which == 2 ? L : S) == 0))    \
             for (int64_t r = 0; r < j->rows * j->cols; r++) o[r] = 0;                           \
@@ -737,9 +841,10 @@ DEFINE_SOFTMAX(f64, double)
 DEFINE_SDPA_ITEM(f32, float)
 DEFINE_SDPA_ITEM(f64, double)
 
-/* p, dp [L, S], z [L], state [L] bytes; rounded up to keep every chunk aligned */
+/* p, dp [L, S], z [L], (small heads) a packing buffer of packn, state [L] bytes; rounded up
+ * to keep every chunk aligned */
 static size_t sdpa_scratch_bytes(const sdpa_job *j) {
-    size_t b = (size_t)((2 * j->L * j->S + j->L) * j->es + j->L);
+    size_t b = (size_t)((2 * j->L * j->S + j->L + (j->tiny ? j->packn : 0)) * j->es + j->L);
     return (b + 63) / 64 * 64;
 }
 
@@ -810,6 +915,11 @@ static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const gob
     for (int32_t d = 0; d < j.br; d++) j.bs[3][d] = j.mstr[d];
     j.batch = 1;
     for (int32_t d = 0; d < j.br; d++) j.batch *= ref->shape[d];
+    j.tiny = j.L <= SD_TINY_LS && j.S <= SD_TINY_LS && j.E <= SD_TINY_E && j.Ev <= SD_TINY_E;
+    int64_t mx_n = j.S > j.E ? j.S : j.E, mx_k = j.L > j.Ev ? j.L : j.Ev;
+    mx_n = mx_n > j.Ev ? mx_n : j.Ev;
+    mx_k = mx_k > mx_n ? mx_k : mx_n;
+    j.packn = mx_k * ((mx_n + 7) / 8 * 8);
     int64_t total = goblin__numel(out);
     if (total == 0) return GOBLIN_OK;
     if (j.batch * j.rows * j.cols != total) return GOBLIN_ENOTSUP; /* not [batch..., rows, cols] */

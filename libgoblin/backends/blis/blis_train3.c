@@ -6,11 +6,13 @@
  *    [B, T, C] (layer-norm backward). Dims are merged where every operand allows,
  *    then the innermost dim runs as a contiguous (or fixed-stride) loop calling the
  *    same scalar_ops.h function the reference kernel uses: bit-identical results.
- *  - exp on contiguous f32/f64: the reference's arithmetic (libm exp in double, one
- *    rounding) without its block gather/store: bit-identical.
- *  - erf and gelu (erf form) on contiguous f32: a double-precision polynomial erf
- *    (error ~1e-11, then one rounding to f32), within the ops' contracts and almost
- *    always the reference's bits, but not guaranteed bit-identical.
+ *  - exp on contiguous f32: the formula evaluator's vectorized float polynomial (at most
+ *    1.01 ulp, within exp's 4u contract; not the reference's bits); f64: the reference's
+ *    arithmetic (libm exp) without its block gather/store: bit-identical.
+ *  - erf and gelu (erf form) on contiguous f32: a float rational erf where it is accurate
+ *    (|x| < 2.5; gelu: -1.5 < x / sqrt2 < 3.5), a double-precision polynomial erf
+ *    (error ~1e-11, then one rounding to f32) elsewhere: within the ops' contracts, not
+ *    guaranteed bit-identical to the reference.
  *  - softmax / log_softmax over a non-last axis (f32, f64): the reference's double
  *    arithmetic in its order, with contiguous inner loops: bit-identical.
  *
@@ -24,8 +26,10 @@
 
 #if defined(_OPENMP)
 #define SIMD _Pragma("omp simd")
+#define T3_SIMD_OR_BAD _Pragma("omp simd reduction(| : bad)")
 #else
 #define SIMD
+#define T3_SIMD_OR_BAD
 #endif
 
 #define BLOCK ((int64_t)1 << 15) /* elements per work item (about) */
@@ -164,8 +168,8 @@ BIN(t3_mul, B_MUL)
 BIN(t3_div, B_DIV)
 
 /* ---- exp (f32, f64), erf and gelu (f32) ------------------------------------------------
- * exp: the reference's own arithmetic (double exp, rounded once), so the same bits.
- * erf and gelu (erf form) on f32: erf evaluated in double by an odd Taylor
+ * exp on f64: the reference's own arithmetic (libm exp), so the same bits; f32: below.
+ * The tails of erf and gelu (erf form) on f32: erf evaluated in double by an odd Taylor
  * series below 0.25 and piecewise polynomials above (abs error < 1e-11, relative error
  * < 1e-12 near 0; f32's u is 6e-8), then gelu = 0.5 x (1 + erf(x / sqrt2)) in double and one
  * rounding to f32. The cancellation of 1 + erf for x < 0 costs at most 1e-11 |x|
@@ -222,7 +226,9 @@ static const double ERF_TAB[23][8] = {
      1.1159704391351601e-11, 1.6481627244358664e-10, -6.0302293877125424e-10, -7.5258169989828179e-09},
 };
 
-static double erf_d(double x) {
+/* noinline: compiled once for the baseline ISA, so the FMA clones below that call it
+ * cannot contract its a + b * c into fused operations (the same bits on every CPU) */
+__attribute__((noinline)) static double erf_d(double x) {
     double a = fabs(x);
     if (!(a < 6.0)) return isnan(x) ? x : copysign(1.0, x); /* 1 - erf(6) < 3e-17 */
     double r;
@@ -243,95 +249,133 @@ static double erf_d(double x) {
     return copysign(r, x);
 }
 
-/* ---- erf / gelu on 4 lanes at a time ----------------------------------------------------
- * The same operations as erf_d in the same order, on GCC vector types (no FMA: neither
- * clone's ISA has one, so fp-contract cannot fuse), hence the same bits as the scalar code
- * on every CPU. The table rows of 4 lanes are loaded whole (a row is one 64-byte line) and
- * transposed into per-coefficient vectors. A group of 4 with a lane outside |x| < 6 (or
- * NaN) runs erf_d per lane instead. */
-#pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
-#define T3_CLONES __attribute__((target_clones("avx2", "default")))
-#define T3_INL static inline __attribute__((always_inline))
+/* ---- f32 exp, erf and gelu in float, many lanes at a time ----------------------------------
+ * One copy of each loop per ISA level (ifunc), as formula_eval.c: the levels include FMA,
+ * which fmaf needs to be fast; fmaf is exactly specified (the baseline clone calls libm's),
+ * so every clone and CPU gives the same bits. Each element's result depends only on that
+ * element: the same bits for every thread count and block split. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if __GNUC__ >= 12
+#define T3_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define T3_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#endif
+#else
+#define T3_CLONES
+#endif
 
-typedef double t3_v4d __attribute__((vector_size(32)));
-typedef int64_t t3_v4l __attribute__((vector_size(32)));
-typedef float t3_v4f __attribute__((vector_size(16)));
-typedef int32_t t3_v4i __attribute__((vector_size(16)));
-
-/* *out = erf of the 4 lanes of *xp, all with |x| < 6 (pointers, not vector arguments:
- * their calling convention would differ between the clones) */
-T3_INL void erf4(const t3_v4d *xp, t3_v4d *out) {
-    t3_v4d x = *xp;
-    const t3_v4l sgn = {INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN};
-    t3_v4l xs = (t3_v4l)x & sgn;
-    t3_v4d a = (t3_v4d)((t3_v4l)x & ~sgn);
-    /* a < 0.25: odd Taylor series */
-    t3_v4d z = a * a, z2 = z * z, z4 = z2 * z2;
-    t3_v4d p01 = 1.0 - z * (1.0 / 3.0), p23 = 1.0 / 10.0 - z * (1.0 / 42.0);
-    t3_v4d p45 = 1.0 / 216.0 - z * (1.0 / 1320.0), p6 = (t3_v4d){0, 0, 0, 0} + 1.0 / 9360.0;
-    t3_v4d rt = (p01 + z2 * p23) + z4 * (p45 + z2 * p6);
-    rt = 1.12837916709551257390 * a * rt;
-    /* a >= 0.25: the table's interval k = (int)(4 a), clamped to 1 for the Taylor lanes */
-    t3_v4i k = __builtin_convertvector(a * 4.0, t3_v4i);
-    t3_v4i lo = k < 1;
-    k = (k & ~lo) | (lo & 1);
-    const double *c0 = ERF_TAB[k[0] - 1], *c1 = ERF_TAB[k[1] - 1], *c2 = ERF_TAB[k[2] - 1],
-                 *c3 = ERF_TAB[k[3] - 1];
-    t3_v4d ra[2];
-    for (int h = 0; h < 2; h++) { /* coefficients 4h .. 4h+3 of the four lanes, transposed */
-        t3_v4d r0, r1, r2, r3;
-        memcpy(&r0, c0 + 4 * h, sizeof r0);
-        memcpy(&r1, c1 + 4 * h, sizeof r1);
-        memcpy(&r2, c2 + 4 * h, sizeof r2);
-        memcpy(&r3, c3 + 4 * h, sizeof r3);
-        t3_v4d t0 = __builtin_shuffle(r0, r1, (t3_v4l){0, 4, 2, 6});
-        t3_v4d t1 = __builtin_shuffle(r0, r1, (t3_v4l){1, 5, 3, 7});
-        t3_v4d t2 = __builtin_shuffle(r2, r3, (t3_v4l){0, 4, 2, 6});
-        t3_v4d t3 = __builtin_shuffle(r2, r3, (t3_v4l){1, 5, 3, 7});
-        t3_v4d q0 = __builtin_shuffle(t0, t2, (t3_v4l){0, 1, 4, 5});
-        t3_v4d q1 = __builtin_shuffle(t1, t3, (t3_v4l){0, 1, 4, 5});
-        t3_v4d q2 = __builtin_shuffle(t0, t2, (t3_v4l){2, 3, 6, 7});
-        t3_v4d q3 = __builtin_shuffle(t1, t3, (t3_v4l){2, 3, 6, 7});
-        t3_v4d u = a - (0.25 * __builtin_convertvector(k, t3_v4d) + 0.125);
-        ra[h] = (q0 + q1 * u) + (u * u) * (q2 + q3 * u);
-        if (h == 1) {
-            t3_v4d u2 = u * u, u4 = u2 * u2;
-            ra[1] = ra[0] + u4 * ra[1];
-        }
-    }
-    t3_v4l m = a < 0.25;
-    t3_v4l r = ((t3_v4l)rt & m) | ((t3_v4l)ra[1] & ~m);
-    *out = (t3_v4d)(r | xs);
+/* exp: the formula evaluator's f32 exp (formula_eval.c fe_expf, the same operations):
+ * Cephes' scheme with explicit FMAs, at most 1.01 ulp over all 2^32 inputs against exp in
+ * double (exp's contract: 4u + tiny). Clamping x to [-104, 89] keeps the exponent in range
+ * and lets NaN through; overflow gives +inf, exp(-inf) = 0. Branch-free, so it vectorizes. */
+static inline float t3_expf(float x) {
+    union {
+        float f;
+        uint32_t u;
+    } tb, s1, s2;
+    float xc = x < -104.0f ? -104.0f : x;
+    xc = xc > 89.0f ? 89.0f : xc;
+    tb.f = fmaf(xc, 1.44269504088896341f, 12582912.0f);
+    float nf = tb.f - 12582912.0f;
+    int32_t n = (int32_t)(tb.u - 0x4b400000u);
+    float r = fmaf(nf, -0.693359375f, xc);
+    r = fmaf(nf, 2.12194440e-4f, r);
+    float z = r * r;
+    float y = 1.9875691500e-4f;
+    y = fmaf(y, r, 1.3981999507e-3f);
+    y = fmaf(y, r, 8.3334519073e-3f);
+    y = fmaf(y, r, 4.1665795894e-2f);
+    y = fmaf(y, r, 1.6666665459e-1f);
+    y = fmaf(y, r, 5.0000001201e-1f);
+    y = fmaf(y, z, r) + 1.0f;
+    int32_t n1 = n >> 1, n2 = n - n1; /* both in [-75, 64]: normal powers of two */
+    s1.u = (uint32_t)(n1 + 127) << 23;
+    s2.u = (uint32_t)(n2 + 127) << 23;
+    return (y * s1.f) * s2.f;
 }
 
-/* n elements of erf (gelu = false) or gelu (erf form) on f32, through double */
+T3_CLONES static void expf_f32(const float *restrict x, float *restrict y, int64_t n) {
+    SIMD for (int64_t i = 0; i < n; i++) y[i] = t3_expf(x[i]);
+}
+
+/* erf in float for |x| < 3.5 from three polynomials fitted for this project by
+ * tools/fit_erf_f32.py (least squares reweighted towards the minimax error, against
+ * mpmath's erf): |x| < 1.25: x P1(x^2) (degree 7 in x^2; odd, so erf(+-0) = +-0);
+ * 1.25 <= |x| < 2.5: P2(|x| - 1.875) (degree 10); 2.5 <= |x| < 3.5: P3(|x| - 3)
+ * (degree 9); the sign of x is put back. Horner with FMAs; every lane computes all three
+ * and keeps one (no branches: it vectorizes). Fit error below 1e-9 relative; evaluated in
+ * float, at most 0.37 of erf's contract bound (4u + 4u |erf|) over a sweep of the range
+ * (the test in test_blis_train.c checks every 4096th float against long double). For
+ * erf the fast path is used for |x| < 2.5, for gelu = 0.5 x (1 + erf(x / sqrt2)) for
+ * -1.5 < x / sqrt2 < 3.5 (where 1 + erf does not cancel too much); elsewhere (the tails;
+ * +-inf, NaN) the element is recomputed by erf_d above in double: a per-element choice,
+ * so results do not depend on the neighbours. */
+static const float T3_ERF_P1[8] = {1.128379107e+00f, -3.761262894e-01f, 1.128367484e-01f, -2.686024643e-02f, 5.209015682e-03f, -8.339565247e-04f, 1.039385024e-04f, -7.572908544e-06f};
+static const float T3_ERF_P2[11] = {9.919900298e-01f, 3.354583308e-02f, -6.289841235e-02f, 6.744083762e-02f, -4.226035252e-02f, 1.146637090e-02f, 4.109880421e-03f, -4.951612558e-03f, 1.409097458e-03f, 4.266961187e-04f, -3.447879280e-04f};
+static const float T3_ERF_P3[10] = {9.999778867e-01f, 1.392536651e-04f, -4.177687224e-04f, 7.890692214e-04f, -1.044130651e-03f, 1.016940339e-03f, -7.407192606e-04f, 3.892347740e-04f, -1.236715470e-04f, 1.213516589e-05f};
+
+static inline __attribute__((always_inline)) float t3_erf_poly(float x) {
+    float a = fabsf(x), t = x * x, u2 = a - 1.875f, u3 = a - 3.0f;
+    /* straight-line Horner (a loop here would keep the caller's loop from vectorizing) */
+#define T3_H(v, c, k) fmaf((v), (k), (c))
+    const float *c1 = T3_ERF_P1, *c2 = T3_ERF_P2, *c3 = T3_ERF_P3;
+    float p1 = T3_H(t, c1[6], c1[7]);
+    p1 = T3_H(t, c1[5], p1), p1 = T3_H(t, c1[4], p1), p1 = T3_H(t, c1[3], p1);
+    p1 = T3_H(t, c1[2], p1), p1 = T3_H(t, c1[1], p1), p1 = T3_H(t, c1[0], p1);
+    float p2 = T3_H(u2, c2[9], c2[10]);
+    p2 = T3_H(u2, c2[8], p2), p2 = T3_H(u2, c2[7], p2), p2 = T3_H(u2, c2[6], p2);
+    p2 = T3_H(u2, c2[5], p2), p2 = T3_H(u2, c2[4], p2), p2 = T3_H(u2, c2[3], p2);
+    p2 = T3_H(u2, c2[2], p2), p2 = T3_H(u2, c2[1], p2), p2 = T3_H(u2, c2[0], p2);
+    float p3 = T3_H(u3, c3[8], c3[9]);
+    p3 = T3_H(u3, c3[7], p3), p3 = T3_H(u3, c3[6], p3), p3 = T3_H(u3, c3[5], p3);
+    p3 = T3_H(u3, c3[4], p3), p3 = T3_H(u3, c3[3], p3), p3 = T3_H(u3, c3[2], p3);
+    p3 = T3_H(u3, c3[1], p3), p3 = T3_H(u3, c3[0], p3);
+#undef T3_H
+    /* Branch-free: every value is computed, then chosen with integer masks on the bits
+     * (|x| compared as an integer; NaN lands in a tail, recomputed anyway), which the
+     * compiler vectorizes; float compares and selects kept this loop scalar. */
+    union {
+        float f;
+        int32_t i;
+    } ab = {a}, xb = {x}, nb = {x * p1}, b2 = {p2}, b3 = {p3}, r;
+    int32_t m1 = -(int32_t)(ab.i < 0x3fa00000), m2 = -(int32_t)(ab.i < 0x40200000); /* 1.25f, 2.5f */
+    int32_t far = ((b2.i & m2) | (b3.i & ~m2)) | (xb.i & INT32_MIN); /* P2, P3 > 0: the sign of x */
+    r.i = (nb.i & m1) | (far & ~m1);
+    return r.f;
+}
+
+#define T3_RSQRT2F 0.70710678118654752440f
+
+/* n elements of erf (gelu = false) or gelu (erf form) on f32 */
 T3_CLONES static void erf_gelu_f32(const float *restrict x, float *restrict y, int64_t n,
                                    bool gelu) {
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        t3_v4f xf;
-        memcpy(&xf, x + i, sizeof xf);
-        t3_v4d v = __builtin_convertvector(xf, t3_v4d);
-        t3_v4d t = gelu ? v * 0.70710678118654752440 : v;
-        t3_v4l ok = (t3_v4d)((t3_v4l)t & ~(t3_v4l){INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN}) <
-                    6.0;
-        if ((ok[0] & ok[1] & ok[2] & ok[3]) == 0) {
-            for (int q = 0; q < 4; q++) {
-                double vq = x[i + q];
-                y[i + q] = gelu ? (float)(0.5 * vq * (1.0 + erf_d(vq * 0.70710678118654752440)))
-                                : (float)erf_d(vq);
-            }
-        } else {
-            t3_v4d e;
-            erf4(&t, &e);
-            t3_v4d r = gelu ? 0.5 * v * (1.0 + e) : e;
-            t3_v4f rf = __builtin_convertvector(r, t3_v4f);
-            memcpy(y + i, &rf, sizeof rf);
+    if (gelu) {
+        SIMD for (int64_t i = 0; i < n; i++) {
+            float t = x[i] * T3_RSQRT2F;
+            y[i] = 0.5f * x[i] * (1.0f + t3_erf_poly(t));
         }
+    } else {
+        SIMD for (int64_t i = 0; i < n; i++) y[i] = t3_erf_poly(x[i]);
     }
-    for (; i < n; i++) {
-        double v = x[i];
-        y[i] = gelu ? (float)(0.5 * v * (1.0 + erf_d(v * 0.70710678118654752440))) : (float)erf_d(v);
+    /* the tails (and inf, NaN: the comparisons fail) in double; a vector test per 64 first */
+    const float lo = gelu ? -1.5f : -2.5f, hi = gelu ? 3.5f : 2.5f;
+    const float sc = gelu ? T3_RSQRT2F : 1.0f;
+    for (int64_t i0 = 0; i0 < n; i0 += 64) {
+        int64_t e = i0 + 64 < n ? i0 + 64 : n;
+        int bad = 0;
+        T3_SIMD_OR_BAD
+        for (int64_t i = i0; i < e; i++) {
+            float t = x[i] * sc;
+            bad |= (t <= lo) | (t >= hi) | (t != t); /* no branches: it vectorizes */
+        }
+        if (__builtin_expect(!bad, 1)) continue;
+        for (int64_t i = i0; i < e; i++) {
+            float t = x[i] * sc;
+            if (!((t <= lo) | (t >= hi) | (t != t))) continue;
+            double v = x[i];
+            y[i] = gelu ? (float)(0.5 * v * (1.0 + erf_d(v * 0.70710678118654752440)))
+                        : (float)erf_d(v);
+        }
     }
 }
 
@@ -357,9 +401,7 @@ static void urun(void *arg, int64_t item) {
     const float *restrict x = j->x;
     float *restrict y = j->y;
     switch (j->kind) {
-    case U_EXP:
-        for (int64_t i = lo; i < hi; i++) y[i] = (float)exp((double)x[i]);
-        break;
+    case U_EXP: expf_f32(x + lo, y + lo, hi - lo); break;
     case U_ERF: erf_gelu_f32(x + lo, y + lo, hi - lo, false); break;
     default: erf_gelu_f32(x + lo, y + lo, hi - lo, true); break;
     }
