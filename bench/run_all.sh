@@ -27,6 +27,11 @@ export GOBLIN_LIB="$top/build/libgoblin/libgoblin.so"
 # BLIS reads these when a benchmark calls it directly; numpy's OpenBLAS gets
 # the same count so that side-by-side ratios compare like with like.
 export BLIS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+# Passive OpenMP waits keep BLIS's idle threads from spinning on the cores the C
+# benchmarks measure; the Python benchmarks that time PyTorch run with the default
+# policy instead (set below), since torch's many small parallel regions slow down up
+# to 2x when its threads sleep after each one, and the comparison must not flatter us.
+wait_policy_set=${OMP_WAIT_POLICY+x}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 GOBLIN_SETUP_ASAN=0 bash scripts/setup.sh || { echo "[bench] setup failed" >&2; exit 1; }
@@ -75,7 +80,7 @@ tmp=$(mktemp)
   echo "| machine | ${cpu:-unknown CPU}, $(nproc 2>/dev/null || echo '?') cores, ${mem:-? GiB} |"
   echo "| OS | $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), kernel $(uname -r) |"
   echo "| libgoblin | $ver (commit $commit), buildtype $(meson introspect build --buildoptions 2>/dev/null | "$py" -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"]=="buildtype"][0])' 2>/dev/null || echo '?') |"
-  echo "| threads | GOBLIN_BENCH_THREADS=$threads, BLIS_NUM_THREADS=$BLIS_NUM_THREADS, OMP_NUM_THREADS=$OMP_NUM_THREADS, OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS |"
+  echo "| threads | GOBLIN_BENCH_THREADS=$threads, BLIS_NUM_THREADS=$BLIS_NUM_THREADS, OMP_NUM_THREADS=$OMP_NUM_THREADS, OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS; OMP_WAIT_POLICY=$OMP_WAIT_POLICY for the C programs$([ -z "$wait_policy_set" ] && echo ", the default for the Python ones (PyTorch's own setting)") |"
   echo
   echo "Ratios are measured side by side in the same run; they are the numbers to compare across machines."
 } >"$tmp"
@@ -93,7 +98,9 @@ for p in "${progs[@]}"; do
   echo "[bench] running $name ..." >&2
   t0=$(date +%s)
   body=$(mktemp)
-  if [[ "$p" == *.py ]]; then
+  if [[ "$p" == *.py && -z "$wait_policy_set" ]]; then
+    env -u OMP_WAIT_POLICY "$py" "$p" >"$body" 2> >(sed "s/^/[$name] /" >&2)
+  elif [[ "$p" == *.py ]]; then
     "$py" "$p" >"$body" 2> >(sed "s/^/[$name] /" >&2)
   else
     "$p" >"$body" 2> >(sed "s/^/[$name] /" >&2)
