@@ -517,6 +517,7 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, m
  * messages outstanding per worker whatever it asked for (MAX_IN_FLIGHT in node.c); to
  * a worker that takes batches, each may hold up to 16 small TASKs (docs/runtime.md). */
 #define TINY_TASK_NS 1000000
+#define RESYNC_MS 1000 /* idle with leases asked for: ask again after this long */
 #define LEASE_BATCH 16
 
 static void lease_topup(goblin_worker *w, int64_t task_ns) {
@@ -943,7 +944,9 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         nng_msg *nm = NULL;
         int rv;
         if (rx) {
-            nng_aio_set_timeout(rx, NNG_DURATION_INFINITE);
+            /* Waiting while leases are asked for: wake after RESYNC_MS to ask again (see
+             * below). With none asked for, nothing is owed: wait without a timer. */
+            nng_aio_set_timeout(rx, w->credit > 0 ? RESYNC_MS : NNG_DURATION_INFINITE);
             nng_recv_aio(w->sock, rx);
             /* An event that came before the receive started found nothing to abort. */
             if (atomic_load(&w->stop) || atomic_load(&w->pipes_removed) != seen_removed ||
@@ -953,6 +956,16 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             rv = nng_aio_result(rx);
             if (rv == 0) nm = nng_aio_get_msg(rx);
             else if (rv == NNG_ECANCELED) rv = NNG_ETIMEDOUT;
+            else if (rv == NNG_ETIMEDOUT && w->credit > 0 && w->node_max) {
+                /* RESYNC_MS without a TASK although leases were asked for: a TASK can be
+                 * lost (nng's pair1 drops a message to a full pipe), and then the node
+                 * waits for a request while this worker waits for the TASK. Ask again
+                 * from scratch: an extra request only lets the node send a little more
+                 * than asked, a missing one would idle this worker for good. */
+                BUMP(w, lease_resyncs);
+                send_lease_request(w, (uint32_t)w->p.slots);
+                w->credit = w->p.slots;
+            }
         } else {
             rv = nng_recvmsg(w->sock, &nm, 0);
         }

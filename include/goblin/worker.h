@@ -96,6 +96,9 @@ GOBLIN_API void goblin_worker_free(goblin_worker *w);
 
 typedef struct goblin_worker_stats {
     int64_t tasks_done, tasks_failed, misbehaved, cache_hits, cache_misses, connects, refused;
+    /** Times the worker asked for leases again after waiting a second without a TASK
+     *  although it had asked for some (a lost TASK would otherwise idle it for good). */
+    int64_t lease_resyncs;
 } goblin_worker_stats;
 
 GOBLIN_API void goblin_worker_stats_get(goblin_worker *w, goblin_worker_stats *out);

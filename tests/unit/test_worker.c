@@ -420,3 +420,75 @@ Test(worker, tiny_tasks_in_batches) { tiny_tasks(false, GOBLIN_DTYPE_F32, GOBLIN
 Test(worker, tiny_tasks_in_batches_f64) { tiny_tasks(false, GOBLIN_DTYPE_F64, GOBLIN_MISBEHAVE_NONE); }
 Test(worker, batching_cheater_caught) { tiny_tasks(true, GOBLIN_DTYPE_F32, GOBLIN_MISBEHAVE_WRONG); }
 Test(worker, batching_truncating_cheater_caught) { tiny_tasks(true, GOBLIN_DTYPE_F64, GOBLIN_MISBEHAVE_TRUNCATE); }
+
+/* A TASK lost on the way (nng's pair1 drops a message to a full pipe) must not idle a
+ * worker for good: a stand-in node that answers HELLO and then never sends the TASKs
+ * asked for sees the worker ask again after about a second (and count it). */
+#include <nng/nng.h>
+#include <goblin/alloc.h>
+#include <nng/protocol/pair1/pair.h>
+
+static void *run_worker_thread(void *arg) {
+    goblin_worker_run(arg);
+    return NULL;
+}
+
+Test(worker, asks_again_when_asked_tasks_never_come) {
+    nng_socket s;
+    cr_assert_eq(nng_pair1_open_poly(&s), 0);
+    cr_assert_eq(nng_listen(s, "inproc://test-worker-resync", NULL, 0), 0);
+    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = "inproc://test-worker-resync";
+    wp.n_connect = 1;
+    goblin_worker *w;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
+    pthread_t th;
+    pthread_create(&th, NULL, run_worker_thread, w);
+    int requests = 0;
+    double t_first = 0, t_second = 0;
+    for (int got = 0; got < 8 && requests < 2; got++) {
+        nng_msg *m;
+        cr_assert_eq(nng_recvmsg(s, &m, 0), 0, "the worker went quiet");
+        goblin_wire_msg *d = NULL;
+        char err[200];
+        cr_assert_eq(goblin_wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, err, sizeof err), GOBLIN_OK,
+                     "%s", err);
+        if (d->type == GOBLIN_WIRE_TYPE_HELLO) {
+            goblin_wire_msg a;
+            goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
+            a.request_id = d->request_id;
+            a.body.hello_ack.session_id = 1;
+            a.body.hello_ack.heartbeat_ms = 0;
+            a.body.hello_ack.max_message_bytes = 1 << 20;
+            uint8_t *buf;
+            size_t len;
+            cr_assert_eq(goblin_wire_encode(&a, &buf, &len), GOBLIN_OK);
+            nng_msg *r;
+            nng_msg_alloc(&r, 0);
+            nng_msg_append(r, buf, len);
+            nng_msg_set_pipe(r, nng_msg_get_pipe(m));
+            cr_assert_eq(nng_sendmsg(s, r, 0), 0);
+            goblin_buffer_free(buf);
+        } else if (d->type == GOBLIN_WIRE_TYPE_LEASE_REQUEST) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+            if (requests++ == 0) t_first = t;
+            else t_second = t;
+            cr_assert_geq(d->body.lease_request.slots, 1);
+        }
+        goblin_wire_msg_free(d);
+        nng_msg_free(m);
+    }
+    cr_assert_eq(requests, 2, "the worker asked %d times", requests);
+    cr_assert_geq(t_second - t_first, 0.5, "asked again after only %.3f s", t_second - t_first);
+    goblin_worker_stats ws;
+    goblin_worker_stats_get(w, &ws);
+    cr_assert_geq(ws.lease_resyncs, 1);
+    goblin_worker_stop(w);
+    pthread_join(th, NULL);
+    goblin_worker_free(w);
+    nng_close(s);
+}

@@ -72,7 +72,7 @@ INL v4d ld4_f64(const double *p) {
 INL void st4_f64(double *p, v4d v) { memcpy(p, &v, sizeof v); }
 
 /* 8 lanes (two vectors) + 8 tail lanes, folded lane by lane in order */
-static double fold8(v4d a0, v4d a1, const double *tail) {
+INL double fold8(v4d a0, v4d a1, const double *tail) {
     double v[8], s = 0;
     memcpy(v, &a0, sizeof a0);
     memcpy(v + 4, &a1, sizeof a1);
