@@ -342,7 +342,7 @@ typedef struct conv_job {
  * offset, so one memcpy per (channel, tap), then the rows and columns that fall
  * outside the image set to 0. The same values as the general loop. */
 #define DEFINE_IM2COL_SAME(name, T)                                                             \
-    static bool name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
+    bool name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
                      int64_t oh1, int64_t ld) {                                                 \
         if (g->sh != 1 || g->sw != 1 || g->ow != g->w || oh0 != 0 || oh1 != g->oh) return false; \
         int64_t ow = g->ow, hw = g->h * g->w;                                                   \
@@ -375,8 +375,8 @@ typedef struct conv_job {
                 }                                                                               \
         return true;                                                                            \
     }
-DEFINE_IM2COL_SAME(im2col_same_f32, float)
-DEFINE_IM2COL_SAME(im2col_same_f64, double)
+DEFINE_IM2COL_SAME(goblin__im2col_same_f32, float)
+DEFINE_IM2COL_SAME(goblin__im2col_same_f64, double)
 
 /* col[(c, i, j), (oh - oh0, ow)] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] for oh in
  * [oh0, oh1), 0 outside the image; col's rows are pb elements apart. */

@@ -34,4 +34,17 @@ void goblin__blis_register_train3(goblin__kernel_fn *t);
  * with it, else serially). Work items must be independent. */
 void goblin__parallel_for(int32_t threads, int64_t n, void (*fn)(void *arg, int64_t i), void *arg);
 
+/* im2col for a stride-1 convolution whose output width equals the input width (3x3 /
+ * pad 1), over all output rows: col[(c, i, j), (oh, ow)] for @p cg channels of @p x, col
+ * rows @p ld apart. False (nothing written) for any other geometry or row range
+ * [oh0, oh1) other than all rows: the caller uses its general loop (blis_gemm.c; used by
+ * conv2d forward and its weight gradient). */
+struct goblin__conv_geom;
+bool goblin__im2col_same_f32(const struct goblin__conv_geom *g, int64_t cg, const float *x, float *col,
+                             int64_t oh0, int64_t oh1, int64_t ld);
+bool goblin__im2col_same_f64(const struct goblin__conv_geom *g, int64_t cg, const double *x, double *col,
+                             int64_t oh0, int64_t oh1, int64_t ld);
+#define im2col_same_f32 goblin__im2col_same_f32
+#define im2col_same_f64 goblin__im2col_same_f64
+
 #endif

@@ -124,46 +124,7 @@ static void col_range(const goblin__conv_geom *g, int64_t j, int64_t *off, int64
     *hi = h;
 }
 
-/* im2col for stride 1 with OW == W ("same" width, the usual 3x3 / pad 1 case) over
- * all output rows: each kernel tap's row is the input plane shifted by a constant
- * offset, so one memcpy per (channel, tap), then the rows and columns that fall
- * outside the image set to 0. The same values as the general loop. */
-#define DEFINE_IM2COL_SAME(name, T)                                                             \
-    static bool name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
-                     int64_t oh1, int64_t ld) {                                                 \
-        if (g->sh != 1 || g->sw != 1 || g->ow != g->w || oh0 != 0 || oh1 != g->oh) return false; \
-        int64_t ow = g->ow, hw = g->h * g->w;                                                   \
-        for (int64_t c = 0; c < cg; c++)                                                        \
-            for (int64_t i = 0; i < g->kh; i++)                                                 \
-                for (int64_t j = 0; j < g->kw; j++) {                                           \
-                    T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                          \
-                    const T *xp = x + c * hw;                                                   \
-                    int64_t dh = i * g->dh - g->ph, dwo = j * g->dw - g->pw;                    \
-                    int64_t a = dh < 0 ? -dh : 0, b = g->h - dh;                                \
-                    if (a > g->oh) a = g->oh;                                                   \
-                    if (b > g->oh) b = g->oh;                                                   \
-                    if (b < a) b = a;                                                           \
-                    memset(row, 0, (size_t)(a * ow) * sizeof(T));                               \
-                    memset(row + b * ow, 0, (size_t)((g->oh - b) * ow) * sizeof(T));            \
-                    if (b == a) continue;                                                       \
-                    int64_t off = dh * g->w + dwo, d0 = a * ow, d1 = b * ow;                    \
-                    if (d0 + off < 0) d0 = -off;                                                \
-                    if (d1 + off > hw) d1 = hw - off;                                           \
-                    if (d1 > d0) memcpy(row + d0, xp + d0 + off, (size_t)(d1 - d0) * sizeof(T)); \
-                    int64_t zl = dwo < 0 ? -dwo : 0, zr = dwo > 0 ? ow - dwo : ow;              \
-                    if (zl > ow) zl = ow;                                                       \
-                    if (zr < zl) zr = zl;                                                       \
-                    if (zl == 0 && zr == ow && d0 == a * ow && d1 == b * ow) continue;          \
-                    for (int64_t r = a; r < b; r++) {                                           \
-                        T *rr = row + r * ow;                                                   \
-                        for (int64_t q = 0; q < zl; q++) rr[q] = 0;                             \
-                        for (int64_t q = zr; q < ow; q++) rr[q] = 0;                            \
-                    }                                                                           \
-                }                                                                               \
-        return true;                                                                            \
-    }
-DEFINE_IM2COL_SAME(im2col_same_f32, float)
-DEFINE_IM2COL_SAME(im2col_same_f64, double)
+/* im2col_same_f32 / _f64: blis_gemm.c (declared in blis_impl.h). */
 
 /* col2im for the same case: per (channel, tap) the col row's entries that fall outside
  * the image are set to 0 (col is scratch), then the row is added to the shifted plane

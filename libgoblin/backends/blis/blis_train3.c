@@ -23,6 +23,7 @@
 #include <string.h>
 #include "blis_impl.h"
 #include "scalar_ops.h"
+#include "expf_impl.h"
 
 #if defined(_OPENMP)
 #define SIMD _Pragma("omp simd")
@@ -264,35 +265,10 @@ __attribute__((noinline)) static double erf_d(double x) {
 #define T3_CLONES
 #endif
 
-/* exp: the formula evaluator's f32 exp (formula_eval.c fe_expf, the same operations):
- * Cephes' scheme with explicit FMAs, at most 1.01 ulp over all 2^32 inputs against exp in
- * double (exp's contract: 4u + tiny). Clamping x to [-104, 89] keeps the exponent in range
- * and lets NaN through; overflow gives +inf, exp(-inf) = 0. Branch-free, so it vectorizes. */
-static inline float t3_expf(float x) {
-    union {
-        float f;
-        uint32_t u;
-    } tb, s1, s2;
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc > 89.0f ? 89.0f : xc;
-    tb.f = fmaf(xc, 1.44269504088896341f, 12582912.0f);
-    float nf = tb.f - 12582912.0f;
-    int32_t n = (int32_t)(tb.u - 0x4b400000u);
-    float r = fmaf(nf, -0.693359375f, xc);
-    r = fmaf(nf, 2.12194440e-4f, r);
-    float z = r * r;
-    float y = 1.9875691500e-4f;
-    y = fmaf(y, r, 1.3981999507e-3f);
-    y = fmaf(y, r, 8.3334519073e-3f);
-    y = fmaf(y, r, 4.1665795894e-2f);
-    y = fmaf(y, r, 1.6666665459e-1f);
-    y = fmaf(y, r, 5.0000001201e-1f);
-    y = fmaf(y, z, r) + 1.0f;
-    int32_t n1 = n >> 1, n2 = n - n1; /* both in [-75, 64]: normal powers of two */
-    s1.u = (uint32_t)(n1 + 127) << 23;
-    s2.u = (uint32_t)(n2 + 127) << 23;
-    return (y * s1.f) * s2.f;
-}
+/* exp: the formula evaluator's f32 exp (expf_impl.h), at most 1.01 ulp over all 2^32
+ * inputs against exp in double (exp's contract: 4u + tiny); overflow gives +inf,
+ * exp(-inf) = 0, NaN stays NaN. Branch-free, so it vectorizes. */
+static inline __attribute__((always_inline)) float t3_expf(float x) { return goblin__expf_inline(x); }
 
 T3_CLONES static void expf_f32(const float *restrict x, float *restrict y, int64_t n) {
     SIMD for (int64_t i = 0; i < n; i++) y[i] = t3_expf(x[i]);
