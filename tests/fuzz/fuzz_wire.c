@@ -65,6 +65,31 @@ int fuzz_wire_one(const uint8_t *data, size_t size) {
     goblin_err eh = goblin_wire_header_decode(data, size, NULL, &h, msg, sizeof msg);
     if (e == GOBLIN_OK) FUZZ_CHECK(eh == GOBLIN_OK && h.body_len == size - GOBLIN_WIRE_HEADER_SIZE,
                                    "header decode disagrees with a full decode");
+
+    /* The same bytes as a batch (protocol 1.1): the splitter walks forward inside the
+     * buffer, leaves the offset alone on failure, hands out slices that start and end
+     * inside it, and a single valid message is a batch of one. */
+    size_t off = 0, n_msgs = 0;
+    while (off < size && n_msgs < 4096) {
+        size_t at = off, ml = 0;
+        goblin_err eb = goblin_wire_batch_next(data, size, &off, NULL, &ml, msg, sizeof msg);
+        if (eb != GOBLIN_OK) {
+            FUZZ_CHECK(off == at, "the batch offset moved on failure");
+            FUZZ_CHECK(msg[0] != 0, "a batch rejected without a message");
+            break;
+        }
+        FUZZ_CHECK(off > at && off <= size && ml >= GOBLIN_WIRE_HEADER_SIZE && at + ml <= off,
+                   "a batch slice outside the buffer");
+        goblin_wire_msg *bm = NULL;
+        if (goblin_wire_decode(data + at, ml, NULL, 0, &bm, msg, sizeof msg) == GOBLIN_OK) goblin_wire_msg_free(bm);
+        n_msgs++;
+    }
+    if (e == GOBLIN_OK) {
+        size_t o1 = 0, ml1 = 0;
+        FUZZ_CHECK(goblin_wire_batch_next(data, size, &o1, NULL, &ml1, msg, sizeof msg) == GOBLIN_OK &&
+                       ml1 == size,
+                   "a valid message is not a batch of one");
+    }
     return 0;
 }
 
