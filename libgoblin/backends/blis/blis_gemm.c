@@ -380,10 +380,10 @@ DEFINE_IM2COL_SAME(goblin__im2col_same_f64, double)
 
 /* col[(c, i, j), (oh - oh0, ow)] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] for oh in
  * [oh0, oh1), 0 outside the image; col's rows are pb elements apart. */
-#define DEFINE_IM2COL(name, T)                                                                  \
-    static void name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
-                     int64_t oh1, int64_t pb) {                                                 \
-        if (im2col_same_##name(g, cg, x, col, oh0, oh1, pb)) return;                           \
+#define DEFINE_IM2COL(name, same, T)                                                            \
+    void name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,         \
+              int64_t oh1, int64_t pb) {                                                        \
+        if (same(g, cg, x, col, oh0, oh1, pb)) return;                                          \
         for (int64_t c = 0; c < cg; c++)                                                        \
             for (int64_t i = 0; i < g->kh; i++)                                                 \
                 for (int64_t j = 0; j < g->kw; j++) {                                           \
@@ -412,10 +412,8 @@ DEFINE_IM2COL_SAME(goblin__im2col_same_f64, double)
                     }                                                                           \
                 }                                                                               \
     }
-#define im2col_same_im2col_f32 im2col_same_f32
-#define im2col_same_im2col_f64 im2col_same_f64
-DEFINE_IM2COL(im2col_f32, float)
-DEFINE_IM2COL(im2col_f64, double)
+DEFINE_IM2COL(goblin__im2col_f32, goblin__im2col_same_f32, float)
+DEFINE_IM2COL(goblin__im2col_f64, goblin__im2col_same_f64, double)
 
 /* Images [n0, n1) of group grp in one gemm: col [kk, cnt * P] (image b's columns at
  * b * P), prod = w_g @ col [og, cnt * P], then each image's rows copied to its planes. */

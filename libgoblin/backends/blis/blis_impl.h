@@ -46,5 +46,14 @@ bool goblin__im2col_same_f64(const struct goblin__conv_geom *g, int64_t cg, cons
                              int64_t oh0, int64_t oh1, int64_t ld);
 #define im2col_same_f32 goblin__im2col_same_f32
 #define im2col_same_f64 goblin__im2col_same_f64
+/* col[(c, i, j), (oh - oh0, ow)] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] for oh in
+ * [oh0, oh1), 0 outside the image, col rows @p ld apart; the same-width path when it
+ * applies (blis_gemm.c; conv2d forward and its weight gradient). */
+void goblin__im2col_f32(const struct goblin__conv_geom *g, int64_t cg, const float *x, float *col, int64_t oh0,
+                        int64_t oh1, int64_t ld);
+void goblin__im2col_f64(const struct goblin__conv_geom *g, int64_t cg, const double *x, double *col, int64_t oh0,
+                        int64_t oh1, int64_t ld);
+#define im2col_f32 goblin__im2col_f32
+#define im2col_f64 goblin__im2col_f64
 
 #endif

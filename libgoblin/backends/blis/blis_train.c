@@ -124,7 +124,7 @@ static void col_range(const goblin__conv_geom *g, int64_t j, int64_t *off, int64
     *hi = h;
 }
 
-/* im2col_same_f32 / _f64: blis_gemm.c (declared in blis_impl.h). */
+/* im2col_f32 / _f64 (and their same-width path): blis_gemm.c, declared in blis_impl.h. */
 
 /* col2im for the same case: per (channel, tap) the col row's entries that fall outside
  * the image are set to 0 (col is scratch), then the row is added to the shifted plane
@@ -194,32 +194,6 @@ DEFINE_COL2IM_SAME(col2im_same_f64, double)
 
 /* col rows are ld elements apart (ld >= (oh1 - oh0) * OW: several images side by side). */
 #define DEFINE_COLS(sfx, T)                                                                     \
-    static void im2col_##sfx(const goblin__conv_geom *g, int64_t cg, const T *x, T *col,        \
-                             int64_t oh0, int64_t oh1, int64_t ld) {                            \
-        if (im2col_same_##sfx(g, cg, x, col, oh0, oh1, ld)) return;                             \
-        for (int64_t c = 0; c < cg; c++)                                                        \
-            for (int64_t i = 0; i < g->kh; i++)                                                 \
-                for (int64_t j = 0; j < g->kw; j++) {                                           \
-                    T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                          \
-                    int64_t off, lo, hi;                                                        \
-                    col_range(g, j, &off, &lo, &hi);                                            \
-                    for (int64_t oh = oh0; oh < oh1; oh++) {                                    \
-                        T *r = row + (oh - oh0) * g->ow;                                        \
-                        int64_t ih = oh * g->sh - g->ph + i * g->dh;                            \
-                        if (ih < 0 || ih >= g->h) {                                             \
-                            for (int64_t ow = 0; ow < g->ow; ow++) r[ow] = 0;                   \
-                            continue;                                                           \
-                        }                                                                       \
-                        const T *xr = x + (c * g->h + ih) * g->w + off;                         \
-                        for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0;                          \
-                        if (g->sw == 1)                                                         \
-                            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow];                \
-                        else                                                                    \
-                            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * g->sw];        \
-                        for (int64_t ow = hi; ow < g->ow; ow++) r[ow] = 0;                      \
-                    }                                                                           \
-                }                                                                               \
-    }                                                                                           \
     /* dx[c, ih, iw] += col[(c, i, j), (oh - oh0, ow)], in (c, i, j, oh, ow) order (col is  \
      * scratch: the same-width path zeroes its entries outside the image) */                 \
     static void col2im_##sfx(const goblin__conv_geom *g, int64_t cg, T *col, T *dx,             \
