@@ -666,6 +666,10 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, m
     }
     goblin_misbehave mode = GOBLIN_MISBEHAVE_NONE;
     if (w->p.misbehave != GOBLIN_MISBEHAVE_NONE && rng_u01(w) < w->p.misbehave_rate) mode = w->p.misbehave;
+    /* STALE and SWAP replay an earlier honest result: until there is one, answer honestly
+     * (and keep it), so that even at rate 1.0 they replay from the second task on. */
+    if ((mode == GOBLIN_MISBEHAVE_STALE && !w->first.n) || (mode == GOBLIN_MISBEHAVE_SWAP && !w->prev.n))
+        mode = GOBLIN_MISBEHAVE_NONE;
     if (mode == GOBLIN_MISBEHAVE_CRASH) {
         BUMP(w, misbehaved);
         if (owned) goblin_graph_free(g);
@@ -1027,6 +1031,14 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                 keep_going = false;
                 break;
             case GOBLIN_WIRE_TYPE_TASK:
+                if (atomic_load(&w->stop)) {
+                    /* Stopped in the middle of a batch: give the rest back at once. */
+                    goblin_wire_msg a;
+                    goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_ABANDON);
+                    a.body.abandon.task_id = m->body.task.task_id;
+                    lsend(w, &a);
+                    break;
+                }
                 if (!run_task(w, &m->body.task, nm, &ref)) {
                     result = GOBLIN_ECLOSED;
                     keep_going = false;

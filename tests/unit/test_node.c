@@ -185,6 +185,12 @@ Test(node, worker_stopped_mid_job) {
         wp[i].threads = 1;
         wp[i].slots = 3;
     }
+    /* The victim is slow (honest, each answer held back up to 5 s, cut short when it
+     * stops): when the others have delivered 3 tiles it surely holds leases, one being
+     * computed and at least one queued, which it must give back when stopped. */
+    wp[0].misbehave = GOBLIN_MISBEHAVE_SLOW;
+    wp[0].misbehave_rate = 1.0;
+    wp[0].slow_ms = 5000;
     rt_grid g;
     cr_assert_eq(rt_grid_start(&g, "inproc://test-node-stop", &np, wp, 3), GOBLIN_OK);
     cr_assert(rt_wait_workers(g.node, 3));

@@ -108,15 +108,17 @@ Test(worker, misbehave_scale_f32) { expect_caught(GOBLIN_MISBEHAVE_SCALE, GOBLIN
 Test(worker, misbehave_scale_f64) { expect_caught(GOBLIN_MISBEHAVE_SCALE, GOBLIN_DTYPE_F64, GOBLIN_VERIFY_EXCEEDS_BOUND); }
 Test(worker, misbehave_nan) { expect_caught(GOBLIN_MISBEHAVE_NAN, GOBLIN_DTYPE_F64, GOBLIN_VERIFY_NONFINITE); }
 Test(worker, misbehave_stale) {
+    /* Rate 1.0: the first answer is honest (there is nothing to replay yet), every later
+     * one replays it; the first replay is rejected and quarantines the cheater. */
     outcome o;
-    run_with_cheater(GOBLIN_MISBEHAVE_STALE, 0.3, GOBLIN_DTYPE_F32, &o);
+    run_with_cheater(GOBLIN_MISBEHAVE_STALE, 1.0, GOBLIN_DTYPE_F32, &o);
     cr_assert_gt(o.misbehaved, 0);
     cr_assert_eq(o.st.results_rejected, 1);
     cr_assert_eq(o.st.workers_quarantined, 1);
 }
 Test(worker, misbehave_swap) {
     outcome o;
-    run_with_cheater(GOBLIN_MISBEHAVE_SWAP, 0.3, GOBLIN_DTYPE_F64, &o);
+    run_with_cheater(GOBLIN_MISBEHAVE_SWAP, 1.0, GOBLIN_DTYPE_F64, &o);
     cr_assert_gt(o.misbehaved, 0);
     cr_assert_eq(o.st.results_rejected, 1);
     cr_assert_eq(o.st.workers_quarantined, 1);
