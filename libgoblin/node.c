@@ -132,7 +132,8 @@ typedef struct lease {
     int64_t task;
     int32_t peer;
     int64_t deadline_ms;
-    bool moot; /* the task completed or the job ended: a result is discarded */
+    bool moot; /* the task completed or the job ended: a result is discarded (job NULL:
+                * the job was freed) */
 } lease;
 
 struct goblin_job {
@@ -2895,12 +2896,14 @@ void goblin_job_free(goblin_job *j) {
     if (n) {
         pthread_mutex_lock(&n->mu);
         if (j->running) job_finish(j, GOBLIN_JOB_CANCELED, GOBLIN_ECANCELED, "freed while running");
-        /* Leases of this job stay in the table (moot) until answered or expired;
-         * they must not point at freed memory. */
-        for (int64_t i = n->n_leases - 1; i >= 0; i--)
+        /* Leases of this job stay in the table, moot and detached from it, until
+         * answered or expired: their TASK messages may still sit in the workers'
+         * pipes, and each keeps its queue slot until then (releasing the slots now
+         * let the node queue more messages than a pipe holds, and nng dropped them). */
+        for (int64_t i = 0; i < n->n_leases; i++)
             if (n->leases[i].job == j) {
-                lease_msg_done(n, &n->leases[i]);
-                remove_lease(n, i);
+                n->leases[i].moot = true;
+                n->leases[i].job = NULL;
             }
         for (int32_t k = 0; k < n->n_jobs; k++)
             if (n->jobs[k] == j) {

@@ -277,6 +277,54 @@ Test(node, cancel_and_wait_timeout) {
     free(a.data), free(b.data), free(c.data);
 }
 
+/* A job freed while its TASK messages still sit in the worker's pipe: their leases keep
+ * their queue slots until answered, so the next job's TASKs are not sent into a full
+ * pipe (nng's pair1 drops what does not fit: the worker then waits for a task that
+ * never comes, and the node for a result, until the lease expires). */
+Test(node, job_freed_while_queued_keeps_its_leases, .timeout = 60) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.speculate = false;
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.threads = 1;
+    wp.slots = 4;
+    wp.misbehave = GOBLIN_MISBEHAVE_SLOW; /* honest, each answer 100 ms late */
+    wp.misbehave_rate = 1.0;
+    wp.slow_ms = 100;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-freed-queued", &np, &wp, 1), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 1));
+    /* 64 x 64 tiles over K = 256: 128 KiB per TASK, over the batching limit, so each
+     * TASK is a message of its own and the pipe's two slots fill with two of them. */
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 256, 256, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 256, 256, 2, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 256, 256, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 16;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 50), GOBLIN_ETIMEDOUT);
+    goblin_job_free(job); /* running, with TASKs queued */
+    rt_mat c2 = rt_mat_new(GOBLIN_DTYPE_F32, 256, 256, 0, false);
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c2.t, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s", goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c2.t), 0);
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    goblin_worker_stats ws;
+    goblin_worker_stats_get(g.w[0], &ws);
+    cr_assert_eq(st.tasks_reissued, 0, "no lease had to expire");
+    cr_assert_eq(ws.lease_resyncs, 0, "the worker never waited for a TASK that was dropped");
+    /* The freed job's TASKs were answered against the leases kept for them (a result
+     * with no lease at all would count as late). */
+    cr_assert_eq(st.results_late, 0);
+    cr_assert_geq(st.results_duplicate, 1);
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data), free(c2.data);
+}
+
 /* ---- hostile peers -------------------------------------------------------------- */
 
 static int raw_dial(nng_socket *s, const char *url) {
