@@ -45,11 +45,11 @@ typedef struct msgref {
 } msgref;
 
 typedef struct panel {
-    uint64_t id;
+    uint64_t id;     /* 0: a free slot */
     goblin_tensor t; /* contiguous; data owned, or inside ref's message */
     msgref *ref;     /* NULL: data owned */
     size_t bytes;
-    uint64_t last_use;
+    int32_t prev, next; /* recency list (most recent first); next also links free slots */
 } panel;
 
 /* A decoded task graph kept with a copy of its encoding: a task whose graph bytes are
@@ -84,8 +84,15 @@ struct goblin_worker {
     uint64_t node_max;     /* the node's max_message_bytes (HELLO_ACK) */
     nng_socket sock;
     goblin_wire_limits limits;
+    /* The panel cache: slots (indices stay put while a panel is kept), a hash index of
+     * their ids (open addressing, slot + 1, 0 empty) and a recency list, so that a
+     * lookup and an eviction cost O(1) however many panels are kept (a training run
+     * adds some every round). */
     panel *cache;
-    int32_t n_cache, cap_cache;
+    int32_t n_cache, n_slots, cap_cache; /* panels kept, slots ever used, slots allocated */
+    int32_t free_slot, mru, lru;         /* -1: none */
+    int32_t *cache_ix;
+    uint32_t ix_cap;                     /* a power of two, or 0 */
     size_t cache_used;
     uint64_t use_clock;
     gcache gc[GRAPH_CACHE];
@@ -163,6 +170,7 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
     goblin_worker *w = goblin__calloc(1, sizeof *w);
     if (!w) return GOBLIN_ENOMEM;
     w->p = *p;
+    w->free_slot = w->mru = w->lru = -1;
     for (int32_t i = 0; i < p->n_connect; i++) {
         if (!(w->urls[i] = goblin__strdup(p->connect[i]))) goto nomem;
         w->p.connect[i] = w->urls[i];
@@ -240,8 +248,10 @@ static void gcache_drop(gcache *c) {
 }
 
 static void cache_clear(goblin_worker *w) {
-    for (int32_t i = 0; i < w->n_cache; i++) panel_release(&w->cache[i]);
-    w->n_cache = 0;
+    for (int32_t i = w->mru; i >= 0; i = w->cache[i].next) panel_release(&w->cache[i]);
+    w->n_cache = w->n_slots = 0;
+    w->free_slot = w->mru = w->lru = -1;
+    if (w->cache_ix) memset(w->cache_ix, 0, (size_t)w->ix_cap * sizeof *w->cache_ix);
     w->cache_used = 0;
     for (int32_t i = 0; i < GRAPH_CACHE; i++) gcache_drop(&w->gc[i]);
 }
@@ -250,6 +260,7 @@ void goblin_worker_free(goblin_worker *w) {
     if (!w) return;
     cache_clear(w);
     goblin__free(w->cache);
+    goblin__free(w->cache_ix);
     kept_free(&w->first);
     kept_free(&w->prev);
     for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
@@ -289,13 +300,90 @@ static double rng_u01(goblin_worker *w) { return (double)(rng_next(w) >> 11) * 0
 
 /* ---- panel cache ----------------------------------------------------------------- */
 
-static panel *cache_find(goblin_worker *w, uint64_t id) {
-    for (int32_t i = 0; i < w->n_cache; i++)
-        if (w->cache[i].id == id) {
-            w->cache[i].last_use = ++w->use_clock;
-            return &w->cache[i];
+static uint32_t id_hash(uint64_t id) {
+    id ^= id >> 33;
+    id *= 0xff51afd7ed558ccdull;
+    id ^= id >> 33;
+    return (uint32_t)id;
+}
+
+/* The index position of @p id, or of the empty position where it would go. */
+static uint32_t ix_pos(const goblin_worker *w, uint64_t id) {
+    uint32_t m = w->ix_cap - 1, h = id_hash(id) & m;
+    while (w->cache_ix[h] && w->cache[w->cache_ix[h] - 1].id != id) h = (h + 1) & m;
+    return h;
+}
+
+/* Rebuild the index with room for @p n panels at most half full. */
+static bool ix_grow(goblin_worker *w, int32_t n) {
+    uint32_t cap = 16;
+    while (cap < 2u * (uint32_t)n) cap *= 2;
+    if (cap <= w->ix_cap) return true;
+    int32_t *ix = goblin__calloc(cap, sizeof *ix);
+    if (!ix) return false;
+    goblin__free(w->cache_ix);
+    w->cache_ix = ix;
+    w->ix_cap = cap;
+    for (int32_t i = w->mru; i >= 0; i = w->cache[i].next) w->cache_ix[ix_pos(w, w->cache[i].id)] = i + 1;
+    return true;
+}
+
+/* Remove @p id's entry from the index (backward-shift deletion: no tombstones). */
+static void ix_remove(goblin_worker *w, uint64_t id) {
+    uint32_t m = w->ix_cap - 1, h = ix_pos(w, id);
+    if (!w->cache_ix[h]) return;
+    w->cache_ix[h] = 0;
+    for (uint32_t j = (h + 1) & m; w->cache_ix[j]; j = (j + 1) & m) {
+        uint32_t home = id_hash(w->cache[w->cache_ix[j] - 1].id) & m;
+        /* the entry at j may move to the hole at h if its home is not in (h, j] */
+        if (((j - home) & m) >= ((j - h) & m)) {
+            w->cache_ix[h] = w->cache_ix[j];
+            w->cache_ix[j] = 0;
+            h = j;
         }
-    return NULL;
+    }
+}
+
+static void lru_unlink(goblin_worker *w, int32_t i) {
+    panel *p = &w->cache[i];
+    if (p->prev >= 0) w->cache[p->prev].next = p->next;
+    else w->mru = p->next;
+    if (p->next >= 0) w->cache[p->next].prev = p->prev;
+    else w->lru = p->prev;
+}
+
+static void lru_front(goblin_worker *w, int32_t i) {
+    panel *p = &w->cache[i];
+    p->prev = -1;
+    p->next = w->mru;
+    if (w->mru >= 0) w->cache[w->mru].prev = i;
+    w->mru = i;
+    if (w->lru < 0) w->lru = i;
+}
+
+static panel *cache_find(goblin_worker *w, uint64_t id) {
+    if (!w->n_cache || !id) return NULL;
+    int32_t s = w->cache_ix[ix_pos(w, id)] - 1;
+    if (s < 0) return NULL;
+    if (w->mru != s) {
+        lru_unlink(w, s);
+        lru_front(w, s);
+    }
+    return &w->cache[s];
+}
+
+/* Drop the least recently used panel. */
+static void cache_evict(goblin_worker *w) {
+    int32_t s = w->lru;
+    panel *p = &w->cache[s];
+    ix_remove(w, p->id);
+    lru_unlink(w, s);
+    w->cache_used -= p->bytes;
+    panel_release(p);
+    p->id = 0;
+    p->next = w->free_slot;
+    w->free_slot = s;
+    w->n_cache--;
 }
 
 /* Keep @p t under @p id, evicting least recently used panels to stay within
@@ -305,33 +393,32 @@ static panel *cache_find(goblin_worker *w, uint64_t id) {
 static bool cache_put(goblin_worker *w, uint64_t id, const goblin_tensor *t, msgref *ref) {
     size_t bytes = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
     if (!id || bytes == 0 || bytes > w->p.cache_bytes || cache_find(w, id)) return false;
-    while (w->cache_used + bytes > w->p.cache_bytes && w->n_cache > 0) {
-        int32_t lru = 0;
-        for (int32_t i = 1; i < w->n_cache; i++)
-            if (w->cache[i].last_use < w->cache[lru].last_use) lru = i;
-        w->cache_used -= w->cache[lru].bytes;
-        panel_release(&w->cache[lru]);
-        w->cache[lru] = w->cache[--w->n_cache];
-    }
-    if (w->n_cache == w->cap_cache) {
+    while (w->cache_used + bytes > w->p.cache_bytes && w->n_cache > 0) cache_evict(w);
+    if (w->free_slot < 0 && w->n_slots == w->cap_cache) {
         int32_t nc = w->cap_cache ? w->cap_cache * 2 : 16;
         panel *np = goblin__alloc((size_t)nc * sizeof *np);
         if (!np) return false;
-        if (w->cache) memcpy(np, w->cache, (size_t)w->n_cache * sizeof *np);
+        if (w->cache) memcpy(np, w->cache, (size_t)w->n_slots * sizeof *np);
         goblin__free(w->cache);
         w->cache = np;
         w->cap_cache = nc;
     }
+    if (!ix_grow(w, w->n_cache + 1)) return false;
     void *d = ref ? t->data : goblin__memdup(t->data, bytes);
     if (!d) return false;
-    panel *pn = &w->cache[w->n_cache++];
+    int32_t s = w->free_slot;
+    if (s >= 0) w->free_slot = w->cache[s].next;
+    else s = w->n_slots++;
+    panel *pn = &w->cache[s];
     pn->id = id;
     pn->t = *t;
     pn->t.data = d;
     pn->ref = ref;
     if (ref) ref->refs++;
     pn->bytes = bytes;
-    pn->last_use = ++w->use_clock;
+    lru_front(w, s);
+    w->cache_ix[ix_pos(w, id)] = s + 1;
+    w->n_cache++;
     w->cache_used += bytes;
     return ref != NULL;
 }

@@ -494,3 +494,165 @@ Test(worker, asks_again_when_asked_tasks_never_come) {
     goblin_worker_free(w);
     nng_close(s);
 }
+
+/* ---- the panel cache, driven by a stand-in node ------------------------------------- */
+
+/* Reply HELLO_ACK to the worker's HELLO on stand-in node socket @p s. */
+static void standin_accept(nng_socket s) {
+    for (;;) {
+        nng_msg *m;
+        cr_assert_eq(nng_recvmsg(s, &m, 0), 0, "no HELLO");
+        goblin_wire_msg *d = NULL;
+        cr_assert_eq(goblin_wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, NULL, 0), GOBLIN_OK);
+        bool hello = d->type == GOBLIN_WIRE_TYPE_HELLO;
+        if (hello) {
+            goblin_wire_msg a;
+            goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
+            a.request_id = d->request_id;
+            a.body.hello_ack.session_id = 1;
+            a.body.hello_ack.max_message_bytes = 1 << 20;
+            uint8_t *buf;
+            size_t len;
+            cr_assert_eq(goblin_wire_encode(&a, &buf, &len), GOBLIN_OK);
+            nng_msg *r;
+            nng_msg_alloc(&r, 0);
+            nng_msg_append(r, buf, len);
+            nng_msg_set_pipe(r, nng_msg_get_pipe(m));
+            cr_assert_eq(nng_sendmsg(s, r, 0), 0);
+            goblin_buffer_free(buf);
+        }
+        goblin_wire_msg_free(d);
+        nng_msg_free(m);
+        if (hello) return;
+    }
+}
+
+enum { CN = 256 }; /* elements per panel: 1 KiB of f32 */
+
+/* Send TASK @p id: out = a + b for panels with cache ids @p ida, @p idb; a panel whose
+ * @p data is NULL is left out (the worker must take it from its cache). Returns the
+ * worker's answer: GOBLIN_OK with @p out filled, or the code of its ERROR. */
+static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, uint64_t id, uint64_t ida,
+                               const float *a, uint64_t idb, const float *b, float *out) {
+    int64_t shp[1] = {CN}, s0[1] = {0}, sd[1] = {4};
+    goblin_tensor in[3];
+    goblin_tensor_init(&in[0], GOBLIN_DTYPE_F32, 1, a ? shp : s0, (void *)a);
+    goblin_tensor_init(&in[1], GOBLIN_DTYPE_F32, 1, b ? shp : s0, (void *)b);
+    int64_t dir[4] = {(int64_t)ida, (int64_t)idb, a ? 0 : 1, b ? 0 : 1};
+    goblin_tensor_init(&in[2], GOBLIN_DTYPE_I64, 1, sd, dir);
+    goblin_wire_msg m;
+    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
+    m.request_id = id;
+    m.body.task.task_id = id;
+    m.body.task.lease_ms = 10000;
+    m.body.task.graph = (uint8_t *)gbuf;
+    m.body.task.graph_len = glen;
+    m.body.task.n_inputs = 3;
+    m.body.task.inputs = in;
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(goblin_wire_encode(&m, &buf, &len), GOBLIN_OK);
+    nng_msg *r;
+    nng_msg_alloc(&r, 0);
+    nng_msg_append(r, buf, len);
+    goblin_buffer_free(buf);
+    cr_assert_eq(nng_sendmsg(s, r, 0), 0);
+    for (;;) {
+        nng_msg *rm;
+        cr_assert_eq(nng_recvmsg(s, &rm, 0), 0, "no answer to task %llu", (unsigned long long)id);
+        goblin_wire_msg *d = NULL;
+        cr_assert_eq(goblin_wire_decode(nng_msg_body(rm), nng_msg_len(rm), NULL, 0, &d, NULL, 0), GOBLIN_OK);
+        goblin_err e = GOBLIN_EPROTO;
+        bool done = false;
+        if (d->type == GOBLIN_WIRE_TYPE_RESULT && d->body.result.task_id == id) {
+            cr_assert_eq(d->body.result.n_outputs, 1);
+            cr_assert_eq(goblin_tensor_numel(&d->body.result.outputs[0]), CN);
+            memcpy(out, d->body.result.outputs[0].data, CN * sizeof(float));
+            e = GOBLIN_OK;
+            done = true;
+        } else if (d->type == GOBLIN_WIRE_TYPE_ERROR && d->body.error.task_id == id) {
+            e = d->body.error.code;
+            done = true;
+        }
+        goblin_wire_msg_free(d);
+        nng_msg_free(rm);
+        if (done) return e;
+    }
+}
+
+static void fill(float *p, int seed) {
+    for (int i = 0; i < CN; i++) p[i] = (float)(seed * 1000 + i);
+}
+
+static void expect_sum(const float *out, int sa, int sb) {
+    for (int i = 0; i < CN; i++)
+        cr_assert_eq(out[i], (float)(sa * 1000 + i) + (float)(sb * 1000 + i), "element %d of %d + %d", i, sa, sb);
+}
+
+Test(worker, panel_cache_keeps_recent_panels_and_evicts_the_least_recent, .timeout = 60) {
+    nng_socket s;
+    cr_assert_eq(nng_pair1_open_poly(&s), 0);
+    cr_assert_eq(nng_listen(s, "inproc://test-worker-lru", NULL, 0), 0);
+    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t shp[1] = {CN};
+    int32_t x, y, z;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 1, shp, &x), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 1, shp, &y), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, (int32_t[]){x, y}, 2, NULL, 0, &z), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, z), GOBLIN_OK);
+    uint8_t *gbuf;
+    size_t glen;
+    cr_assert_eq(goblin_graph_serialize(g, &gbuf, &glen), GOBLIN_OK);
+    goblin_graph_free(g);
+    enum { KEEP = 600 }; /* panels the cache holds */
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = "inproc://test-worker-lru";
+    wp.n_connect = 1;
+    wp.threads = 1;
+    wp.cache_bytes = KEEP * CN * sizeof(float);
+    goblin_worker *w;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
+    pthread_t th;
+    pthread_create(&th, NULL, run_worker_thread, w);
+    standin_accept(s);
+    float a[CN], b[CN], out[CN];
+    uint64_t tid = 1;
+    /* Exactly what a 3-panel cache does, scaled: panels 1 and 2, then 3 with 1 from
+     * the cache (1 is now more recent than 2) ... */
+    for (int p = 1; p <= KEEP; p += 2) {
+        fill(a, p), fill(b, p + 1);
+        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, a, (uint64_t)p + 1, b, out), GOBLIN_OK);
+        expect_sum(out, p, p + 1);
+    }
+    /* the cache is full (KEEP panels); touch the odd ones, oldest first */
+    for (int p = 1; p <= KEEP; p += 2) {
+        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, NULL, (uint64_t)p, NULL, out), GOBLIN_OK,
+                     "panel %d was kept", p);
+        expect_sum(out, p, p);
+    }
+    /* KEEP / 2 new panels evict the KEEP / 2 least recently used: the even ones */
+    for (int p = KEEP + 1; p <= KEEP + KEEP / 2; p++) {
+        fill(a, p);
+        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, a, 1, NULL, out), GOBLIN_OK);
+        expect_sum(out, p, 1);
+    }
+    for (int p = 2; p <= KEEP; p += 2)
+        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, NULL, 1, NULL, out), GOBLIN_ENOTFOUND,
+                     "panel %d was evicted", p);
+    for (int p = 3; p <= KEEP + KEEP / 2; p += (p < KEEP ? 2 : 1)) {
+        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, NULL, 1, NULL, out), GOBLIN_OK,
+                     "panel %d was kept", p);
+        expect_sum(out, p, 1);
+    }
+    goblin_worker_stats ws;
+    goblin_worker_stats_get(w, &ws);
+    cr_assert_eq(ws.cache_misses, KEEP / 2);
+    goblin_worker_stop(w);
+    pthread_join(th, NULL);
+    goblin_worker_free(w);
+    goblin_buffer_free(gbuf);
+    nng_close(s);
+}
