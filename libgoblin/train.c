@@ -675,21 +675,24 @@ static goblin_err run_prepare(tr_round *R, tr_run *r, int32_t s, tr_task_kind ki
 }
 
 /* Add @p src (contiguous) times @p w into the double array @p acc of the full shape
- * @p full, at [lo, hi) along @p axis (lo = 0, hi = full size for the whole tensor). */
+ * @p full, at [lo, lo + src's extent) along @p axis (lo = 0 and src of the full shape
+ * for the whole tensor). src's other dimensions are full's, so it lands in acc as
+ * contiguous chunks: one per index of the dimensions before @p axis. */
 static void acc_add(double *acc, const goblin_tensor *full, int32_t axis, int64_t lo,
                     const goblin_tensor *src, double w) {
-    int64_t n = tnumel(src);
-    int32_t rk = src->rank;
-    int64_t idx[GOBLIN_MAX_RANK] = {0};
-    int64_t fstr[GOBLIN_MAX_RANK];
-    goblin__contig_strides(full->rank, full->shape, fstr);
-    for (int64_t e = 0; e < n; e++) {
-        int64_t off = 0;
-        for (int32_t d = 0; d < rk; d++) off += (idx[d] + (d == axis ? lo : 0)) * fstr[d];
-        acc[off] += w * get_f(src->data, src->dtype, e);
-        for (int32_t d = rk - 1; d >= 0; d--) {
-            if (++idx[d] < src->shape[d]) break;
-            idx[d] = 0;
+    int64_t outer = 1, inner = 1;
+    for (int32_t d = 0; d < axis; d++) outer *= full->shape[d];
+    for (int32_t d = axis + 1; d < full->rank; d++) inner *= full->shape[d];
+    int64_t chunk = (src->rank > axis ? src->shape[axis] : 1) * inner;
+    int64_t stride = (full->rank > axis ? full->shape[axis] : 1) * inner;
+    for (int64_t o = 0; o < outer; o++) {
+        double *a = acc + o * stride + lo * inner;
+        if (src->dtype == GOBLIN_DTYPE_F32) {
+            const float *x = (const float *)src->data + o * chunk;
+            for (int64_t e = 0; e < chunk; e++) a[e] += w * (double)x[e];
+        } else {
+            const double *x = (const double *)src->data + o * chunk;
+            for (int64_t e = 0; e < chunk; e++) a[e] += w * x[e];
         }
     }
 }
@@ -820,9 +823,12 @@ static double clip_or_norm(goblin_trainer *t, goblin_tensor *grads) {
     for (int32_t i = 0; i < np; i++) {
         int64_t n = tnumel(&grads[i]);
         double s = 0;
-        for (int64_t k = 0; k < n; k++) {
-            double v = get_f(grads[i].data, t->pdt, k);
-            s += v * v;
+        if (t->pdt == GOBLIN_DTYPE_F32) {
+            const float *g = grads[i].data;
+            for (int64_t k = 0; k < n; k++) s += (double)g[k] * (double)g[k];
+        } else {
+            const double *g = grads[i].data;
+            for (int64_t k = 0; k < n; k++) s += g[k] * g[k];
         }
         acc += s;
     }
@@ -946,7 +952,12 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
             goto done;
         }
         int64_t n = tnumel(&grads[i]);
-        for (int64_t k = 0; k < n; k++) set_f(grads[i].data, t->pdt, k, R.gacc[i][k]);
+        if (t->pdt == GOBLIN_DTYPE_F32) {
+            float *g = grads[i].data;
+            for (int64_t k = 0; k < n; k++) g[k] = (float)R.gacc[i][k];
+        } else {
+            memcpy(grads[i].data, R.gacc[i], (size_t)n * sizeof(double));
+        }
     }
     double gnorm = clip_or_norm(t, grads);
     double lr = round_lr(t);
