@@ -178,7 +178,7 @@ void goblin__ops_register_formula(goblin__op_def *t) {
         .contract_text =
             "f32/f64: |err| <= 32u * |exact| + 32u per element for formulas of up to a few dozen "
             "well-conditioned operations (each step is IEEE-correctly rounded, or within about "
-            "1 ulp: f32 exp is our own vectorized polynomial, at most 1.01 ulp over all 2^32 "
+            "1 ulp: f32 exp is our own vectorized polynomial, at most 0.98 ulp over all 2^32 "
             "inputs; the other transcendental functions come from libm); formulas with "
             "cancellation or large arguments to exp can exceed it (exp(t) turns an error of "
             "t's last bit into |t| ulps). f16/bf16 compute in f32 and round once: 2u. Integer "

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 #include "blis_impl.h"
+#include "expf_impl.h"
 
 #define CLONES __attribute__((target_clones("avx2", "default")))
 #define INL static inline __attribute__((always_inline))
@@ -323,29 +324,10 @@ static goblin_err k_reduce(goblin__kctx *k, const goblin__node *node, const gobl
 
 /* ---- SOFTMAX / LOG_SOFTMAX over the last (non-trivial) axis -------------------- */
 
-/* exp(x) for x <= 0 (no NaN): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
- * Cephes' degree-6 polynomial (about 1 ulp), 2^n applied in two halves so that
- * results down to the subnormal range come out right. */
-#define VEXP_NEG(xin)                                                                              \
-    ({                                                                                             \
-        const v8f lo_ = {0}, magic_ = lo_ + 12582912.0f; /* 1.5 * 2^23: adds round to integers */  \
-        v8f x_ = (xin);                                                                            \
-        x_ = BLEND(v8i, v8f, (v8i)(x_ < -104.0f), lo_ - 104.0f, x_);                               \
-        v8f t_ = x_ * 1.44269504088896341f + magic_;                                               \
-        v8i n_ = (v8i)t_ - (v8i)magic_;                                                            \
-        v8f fn_ = t_ - magic_;                                                                     \
-        v8f r_ = x_ - fn_ * 0.693359375f;                                                          \
-        r_ = r_ - fn_ * -2.12194440e-4f;                                                           \
-        v8f p_ = lo_ + 1.9875691500e-4f;                                                           \
-        p_ = p_ * r_ + 1.3981999507e-3f;                                                           \
-        p_ = p_ * r_ + 8.3334519073e-3f;                                                           \
-        p_ = p_ * r_ + 4.1665795894e-2f;                                                           \
-        p_ = p_ * r_ + 1.6666665459e-1f;                                                           \
-        p_ = p_ * r_ + 5.0000001201e-1f;                                                           \
-        v8f y_ = p_ * (r_ * r_) + r_ + 1.0f;                                                       \
-        v8i n1_ = n_ >> 1, n2_ = n_ - n1_;                                                         \
-        y_ * (v8f)((n1_ + 127) << 23) * (v8f)((n2_ + 127) << 23);                                  \
-    })
+/* exp(x) for x <= 0 (no NaN): expf_impl.h's vector form (Cody-Waite reduction, our
+ * fitted polynomial, 2^n in two halves so that subnormal results come out right),
+ * separately rounded operations only, the same bits in every clone. */
+#define VEXP_NEG(xin) GOBLIN__VEXPF_NEG(v8f, v8i, xin)
 
 typedef struct sjob {
     bool f64, lg;

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 #include "blis_impl.h"
+#include "expf_impl.h"
 #include "ops_nn.h"
 
 #define SMALL_WORK ((double)(1 << 20))
@@ -468,28 +469,9 @@ typedef float sd_v8f __attribute__((vector_size(32)));
 typedef int32_t sd_v8i __attribute__((vector_size(32)));
 #define SD_BLEND(m, a, b) ((sd_v8f)(((sd_v8i)(a) & (m)) | ((sd_v8i)(b) & ~(m))))
 
-/* exp(x) for x <= 0 or -inf, 8 lanes: blis_reduce.c's VEXP_NEG (Cody-Waite, Cephes'
- * polynomial, 2^n in two halves; x < -104 gives 0). */
-#define SD_VEXP_NEG(xin)                                                                        \
-    ({                                                                                          \
-        const sd_v8f lo_ = {0}, magic_ = lo_ + 12582912.0f;                                     \
-        sd_v8f x_ = (xin);                                                                      \
-        x_ = SD_BLEND((sd_v8i)(x_ < -104.0f), lo_ - 104.0f, x_);                                \
-        sd_v8f t_ = x_ * 1.44269504088896341f + magic_;                                         \
-        sd_v8i n_ = (sd_v8i)t_ - (sd_v8i)magic_;                                                \
-        sd_v8f fn_ = t_ - magic_;                                                               \
-        sd_v8f r_ = x_ - fn_ * 0.693359375f;                                                    \
-        r_ = r_ - fn_ * -2.12194440e-4f;                                                        \
-        sd_v8f p_ = lo_ + 1.9875691500e-4f;                                                     \
-        p_ = p_ * r_ + 1.3981999507e-3f;                                                        \
-        p_ = p_ * r_ + 8.3334519073e-3f;                                                        \
-        p_ = p_ * r_ + 4.1665795894e-2f;                                                        \
-        p_ = p_ * r_ + 1.6666665459e-1f;                                                        \
-        p_ = p_ * r_ + 5.0000001201e-1f;                                                        \
-        sd_v8f y_ = p_ * (r_ * r_) + r_ + 1.0f;                                                 \
-        sd_v8i n1_ = n_ >> 1, n2_ = n_ - n1_;                                                   \
-        y_ * (sd_v8f)((n1_ + 127) << 23) * (sd_v8f)((n2_ + 127) << 23);                         \
-    })
+/* exp(x) for x <= 0 or -inf, 8 lanes: expf_impl.h's vector form, as blis_reduce.c's
+ * softmax uses it (Cody-Waite, our fitted polynomial, 2^n in two halves; x < -104 gives 0). */
+#define SD_VEXP_NEG(xin) GOBLIN__VEXPF_NEG(sd_v8f, sd_v8i, xin)
 
 /* r[0, cap) is the row's memory; only [0, n) is scored and [n, cap) must hold 0 on entry
  * (it does: a causal row's dead columns), so the tail of [0, n) can be read and written as a

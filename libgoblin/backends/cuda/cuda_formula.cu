@@ -15,6 +15,7 @@
 #include "cuda_scalar.h"
 
 extern "C" {
+#include "expf_impl.h"
 #include "formula_impl.h"
 }
 
@@ -33,24 +34,25 @@ typedef struct gc_fplan {
     int64_t vstr[GOBLIN_FORMULA_MAX_VARS][GOBLIN_MAX_RANK];
 } gc_fplan;
 
-/* f32 exp: formula_eval.c's fe_expf, operation for operation (explicit fmaf
- * where it has them; this file is built with --fmad=false so no other product
- * is fused), so FORMULA's f32 exp gives the CPU's bits. Keep the two in step. */
+/* f32 exp: expf_impl.h's goblin__expf_inline (formula_eval.c's fe_expf), operation for
+ * operation and with its constants (explicit fmaf where it has them; this file is built
+ * with --fmad=false so no other product is fused), so FORMULA's f32 exp gives the CPU's
+ * bits. Keep the two in step. */
 __device__ __forceinline__ float gc_fexpf(float x) {
     float xc = x < -104.0f ? -104.0f : x;
     xc = xc > 89.0f ? 89.0f : xc;
-    float t = fmaf(xc, 1.44269504088896341f, 12582912.0f);
+    float t = fmaf(xc, GOBLIN__EXPF_LOG2E, 12582912.0f);
     float nf = t - 12582912.0f;
     int32_t n = (int32_t)(__float_as_uint(t) - 0x4b400000u);
-    float r = fmaf(nf, -0.693359375f, xc);
-    r = fmaf(nf, 2.12194440e-4f, r);
+    float r = fmaf(nf, -GOBLIN__EXPF_LN2_HI, xc);
+    r = fmaf(nf, -GOBLIN__EXPF_LN2_LO, r);
     float z = r * r;
-    float y = 1.9875691500e-4f;
-    y = fmaf(y, r, 1.3981999507e-3f);
-    y = fmaf(y, r, 8.3334519073e-3f);
-    y = fmaf(y, r, 4.1665795894e-2f);
-    y = fmaf(y, r, 1.6666665459e-1f);
-    y = fmaf(y, r, 5.0000001201e-1f);
+    float y = GOBLIN__EXPF_P5;
+    y = fmaf(y, r, GOBLIN__EXPF_P4);
+    y = fmaf(y, r, GOBLIN__EXPF_P3);
+    y = fmaf(y, r, GOBLIN__EXPF_P2);
+    y = fmaf(y, r, GOBLIN__EXPF_P1);
+    y = fmaf(y, r, GOBLIN__EXPF_P0);
     y = fmaf(y, z, r) + 1.0f;
     int32_t n1 = n >> 1, n2 = n - n1;
     float s1 = __uint_as_float((uint32_t)(n1 + 127) << 23);
