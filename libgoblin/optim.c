@@ -31,25 +31,45 @@ void goblin_adamw_options_default(goblin_adamw_options *o) {
 #define LERP(FMA, s, e, w) ((fabs((double)(w)) < 0.5) ? FMA((w), (e) - (s), (s)) \
                                                        : FMA(-((e) - (s)), 1 - (w), (e)))
 
+/* One copy per ISA level (FMA makes fmaf an instruction instead of a libm call), and
+ * the options read once before the loop, so the common case (no maximize, no amsgrad)
+ * vectorizes: every operation is elementwise and exactly rounded, so each clone and
+ * any vector width gives the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if __GNUC__ >= 12
+#define OPT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define OPT_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#endif
+#else
+#define OPT_CLONES
+#endif
+
+#pragma GCC push_options
+#pragma GCC optimize("O3") /* -O2's cost model leaves these loops scalar */
+
 #define DEFINE_SGD(T, FMA, NAME)                                                                    \
-    static void NAME(const goblin_sgd_options *o, int64_t n, T *p, const T *g, T *buf,         \
-                     bool first) {                                                             \
+    static OPT_CLONES void NAME(const goblin_sgd_options *o, int64_t n, T *restrict p,         \
+                                const T *restrict g, T *restrict buf, bool first) {            \
         const T wd = (T)o->weight_decay, mom = (T)o->momentum;                                 \
         const T damp1 = (T)(1 - o->dampening), neglr = (T)(-o->lr);                            \
+        const bool maximize = o->maximize, nesterov = o->nesterov;                             \
+        const bool has_wd = o->weight_decay != 0, has_mom = o->momentum != 0;                  \
         for (int64_t i = 0; i < n; i++) {                                                      \
-            T d = o->maximize ? -g[i] : g[i];                                                  \
-            if (o->weight_decay != 0) d = FMA(wd, p[i], d);                                              \
-            if (o->momentum != 0) {                                                            \
+            T d = maximize ? -g[i] : g[i];                                                     \
+            if (has_wd) d = FMA(wd, p[i], d);                                                  \
+            if (has_mom) {                                                                     \
                 T b = first ? d : buf[i] * mom;                                                \
-                if (!first) b = FMA(damp1, d, b);                                                   \
+                if (!first) b = FMA(damp1, d, b);                                              \
                 buf[i] = b;                                                                    \
-                d = o->nesterov ? FMA(mom, b, d) : b;                                             \
+                d = nesterov ? FMA(mom, b, d) : b;                                             \
             }                                                                                  \
-            p[i] = FMA(neglr, d, p[i]);                                                           \
+            p[i] = FMA(neglr, d, p[i]);                                                        \
         }                                                                                      \
     }
 DEFINE_SGD(float, fmaf, sgd_f32)
 DEFINE_SGD(double, fma, sgd_f64)
+#pragma GCC pop_options
 
 static bool sgd_ok(const goblin_sgd_options *o) {
     if (!(o->lr >= 0) || !(o->momentum >= 0) || !(o->weight_decay >= 0) || !isfinite(o->dampening))
@@ -70,22 +90,39 @@ goblin_err goblin_sgd_step(const goblin_sgd_options *o, goblin_dtype dt, int64_t
     return GOBLIN_OK;
 }
 
+#pragma GCC push_options
+#pragma GCC optimize("O3")
 #define DEFINE_ADAMW(T, SQRT, FMA, NAME)                                                            \
-    static void NAME(const goblin_adamw_options *o, int64_t n, T *p, const T *g, T *m, T *v,   \
-                     T *vmax, int64_t step) {                                                  \
+    static OPT_CLONES void NAME(const goblin_adamw_options *o, int64_t n, T *restrict p,       \
+                                const T *restrict g, T *restrict m, T *restrict v,             \
+                                T *restrict vmax, int64_t step) {                              \
         const T decay = (T)(1 - o->lr * o->weight_decay), w1 = (T)(1 - o->beta1);              \
         const T b2 = (T)o->beta2, c2 = (T)(1 - o->beta2);                                      \
         double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);   \
         double step_size = o->lr / bc1, bc2_sqrt = pow(bc2, 0.5);                              \
         const T bc2s = (T)bc2_sqrt, eps = (T)o->eps, negss = (T)(-step_size);                  \
+        const bool maximize = o->maximize, amsgrad = o->amsgrad, wd = o->weight_decay != 0;    \
+        const bool near = fabs((double)w1) < 0.5; /* torch.lerp's two forms */               \
+        const T dec = wd ? decay : (T)1;            /* p * 1 is p, bit for bit */              \
+        if (!maximize && !amsgrad && near) {                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T gi = g[i], pi = p[i] * dec;                                                  \
+                T mi = FMA(w1, gi - m[i], m[i]);                                               \
+                T vi = FMA(c2 * gi, gi, v[i] * b2);                                            \
+                m[i] = mi;                                                                     \
+                v[i] = vi;                                                                     \
+                p[i] = pi + negss * mi / (SQRT(vi) / bc2s + eps);                              \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
         for (int64_t i = 0; i < n; i++) {                                                      \
-            T gi = o->maximize ? -g[i] : g[i];                                                 \
-            if (o->weight_decay != 0) p[i] = p[i] * decay;                                     \
-            m[i] = LERP(FMA, m[i], gi, w1);                                                      \
+            T gi = maximize ? -g[i] : g[i];                                                    \
+            if (wd) p[i] = p[i] * decay;                                                       \
+            m[i] = LERP(FMA, m[i], gi, w1);                                                    \
             v[i] = v[i] * b2;                                                                  \
-            v[i] = FMA(c2 * gi, gi, v[i]);                                                        \
+            v[i] = FMA(c2 * gi, gi, v[i]);                                                     \
             T den;                                                                             \
-            if (o->amsgrad) {                                                                  \
+            if (amsgrad) {                                                                     \
                 /* torch.maximum: NaN propagates */                                            \
                 vmax[i] = (vmax[i] != vmax[i] || v[i] != v[i]) ? (T)NAN                        \
                           : vmax[i] > v[i]                     ? vmax[i]                       \
@@ -99,6 +136,7 @@ goblin_err goblin_sgd_step(const goblin_sgd_options *o, goblin_dtype dt, int64_t
     }
 DEFINE_ADAMW(float, sqrtf, fmaf, adamw_f32)
 DEFINE_ADAMW(double, sqrt, fma, adamw_f64)
+#pragma GCC pop_options
 
 goblin_err goblin_adamw_step(const goblin_adamw_options *o, goblin_dtype dt, int64_t n, void *param,
                              const void *grad, goblin_adamw_state *st) {
