@@ -7,6 +7,10 @@
  * kernels evaluate add(alpha=), addcmul and lerp with a fused multiply-add
  * (checked against torch 2.13 CPU), so those use FMA here too; mul, addcdiv and
  * sqrt / divide / add round every operation. */
+/* No a * b + c is fused unless written fma: the x86-64-v3 clones below must give the
+ * baseline clone's bits (gnu11 would otherwise contract wherever FMA is available). Set
+ * for the whole file, so that every function has the same options. */
+#pragma GCC optimize("fp-contract=off")
 #include <goblin/optim.h>
 #include <math.h>
 #include <string.h>
