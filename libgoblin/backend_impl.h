@@ -16,6 +16,10 @@ typedef struct goblin__kctx {
     void *backend;    /* the backend's context */
     char *msg;        /* detail for data-dependent errors (e.g. an index out of range) */
     size_t cap;
+    /* Unique per goblin_exec_run call (0: none): a kernel may keep what it derived from
+     * its inputs for the other nodes of the same run (their buffers cannot be reused
+     * for anything else while a later node still reads them), never across runs. */
+    uint64_t run;
 } goblin__kctx;
 
 typedef goblin_err (*goblin__kernel_fn)(goblin__kctx *k, const goblin__node *node,

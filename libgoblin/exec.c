@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -363,10 +364,14 @@ static void reuse_expire(reuse_pool *rp, int32_t i) {
         }
 }
 
+/* goblin__kctx.run: one number per run, process-wide. */
+static _Atomic uint64_t g_run_ids;
+
 goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t n_inputs,
                            goblin_tensor *outputs, int32_t n_outputs) {
     if (!ex) return GOBLIN_EINVAL;
     const goblin_graph *g = ex->g;
+    const uint64_t run_id = atomic_fetch_add(&g_run_ids, 1) + 1;
     ex->err[0] = 0;
     if (n_inputs != g->n_inputs || (n_inputs > 0 && !inputs))
         return xfail(ex, GOBLIN_EINVAL, "graph takes %d inputs, %d given", (int)g->n_inputs,
@@ -476,7 +481,7 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
         describe(&vals[i], n, buf);
 
         char msg[256] = "";
-        goblin__kctx k = {1, NULL, msg, sizeof msg};
+        goblin__kctx k = {1, NULL, msg, sizeof msg, run_id};
         const goblin__node *in_nodes_stack[8];
         const goblin__node **in_nodes = in_nodes_stack;
         bool use_ref = true;

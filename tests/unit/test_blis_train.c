@@ -355,6 +355,78 @@ Test(blis_train2, batch_norm_forward_backward_within_contract) {
     }
 }
 
+/* The three backward nodes of a training batch norm share their statistics within a run
+ * (blis_train2.c's bn_memo): in one graph, with a second batch norm's nodes interleaved
+ * (the kept statistics change hands back and forth), every output must have the bits of
+ * the same node evaluated alone (which the test above holds to the reference). */
+Test(blis_train2, batch_norm_backward_nodes_in_one_run_match_each_alone) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t xs[4] = {6, 5, 7, 9};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int d = 0; d < 2; d++) {
+        goblin_dtype dt = dts[d];
+        uint64_t seed = 77 + (uint64_t)d;
+        goblin_tensor t[7];
+        t[0] = rand_tensor(dt, 4, xs, &seed), t[1] = rand_tensor(dt, 4, xs, &seed); /* go, x */
+        t[2] = rand_tensor(dt, 1, &xs[1], &seed), t[3] = rand_tensor(dt, 1, &xs[1], &seed);
+        t[4] = rand_tensor(dt, 1, &xs[1], &seed);
+        t[5] = rand_tensor(dt, 4, xs, &seed), t[6] = rand_tensor(dt, 4, xs, &seed); /* go2, x2 */
+        for (int64_t i = 0; i < xs[1]; i++) {
+            if (dt == GOBLIN_DTYPE_F64) ((double *)t[4].data)[i] = fabs(((double *)t[4].data)[i]) + 0.1;
+            else ((float *)t[4].data)[i] = fabsf(((float *)t[4].data)[i]) + 0.1f;
+        }
+        goblin_graph *g;
+        cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+        int32_t id[7];
+        for (int i = 0; i < 7; i++)
+            cr_assert_eq(goblin_graph_input(g, dt, t[i].rank, t[i].shape, &id[i]), GOBLIN_OK);
+        /* (layer, which) interleaved; layer 0 first and last, so that a run that took the
+         * previous run's statistics would go wrong at once */
+        static const int order[6][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 2}, {1, 1}, {0, 2}};
+        for (int k = 0; k < 6; k++) {
+            int L = order[k][0];
+            int32_t ins[5] = {L ? id[5] : id[0], L ? id[6] : id[1], id[2], id[3], id[4]};
+            goblin_attr at[3] = {goblin_attr_int(GOBLIN_ATTR_TRAINING, 1), goblin_attr_float(GOBLIN_ATTR_EPS, 1e-3),
+                                 goblin_attr_int(GOBLIN_ATTR_INDEX, order[k][1])};
+            int32_t o;
+            cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_BATCH_NORM_BACKWARD, ins, 5, at, 3, &o), GOBLIN_OK, "%s",
+                         goblin_graph_error(g));
+            cr_assert_eq(goblin_graph_output(g, o), GOBLIN_OK);
+        }
+        goblin_exec_params p;
+        goblin_exec_params_default(&p);
+        p.backend = GOBLIN_BACKEND_BLIS;
+        p.threads = 2;
+        goblin_tensor outs[6];
+        memset(outs, 0, sizeof outs);
+        for (int rep = 0; rep < 2; rep++) { /* a second run must not take the first's */
+            cr_assert_eq(goblin_graph_eval(g, &p, t, 7, outs, 6), GOBLIN_OK);
+            for (int k = 0; k < 6; k++) {
+                int L = order[k][0];
+                goblin_tensor bin[5] = {L ? t[5] : t[0], L ? t[6] : t[1], t[2], t[3], t[4]};
+                goblin_attr at[3] = {goblin_attr_int(GOBLIN_ATTR_TRAINING, 1), goblin_attr_float(GOBLIN_ATTR_EPS, 1e-3),
+                                     goblin_attr_int(GOBLIN_ATTR_INDEX, order[k][1])};
+                goblin_tensor alone = run(GOBLIN_BACKEND_BLIS, 2, GOBLIN_OP_BATCH_NORM_BACKWARD, bin, 5, at, 3);
+                int64_t n = goblin__numel(&alone);
+                cr_assert_eq(goblin__numel(&outs[k]), n);
+                cr_assert(memcmp(outs[k].data, alone.data, (size_t)n * goblin_dtype_size(dt)) == 0,
+                          "%s layer %d output %d (run %d) differs from the node alone", goblin_dtype_name(dt), L,
+                          order[k][1], rep);
+                goblin_buffer_free(alone.data);
+                goblin_buffer_free(outs[k].data);
+                outs[k].data = NULL;
+            }
+            /* new values in the same buffers: the next run must see them */
+            for (int64_t i = 0; i < goblin__numel(&t[1]); i++) {
+                if (dt == GOBLIN_DTYPE_F64) ((double *)t[1].data)[i] *= 1.5;
+                else ((float *)t[1].data)[i] *= 1.5f;
+            }
+        }
+        goblin_graph_free(g);
+        for (int i = 0; i < 7; i++) free(t[i].data);
+    }
+}
+
 typedef struct pool_case {
     int64_t n, c, h, w, k, s, p, d, ceil;
 } pool_case;

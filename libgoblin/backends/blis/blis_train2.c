@@ -13,7 +13,9 @@
  * embedding, chunks of a copy), so results do not depend on k->threads. */
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include "alloc.h"
 #include "blis_impl.h"
 #include "ops_nn.h"
 
@@ -37,6 +39,7 @@ typedef struct bn_job {
     bool training;
     double eps;
     int64_t which; /* backward: 0 dx, 1 dweight, 2 dbias */
+    double *st;    /* backward, training: per channel mean, var, sum dy, sum dy (x - mean) */
 } bn_job;
 
 /* Per channel, one pass over x (and dy) gathers the shifted sums S1 = sum (x - K),
@@ -193,14 +196,23 @@ BN_FWD(double, f64, bn_fwd_f64)
         const T *go = j->in[0].data, *x = j->in[1].data;                                      \
         T *y = j->out->data;                                                                  \
         double m = (double)(j->n * j->sp), mean, var, sdy = 0, sdyxm = 0;                     \
-        if (j->which == 2) { /* d bias = sum dy: one pass over dy alone */                    \
-            bn_sums r;                                                                        \
-            S##_pass(j, go, NULL, ch, 0, &r);                                                 \
-            y[ch] = (T)r.s1;                                                                  \
-            return;                                                                           \
+        if (j->st) { /* the run's statistics of this batch norm (bn_memo) */                 \
+            const double *o = j->st + 4 * ch;                                                 \
+            mean = o[0], var = o[1], sdy = o[2], sdyxm = o[3];                                \
+            if (j->which == 2) {                                                              \
+                y[ch] = (T)sdy;                                                               \
+                return;                                                                       \
+            }                                                                                 \
+        } else {                                                                              \
+            if (j->which == 2) { /* d bias = sum dy: one pass over dy alone */                \
+                bn_sums r;                                                                    \
+                S##_pass(j, go, NULL, ch, 0, &r);                                             \
+                y[ch] = (T)r.s1;                                                              \
+                return;                                                                       \
+            }                                                                                 \
+            bool sums = j->which != 0 || j->training;                                         \
+            S##_stats(j, x, sums ? go : NULL, ch, &mean, &var, &sdy, &sdyxm);                 \
         }                                                                                     \
-        bool sums = j->which != 0 || j->training;                                             \
-        S##_stats(j, x, sums ? go : NULL, ch, &mean, &var, &sdy, &sdyxm);                     \
         double rs = 1.0 / sqrt(var + j->eps), sdyx = m > 0 ? sdyxm * rs : 0; /* empty: 0 */ \
         double wv = (double)((const T *)j->in[2].data)[ch];                                   \
         if (j->which == 1) {                                                                  \
@@ -231,6 +243,76 @@ BN_FWD(double, f64, bn_fwd_f64)
 BN_BWD(float, f32, bn_bwd_f32)
 BN_BWD(double, f64, bn_bwd_f64)
 
+/* Channel @p ch's training statistics into j->st. Sum dy comes from the same pass as
+ * the others, in the same lanes and order as d bias's own pass over dy alone (x - 0 is
+ * x), so d bias has the same bits either way. */
+#define BN_STATS(T, S, NAME)                                                                  \
+    static CLONES void NAME(void *arg, int64_t ch) {                                          \
+        const bn_job *j = arg;                                                                \
+        double *o = j->st + 4 * ch;                                                           \
+        S##_stats(j, j->in[1].data, j->in[0].data, ch, &o[0], &o[1], &o[2], &o[3]);           \
+    }
+BN_STATS(float, f32, bn_stats_f32)
+BN_STATS(double, f64, bn_stats_f64)
+
+/* A training batch norm's backward is three nodes (dx, dweight, dbias) over the same x
+ * and dy, and each needs the per-channel statistics: the first of them computes them
+ * and keeps them on this thread, keyed by the run (goblin__kctx.run) and the buffers,
+ * for the other two. Within one run x and dy stay what they are until their last reader
+ * is done, so the key cannot match anything else. Kept only under the default
+ * allocator (as exec.c's buffers), released when the thread ends. */
+typedef struct bn_memo {
+    uint64_t run;
+    const void *x, *go;
+    int64_t n, c, sp;
+    double eps;
+    goblin_dtype dt;
+    double *st;
+    int64_t cap; /* channels st has room for */
+    bool keyed;
+} bn_memo;
+
+static _Thread_local bn_memo t_bn;
+static pthread_key_t g_bn_key;
+static pthread_once_t g_bn_once = PTHREAD_ONCE_INIT;
+static bool g_bn_key_ok;
+
+static void bn_memo_exit(void *arg) {
+    bn_memo *m = arg;
+    goblin__free_default(m->st);
+    memset(m, 0, sizeof *m);
+}
+static void bn_key_init(void) { g_bn_key_ok = pthread_key_create(&g_bn_key, bn_memo_exit) == 0; }
+
+/* j's statistics for run @p run: *fresh says whether they still have to be computed;
+ * NULL when they cannot be kept (then each node computes its own, as before). */
+static double *bn_memo_get(uint64_t run, const bn_job *j, goblin_dtype dt, bool *fresh) {
+    bn_memo *m = &t_bn;
+    if (!run || !goblin__alloc_is_default()) return NULL;
+    if (!m->keyed) {
+        pthread_once(&g_bn_once, bn_key_init);
+        if (!g_bn_key_ok || pthread_setspecific(g_bn_key, m) != 0) return NULL;
+        m->keyed = true;
+    }
+    const void *x = j->in[1].data, *go = j->in[0].data;
+    if (m->st && m->run == run && m->x == x && m->go == go && m->n == j->n && m->c == j->c &&
+        m->sp == j->sp && m->eps == j->eps && m->dt == dt) {
+        *fresh = false;
+        return m->st;
+    }
+    if (m->cap < j->c) {
+        double *st = goblin__alloc((size_t)j->c * 4 * sizeof(double));
+        if (!st) return NULL;
+        goblin__free_default(m->st);
+        m->st = st;
+        m->cap = j->c;
+    }
+    m->run = run, m->x = x, m->go = go, m->n = j->n, m->c = j->c, m->sp = j->sp;
+    m->eps = j->eps, m->dt = dt;
+    *fresh = true;
+    return m->st;
+}
+
 static goblin_err blis_batch_norm(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                                   int32_t n_in, goblin_tensor *out) {
     bool bwd = node->op == GOBLIN_OP_BATCH_NORM_BACKWARD;
@@ -243,6 +325,13 @@ static goblin_err blis_batch_norm(goblin__kctx *k, const goblin__node *node, con
                 goblin__attr_f(node, GOBLIN_ATTR_EPS, 1e-5), goblin__attr_i(node, GOBLIN_ATTR_INDEX, 0)};
     for (int32_t d = 2; d < x->rank; d++) j.sp *= x->shape[d];
     int32_t t = threads_for(k, goblin__numel(x), j.c);
+    if (bwd && j.training) {
+        bool fresh = false;
+        j.st = bn_memo_get(k->run, &j, dt, &fresh);
+        if (j.st && fresh) {
+            goblin__parallel_for(t, j.c, dt == GOBLIN_DTYPE_F64 ? bn_stats_f64 : bn_stats_f32, &j);
+        }
+    }
     void (*fn)(void *, int64_t) = bwd ? (dt == GOBLIN_DTYPE_F64 ? bn_bwd_f64 : bn_bwd_f32)
                                       : (dt == GOBLIN_DTYPE_F64 ? bn_fwd_f64 : bn_fwd_f32);
     goblin__parallel_for(t, j.c, fn, &j);
