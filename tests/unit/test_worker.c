@@ -438,6 +438,25 @@ static void *run_worker_thread(void *arg) {
     return NULL;
 }
 
+/* A stand-in node's HELLO_ACK to HELLO @p d, which came in @p m. */
+static void standin_hello_ack(nng_socket s, const nng_msg *m, const goblin_wire_msg *d) {
+    goblin_wire_msg a;
+    goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
+    a.request_id = d->request_id;
+    a.body.hello_ack.session_id = 1;
+    a.body.hello_ack.heartbeat_ms = 0;
+    a.body.hello_ack.max_message_bytes = 1 << 20;
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(goblin_wire_encode(&a, &buf, &len), GOBLIN_OK);
+    nng_msg *r;
+    nng_msg_alloc(&r, 0);
+    nng_msg_append(r, buf, len);
+    nng_msg_set_pipe(r, nng_msg_get_pipe(m));
+    cr_assert_eq(nng_sendmsg(s, r, 0), 0);
+    goblin_buffer_free(buf);
+}
+
 Test(worker, asks_again_when_asked_tasks_never_come) {
     nng_socket s;
     cr_assert_eq(nng_pair1_open_poly(&s), 0);
@@ -461,21 +480,7 @@ Test(worker, asks_again_when_asked_tasks_never_come) {
         cr_assert_eq(goblin_wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, err, sizeof err), GOBLIN_OK,
                      "%s", err);
         if (d->type == GOBLIN_WIRE_TYPE_HELLO) {
-            goblin_wire_msg a;
-            goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
-            a.request_id = d->request_id;
-            a.body.hello_ack.session_id = 1;
-            a.body.hello_ack.heartbeat_ms = 0;
-            a.body.hello_ack.max_message_bytes = 1 << 20;
-            uint8_t *buf;
-            size_t len;
-            cr_assert_eq(goblin_wire_encode(&a, &buf, &len), GOBLIN_OK);
-            nng_msg *r;
-            nng_msg_alloc(&r, 0);
-            nng_msg_append(r, buf, len);
-            nng_msg_set_pipe(r, nng_msg_get_pipe(m));
-            cr_assert_eq(nng_sendmsg(s, r, 0), 0);
-            goblin_buffer_free(buf);
+            standin_hello_ack(s, m, d);
         } else if (d->type == GOBLIN_WIRE_TYPE_LEASE_REQUEST) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -508,22 +513,7 @@ static void standin_accept(nng_socket s) {
         goblin_wire_msg *d = NULL;
         cr_assert_eq(goblin_wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, NULL, 0), GOBLIN_OK);
         bool hello = d->type == GOBLIN_WIRE_TYPE_HELLO;
-        if (hello) {
-            goblin_wire_msg a;
-            goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
-            a.request_id = d->request_id;
-            a.body.hello_ack.session_id = 1;
-            a.body.hello_ack.max_message_bytes = 1 << 20;
-            uint8_t *buf;
-            size_t len;
-            cr_assert_eq(goblin_wire_encode(&a, &buf, &len), GOBLIN_OK);
-            nng_msg *r;
-            nng_msg_alloc(&r, 0);
-            nng_msg_append(r, buf, len);
-            nng_msg_set_pipe(r, nng_msg_get_pipe(m));
-            cr_assert_eq(nng_sendmsg(s, r, 0), 0);
-            goblin_buffer_free(buf);
-        }
+        if (hello) standin_hello_ack(s, m, d);
         goblin_wire_msg_free(d);
         nng_msg_free(m);
         if (hello) return;
