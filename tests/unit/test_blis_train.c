@@ -173,6 +173,80 @@ Test(blis_train, sdpa_forward_backward_vs_reference) {
         for (int d = 0; d < 2; d++) sdpa_case_run(&SDPA_CASES[i], dts[d], 77 + i * 5 + (uint64_t)d);
 }
 
+/* The three backward nodes of one attention share the softmax weights within a run
+ * (blis_train.c's sd_memo): in one graph, interleaved with a second attention's nodes
+ * (the kept weights change hands), every output must have the bits of the same node
+ * evaluated alone (held to the reference above), over two runs with new values in the
+ * same buffers. Small heads and BLIS-sized ones, a causal one, a masked one, a NaN. */
+Test(blis_train, sdpa_backward_nodes_in_one_run_match_each_alone) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const sdpa_case cases[] = {{2, 3, 9, 9, 8, 8, 1, 0}, {1, 2, 6, 5, 4, 3, 0, 1}, {1, 1, 130, 129, 5, 6, 1, 0}};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int d = 0; d < 2; d++) {
+            const sdpa_case *c = &cases[ci];
+            goblin_dtype dt = dts[d];
+            uint64_t seed = 300 + ci * 2 + (uint64_t)d;
+            int64_t qs[4] = {c->b, c->h, c->L, c->E}, ks[4] = {c->b, c->h, c->S, c->E};
+            int64_t vs[4] = {c->b, c->h, c->S, c->Ev}, os[4] = {c->b, c->h, c->L, c->Ev};
+            /* attention A: go, q, k, v (+ mask); attention B: its own go and q, A's k and v */
+            goblin_tensor t[7];
+            t[0] = rand_tensor(dt, 4, os, &seed), t[1] = rand_tensor(dt, 4, qs, &seed);
+            t[2] = rand_tensor(dt, 4, ks, &seed), t[3] = rand_tensor(dt, 4, vs, &seed);
+            t[4] = rand_tensor(dt, 4, os, &seed), t[5] = rand_tensor(dt, 4, qs, &seed);
+            int nm = c->mask ? 1 : 0;
+            if (nm) t[6] = rand_tensor(dt, 2, (int64_t[]){c->L, c->S}, &seed);
+            if (dt == GOBLIN_DTYPE_F32) ((float *)t[5].data)[1] = NAN; /* a NaN row in B */
+            else ((double *)t[5].data)[1] = NAN;
+            goblin_graph *g;
+            cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+            int32_t id[7];
+            for (int i = 0; i < 6 + nm; i++)
+                cr_assert_eq(goblin_graph_input(g, dt, t[i].rank, t[i].shape, &id[i]), GOBLIN_OK);
+            /* (attention, which); A first and last (a stale reuse would show at once) */
+            static const int order[6][2] = {{0, 2}, {1, 0}, {0, 0}, {1, 2}, {1, 1}, {0, 1}};
+            for (int q = 0; q < 6; q++) {
+                int B = order[q][0];
+                int32_t ins[5] = {B ? id[4] : id[0], B ? id[5] : id[1], id[2], id[3], nm ? id[6] : -1};
+                goblin_attr at[2] = {goblin_attr_int(GOBLIN_ATTR_CAUSAL, c->causal),
+                                     goblin_attr_int(GOBLIN_ATTR_INDEX, order[q][1])};
+                int32_t o;
+                cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SDPA_BACKWARD, ins, 4 + nm, at, 2, &o), GOBLIN_OK, "%s",
+                             goblin_graph_error(g));
+                cr_assert_eq(goblin_graph_output(g, o), GOBLIN_OK);
+            }
+            goblin_exec_params p;
+            goblin_exec_params_default(&p);
+            p.backend = GOBLIN_BACKEND_BLIS;
+            p.threads = 2;
+            for (int rep = 0; rep < 2; rep++) {
+                goblin_tensor outs[6];
+                memset(outs, 0, sizeof outs);
+                cr_assert_eq(goblin_graph_eval(g, &p, t, 6 + nm, outs, 6), GOBLIN_OK);
+                for (int q = 0; q < 6; q++) {
+                    int B = order[q][0];
+                    goblin_tensor bin[5] = {B ? t[4] : t[0], B ? t[5] : t[1], t[2], t[3], nm ? t[6] : t[0]};
+                    goblin_attr at[2] = {goblin_attr_int(GOBLIN_ATTR_CAUSAL, c->causal),
+                                         goblin_attr_int(GOBLIN_ATTR_INDEX, order[q][1])};
+                    goblin_tensor alone = run(GOBLIN_BACKEND_BLIS, 2, GOBLIN_OP_SDPA_BACKWARD, bin, 4 + nm, at, 2);
+                    int64_t n = goblin__numel(&alone);
+                    cr_assert_eq(goblin__numel(&outs[q]), n);
+                    cr_assert(memcmp(outs[q].data, alone.data, (size_t)n * goblin_dtype_size(dt)) == 0,
+                              "%s case %zu attention %d output %d (run %d) differs from the node alone",
+                              goblin_dtype_name(dt), ci, B, order[q][1], rep);
+                    goblin_buffer_free(alone.data);
+                    goblin_buffer_free(outs[q].data);
+                }
+                for (int64_t i = 0; i < goblin__numel(&t[1]); i++) { /* new values in A's q */
+                    if (dt == GOBLIN_DTYPE_F64) ((double *)t[1].data)[i] *= 1.5;
+                    else ((float *)t[1].data)[i] *= 1.5f;
+                }
+            }
+            goblin_graph_free(g);
+            for (int i = 0; i < 6 + nm; i++) free(t[i].data);
+        }
+}
+
 /* A NaN logit makes its row NaN (dq) or the whole batch item NaN (dk, dv), as the reference. */
 Test(blis_train, sdpa_nan_rows_follow_the_reference) {
     if (!have_blis()) cr_skip_test("no BLIS backend");

@@ -14,7 +14,9 @@
  * run sequentially in image order. So results do not depend on k->threads. */
 #include <blis.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include "alloc.h"
 #include "blis_impl.h"
 #include "expf_impl.h"
 #include "ops_nn.h"
@@ -429,6 +431,11 @@ typedef struct sdpa_job {
     bool tiny;     /* small heads: the direct products (tiny_gemm) instead of BLIS */
     int64_t packn; /* their packing buffer: max(L, S, E, Ev) x max(S, E, Ev) rounded up to 8 */
     double scale;
+    /* backward: the run's weights p, ds [L, S] and row states [L] of every item (sd_memo),
+     * memo_per bytes apart; memo_ready: already computed by another backward node */
+    char *memo;
+    size_t memo_per;
+    bool memo_ready;
 } sdpa_job;
 
 /* One row of scores r[0, n) to softmax weights, the reference kernel's rules: *state 0
@@ -701,8 +708,13 @@ DEFINE_SOFTMAX(f64, double)
         T *p = (T *)scratch, *dp = p + L * S, *z = dp + L * S;                                  \
         T *pack = j->tiny ? z + L : NULL; /* j->packn elements */                                 \
         uint8_t *state = (uint8_t *)(z + L + (j->tiny ? j->packn : 0));                         \
+        if (j->memo) {                                                                          \
+            p = (T *)(j->memo + (size_t)b * j->memo_per);                                       \
+            dp = p + L * S;                                                                     \
+            state = (uint8_t *)(dp + L * S);                                                    \
+        }                                                                                       \
         T *o = (T *)j->out + b * j->rows * j->cols;                                             \
-        scores_##sfx(j, off, p, z, state, j->bwd, pack);                                        \
+        if (!j->memo_ready) scores_##sfx(j, off, p, z, state, j->bwd, pack);                    \
         const T *v = (const T *)j->v->data + off[2];                                            \
         if (!j->bwd) { /* out = (exp weights @ v) / z */                                        \
             item_gemm_##sfx(j, L, j->Ev, S, 1.0, p, S, 1, v, j->Ev, 1, o, pack);                \
@@ -717,10 +729,8 @@ DEFINE_SOFTMAX(f64, double)
             return;                                                                             \
         }                                                                                       \
         const T *go = (const T *)j->go->data + b * L * j->Ev;                                   \
-        if (j->which == 2) { /* dv = p^T @ go */                                                \
-            item_gemm_##sfx(j, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, o, pack);               \
-        } else {                                                                                \
-            /* dp = go @ v^T; ds = p (dp - sum p dp) scale */                                   \
+        if (!j->memo_ready && (j->which != 2 || j->memo)) {                                     \
+            /* dp = go @ v^T; ds = p (dp - sum p dp) scale (into dp) */                         \
             item_gemm_##sfx(j, L, S, j->Ev, 1.0, go, j->Ev, 1, v, 1, j->Ev, dp, pack);          \
             for (int64_t i = 0; i < L; i++) {                                                   \
                 const T *restrict pr = p + i * S;                                               \
@@ -735,13 +745,15 @@ DEFINE_SOFTMAX(f64, double)
                 SD_SIMD                                                                         \
                 for (int64_t c = 0; c < S; c++) dr[c] = pr[c] * (dr[c] - spd) * sc;             \
             }                                                                                   \
-            if (j->which == 1) /* dk = ds^T @ q */                                              \
-                item_gemm_##sfx(j, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0], j->E, \
-                                1, o, pack);                                                    \
-            else /* dq = ds @ k */                                                              \
-                item_gemm_##sfx(j, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1], j->E, \
-                                1, o, pack);                                                    \
         }                                                                                       \
+        if (j->which == 2) /* dv = p^T @ go */                                                  \
+            item_gemm_##sfx(j, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, o, pack);               \
+        else if (j->which == 1) /* dk = ds^T @ q */                                             \
+            item_gemm_##sfx(j, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0], j->E,  \
+                            1, o, pack);                                                        \
+        else /* dq = ds @ k */                                                                  \
+            item_gemm_##sfx(j, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1], j->E,  \
+                            1, o, pack);                                                        \
         if (j->rows > 0 && (j->Ev == 0 || L == 0 || S == 0 || (j->which == 2 ? L : S) == 0))    \
             for (int64_t r = 0; r < j->rows * j->cols; r++) o[r] = 0;                           \
         /* NaN rows: the reference kernel's propagation */                                      \
@@ -784,6 +796,74 @@ static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bsh
     full[br + 1] = t->shape[t->rank - 1];
     goblin__bcast_strides(t, br + 2, full, st);
     for (int32_t d = 0; d < br; d++) strides[d] = st[d];
+}
+
+/* The three backward nodes of one attention (dq, dk, dv) each need the softmax weights p
+ * of every item, and dq and dk also ds: the first of them computes them for all items and
+ * keeps them on this thread, keyed by the run (goblin__kctx.run), the operand buffers and
+ * the shapes, for the other two (within a run those buffers hold the same values until
+ * their last reader is done). At most SD_MEMO_MAX bytes; kept only under the default
+ * allocator, released when the thread ends. */
+#define SD_MEMO_MAX ((size_t)64 << 20)
+
+typedef struct sd_memo {
+    uint64_t run;
+    const void *q, *k, *v, *go, *mask;
+    int64_t L, S, E, Ev, batch;
+    double scale;
+    bool causal;
+    goblin_dtype dt;
+    char *buf;
+    size_t cap;
+    bool keyed;
+} sd_memo;
+
+static _Thread_local sd_memo t_sd;
+static pthread_key_t g_sd_key;
+static pthread_once_t g_sd_once = PTHREAD_ONCE_INIT;
+static bool g_sd_key_ok;
+
+static void sd_memo_exit(void *arg) {
+    sd_memo *m = arg;
+    goblin__free_default(m->buf);
+    memset(m, 0, sizeof *m);
+}
+static void sd_key_init(void) { g_sd_key_ok = pthread_key_create(&g_sd_key, sd_memo_exit) == 0; }
+
+/* Point j at the run's kept weights (j->memo_ready: computed already), or leave j->memo
+ * NULL (nothing kept: each node computes its own, as before). */
+static void sd_memo_attach(uint64_t run, sdpa_job *j) {
+    sd_memo *m = &t_sd;
+    size_t per = (size_t)(2 * j->L * j->S * j->es + j->L), bytes;
+    per = (per + 63) / 64 * 64;
+    if (!run || !goblin__alloc_is_default() || !goblin__mul_size(per, (size_t)j->batch, &bytes) ||
+        bytes > SD_MEMO_MAX)
+        return;
+    if (!m->keyed) {
+        pthread_once(&g_sd_once, sd_key_init);
+        if (!g_sd_key_ok || pthread_setspecific(g_sd_key, m) != 0) return;
+        m->keyed = true;
+    }
+    const void *mask = j->mask ? j->mask->data : NULL;
+    if (m->buf && m->run == run && m->q == j->q->data && m->k == j->k->data && m->v == j->v->data &&
+        m->go == j->go->data && m->mask == mask && m->L == j->L && m->S == j->S && m->E == j->E &&
+        m->Ev == j->Ev && m->batch == j->batch && m->scale == j->scale && m->causal == j->causal &&
+        m->dt == j->dt) {
+        j->memo = m->buf, j->memo_per = per, j->memo_ready = true;
+        return;
+    }
+    if (m->cap < bytes) {
+        char *b = goblin__alloc(bytes);
+        if (!b) return;
+        goblin__free_default(m->buf);
+        m->buf = b;
+        m->cap = bytes;
+    }
+    m->run = 0; /* not valid until this node has filled it */
+    m->q = j->q->data, m->k = j->k->data, m->v = j->v->data, m->go = j->go->data, m->mask = mask;
+    m->L = j->L, m->S = j->S, m->E = j->E, m->Ev = j->Ev, m->batch = j->batch;
+    m->scale = j->scale, m->causal = j->causal, m->dt = j->dt;
+    j->memo = m->buf, j->memo_per = per, j->memo_ready = false;
 }
 
 static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
@@ -846,8 +926,10 @@ static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const gob
     if (!goblin__mul_size(per, (size_t)j.nchunks, &bytes)) return oom(k, "attention");
     j.scratch = goblin__alloc(bytes);
     if (!j.scratch) return oom(k, "attention");
+    if (bwd) sd_memo_attach(k->run, &j);
     if (j.nchunks > 1) goblin__parallel_for(threads, j.nchunks, sdpa_chunk, &j);
     else sdpa_chunk(&j, 0);
+    if (j.memo && !j.memo_ready) t_sd.run = k->run; /* filled: valid for this run */
     goblin__free(j.scratch);
     return GOBLIN_OK;
 }
