@@ -235,7 +235,22 @@ static void rule_matmul(ad_ctx *c, const goblin__node *n, int32_t gy) {
         }
         contrib(c, a, da);
     }
-    if (c->reach[b]) {
+    /* A 2-D b against a batched a (a linear layer over [batch..., rows, k]): its gradient
+     * is one product over all the rows, a^T g with the batch dims folded into the rows,
+     * rather than a product per batch item summed afterwards (torch does the same). */
+    bool fold = c->reach[b] && nb.rank == 2 && na.rank >= 3 && !ta && na.rank == n->rank;
+    for (int32_t d = 0; fold && d < na.rank - 2; d++) fold = na.shape[d] == n->shape[d];
+    if (fold) {
+        int64_t rows = 1;
+        for (int32_t d = 0; d < na.rank - 1; d++) rows *= na.shape[d];
+        int64_t sa[2] = {rows, na.shape[na.rank - 1]}, sg[2] = {rows, n->shape[n->rank - 1]};
+        int32_t af = reshape(c, a, 2, sa), gf = reshape(c, gy, 2, sg);
+        int32_t in[2] = {tb ? gf : af, tb ? af : gf};
+        at[0] = goblin_attr_int(GOBLIN_ATTR_TRANS_A, 1);
+        at[1] = goblin_attr_int(GOBLIN_ATTR_TRANS_B, 0);
+        at[2] = goblin_attr_float(GOBLIN_ATTR_ALPHA, alpha);
+        contrib(c, b, add(c, GOBLIN_OP_MATMUL, in, 2, at, 3));
+    } else if (c->reach[b]) {
         int32_t in[2];
         if (!tb) {
             in[0] = a2, in[1] = g2;

@@ -390,6 +390,11 @@ Test(autodiff, matmul) {
     check_op("matmul both trans", GOBLIN_OP_MATMUL, d, 2, tt, 2);
     gin e[2] = {F64(-1, 1, 2, 3, 4), F64(-1, 1, 4, 5)};
     check_op("matmul batch x 2-d", GOBLIN_OP_MATMUL, e, 2, NULL, 0);
+    /* a linear layer's weight gradient, folded into one product over all the rows */
+    gin e2[2] = {F64(-1, 1, 2, 2, 3, 4), F64(-1, 1, 5, 4)};
+    check_op("matmul 2 batch dims x 2-d trans_b alpha", GOBLIN_OP_MATMUL, e2, 2, tb, 2);
+    gin e3[2] = {F64(-1, 1, 2, 4, 3), F64(-1, 1, 4, 5)};
+    check_op("matmul batch trans_a x 2-d (not folded)", GOBLIN_OP_MATMUL, e3, 2, &ta, 1);
     gin f[2] = {F64(-1, 1, 1, 3, 4), F64(-1, 1, 2, 1, 4, 5)};
     check_op("matmul batch broadcast", GOBLIN_OP_MATMUL, f, 2, NULL, 0);
     gin g1[2] = {F64(-1, 1, 4), F64(-1, 1, 2, 4, 5)};
