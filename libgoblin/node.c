@@ -28,7 +28,8 @@
 #include "transport.h"
 #include "wire_impl.h"
 
-#define PANEL_MEMO 32     /* panel ids remembered per worker and kind (A, B) */
+#define PANEL_MEMO 32     /* panel ids remembered per worker and kind (A, B, graph); workers keep
+                             * at most 256 panels (worker.c): 3 x PANEL_MEMO must stay below */
 #define SCAN_LIMIT 512    /* pending tasks examined per assignment */
 #define MAX_WANTED 256    /* lease slots a worker may have outstanding */
 #define HOUSEKEEPING_MS 2 /* node_main: lease deadlines and heartbeats checked this often */

@@ -386,14 +386,21 @@ static void cache_evict(goblin_worker *w) {
     w->n_cache--;
 }
 
+/* Panels kept at most. A node names only inputs it remembers having sent (the last 32
+ * of each kind per worker: docs/runtime.md), so older ones are never asked for again: a
+ * training run, whose weights get new ids every round, would otherwise keep every
+ * round's weights until cache_bytes ran out. */
+#define CACHE_MAX_PANELS 256
+
 /* Keep @p t under @p id, evicting least recently used panels to stay within
- * cache_bytes: a copy, or with @p ref (t's data lies in ref's message) a reference
- * to the message. A panel larger than the cache is not kept. Returns whether @p ref
- * was taken. */
+ * cache_bytes and CACHE_MAX_PANELS: a copy, or with @p ref (t's data lies in ref's
+ * message) a reference to the message. A panel larger than the cache is not kept.
+ * Returns whether @p ref was taken. */
 static bool cache_put(goblin_worker *w, uint64_t id, const goblin_tensor *t, msgref *ref) {
     size_t bytes = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
     if (!id || bytes == 0 || bytes > w->p.cache_bytes || cache_find(w, id)) return false;
-    while (w->cache_used + bytes > w->p.cache_bytes && w->n_cache > 0) cache_evict(w);
+    while ((w->cache_used + bytes > w->p.cache_bytes || w->n_cache >= CACHE_MAX_PANELS) && w->n_cache > 0)
+        cache_evict(w);
     if (w->free_slot < 0 && w->n_slots == w->cap_cache) {
         int32_t nc = w->cap_cache ? w->cap_cache * 2 : 16;
         panel *np = goblin__alloc((size_t)nc * sizeof *np);

@@ -582,11 +582,21 @@ static void expect_sum(const float *out, int sa, int sb) {
         cr_assert_eq(out[i], (float)(sa * 1000 + i) + (float)(sb * 1000 + i), "element %d of %d + %d", i, sa, sb);
 }
 
-Test(worker, panel_cache_keeps_recent_panels_and_evicts_the_least_recent, .timeout = 60) {
+/* A worker with @p cache_bytes of panel cache, dialed into stand-in node socket s at
+ * @p url, and the serialized graph out = a + b of two [CN] f32 inputs. */
+typedef struct standin {
     nng_socket s;
-    cr_assert_eq(nng_pair1_open_poly(&s), 0);
-    cr_assert_eq(nng_listen(s, "inproc://test-worker-lru", NULL, 0), 0);
-    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
+    goblin_worker *w;
+    pthread_t th;
+    uint8_t *gbuf;
+    size_t glen;
+    uint64_t tid;
+} standin;
+
+static void standin_start(standin *t, const char *url, uint64_t cache_bytes) {
+    cr_assert_eq(nng_pair1_open_poly(&t->s), 0);
+    cr_assert_eq(nng_listen(t->s, url, NULL, 0), 0);
+    nng_socket_set_ms(t->s, NNG_OPT_RECVTIMEO, 5000);
     goblin_graph *g;
     cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
     int64_t shp[1] = {CN};
@@ -595,57 +605,83 @@ Test(worker, panel_cache_keeps_recent_panels_and_evicts_the_least_recent, .timeo
     cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 1, shp, &y), GOBLIN_OK);
     cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, (int32_t[]){x, y}, 2, NULL, 0, &z), GOBLIN_OK);
     cr_assert_eq(goblin_graph_output(g, z), GOBLIN_OK);
-    uint8_t *gbuf;
-    size_t glen;
-    cr_assert_eq(goblin_graph_serialize(g, &gbuf, &glen), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_serialize(g, &t->gbuf, &t->glen), GOBLIN_OK);
     goblin_graph_free(g);
-    enum { KEEP = 600 }; /* panels the cache holds */
     goblin_worker_params wp;
     goblin_worker_params_default(&wp);
-    wp.connect[0] = "inproc://test-worker-lru";
+    wp.connect[0] = url;
     wp.n_connect = 1;
     wp.threads = 1;
-    wp.cache_bytes = KEEP * CN * sizeof(float);
-    goblin_worker *w;
-    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
-    pthread_t th;
-    pthread_create(&th, NULL, run_worker_thread, w);
-    standin_accept(s);
+    wp.cache_bytes = cache_bytes;
+    cr_assert_eq(goblin_worker_new(&t->w, &wp), GOBLIN_OK);
+    pthread_create(&t->th, NULL, run_worker_thread, t->w);
+    standin_accept(t->s);
+    t->tid = 1;
+}
+
+/* out = panel ida (data @p a, or NULL: from the cache) + panel idb (likewise). */
+static goblin_err standin_add(standin *t, uint64_t ida, const float *a, uint64_t idb, const float *b, float *out) {
+    return standin_task(t->s, t->gbuf, t->glen, t->tid++, ida, a, idb, b, out);
+}
+
+static void standin_stop(standin *t) {
+    goblin_worker_stop(t->w);
+    pthread_join(t->th, NULL);
+    goblin_worker_free(t->w);
+    goblin_buffer_free(t->gbuf);
+    nng_close(t->s);
+}
+
+Test(worker, panel_cache_keeps_recent_panels_and_evicts_the_least_recent, .timeout = 60) {
+    enum { KEEP = 200 }; /* panels the cache holds (bytes; under the count limit of 256) */
+    standin t;
+    standin_start(&t, "inproc://test-worker-lru", KEEP * CN * sizeof(float));
     float a[CN], b[CN], out[CN];
-    uint64_t tid = 1;
     /* Exactly what a 3-panel cache does, scaled: panels 1 and 2, then 3 with 1 from
      * the cache (1 is now more recent than 2) ... */
     for (int p = 1; p <= KEEP; p += 2) {
         fill(a, p), fill(b, p + 1);
-        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, a, (uint64_t)p + 1, b, out), GOBLIN_OK);
+        cr_assert_eq(standin_add(&t, (uint64_t)p, a, (uint64_t)p + 1, b, out), GOBLIN_OK);
         expect_sum(out, p, p + 1);
     }
     /* the cache is full (KEEP panels); touch the odd ones, oldest first */
     for (int p = 1; p <= KEEP; p += 2) {
-        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, NULL, (uint64_t)p, NULL, out), GOBLIN_OK,
-                     "panel %d was kept", p);
+        cr_assert_eq(standin_add(&t, (uint64_t)p, NULL, (uint64_t)p, NULL, out), GOBLIN_OK, "panel %d was kept", p);
         expect_sum(out, p, p);
     }
     /* KEEP / 2 new panels evict the KEEP / 2 least recently used: the even ones */
     for (int p = KEEP + 1; p <= KEEP + KEEP / 2; p++) {
         fill(a, p);
-        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, a, 1, NULL, out), GOBLIN_OK);
+        cr_assert_eq(standin_add(&t, (uint64_t)p, a, 1, NULL, out), GOBLIN_OK);
         expect_sum(out, p, 1);
     }
     for (int p = 2; p <= KEEP; p += 2)
-        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, NULL, 1, NULL, out), GOBLIN_ENOTFOUND,
-                     "panel %d was evicted", p);
+        cr_assert_eq(standin_add(&t, (uint64_t)p, NULL, 1, NULL, out), GOBLIN_ENOTFOUND, "panel %d was evicted", p);
     for (int p = 3; p <= KEEP + KEEP / 2; p += (p < KEEP ? 2 : 1)) {
-        cr_assert_eq(standin_task(s, gbuf, glen, tid++, (uint64_t)p, NULL, 1, NULL, out), GOBLIN_OK,
-                     "panel %d was kept", p);
+        cr_assert_eq(standin_add(&t, (uint64_t)p, NULL, 1, NULL, out), GOBLIN_OK, "panel %d was kept", p);
         expect_sum(out, p, 1);
     }
     goblin_worker_stats ws;
-    goblin_worker_stats_get(w, &ws);
+    goblin_worker_stats_get(t.w, &ws);
     cr_assert_eq(ws.cache_misses, KEEP / 2);
-    goblin_worker_stop(w);
-    pthread_join(th, NULL);
-    goblin_worker_free(w);
-    goblin_buffer_free(gbuf);
-    nng_close(s);
+    standin_stop(&t);
+}
+
+/* Bytes to spare, yet at most 256 panels: the oldest go (a node only names panels among
+ * the last 32 of each kind it sent, so a training run's old weights are never needed). */
+Test(worker, panel_cache_keeps_at_most_256_panels, .timeout = 60) {
+    standin t;
+    standin_start(&t, "inproc://test-worker-count", (uint64_t)1 << 30);
+    float a[CN], b[CN], out[CN];
+    for (int p = 1; p <= 300; p += 2) {
+        fill(a, p), fill(b, p + 1);
+        cr_assert_eq(standin_add(&t, (uint64_t)p, a, (uint64_t)p + 1, b, out), GOBLIN_OK);
+    }
+    for (int p = 1; p <= 44; p++)
+        cr_assert_eq(standin_add(&t, (uint64_t)p, NULL, (uint64_t)p, NULL, out), GOBLIN_ENOTFOUND, "panel %d", p);
+    for (int p = 45; p <= 300; p++) {
+        cr_assert_eq(standin_add(&t, (uint64_t)p, NULL, (uint64_t)p, NULL, out), GOBLIN_OK, "panel %d", p);
+        expect_sum(out, p, p);
+    }
+    standin_stop(&t);
 }
