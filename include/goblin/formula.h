@@ -33,7 +33,7 @@
  * ** is pow, >> is arithmetic, comparisons and and/or/not give 1 or 0 in the
  * formula's dtype (nonzero, NaN included, is true), min/max/clamp propagate NaN,
  * round() rounds half to even. f32 exp is the library's own vectorized
- * polynomial (within 1.01 ulp); the full contract is goblin_op_get_info(FORMULA). */
+ * polynomial (within 0.98 ulp); the full contract is goblin_op_get_info(FORMULA). */
 #ifndef GOBLIN_FORMULA_H
 #define GOBLIN_FORMULA_H
 
