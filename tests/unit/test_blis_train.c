@@ -173,14 +173,59 @@ Test(blis_train, sdpa_forward_backward_vs_reference) {
         for (int d = 0; d < 2; d++) sdpa_case_run(&SDPA_CASES[i], dts[d], 77 + i * 5 + (uint64_t)d);
 }
 
+/* Backward nodes that share work within a run (blis_train*.c's run memos) must give the
+ * bits of each node alone. Graph inputs t[0 .. nt); node q is @p op on inputs t[ins[q][j]]
+ * (j < nin) with attributes at[q]; the graph runs twice on BLIS, and before the second run
+ * the values of t[mutate] change in place (same buffer: a run must not take the previous
+ * run's kept results). Each output is compared bit for bit with the node evaluated alone. */
+static void one_run_matches_alone(goblin_dtype dt, goblin_tensor *t, int32_t nt, goblin_op op, int32_t nodes,
+                                  const int32_t (*ins)[5], int32_t nin, const goblin_attr (*at)[3], int32_t nat,
+                                  int32_t mutate, const char *what) {
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int32_t id[8];
+    for (int32_t i = 0; i < nt; i++) cr_assert_eq(goblin_graph_input(g, dt, t[i].rank, t[i].shape, &id[i]), GOBLIN_OK);
+    for (int32_t q = 0; q < nodes; q++) {
+        int32_t gi[5], o;
+        for (int32_t j = 0; j < nin; j++) gi[j] = id[ins[q][j]];
+        cr_assert_eq(goblin_graph_add(g, op, gi, nin, at[q], nat, &o), GOBLIN_OK, "%s", goblin_graph_error(g));
+        cr_assert_eq(goblin_graph_output(g, o), GOBLIN_OK);
+    }
+    goblin_exec_params p;
+    goblin_exec_params_default(&p);
+    p.backend = GOBLIN_BACKEND_BLIS;
+    p.threads = 2;
+    for (int rep = 0; rep < 2; rep++) {
+        goblin_tensor outs[8];
+        memset(outs, 0, sizeof outs);
+        cr_assert_eq(goblin_graph_eval(g, &p, t, nt, outs, nodes), GOBLIN_OK);
+        for (int32_t q = 0; q < nodes; q++) {
+            goblin_tensor bin[5];
+            for (int32_t j = 0; j < nin; j++) bin[j] = t[ins[q][j]];
+            goblin_tensor alone = run(GOBLIN_BACKEND_BLIS, 2, op, bin, nin, at[q], nat);
+            int64_t n = goblin__numel(&alone);
+            cr_assert_eq(goblin__numel(&outs[q]), n);
+            cr_assert(memcmp(outs[q].data, alone.data, (size_t)n * goblin_dtype_size(dt)) == 0,
+                      "%s %s: node %d (run %d) differs from the node alone", goblin_dtype_name(dt), what, (int)q, rep);
+            goblin_buffer_free(alone.data);
+            goblin_buffer_free(outs[q].data);
+        }
+        for (int64_t i = 0; i < goblin__numel(&t[mutate]); i++) {
+            if (dt == GOBLIN_DTYPE_F64) ((double *)t[mutate].data)[i] *= 1.5;
+            else ((float *)t[mutate].data)[i] *= 1.5f;
+        }
+    }
+    goblin_graph_free(g);
+}
+
 /* The three backward nodes of one attention share the softmax weights within a run
- * (blis_train.c's sd_memo): in one graph, interleaved with a second attention's nodes
- * (the kept weights change hands), every output must have the bits of the same node
- * evaluated alone (held to the reference above), over two runs with new values in the
- * same buffers. Small heads and BLIS-sized ones, a causal one, a masked one, a NaN. */
+ * (blis_train.c's sd_memo): interleaved with a second attention's nodes (the kept weights
+ * change hands), A's first and last (a stale reuse shows at once). Small heads and
+ * BLIS-sized ones, a causal one, a masked one, a NaN row. */
 Test(blis_train, sdpa_backward_nodes_in_one_run_match_each_alone) {
     if (!have_blis()) cr_skip_test("no BLIS backend");
     static const sdpa_case cases[] = {{2, 3, 9, 9, 8, 8, 1, 0}, {1, 2, 6, 5, 4, 3, 0, 1}, {1, 1, 130, 129, 5, 6, 1, 0}};
+    static const int order[6][2] = {{0, 2}, {1, 0}, {0, 0}, {1, 2}, {1, 1}, {0, 1}}; /* (attention, which) */
     goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int d = 0; d < 2; d++) {
@@ -198,51 +243,19 @@ Test(blis_train, sdpa_backward_nodes_in_one_run_match_each_alone) {
             if (nm) t[6] = rand_tensor(dt, 2, (int64_t[]){c->L, c->S}, &seed);
             if (dt == GOBLIN_DTYPE_F32) ((float *)t[5].data)[1] = NAN; /* a NaN row in B */
             else ((double *)t[5].data)[1] = NAN;
-            goblin_graph *g;
-            cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
-            int32_t id[7];
-            for (int i = 0; i < 6 + nm; i++)
-                cr_assert_eq(goblin_graph_input(g, dt, t[i].rank, t[i].shape, &id[i]), GOBLIN_OK);
-            /* (attention, which); A first and last (a stale reuse would show at once) */
-            static const int order[6][2] = {{0, 2}, {1, 0}, {0, 0}, {1, 2}, {1, 1}, {0, 1}};
+            int32_t ins[6][5];
+            goblin_attr at[6][3];
             for (int q = 0; q < 6; q++) {
                 int B = order[q][0];
-                int32_t ins[5] = {B ? id[4] : id[0], B ? id[5] : id[1], id[2], id[3], nm ? id[6] : -1};
-                goblin_attr at[2] = {goblin_attr_int(GOBLIN_ATTR_CAUSAL, c->causal),
-                                     goblin_attr_int(GOBLIN_ATTR_INDEX, order[q][1])};
-                int32_t o;
-                cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SDPA_BACKWARD, ins, 4 + nm, at, 2, &o), GOBLIN_OK, "%s",
-                             goblin_graph_error(g));
-                cr_assert_eq(goblin_graph_output(g, o), GOBLIN_OK);
+                int32_t row[5] = {B ? 4 : 0, B ? 5 : 1, 2, 3, 6};
+                memcpy(ins[q], row, sizeof row);
+                at[q][0] = goblin_attr_int(GOBLIN_ATTR_CAUSAL, c->causal);
+                at[q][1] = goblin_attr_int(GOBLIN_ATTR_INDEX, order[q][1]);
             }
-            goblin_exec_params p;
-            goblin_exec_params_default(&p);
-            p.backend = GOBLIN_BACKEND_BLIS;
-            p.threads = 2;
-            for (int rep = 0; rep < 2; rep++) {
-                goblin_tensor outs[6];
-                memset(outs, 0, sizeof outs);
-                cr_assert_eq(goblin_graph_eval(g, &p, t, 6 + nm, outs, 6), GOBLIN_OK);
-                for (int q = 0; q < 6; q++) {
-                    int B = order[q][0];
-                    goblin_tensor bin[5] = {B ? t[4] : t[0], B ? t[5] : t[1], t[2], t[3], nm ? t[6] : t[0]};
-                    goblin_attr at[2] = {goblin_attr_int(GOBLIN_ATTR_CAUSAL, c->causal),
-                                         goblin_attr_int(GOBLIN_ATTR_INDEX, order[q][1])};
-                    goblin_tensor alone = run(GOBLIN_BACKEND_BLIS, 2, GOBLIN_OP_SDPA_BACKWARD, bin, 4 + nm, at, 2);
-                    int64_t n = goblin__numel(&alone);
-                    cr_assert_eq(goblin__numel(&outs[q]), n);
-                    cr_assert(memcmp(outs[q].data, alone.data, (size_t)n * goblin_dtype_size(dt)) == 0,
-                              "%s case %zu attention %d output %d (run %d) differs from the node alone",
-                              goblin_dtype_name(dt), ci, B, order[q][1], rep);
-                    goblin_buffer_free(alone.data);
-                    goblin_buffer_free(outs[q].data);
-                }
-                for (int64_t i = 0; i < goblin__numel(&t[1]); i++) { /* new values in A's q */
-                    if (dt == GOBLIN_DTYPE_F64) ((double *)t[1].data)[i] *= 1.5;
-                    else ((float *)t[1].data)[i] *= 1.5f;
-                }
-            }
-            goblin_graph_free(g);
+            char what[64];
+            snprintf(what, sizeof what, "attention case %zu", ci);
+            one_run_matches_alone(dt, t, 6 + nm, GOBLIN_OP_SDPA_BACKWARD, 6, (const int32_t(*)[5])ins, 4 + nm,
+                                  (const goblin_attr(*)[3])at, 2, 1, what);
             for (int i = 0; i < 6 + nm; i++) free(t[i].data);
         }
 }
@@ -430,73 +443,37 @@ Test(blis_train2, batch_norm_forward_backward_within_contract) {
 }
 
 /* The three backward nodes of a training batch norm share their statistics within a run
- * (blis_train2.c's bn_memo): in one graph, with a second batch norm's nodes interleaved
- * (the kept statistics change hands back and forth), every output must have the bits of
- * the same node evaluated alone (which the test above holds to the reference). */
+ * (blis_train2.c's bn_memo): interleaved with a second batch norm's nodes, layer 0's first
+ * and last. */
 Test(blis_train2, batch_norm_backward_nodes_in_one_run_match_each_alone) {
     if (!have_blis()) cr_skip_test("no BLIS backend");
     static const int64_t xs[4] = {6, 5, 7, 9};
+    static const int order[6][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 2}, {1, 1}, {0, 2}}; /* (layer, which) */
     goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
     for (int d = 0; d < 2; d++) {
         goblin_dtype dt = dts[d];
         uint64_t seed = 77 + (uint64_t)d;
-        goblin_tensor t[7];
-        t[0] = rand_tensor(dt, 4, xs, &seed), t[1] = rand_tensor(dt, 4, xs, &seed); /* go, x */
+        goblin_tensor t[7]; /* go, x, w, rm, rv, go2, x2 */
+        t[0] = rand_tensor(dt, 4, xs, &seed), t[1] = rand_tensor(dt, 4, xs, &seed);
         t[2] = rand_tensor(dt, 1, &xs[1], &seed), t[3] = rand_tensor(dt, 1, &xs[1], &seed);
         t[4] = rand_tensor(dt, 1, &xs[1], &seed);
-        t[5] = rand_tensor(dt, 4, xs, &seed), t[6] = rand_tensor(dt, 4, xs, &seed); /* go2, x2 */
+        t[5] = rand_tensor(dt, 4, xs, &seed), t[6] = rand_tensor(dt, 4, xs, &seed);
         for (int64_t i = 0; i < xs[1]; i++) {
             if (dt == GOBLIN_DTYPE_F64) ((double *)t[4].data)[i] = fabs(((double *)t[4].data)[i]) + 0.1;
             else ((float *)t[4].data)[i] = fabsf(((float *)t[4].data)[i]) + 0.1f;
         }
-        goblin_graph *g;
-        cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
-        int32_t id[7];
-        for (int i = 0; i < 7; i++)
-            cr_assert_eq(goblin_graph_input(g, dt, t[i].rank, t[i].shape, &id[i]), GOBLIN_OK);
-        /* (layer, which) interleaved; layer 0 first and last, so that a run that took the
-         * previous run's statistics would go wrong at once */
-        static const int order[6][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 2}, {1, 1}, {0, 2}};
-        for (int k = 0; k < 6; k++) {
-            int L = order[k][0];
-            int32_t ins[5] = {L ? id[5] : id[0], L ? id[6] : id[1], id[2], id[3], id[4]};
-            goblin_attr at[3] = {goblin_attr_int(GOBLIN_ATTR_TRAINING, 1), goblin_attr_float(GOBLIN_ATTR_EPS, 1e-3),
-                                 goblin_attr_int(GOBLIN_ATTR_INDEX, order[k][1])};
-            int32_t o;
-            cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_BATCH_NORM_BACKWARD, ins, 5, at, 3, &o), GOBLIN_OK, "%s",
-                         goblin_graph_error(g));
-            cr_assert_eq(goblin_graph_output(g, o), GOBLIN_OK);
+        int32_t ins[6][5];
+        goblin_attr at[6][3];
+        for (int q = 0; q < 6; q++) {
+            int L = order[q][0];
+            int32_t row[5] = {L ? 5 : 0, L ? 6 : 1, 2, 3, 4};
+            memcpy(ins[q], row, sizeof row);
+            at[q][0] = goblin_attr_int(GOBLIN_ATTR_TRAINING, 1);
+            at[q][1] = goblin_attr_float(GOBLIN_ATTR_EPS, 1e-3);
+            at[q][2] = goblin_attr_int(GOBLIN_ATTR_INDEX, order[q][1]);
         }
-        goblin_exec_params p;
-        goblin_exec_params_default(&p);
-        p.backend = GOBLIN_BACKEND_BLIS;
-        p.threads = 2;
-        goblin_tensor outs[6];
-        memset(outs, 0, sizeof outs);
-        for (int rep = 0; rep < 2; rep++) { /* a second run must not take the first's */
-            cr_assert_eq(goblin_graph_eval(g, &p, t, 7, outs, 6), GOBLIN_OK);
-            for (int k = 0; k < 6; k++) {
-                int L = order[k][0];
-                goblin_tensor bin[5] = {L ? t[5] : t[0], L ? t[6] : t[1], t[2], t[3], t[4]};
-                goblin_attr at[3] = {goblin_attr_int(GOBLIN_ATTR_TRAINING, 1), goblin_attr_float(GOBLIN_ATTR_EPS, 1e-3),
-                                     goblin_attr_int(GOBLIN_ATTR_INDEX, order[k][1])};
-                goblin_tensor alone = run(GOBLIN_BACKEND_BLIS, 2, GOBLIN_OP_BATCH_NORM_BACKWARD, bin, 5, at, 3);
-                int64_t n = goblin__numel(&alone);
-                cr_assert_eq(goblin__numel(&outs[k]), n);
-                cr_assert(memcmp(outs[k].data, alone.data, (size_t)n * goblin_dtype_size(dt)) == 0,
-                          "%s layer %d output %d (run %d) differs from the node alone", goblin_dtype_name(dt), L,
-                          order[k][1], rep);
-                goblin_buffer_free(alone.data);
-                goblin_buffer_free(outs[k].data);
-                outs[k].data = NULL;
-            }
-            /* new values in the same buffers: the next run must see them */
-            for (int64_t i = 0; i < goblin__numel(&t[1]); i++) {
-                if (dt == GOBLIN_DTYPE_F64) ((double *)t[1].data)[i] *= 1.5;
-                else ((float *)t[1].data)[i] *= 1.5f;
-            }
-        }
-        goblin_graph_free(g);
+        one_run_matches_alone(dt, t, 7, GOBLIN_OP_BATCH_NORM_BACKWARD, 6, (const int32_t(*)[5])ins, 5,
+                              (const goblin_attr(*)[3])at, 3, 1, "batch norm");
         for (int i = 0; i < 7; i++) free(t[i].data);
     }
 }
