@@ -1,4 +1,5 @@
 /* libgoblin/alloc.c - the single allocation hook. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "alloc.h"
@@ -55,4 +56,52 @@ void *goblin__memdup(const void *p, size_t n) {
     void *q = goblin__alloc(n);
     if (q && n) memcpy(q, p, n);
     return q;
+}
+
+/* ---- buffers kept per thread -------------------------------------------------------- */
+
+typedef struct tl_registry {
+    goblin__tl_buf *b[4];
+    int n;
+    bool keyed;
+} tl_registry;
+
+static _Thread_local tl_registry t_tl;
+static pthread_key_t g_tl_key;
+static pthread_once_t g_tl_once = PTHREAD_ONCE_INIT;
+static bool g_tl_key_ok;
+
+static void tl_exit(void *arg) {
+    tl_registry *r = arg;
+    for (int i = 0; i < r->n; i++) {
+        goblin__free_default(r->b[i]->p);
+        r->b[i]->p = NULL;
+        r->b[i]->cap = 0;
+    }
+    r->n = 0;
+}
+static void tl_key_init(void) { g_tl_key_ok = pthread_key_create(&g_tl_key, tl_exit) == 0; }
+
+void *goblin__tl_buf_reserve(goblin__tl_buf *b, size_t bytes) {
+    tl_registry *r = &t_tl;
+    if (!goblin__alloc_is_default()) return NULL;
+    if (!r->keyed) {
+        pthread_once(&g_tl_once, tl_key_init);
+        if (!g_tl_key_ok || pthread_setspecific(g_tl_key, r) != 0) return NULL;
+        r->keyed = true;
+    }
+    int i = 0;
+    while (i < r->n && r->b[i] != b) i++;
+    if (i == r->n) {
+        if (r->n == 4) return NULL;
+        r->b[r->n++] = b;
+    }
+    if (b->cap < bytes) {
+        void *p = goblin__alloc(bytes);
+        if (!p) return NULL;
+        goblin__free_default(b->p);
+        b->p = p;
+        b->cap = bytes;
+    }
+    return b->p;
 }

@@ -22,6 +22,18 @@ void *goblin__memdup(const void *p, size_t n);
 bool goblin__alloc_is_default(void);
 void goblin__free_default(void *p);
 
+/* A buffer the calling thread keeps across calls (a kernel's results kept for the next
+ * node of the same run): freed when the thread ends, at most 4 such buffers per thread,
+ * and only under the default allocator (goblin__free_default frees it). */
+typedef struct goblin__tl_buf {
+    void *p;
+    size_t cap;
+} goblin__tl_buf;
+
+/* @p b (a _Thread_local object) with room for @p bytes: its old contents are lost when it
+ * grows. NULL when it cannot be kept (a hook installed, out of memory, too many). */
+void *goblin__tl_buf_reserve(goblin__tl_buf *b, size_t bytes);
+
 /* Overflow-checked arithmetic on sizes: return false on overflow. */
 static inline bool goblin__mul_size(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);

@@ -14,7 +14,6 @@
  * run sequentially in image order. So results do not depend on k->threads. */
 #include <blis.h>
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 #include "alloc.h"
 #include "blis_impl.h"
@@ -802,8 +801,8 @@ static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bsh
  * of every item, and dq and dk also ds: the first of them computes them for all items and
  * keeps them on this thread, keyed by the run (goblin__kctx.run), the operand buffers and
  * the shapes, for the other two (within a run those buffers hold the same values until
- * their last reader is done). At most SD_MEMO_MAX bytes; kept only under the default
- * allocator, released when the thread ends. */
+ * their last reader is done). At most SD_MEMO_MAX bytes, in a goblin__tl_buf (kept only
+ * under the default allocator, released when the thread ends). */
 #define SD_MEMO_MAX ((size_t)64 << 20)
 
 typedef struct sd_memo {
@@ -813,22 +812,10 @@ typedef struct sd_memo {
     double scale;
     bool causal;
     goblin_dtype dt;
-    char *buf;
-    size_t cap;
-    bool keyed;
+    goblin__tl_buf buf;
 } sd_memo;
 
 static _Thread_local sd_memo t_sd;
-static pthread_key_t g_sd_key;
-static pthread_once_t g_sd_once = PTHREAD_ONCE_INIT;
-static bool g_sd_key_ok;
-
-static void sd_memo_exit(void *arg) {
-    sd_memo *m = arg;
-    goblin__free_default(m->buf);
-    memset(m, 0, sizeof *m);
-}
-static void sd_key_init(void) { g_sd_key_ok = pthread_key_create(&g_sd_key, sd_memo_exit) == 0; }
 
 /* Point j at the run's kept weights (j->memo_ready: computed already), or leave j->memo
  * NULL (nothing kept: each node computes its own, as before). */
@@ -836,34 +823,22 @@ static void sd_memo_attach(uint64_t run, sdpa_job *j) {
     sd_memo *m = &t_sd;
     size_t per = (size_t)(2 * j->L * j->S * j->es + j->L), bytes;
     per = (per + 63) / 64 * 64;
-    if (!run || !goblin__alloc_is_default() || !goblin__mul_size(per, (size_t)j->batch, &bytes) ||
-        bytes > SD_MEMO_MAX)
-        return;
-    if (!m->keyed) {
-        pthread_once(&g_sd_once, sd_key_init);
-        if (!g_sd_key_ok || pthread_setspecific(g_sd_key, m) != 0) return;
-        m->keyed = true;
-    }
+    if (!run || !goblin__mul_size(per, (size_t)j->batch, &bytes) || bytes > SD_MEMO_MAX) return;
     const void *mask = j->mask ? j->mask->data : NULL;
-    if (m->buf && m->run == run && m->q == j->q->data && m->k == j->k->data && m->v == j->v->data &&
+    if (m->buf.p && m->run == run && m->q == j->q->data && m->k == j->k->data && m->v == j->v->data &&
         m->go == j->go->data && m->mask == mask && m->L == j->L && m->S == j->S && m->E == j->E &&
         m->Ev == j->Ev && m->batch == j->batch && m->scale == j->scale && m->causal == j->causal &&
         m->dt == j->dt) {
-        j->memo = m->buf, j->memo_per = per, j->memo_ready = true;
+        j->memo = m->buf.p, j->memo_per = per, j->memo_ready = true;
         return;
     }
-    if (m->cap < bytes) {
-        char *b = goblin__alloc(bytes);
-        if (!b) return;
-        goblin__free_default(m->buf);
-        m->buf = b;
-        m->cap = bytes;
-    }
     m->run = 0; /* not valid until this node has filled it */
+    char *b = goblin__tl_buf_reserve(&m->buf, bytes);
+    if (!b) return;
     m->q = j->q->data, m->k = j->k->data, m->v = j->v->data, m->go = j->go->data, m->mask = mask;
     m->L = j->L, m->S = j->S, m->E = j->E, m->Ev = j->Ev, m->batch = j->batch;
     m->scale = j->scale, m->causal = j->causal, m->dt = j->dt;
-    j->memo = m->buf, j->memo_per = per, j->memo_ready = false;
+    j->memo = b, j->memo_per = per, j->memo_ready = false;
 }
 
 static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,

@@ -13,7 +13,6 @@
  * embedding, chunks of a copy), so results do not depend on k->threads. */
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 #include "alloc.h"
 #include "blis_impl.h"
@@ -259,58 +258,37 @@ BN_STATS(double, f64, bn_stats_f64)
  * and dy, and each needs the per-channel statistics: the first of them computes them
  * and keeps them on this thread, keyed by the run (goblin__kctx.run) and the buffers,
  * for the other two. Within one run x and dy stay what they are until their last reader
- * is done, so the key cannot match anything else. Kept only under the default
- * allocator (as exec.c's buffers), released when the thread ends. */
+ * is done, so the key cannot match anything else. The buffer is a goblin__tl_buf (kept
+ * only under the default allocator, released when the thread ends). */
 typedef struct bn_memo {
     uint64_t run;
     const void *x, *go;
     int64_t n, c, sp;
     double eps;
     goblin_dtype dt;
-    double *st;
-    int64_t cap; /* channels st has room for */
-    bool keyed;
+    goblin__tl_buf st;
 } bn_memo;
 
 static _Thread_local bn_memo t_bn;
-static pthread_key_t g_bn_key;
-static pthread_once_t g_bn_once = PTHREAD_ONCE_INIT;
-static bool g_bn_key_ok;
-
-static void bn_memo_exit(void *arg) {
-    bn_memo *m = arg;
-    goblin__free_default(m->st);
-    memset(m, 0, sizeof *m);
-}
-static void bn_key_init(void) { g_bn_key_ok = pthread_key_create(&g_bn_key, bn_memo_exit) == 0; }
 
 /* j's statistics for run @p run: *fresh says whether they still have to be computed;
  * NULL when they cannot be kept (then each node computes its own, as before). */
 static double *bn_memo_get(uint64_t run, const bn_job *j, goblin_dtype dt, bool *fresh) {
     bn_memo *m = &t_bn;
-    if (!run || !goblin__alloc_is_default()) return NULL;
-    if (!m->keyed) {
-        pthread_once(&g_bn_once, bn_key_init);
-        if (!g_bn_key_ok || pthread_setspecific(g_bn_key, m) != 0) return NULL;
-        m->keyed = true;
-    }
+    if (!run) return NULL;
     const void *x = j->in[1].data, *go = j->in[0].data;
-    if (m->st && m->run == run && m->x == x && m->go == go && m->n == j->n && m->c == j->c &&
+    if (m->st.p && m->run == run && m->x == x && m->go == go && m->n == j->n && m->c == j->c &&
         m->sp == j->sp && m->eps == j->eps && m->dt == dt) {
         *fresh = false;
-        return m->st;
+        return m->st.p;
     }
-    if (m->cap < j->c) {
-        double *st = goblin__alloc((size_t)j->c * 4 * sizeof(double));
-        if (!st) return NULL;
-        goblin__free_default(m->st);
-        m->st = st;
-        m->cap = j->c;
-    }
+    m->run = 0; /* the old statistics are gone once the buffer grows */
+    double *st = goblin__tl_buf_reserve(&m->st, (size_t)j->c * 4 * sizeof(double));
+    if (!st) return NULL;
     m->run = run, m->x = x, m->go = go, m->n = j->n, m->c = j->c, m->sp = j->sp;
     m->eps = j->eps, m->dt = dt;
     *fresh = true;
-    return m->st;
+    return st;
 }
 
 static goblin_err blis_batch_norm(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
