@@ -13,8 +13,9 @@ GOBLIN_BENCH_CAPTURE_REPS (default 3) runs after a warm-up. The grid runs with i
 default verification (adaptive replication: a new worker's tasks are all replicated,
 so early jobs pay up to 2x), again once the workers' trust is built (replication at its
 min_replication floor of 25%, as on a grid whose workers have been up a while), and
-with verify='none' to show what verification
-costs, and the same captured graph is evaluated directly in this process (Graph.evaluate
+with verify='spot' (the node recomputes a few secret rows of each
+checked task: every task with min_replication=1, then at the trust-built rate), and
+with verify='none' to show what verification costs, and the same captured graph is evaluated directly in this process (Graph.evaluate
 on the BLIS backend with T threads, no grid) to tell kernel time from runtime overhead.
 Markdown on stdout, progress on stderr. Needs the goblin package installed
 (pip install .) and torch.
@@ -107,10 +108,11 @@ def main():
     print(f"Captured inference: goblin.capture + grid.run on an embedded grid of {THREADS} workers x 1 "
           f"thread vs PyTorch {torch.__version__} eager (no_grad, torch.set_num_threads({THREADS})). "
           f"Median of {REPS} runs after a warm-up; speed = torch time / goblin time (> 1: goblin faster).\n")
-    print("| model | batch | torch ms | goblin ms (verified) | speed | goblin ms (verified, trust built) | speed "
-          "| goblin ms (verify='none') | speed | verification cost (cold / built) | goblin direct ms (no grid) "
-          "| max rel. error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | batch | torch ms | goblin ms (replicate) | speed | goblin ms (replicate, trust built) | speed "
+          "| goblin ms (spot, every task) | speed | goblin ms (spot, trust built) | speed "
+          "| goblin ms (verify='none') | speed | verification cost (replicate cold / built; spot every / built) "
+          "| goblin direct ms (no grid) | max rel. error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with goblin.connect(workers=THREADS, threads=1) as grid:
         for name, m, x in build_models(torch):
             log(f"[capture] {name}")
@@ -122,6 +124,8 @@ def main():
             out = grid.run(cg, xn, progress=False)
             err = float(np.abs(out - ref).max() / max(1.0, float(np.abs(ref).max())))
             t_ver = median_time(lambda: grid.run(cg, xn, progress=False))
+            # Every task spot-checked (min_replication 1: no task skips the check).
+            t_spot = median_time(lambda: grid.run(cg, xn, verify="spot", min_replication=1.0, progress=False))
             # Trust built: run verified jobs until the workers' agreements put the replication
             # rate at its floor (min_replication 0.25 by default: 1 / (1 + a / 20) <= 0.25 once a
             # worker has 60 agreements), as on a grid whose workers have been up for a while.
@@ -130,18 +134,22 @@ def main():
                     break
                 grid.run(cg, xn, progress=False)
             t_built = median_time(lambda: grid.run(cg, xn, progress=False))
+            t_spot_b = median_time(lambda: grid.run(cg, xn, verify="spot", progress=False))
             t_none = median_time(lambda: grid.run(cg, xn, verify="none", progress=False))
             t_direct = median_time(lambda: cg.evaluate(xn, backend="blis", threads=THREADS))
             print(f"| {name} | {x.shape[0]} | {t_torch * 1e3:.1f} | {t_ver * 1e3:.1f} | {t_torch / t_ver:.2f} | "
                   f"{t_built * 1e3:.1f} | {t_torch / t_built:.2f} | "
+                  f"{t_spot * 1e3:.1f} | **{t_torch / t_spot:.2f}** | "
+                  f"{t_spot_b * 1e3:.1f} | {t_torch / t_spot_b:.2f} | "
                   f"{t_none * 1e3:.1f} | {t_torch / t_none:.2f} | "
-                  f"{100 * (t_ver / t_none - 1):+.0f}% / {100 * (t_built / t_none - 1):+.0f}% | "
+                  f"{100 * (t_ver / t_none - 1):+.0f}% / {100 * (t_built / t_none - 1):+.0f}%; "
+                  f"{100 * (t_spot / t_none - 1):+.0f}% / {100 * (t_spot_b / t_none - 1):+.0f}% | "
                   f"{t_direct * 1e3:.1f} | {err:.2g} |")
             sys.stdout.flush()
         s = grid.stats()
     print(f"\nGrid counters after the runs: {s['tasks_completed']} tasks, {s['replicas_issued']} replicas "
-          f"({s['replicas_agreed']} agreed), {s['node_recomputed']} recomputed on the node, "
-          f"{s['results_rejected']} rejected.")
+          f"({s['replicas_agreed']} agreed), {s['spot_checks']} spot-checks ({s['spot_rows_checked']} rows), "
+          f"{s['node_recomputed']} recomputed on the node, {s['results_rejected']} rejected.")
     return 0
 
 

@@ -593,6 +593,8 @@ goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
     }
     if (jp->verify < 0 || jp->verify >= GOBLIN_GRAPH_VERIFY_COUNT)
         return cerr(c, GOBLIN_EINVAL, "unknown verify mode %d", (int)jp->verify);
+    if (jp->spot_rows < 0 || jp->spot_rows > 65535)
+        return cerr(c, GOBLIN_EINVAL, "spot_rows %d outside 0..65535", (int)jp->spot_rows);
     uint8_t *split = NULL, *combine = NULL;
     /* One block for both enum arrays as bytes (+1: never a zero-size allocation). */
     uint8_t *arrays = goblin__alloc((size_t)gi + (size_t)go + 1);
@@ -642,6 +644,7 @@ goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
         m->min_replication = jp->min_replication;
         m->trust_halflife = jp->trust_halflife;
         m->chunk_rows = jp->chunk_rows;
+        m->spot_rows = (uint16_t)jp->spot_rows;
         m->task_memory_bytes = jp->job.task_memory_bytes;
         m->min_tasks = jp->job.min_tasks;
         size_t sz;

@@ -343,6 +343,7 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
         w32(p + 4, m->n_outputs);
         p[8] = m->verify;
         p[9] = (uint8_t)((m->split ? 1 : 0) | (m->combine ? 2 : 0) | (m->cache_ids ? 4 : 0));
+        w16(p + 10, m->spot_rows);
         wf64(p + 16, m->min_replication);
         wf64(p + 24, m->trust_halflife);
         w64(p + 32, (uint64_t)m->chunk_rows);
@@ -482,11 +483,12 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
         return cw_err(r->msg, r->cap, GOBLIN_ELIMIT, "%u inputs / %u outputs over the limit of %d",
                       ni, no, GOBLIN__CW_MAX_IO);
     uint8_t have = p[9];
-    if (p[8] >= GOBLIN_GRAPH_VERIFY_COUNT || (have & ~7u) || !zeros(p + 10, 6))
+    if (p[8] >= GOBLIN_GRAPH_VERIFY_COUNT || (have & ~7u) || !zeros(p + 12, 4))
         return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "bad verify mode %u or flags %u", p[8], have);
     m->n_io = ni;
     m->n_outputs = no;
     m->verify = p[8];
+    m->spot_rows = r16(p + 10);
     m->min_replication = rf64(p + 16);
     m->trust_halflife = rf64(p + 24);
     m->chunk_rows = (int64_t)r64(p + 32);

@@ -6,7 +6,7 @@
  *   SUBMIT_MATMUL        tensor A, tensor B
  *   SUBMIT_MATMUL_FILES  u32 len_a, len_b, len_c, u32 0, then the three paths (no NUL)
  *   SUBMIT_GRAPH         u32 n_inputs, u32 n_outputs, u8 verify, u8 have (bit 0 split, bit 1
- *                        combine, bit 2 cache ids), u8 0 x6, f64 min_replication,
+ *                        combine, bit 2 cache ids), u16 spot_rows, u8 0 x4, f64 min_replication,
  *                        f64 trust_halflife, i64 chunk_rows, u64 task_memory_bytes,
  *                        i64 min_tasks, u64 graph_len, graph (pad 8), [u8 split[n_inputs]
  *                        (pad 8)], [u8 combine[n_outputs] (pad 8)], [u64 cache_ids[n_inputs]],
@@ -96,6 +96,7 @@ typedef struct goblin__cw_msg {
     uint8_t *combine;         /* NULL or n_outputs goblin_combine values */
     uint64_t *cache_ids;      /* NULL or n_io */
     uint8_t verify;           /* a goblin_graph_verify */
+    uint16_t spot_rows;
     double min_replication, trust_halflife;
     int64_t chunk_rows, min_tasks;
     uint64_t task_memory_bytes;

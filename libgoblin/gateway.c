@@ -622,6 +622,7 @@ static void handle_submit_graph(goblin_gateway *g, goblin__cw_msg *m, goblin__cw
     if (m->task_memory_bytes) jp.job.task_memory_bytes = m->task_memory_bytes;
     if (m->min_tasks) jp.job.min_tasks = m->min_tasks;
     jp.chunk_rows = m->chunk_rows;
+    jp.spot_rows = m->spot_rows;
     jp.verify = (goblin_graph_verify)m->verify;
     jp.min_replication = m->min_replication;
     jp.trust_halflife = m->trust_halflife;

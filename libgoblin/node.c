@@ -9,9 +9,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -28,8 +30,11 @@
 #include "transport.h"
 #include "wire_impl.h"
 
-#define PANEL_MEMO 32     /* panel ids remembered per worker and kind (A, B, graph); workers keep
-                             * at most 256 panels (worker.c): 3 x PANEL_MEMO must stay below */
+#define PANEL_MEMO 32     /* matmul panel ids remembered per worker and kind (A, B) */
+#define GID_MEMO 160      /* graph-job input ids remembered per worker (a captured model's
+                             * weights are inputs, hoist.c); workers keep at most 256 inputs
+                             * (worker.c): 2 x PANEL_MEMO + GID_MEMO must stay below */
+_Static_assert(GID_MEMO % PANEL_MEMO == 0 && 2 * PANEL_MEMO + GID_MEMO < 256, "worker input cache bound");
 #define SCAN_LIMIT 512    /* pending tasks examined per assignment */
 #define MAX_WANTED 256    /* lease slots a worker may have outstanding */
 #define HOUSEKEEPING_MS 2 /* node_main: lease deadlines and heartbeats checked this often */
@@ -73,7 +78,7 @@ typedef struct peer {
     int32_t panel_next[2];
     int32_t memo_cap; /* panels per kind believed cached: halved on every miss, since
                          HELLO does not say how big the worker's cache is */
-    uint64_t gids[PANEL_MEMO]; /* graph jobs: cache ids of broadcast inputs it holds */
+    uint64_t gids[GID_MEMO]; /* graph jobs: cache ids of broadcast inputs it holds */
     int32_t gnext;
     int64_t agreements; /* replicated results that agreed (adaptive trust) */
     int64_t last_heard_ms; /* any message from the peer */
@@ -124,6 +129,9 @@ typedef struct gjob {
     int32_t nv;
     goblin_graph_verify verify;
     double min_rep, halflife;
+    const goblin__hoisted *hoist; /* the graph whose constants are inputs here, or NULL */
+    int64_t spot_k;               /* SPOT: rows recomputed per check */
+    goblin_graph *spot_g;         /* SPOT: the graph for spot_k rows */
 } gjob;
 
 typedef struct lease {
@@ -224,6 +232,7 @@ struct goblin_node {
         uint64_t last_use;
     } ser[2];
     uint64_t ser_clock;
+    goblin__hoist_memo hoist; /* graph jobs: constants as cached inputs (hoist.c) */
 };
 
 /* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */
@@ -401,6 +410,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     pthread_mutex_init(&n->mu, NULL);
     pthread_mutex_init(&n->ev_mu, NULL);
     pthread_mutex_init(&n->ser_mu, NULL);
+    goblin__hoist_memo_init(&n->hoist);
     goblin_wire_limits_default(&n->limits);
     n->limits.max_message_bytes = p->recv_max_bytes;
     n->next_lease_id = 1;
@@ -1780,6 +1790,7 @@ void goblin_node_free(goblin_node *n) {
     pthread_mutex_destroy(&n->mu);
     pthread_mutex_destroy(&n->ev_mu);
     pthread_mutex_destroy(&n->ser_mu);
+    goblin__hoist_memo_fini(&n->hoist);
     goblin__free(n);
 }
 
@@ -1911,6 +1922,8 @@ static void gjob_free(gjob *G) {
     goblin__free(G->batched);
     goblin__free(G->cid);
     goblin__free(G->comb);
+    goblin__hoist_release(G->hoist);
+    goblin_graph_free(G->spot_g);
     goblin__free(G);
 }
 
@@ -1933,16 +1946,20 @@ static size_t out_bytes(const goblin_tensor *shape) {
     return (size_t)goblin_tensor_numel(shape) * goblin_dtype_size(shape->dtype);
 }
 
+/* Graph-job input ids believed cached: GID_MEMO, scaled down like memo_cap on misses. */
+static int32_t gid_cap(const peer *p) { return p->memo_cap * (GID_MEMO / PANEL_MEMO); }
+
 static bool peer_has_gid(const peer *p, uint64_t id) {
-    for (int i = 0; i < p->memo_cap; i++)
+    for (int32_t i = 0, c = gid_cap(p); i < c; i++)
         if (p->gids[i] == id) return true;
     return false;
 }
 
 static void peer_add_gid(peer *p, uint64_t id) {
-    if (peer_has_gid(p, id) || p->memo_cap < 1) return;
-    p->gids[p->gnext % p->memo_cap] = id;
-    p->gnext = (p->gnext + 1) % p->memo_cap;
+    int32_t c = gid_cap(p);
+    if (c < 1 || peer_has_gid(p, id)) return;
+    p->gids[p->gnext % c] = id;
+    p->gnext = (p->gnext + 1) % c;
 }
 
 static bool issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative) {
@@ -2206,6 +2223,207 @@ static bool other_eligible(const goblin_node *n, const goblin_job *j, int64_t ti
 
 static double rand_u01(void) { return (double)(goblin__secret_u64() >> 11) * 0x1p-53; }
 
+/* ---- SPOT (node.h): a few secret rows recomputed on the node ---------------------- */
+
+#define SPOT_NONFINITE_MAX 64 /* rows with NaN/inf checked one by one; more: the whole task */
+
+/* Rows @p idx[0..nr) of @p src (contiguous, rows along dim 0) into @p dst (contiguous, nr rows). */
+static void gather_rows(const goblin_tensor *src, const int64_t *idx, int64_t nr, void *dst) {
+    size_t row = src->shape[0] ? out_bytes(src) / (size_t)src->shape[0] : 0;
+    for (int64_t r = 0; r < nr; r++) memcpy((char *)dst + (size_t)r * row, (const char *)src->data + (size_t)idx[r] * row, row);
+}
+
+/* Does row @p r of contiguous @p t hold a NaN or an infinity? */
+static bool row_nonfinite(const goblin_tensor *t, int64_t r) {
+    int64_t per = t->shape[0] ? goblin_tensor_numel(t) / t->shape[0] : 0;
+    if (t->dtype == GOBLIN_DTYPE_F32) {
+        const float *p = (const float *)t->data + r * per;
+        for (int64_t i = 0; i < per; i++)
+            if (!isfinite(p[i])) return true;
+    } else if (t->dtype == GOBLIN_DTYPE_F64) {
+        const double *p = (const double *)t->data + r * per;
+        for (int64_t i = 0; i < per; i++)
+            if (!isfinite(p[i])) return true;
+    }
+    return false;
+}
+
+/* Evaluate the job's graph on the node for rows @p idx[0..nr) of chunk @p ti: *out gets
+ * one new contiguous buffer per output, nr rows each. */
+static goblin_err spot_eval(goblin_node *n, goblin_job *j, int64_t ti, const int64_t *idx, int64_t nr,
+                            void ***out) {
+    gjob *G = j->g;
+    goblin_graph *tmp = NULL;
+    const goblin_graph *g = G->spot_g;
+    goblin_err e = GOBLIN_ENOMEM;
+    if (nr != G->spot_k) {
+        goblin_split *split = goblin__calloc((size_t)G->n_in + 1, sizeof *split);
+        if (!split) return GOBLIN_ENOMEM;
+        for (int32_t i = 0; i < G->n_in; i++) split[i] = G->batched[i] ? GOBLIN_SPLIT_BATCH : GOBLIN_SPLIT_BROADCAST;
+        e = goblin_graph_rebatch(G->spot_g, split, nr, &tmp, NULL, 0);
+        goblin__free(split);
+        if (e) return e;
+        g = tmp;
+    }
+    goblin_tensor *in = goblin__calloc((size_t)G->n_in + 1, sizeof *in);
+    goblin_tensor *ot = goblin__calloc((size_t)G->n_out, sizeof *ot);
+    void **ib = goblin__calloc((size_t)G->n_in + 1, sizeof *ib);
+    void **bufs = goblin__calloc((size_t)G->n_out, sizeof *bufs);
+    if (!in || !ot || !ib || !bufs) goto done;
+    for (int32_t i = 0; i < G->n_in; i++) {
+        goblin_tensor src = task_input(j, ti, i);
+        if (!G->batched[i]) {
+            in[i] = G->packed[i] ? G->in[i] : src;
+            if (G->packed[i]) goblin_tensor_init(&in[i], src.dtype, src.rank, src.shape, G->packed[i]);
+            continue;
+        }
+        int64_t shp[GOBLIN_MAX_RANK];
+        memcpy(shp, src.shape, sizeof shp);
+        shp[0] = nr;
+        goblin_tensor_init(&in[i], src.dtype, src.rank, shp, NULL);
+        size_t bytes = out_bytes(&in[i]);
+        if (!(ib[i] = goblin__alloc(bytes ? bytes : 1))) goto done;
+        in[i].data = ib[i];
+        goblin_tensor row_src = src, row_dst = in[i];
+        row_src.shape[0] = row_dst.shape[0] = 1;
+        size_t rb = nr ? bytes / (size_t)nr : 0;
+        for (int64_t r = 0; r < nr; r++) {
+            row_src.data = (char *)src.data + idx[r] * src.strides[0] * (int64_t)goblin_dtype_size(src.dtype);
+            row_dst.data = (char *)ib[i] + (size_t)r * rb;
+            goblin__tensor_copy(&row_dst, &row_src);
+        }
+    }
+    for (int32_t o = 0; o < G->n_out; o++) {
+        goblin_tensor s;
+        goblin_graph_node(g, goblin_graph_output_id(g, o), NULL, &s, NULL, NULL);
+        size_t bytes = out_bytes(&s);
+        if (!(bufs[o] = goblin__alloc(bytes ? bytes : 1))) goto done;
+        goblin_tensor_init(&ot[o], s.dtype, s.rank, s.shape, bufs[o]);
+    }
+    goblin_exec_params ep;
+    goblin_exec_params_default(&ep);
+    ep.backend = n->p.recompute_backend;
+    ep.threads = n->p.recompute_threads;
+    if ((e = goblin_graph_eval(g, &ep, in, G->n_in, ot, G->n_out)) != GOBLIN_OK) goto done;
+    *out = bufs;
+    bufs = NULL;
+done:
+    if (ib)
+        for (int32_t i = 0; i < G->n_in; i++) goblin__free(ib[i]);
+    goblin__free(ib);
+    goblin__free(in);
+    goblin__free(ot);
+    free_bufs(&bufs, G->n_out);
+    goblin_graph_free(tmp);
+    return e;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Verdict on worker @p pi's result @p res of task @p ti: true when the spot-check
+ * agrees; *decide when it could not be made (the whole task must be recomputed). */
+static bool spot_agrees(goblin_node *n, goblin_job *j, int64_t ti, const goblin_tensor *res, bool *decide) {
+    gjob *G = j->g;
+    gvariant *v = gvar(j, ti);
+    int64_t cap = G->spot_k + SPOT_NONFINITE_MAX, nr = 0;
+    int64_t *idx = goblin__alloc((size_t)cap * sizeof *idx);
+    *decide = true;
+    if (!idx) return false;
+    /* Secret random rows, distinct. */
+    while (nr < G->spot_k) {
+        int64_t r = (int64_t)(goblin__secret_u64() % (uint64_t)v->rows);
+        bool dup = false;
+        for (int64_t q = 0; q < nr && !dup; q++) dup = idx[q] == r;
+        if (!dup) idx[nr++] = r;
+    }
+    /* And every row with a NaN or an infinity. */
+    for (int64_t r = 0; r < v->rows; r++) {
+        bool bad = false;
+        for (int32_t o = 0; o < G->n_out && !bad; o++) bad = row_nonfinite(&res[o], r);
+        if (!bad) continue;
+        bool dup = false;
+        for (int64_t q = 0; q < G->spot_k && !dup; q++) dup = idx[q] == r;
+        if (dup) continue;
+        if (nr == cap) {
+            goblin__free(idx);
+            return false;
+        }
+        idx[nr++] = r;
+    }
+    qsort(idx, (size_t)nr, sizeof *idx, cmp_i64);
+    void **mine = NULL;
+    goblin_err e = spot_eval(n, j, ti, idx, nr, &mine);
+    if (e) {
+        nlog(n, GOBLIN_LOG_WARN, "spot-check of graph task %lld failed on the node (%s): recomputing it whole",
+             (long long)ti, goblin_strerror(e));
+        goblin__free(idx);
+        return false;
+    }
+    n->st.spot_checks++;
+    n->st.spot_rows_checked += nr;
+    bool ok = true;
+    for (int32_t o = 0; o < G->n_out && ok; o++) {
+        int64_t shp[GOBLIN_MAX_RANK];
+        memcpy(shp, res[o].shape, sizeof shp);
+        shp[0] = nr;
+        goblin_tensor m;
+        goblin_tensor_init(&m, res[o].dtype, res[o].rank, shp, mine[o]);
+        void *theirs = goblin__alloc(out_bytes(&m) ? out_bytes(&m) : 1);
+        if (!theirs) {
+            ok = false;
+            break;
+        }
+        gather_rows(&res[o], idx, nr, theirs);
+        goblin_tensor t = m;
+        t.data = theirs;
+        goblin_verdict vd;
+        memset(&vd, 0, sizeof vd);
+        ok = goblin_verify_compare(v->oop[o], m.dtype, v->ok[o], &m, &t, &vd) == GOBLIN_OK &&
+             vd.kind == GOBLIN_VERDICT_ACCEPT;
+        goblin__free(theirs);
+    }
+    free_bufs(&mine, G->n_out);
+    goblin__free(idx);
+    *decide = !ok;
+    return ok;
+}
+
+/* SPOT: accept worker @p pi's result of task @p ti unchecked (a trusted worker, at the
+ * adaptive rate), after a spot-check that agrees, or as the node's recomputation of
+ * the whole task decides. */
+static void graph_spot(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, const goblin_tensor *res,
+                       void *const *data) {
+    gjob *G = j->g;
+    const peer *p = &n->peers[pi];
+    double rate = 1.0 / (1.0 + (double)p->agreements / G->halflife);
+    if (rate < G->min_rep) rate = G->min_rep;
+    if (rand_u01() >= rate) {
+        count_accept(n, pi, false);
+        graph_task_accept(n, j, ti, data, pi, false);
+        return;
+    }
+    bool decide = true, ok = false;
+    if (gvar(j, ti)->rows > G->spot_k) {
+        int64_t t0 = goblin__now_ns();
+        ok = spot_agrees(n, j, ti, res, &decide);
+        n->st.verify_ns += goblin__now_ns() - t0;
+    }
+    if (ok) {
+        count_accept(n, pi, true);
+        /* Not "replicated": rows were sampled, so if this worker is caught later, the
+         * result is rechecked whole (recheck_graph). */
+        graph_task_accept(n, j, ti, data, pi, false);
+        return;
+    }
+    if (decide) {
+        if (gvar(j, ti)->rows > G->spot_k) n->st.results_escalated++;
+        graph_decide(n, j, ti, 1, &pi, &res);
+    }
+}
+
 static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r) {
     lease L = n->leases[li];
     goblin_job *j = L.job;
@@ -2243,6 +2461,8 @@ static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_w
         graph_task_accept(n, j, ti, data, pi, false);
     } else if (G->verify == GOBLIN_GRAPH_VERIFY_RECOMPUTE) {
         graph_decide(n, j, ti, 1, &pi, &res0);
+    } else if (G->verify == GOBLIN_GRAPH_VERIFY_SPOT) {
+        graph_spot(n, j, ti, pi, res0, data);
     } else if (t->holder) {
         int32_t h = t->holder - 1;
         int64_t t0 = goblin__now_ns();
@@ -2456,27 +2676,8 @@ static bool same_graph(const goblin_graph *a, const goblin_graph *b) {
     if (a->n_nodes != b->n_nodes || a->n_outputs != b->n_outputs) return false;
     for (int32_t o = 0; o < a->n_outputs; o++)
         if (a->output_ids[o] != b->output_ids[o]) return false;
-    for (int32_t i = 0; i < a->n_nodes; i++) {
-        const goblin__node *x = &a->nodes[i], *y = &b->nodes[i];
-        if (x->op != y->op || x->dtype != y->dtype || x->rank != y->rank || x->n_inputs != y->n_inputs ||
-            x->n_attrs != y->n_attrs || x->payload_size != y->payload_size)
-            return false;
-        for (int32_t d = 0; d < x->rank; d++)
-            if (x->shape[d] != y->shape[d]) return false;
-        for (int32_t k = 0; k < x->n_inputs; k++)
-            if (x->inputs[k] != y->inputs[k]) return false;
-        for (int32_t k = 0; k < x->n_attrs; k++) {
-            const goblin_attr *p = &x->attrs[k], *q = &y->attrs[k];
-            if (p->key != q->key || p->count != q->count) return false;
-            if (goblin_attr_key_kind(p->key) == GOBLIN_ATTR_KIND_INTS) {
-                for (int32_t c = 0; c < p->count; c++)
-                    if (p->v.ints[c] != q->v.ints[c]) return false;
-            } else if (memcmp(&p->v, &q->v, 8) != 0) {
-                return false;
-            }
-        }
-        if (x->payload_size && memcmp(x->payload, y->payload, x->payload_size) != 0) return false;
-    }
+    for (int32_t i = 0; i < a->n_nodes; i++)
+        if (!goblin__same_node(&a->nodes[i], &b->nodes[i])) return false;
     return true;
 }
 
@@ -2592,28 +2793,39 @@ static goblin_err check_io(const goblin_graph *g, int32_t id, const goblin_tenso
     return GOBLIN_OK;
 }
 
+/* The caller's inputs @p in of graph @p g against its graph, split and cache ids:
+ * which are batched (@p batched) and the batch size (*B). */
+static goblin_err check_inputs(const goblin_graph *g, const goblin_tensor *in, const goblin_graph_job_params *jp,
+                               uint8_t *batched, int64_t *B, char *msg, size_t cap) {
+    int32_t ni = goblin_graph_input_count(g);
+    goblin_err e;
+    for (int32_t i = 0; i < ni; i++)
+        if ((e = check_io(g, goblin_graph_input_id(g, i), &in[i], "input", i, msg, cap)) != GOBLIN_OK) return e;
+    if ((e = goblin__batch_inputs(g, jp->split, batched, B, msg, cap)) != GOBLIN_OK) return e;
+    if (*B < 1) {
+        snprintf(msg, cap, "the batch is empty");
+        return GOBLIN_EINVAL;
+    }
+    for (int32_t i = 0; i < ni; i++)
+        if (batched[i] && jp->cache_ids && jp->cache_ids[i]) {
+            snprintf(msg, cap, "input %d is split along the batch: it cannot have a cache id", (int)i);
+            return GOBLIN_EINVAL;
+        }
+    return GOBLIN_OK;
+}
+
 /* Everything of a graph job that does not need the node's lock. */
 static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const goblin_graph *g, const goblin_graph_job_params *jp,
                              uint64_t mem, int32_t workers, char *msg, size_t cap) {
     int32_t ni = G->n_in, no = G->n_out;
     goblin_err e;
-    for (int32_t i = 0; i < ni; i++)
-        if ((e = check_io(g, goblin_graph_input_id(g, i), &G->in[i], "input", i, msg, cap)) != GOBLIN_OK) return e;
+    if ((e = check_inputs(g, G->in, jp, G->batched, &G->batch, msg, cap)) != GOBLIN_OK) return e;
     for (int32_t o = 0; o < no; o++)
         if ((e = check_io(g, goblin_graph_output_id(g, o), &G->out[o], "output", o, msg, cap)) != GOBLIN_OK)
             return e;
-    if ((e = goblin__batch_inputs(g, jp->split, G->batched, &G->batch, msg, cap)) != GOBLIN_OK) return e;
     int64_t B = G->batch;
-    if (B < 1) {
-        snprintf(msg, cap, "the batch is empty");
-        return GOBLIN_EINVAL;
-    }
     for (int32_t i = 0; i < ni; i++) {
         uint64_t id = jp->cache_ids ? jp->cache_ids[i] : 0;
-        if (G->batched[i] && id) {
-            snprintf(msg, cap, "input %d is split along the batch: it cannot have a cache id", (int)i);
-            return GOBLIN_EINVAL;
-        }
         if (!G->batched[i] && !id) {
             /* A job-scoped id, so a worker still receives the input once per job. */
             uint64_t z = (job_id + 0x632BE59BD9B4E019ull) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i << 17);
@@ -2727,6 +2939,23 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         int64_t r2 = (int64_t)((double)rows * (double)mem / (double)G->v[0].bytes);
         rows = r2 < rows ? (r2 < 1 ? 1 : r2) : rows - 1;
     }
+    if (G->verify == GOBLIN_GRAPH_VERIFY_SPOT) {
+        for (int32_t o = 0; o < no; o++)
+            if (G->comb[o] != GOBLIN_COMBINE_CONCAT) {
+                snprintf(msg, cap, "output %d is combined by %s over the chunks: a spot-check recomputes rows, "
+                         "so it needs every output cut along the batch (concat); verify with REPLICATE",
+                         (int)o, combine_name(G->comb[o]));
+                return GOBLIN_EINVAL;
+            }
+        int64_t k = jp->spot_rows > 0 ? jp->spot_rows : (G->rows / 8 < 4 ? G->rows / 8 : 4);
+        G->spot_k = k < 1 ? 1 : k > G->rows ? G->rows : k;
+        char sm[256] = "";
+        if ((e = goblin_graph_rebatch(g, jp->split, G->spot_k, &G->spot_g, sm, sizeof sm)) != GOBLIN_OK) {
+            snprintf(msg, cap, "the graph for a spot-check of %lld rows: %s", (long long)G->spot_k,
+                     sm[0] ? sm : goblin_strerror(e));
+            return e;
+        }
+    }
     return GOBLIN_OK;
 }
 
@@ -2746,9 +2975,10 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
         return GOBLIN_EINVAL;
     }
     if ((unsigned)jp->verify >= GOBLIN_GRAPH_VERIFY_COUNT || !(jp->min_replication > 0.0 && jp->min_replication <= 1.0) ||
-        !(jp->trust_halflife > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0) {
+        !(jp->trust_halflife > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0 || jp->spot_rows < 0 ||
+        jp->spot_rows > 65535) {
         nlog(n, GOBLIN_LOG_ERROR, "cannot submit graph job: bad parameters (verify, min_replication in (0, 1], "
-             "trust_halflife > 0, chunk_rows >= 0, min_tasks >= 0)");
+             "trust_halflife > 0, chunk_rows >= 0, min_tasks >= 0, spot_rows in 0..65535)");
         return GOBLIN_EINVAL;
     }
     goblin_job *j = goblin__calloc(1, sizeof *j);
@@ -2762,12 +2992,21 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
         goblin_job_free(j);
         return GOBLIN_ENOMEM;
     }
-    G->n_in = ni;
+    /* Large constants become cached BROADCAST inputs (hoist.c): G's inputs are then
+     * the hoisted graph's, the caller's among them in their order. */
+    goblin_err e = goblin__hoist_get(&n->hoist, g, GOBLIN_GRAPH_JOB_MAX_IO, &G->hoist);
+    if (e) {
+        goblin_job_free(j);
+        return e;
+    }
+    const goblin_graph *jg = G->hoist ? G->hoist->g : g;
+    int32_t gi = goblin_graph_input_count(jg);
+    G->n_in = gi;
     G->n_out = no;
     G->verify = jp->verify;
     G->min_rep = jp->min_replication;
     G->halflife = jp->trust_halflife;
-    size_t nin = (size_t)(ni > 0 ? ni : 1);
+    size_t nin = (size_t)(gi > 0 ? gi : 1);
     G->in = goblin__calloc(nin, sizeof *G->in);
     G->out = goblin__calloc((size_t)no, sizeof *G->out);
     G->batched = goblin__calloc(nin, 1);
@@ -2778,11 +3017,47 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
         goblin_job_free(j);
         return GOBLIN_ENOMEM;
     }
-    if (ni) memcpy(G->in, inputs, (size_t)ni * sizeof *G->in);
     memcpy(G->out, outputs, (size_t)no * sizeof *G->out);
+    char msg[512] = "";
+    goblin_graph_job_params hjp; /* jp for the hoisted graph: split and cache ids per its inputs */
+    goblin_split *hsplit = NULL;
+    uint64_t *hcid = NULL;
+    if (!G->hoist) {
+        if (ni) memcpy(G->in, inputs, (size_t)ni * sizeof *G->in);
+    } else {
+        /* The caller's inputs are checked against the caller's graph first, so that
+         * messages name the caller's input numbers. */
+        const goblin__hoisted *h = G->hoist;
+        int64_t B = 0;
+        hsplit = goblin__calloc(nin, sizeof *hsplit);
+        hcid = goblin__calloc(nin, sizeof *hcid);
+        if (!hsplit || !hcid) {
+            e = GOBLIN_ENOMEM;
+        } else if ((e = check_inputs(g, inputs, jp, G->batched, &B, msg, sizeof msg)) == GOBLIN_OK) {
+            for (int32_t i = 0; i < gi; i++) {
+                int32_t s = h->src[i];
+                G->in[i] = s >= 0 ? inputs[s] : h->ct[-1 - s];
+                hsplit[i] = s >= 0 && G->batched[s] ? GOBLIN_SPLIT_BATCH : GOBLIN_SPLIT_BROADCAST;
+                hcid[i] = s >= 0 ? (jp->cache_ids ? jp->cache_ids[s] : 0) : h->cid[-1 - s];
+            }
+            hjp = *jp;
+            hjp.split = hsplit;
+            hjp.cache_ids = hcid;
+            jp = &hjp;
+        }
+        if (e) {
+            nlog(n, GOBLIN_LOG_ERROR, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
+            goblin__free(hsplit);
+            goblin__free(hcid);
+            goblin_job_free(j);
+            return e;
+        }
+    }
     pthread_mutex_lock(&n->mu);
     if (!n->started) {
         pthread_mutex_unlock(&n->mu);
+        goblin__free(hsplit);
+        goblin__free(hcid);
         goblin_job_free(j);
         return GOBLIN_ESTATE;
     }
@@ -2796,8 +3071,9 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     }
     if (!mem) mem = (uint64_t)256 << 20;
     pthread_mutex_unlock(&n->mu);
-    char msg[512] = "";
-    goblin_err e = plan_graph(n, G, j->id, g, jp, mem, workers, msg, sizeof msg);
+    e = plan_graph(n, G, j->id, jg, jp, mem, workers, msg, sizeof msg);
+    goblin__free(hsplit);
+    goblin__free(hcid);
     if (e) {
         nlog(n, GOBLIN_LOG_ERROR, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
         goblin_job_free(j);

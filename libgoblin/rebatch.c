@@ -95,16 +95,7 @@ goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split
     int32_t next_input = 0;
     for (int32_t id = 0; id < g->n_nodes; id++) {
         const goblin__node *on = &g->nodes[id];
-        goblin__node p;
-        memset(&p, 0, sizeof p);
-        p.op = on->op;
-        p.dtype = on->dtype;
-        p.rank = on->rank;
-        memcpy(p.shape, on->shape, sizeof p.shape);
-        p.n_inputs = on->n_inputs;
-        p.inputs = on->inputs;
-        p.payload = on->payload;
-        p.payload_size = on->payload_size;
+        goblin__node p = *on; /* a prototype: goblin__graph_add_node copies what it points to */
         goblin_attr attrs[GOBLIN__MAX_OP_ATTRS];
         int32_t na = on->n_attrs < GOBLIN__MAX_OP_ATTRS ? on->n_attrs : GOBLIN__MAX_OP_ATTRS;
         if (na > 0) memcpy(attrs, on->attrs, (size_t)na * sizeof *attrs);

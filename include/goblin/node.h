@@ -190,7 +190,21 @@ GOBLIN_API void goblin_job_free(goblin_job *job);
  * so a new worker is always replicated and never drops below min_replication. With
  * only one eligible worker connected, a task that must be replicated is recomputed on
  * the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
- * shapes only (benchmarks). */
+ * shapes only (benchmarks).
+ *
+ * SPOT (for graphs whose outputs are all CONCAT, i.e. computed row by row: inference
+ * over a batch) checks a task on the node alone, at a few per cent of its cost: the node
+ * recomputes spot_rows secretly chosen rows of the chunk (a copy of the graph re-instantiated
+ * for that many rows, fed those rows of the batched inputs) and compares them with the
+ * same rows of the worker's result under the output ops' contracts; every row of the
+ * result holding a NaN or an infinity is recomputed and compared too. Agreement accepts
+ * the whole result; anything else is decided by recomputing the whole task on the node
+ * (so a graph that is not row by row costs time, never a wrong verdict). A worker that
+ * changes a share f of a result's rows escapes one check with probability (1 - f)^k;
+ * results that change every row (wrong values, scaling, stale or swapped results) or
+ * hold a NaN/inf are caught at once. The checked share of a worker's tasks follows the
+ * same adaptive trust as REPLICATE (min_replication, trust_halflife); a caught worker is
+ * quarantined and its unchecked or spot-checked results in running jobs recomputed. */
 
 typedef enum goblin_split {
     GOBLIN_SPLIT_BROADCAST = 0, /* whole tensor to every task */
@@ -211,6 +225,7 @@ typedef enum goblin_graph_verify {
     GOBLIN_GRAPH_VERIFY_REPLICATE = 0, /* default: adaptive replication, see above */
     GOBLIN_GRAPH_VERIFY_RECOMPUTE = 1,
     GOBLIN_GRAPH_VERIFY_UNSAFE_NONE = 2,
+    GOBLIN_GRAPH_VERIFY_SPOT = 3,      /* node recomputes a few secret rows, see above */
     GOBLIN_GRAPH_VERIFY_COUNT
 } goblin_graph_verify;
 
@@ -228,8 +243,11 @@ typedef struct goblin_graph_job_params {
                                       input's content; the same id must always mean the same
                                       bytes (workers keep it in their cache across jobs) */
     goblin_graph_verify verify;    /* default REPLICATE */
-    double min_replication;        /* (0, 1]; default 0.25 */
+    double min_replication;        /* (0, 1]; default 0.25: the least share of a trusted
+                                      worker's tasks replicated (REPLICATE) or spot-checked (SPOT) */
     double trust_halflife;         /* agreements that halve the replication rate; default 20 */
+    int32_t spot_rows;             /* SPOT: rows recomputed per checked task, 0..65535;
+                                      0 (default): min(4, rows / 8), at least 1 */
 } goblin_graph_job_params;
 
 GOBLIN_API void goblin_graph_job_params_default(goblin_graph_job_params *p);
@@ -287,6 +305,8 @@ typedef struct goblin_node_stats {
                                   or no second worker to replicate on) */
     int64_t verify_ns;         /* time the node spent verifying: Freivalds checks, replica
                                   comparisons, recomputations (nanoseconds) */
+    int64_t spot_checks;       /* graph tasks spot-checked (SPOT) */
+    int64_t spot_rows_checked; /* rows recomputed by those checks (NaN/inf rows included) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

@@ -153,7 +153,8 @@ class Grid:
     def run(self, graph: Graph, *inputs: Any, split: RuleArg = ..., combine: RuleArg = ...,
             chunk_rows: Optional[int] = ..., verify: str = ..., progress: ProgressArg = ...,
             min_tasks: Optional[int] = ..., task_memory: Union[None, int, str] = ...,
-            min_replication: Optional[float] = ..., trust_halflife: Optional[float] = ...) -> Any: ...
+            min_replication: Optional[float] = ..., trust_halflife: Optional[float] = ...,
+            spot_rows: Optional[int] = ...) -> Any: ...
     def train(self, model: Any, loss_fn: Optional[Callable[..., Any]] = ..., *, optimizer: Any = ...,
               batch_size: Optional[int] = ..., micro_batch_size: Optional[int] = ..., schedule: Any = ...,
               clip_norm: Optional[float] = ..., task_memory: Union[None, int, str] = ...,

@@ -23,7 +23,7 @@ from . import _dtypes
 
 _SPLIT = {"broadcast": 0, "batch": 1}
 _COMBINE = {"auto": 0, "concat": 1, "sum": 2, "mean": 3, "max": 4, "min": 5}
-_VERIFY = {"replicate": 0, "recompute": 1, "none": 2, "unsafe-none": 2}
+_VERIFY = {"replicate": 0, "recompute": 1, "none": 2, "unsafe-none": 2, "spot": 3}
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -270,7 +270,8 @@ class Grid:
 
     # -- graphs -----------------------------------------------------------------------------
     def run(self, graph, *inputs, split=None, combine=None, chunk_rows=None, verify="replicate",
-            progress=True, min_tasks=None, task_memory=None, min_replication=None, trust_halflife=None):
+            progress=True, min_tasks=None, task_memory=None, min_replication=None, trust_halflife=None,
+            spot_rows=None):
         """Evaluate a goblin.Graph (or a captured PyTorch program) on the grid.
 
         Inputs are NumPy arrays (memmaps included; torch tensors are taken through .numpy())
@@ -279,9 +280,14 @@ class Grid:
         chunk_rows rows (None: as many as fit a worker's memory), one task per chunk.
         split: per input 'batch' or 'broadcast' (None: batch for every input whose dim 0
         equals input 0's). combine: per output 'auto', 'concat', 'sum', 'mean', 'max',
-        'min'. verify: 'replicate' (adaptive replication, default), 'recompute' (every task
-        recomputed by the node) or 'none' (benchmarks only). Returns one NumPy array, or a
-        tuple of them when the graph has several outputs."""
+        'min'. verify: 'replicate' (adaptive replication, default), 'spot' (the node
+        recomputes spot_rows secret rows of each checked task, and every row holding a NaN
+        or inf, and compares: a few per cent of the work; for graphs whose outputs are all
+        'concat', i.e. computed row by row), 'recompute' (every task recomputed by the node)
+        or 'none' (benchmarks only). min_replication / trust_halflife: the adaptive trust of
+        'replicate' and 'spot' (the least share of a trusted worker's tasks checked; the
+        agreements that halve that share). Returns one NumPy array, or a tuple of them when
+        the graph has several outputs."""
         from ._graph import Graph
         self._check_open()
         if not isinstance(graph, Graph):
@@ -302,8 +308,10 @@ class Grid:
                 raise _goblin.ShapeError(f"run: input {i}: the graph takes shape {tuple(t.shape)}, got "
                                          f"{tuple(a.shape)}")
         if verify not in _VERIFY:
-            raise _goblin.InvalidArgumentError(f"run: verify must be 'replicate', 'recompute' or 'none', "
-                                               f"got {verify!r}")
+            raise _goblin.InvalidArgumentError(f"run: verify must be 'replicate', 'spot', 'recompute' or "
+                                               f"'none', got {verify!r}")
+        if spot_rows is not None and (not isinstance(spot_rows, (int, np.integer)) or not 1 <= spot_rows <= 65535):
+            raise _goblin.InvalidArgumentError(f"run: spot_rows must be an int in 1..65535, got {spot_rows!r}")
         if chunk_rows is not None and (not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1):
             raise _goblin.InvalidArgumentError(f"run: chunk_rows must be a positive int, got {chunk_rows!r}")
         n_out = len(graph.outputs)
@@ -314,7 +322,7 @@ class Grid:
                 _per(combine, _COMBINE, n_out, "combine", "output"), int(chunk_rows or 0), _VERIFY[verify],
                 p.callback, int(min_tasks or 0), _bytes(task_memory, "task_memory"),
                 -1.0 if min_replication is None else float(min_replication),
-                -1.0 if trust_halflife is None else float(trust_halflife))
+                -1.0 if trust_halflife is None else float(trust_halflife), int(spot_rows or 0))
         finally:
             p.close()
         return outs[0] if len(outs) == 1 else outs

@@ -723,15 +723,17 @@ static int int_list(PyObject *o, Py_ssize_t want, int limit, const char *what, i
 static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"graph", "inputs", "split", "combine", "chunk_rows", "verify", "progress",
-                             "min_tasks", "task_memory", "min_replication", "trust_halflife", NULL};
+                             "min_tasks", "task_memory", "min_replication", "trust_halflife", "spot_rows",
+                             NULL};
     PyObject *gobj, *inputs_o, *split_o = Py_None, *combine_o = Py_None, *progress = Py_None;
     long long chunk_rows = 0, min_tasks = 0;
     unsigned long long task_memory = 0;
     int verify = GOBLIN_GRAPH_VERIFY_REPLICATE;
     double min_rep = -1, halflife = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|OOLiOLKdd:run", kwlist, &pygoblin_graph_type, &gobj,
+    int spot_rows = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|OOLiOLKddi:run", kwlist, &pygoblin_graph_type, &gobj,
                                      &inputs_o, &split_o, &combine_o, &chunk_rows, &verify, &progress,
-                                     &min_tasks, &task_memory, &min_rep, &halflife))
+                                     &min_tasks, &task_memory, &min_rep, &halflife, &spot_rows))
         return NULL;
     if (check_open(self) < 0)
         return NULL;
@@ -739,6 +741,8 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
         return pygoblin_raise(GOBLIN_EINVAL, "run: unknown verification mode");
     if (chunk_rows < 0)
         return pygoblin_raise(GOBLIN_EINVAL, "run: chunk_rows must be positive (or None: as many as fit)");
+    if (spot_rows < 0 || spot_rows > 65535)
+        return pygoblin_raise(GOBLIN_EINVAL, "run: spot_rows must be in 1..65535 (or None: the default)");
     pygoblin_graph *pg = (pygoblin_graph *)gobj;
     const goblin_graph *g = pg->g;
     PyObject *seq = PySequence_Fast(inputs_o, "inputs must be a sequence of numpy arrays");
@@ -829,6 +833,7 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
     jp.split = split;
     jp.combine = combine;
     jp.verify = (goblin_graph_verify)verify;
+    jp.spot_rows = spot_rows;
     if (min_rep >= 0)
         jp.min_replication = min_rep;
     if (halflife >= 0)
@@ -1025,6 +1030,8 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
     F(replicas_agreed);
     F(node_recomputed);
     F(verify_ns);
+    F(spot_checks);
+    F(spot_rows_checked);
 #undef F
     bad = bad || set_int(d, "jobs_submitted", self->jobs_submitted) < 0 ||
           set_int(d, "jobs_done", self->jobs_done) < 0 || set_int(d, "jobs_failed", self->jobs_failed) < 0 ||
@@ -1084,7 +1091,7 @@ static PyMethodDef grid_methods[] = {
      "matmul_files(a_path, b_path, c_path, progress=None): a product over .npy files on the node's disk"},
     {"run", (PyCFunction)(void (*)(void))grid_run, METH_VARARGS | METH_KEYWORDS,
      "run(graph, inputs, split=None, combine=None, chunk_rows=0, verify=0, progress=None, min_tasks=0, "
-     "task_memory=0, min_replication=-1, trust_halflife=-1) -> tuple of arrays"},
+     "task_memory=0, min_replication=-1, trust_halflife=-1, spot_rows=0) -> tuple of arrays"},
     {"stats", (PyCFunction)grid_stats, METH_NOARGS, "stats() -> dict of the node's counters"},
     {"close", (PyCFunction)grid_close, METH_NOARGS, "close(): stop the embedded grid or disconnect"},
     {NULL, NULL, 0, NULL},

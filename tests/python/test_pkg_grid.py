@@ -211,6 +211,14 @@ def test_bad_inputs_raise_clear_errors(grid):
         grid.run(g, np.ones((6, 3), np.float32), combine=["concat", "sum"])
     with pytest.raises(goblin.InvalidArgumentError, match="verify"):
         grid.run(g, np.ones((6, 3), np.float32), verify="trust-me")
+    for rows in (0, -1, 70000, 2.5):
+        with pytest.raises(goblin.InvalidArgumentError, match="spot_rows"):
+            grid.run(g, np.ones((6, 3), np.float32), verify="spot", spot_rows=rows)
+    gs = goblin.Graph()
+    xs = gs.input((6, 3), "float32")
+    gs.output(goblin.ops.sum(xs, axes=[0]))
+    with pytest.raises(goblin.InvalidArgumentError, match="spot-check"):
+        grid.run(gs, np.ones((6, 3), np.float32), verify="spot", progress=False)
     for bad in ({"workers": 0}, {"memory": "lots"}, {"token": "t"}, {"verify": "off"}):
         with pytest.raises(goblin.InvalidArgumentError):
             goblin.connect(**bad)
@@ -308,12 +316,12 @@ def captured():
     return out
 
 
-def _check_models(g, captured):
+def _check_models(g, captured, verify="replicate"):
     before = g.stats()
     tasks = 0
     for name, cg, x, ref, depth, kmax, chunk in captured:
         seen = []
-        got = g.run(cg, x.numpy(), chunk_rows=chunk, progress=lambda d, t: seen.append((d, t)))
+        got = g.run(cg, x.numpy(), chunk_rows=chunk, verify=verify, progress=lambda d, t: seen.append((d, t)))
         n_chunks = -(-x.shape[0] // chunk)
         tasks += n_chunks
         assert seen[-1] == (n_chunks, n_chunks), (name, seen)
@@ -327,11 +335,17 @@ def _check_models(g, captured):
     after = g.stats()
     assert after["results_rejected"] == before["results_rejected"]
     assert after["tasks_completed"] - before["tasks_completed"] == tasks
+    if verify == "spot":
+        # every model here computes row by row: checked rows agree, nothing recomputed whole
+        assert after["spot_checks"] > before["spot_checks"]
+        assert after["results_escalated"] == before["results_escalated"]
+        assert after["replicas_issued"] == before["replicas_issued"]
 
 
 @needs_torch
 def test_captured_models_on_embedded_grid(grid, captured):
     _check_models(grid, captured)
+    _check_models(grid, captured, verify="spot")
     # the GPT block stays causal when run in chunks
     name, cg, x, ref, *_ = captured[3]
     x2 = x.clone()
@@ -549,6 +563,7 @@ def test_remote_tls_fingerprint(node):
 @needs_torch
 def test_captured_models_on_node(remote, captured):
     _check_models(remote, captured)
+    _check_models(remote, captured, verify="spot")
 
 
 @needs_tools

@@ -266,6 +266,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     m->min_replication = 0.5;
     m->trust_halflife = 7;
     m->chunk_rows = 2;
+    m->spot_rows = 300;
     m->task_memory_bytes = 1 << 20;
     m->min_tasks = 3;
     size_t n;
@@ -300,6 +301,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     cr_assert_eq(d->verify, GOBLIN_GRAPH_VERIFY_RECOMPUTE);
     cr_assert_eq(d->trust_halflife, 7);
     cr_assert_eq(d->chunk_rows, 2);
+    cr_assert_eq(d->spot_rows, 300);
     cr_assert_eq(d->task_memory_bytes, 1 << 20);
     cr_assert_eq(d->min_tasks, 3);
     cr_assert_eq(d->split[0], GOBLIN_SPLIT_BATCH);

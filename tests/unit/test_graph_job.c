@@ -374,8 +374,9 @@ Test(graph_job, broadcast_inputs_cached_across_jobs) {
     goblin_grid_free(grid);
 }
 
-/* One cheating worker among three honest-looking ones. */
-static void run_cheater(goblin_misbehave mode, double rate, const char *url) {
+/* A grid of three workers, worker 0 cheating with @p mode at @p rate (its second task
+ * misbehaves first: seed 5), no speculation. */
+static void cheater_grid(goblin_misbehave mode, double rate, const char *url, rt_grid *g) {
     goblin_node_params np;
     goblin_node_params_default(&np);
     np.log_level = GOBLIN_LOG_ERROR;
@@ -389,9 +390,14 @@ static void run_cheater(goblin_misbehave mode, double rate, const char *url) {
     wps[0].misbehave = mode;
     wps[0].misbehave_rate = rate;
     wps[0].misbehave_seed = 5;
+    cr_assert_eq(rt_grid_start(g, url, &np, wps, 3), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g->node, 3));
+}
+
+/* One cheating worker among three honest-looking ones. */
+static void run_cheater(goblin_misbehave mode, double rate, const char *url) {
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, url, &np, wps, 3), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 3));
+    cheater_grid(mode, rate, url, &g);
     mlp m = mlp_new(GOBLIN_DTYPE_F32, 60, 6, 5);
     job_io io = io_new(&m, 400 + (uint64_t)mode);
     goblin_graph_job_params jp;
@@ -790,5 +796,284 @@ Test(graph_job, repeated_jobs_never_reuse_a_stale_graph) {
     goblin_graph_free(g0);
     goblin_graph_free(g1);
     free(x), free(y), free(w[0]), free(w[1]);
+    goblin_grid_free(grid);
+}
+
+/* A model's weights are graph constants: the node sends each large one to a worker once
+ * (as a cached input, hoist.c), not inside every task's graph. Here a constant comes
+ * before the input in node order and a small one stays inline. */
+Test(graph_job, large_constants_travel_once_per_worker) {
+    goblin_grid *grid = grid3(2);
+    goblin_node *node = goblin_grid_node(grid);
+    enum { B = 48, D = 64, H = 40 };
+    double *x = malloc(sizeof(double) * B * D), *y = malloc(sizeof(double) * B * H);
+    double *w = malloc(sizeof(double) * D * H), *w2 = malloc(sizeof(double) * H * H), b[H];
+    fill(GOBLIN_DTYPE_F64, w, D * H, 21);
+    fill(GOBLIN_DTYPE_F64, w2, H * H, 22);
+    fill(GOBLIN_DTYPE_F64, b, H, 23);
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[2] = {B, D}, sw[2] = {D, H}, sw2[2] = {H, H}, sb[1] = {H}, sy[2] = {B, H};
+    goblin_tensor tw, tw2, tb;
+    goblin_tensor_init(&tw, GOBLIN_DTYPE_F64, 2, sw, w);
+    goblin_tensor_init(&tw2, GOBLIN_DTYPE_F64, 2, sw2, w2);
+    goblin_tensor_init(&tb, GOBLIN_DTYPE_F64, 1, sb, b);
+    int32_t c2, xi, cw, cb, mm, ad, out;
+    cr_assert_eq(goblin_graph_constant(g, &tw2, &c2), GOBLIN_OK); /* 12.8 KB: stays inline */
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sx, &xi), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_constant(g, &tw, &cw), GOBLIN_OK);  /* 20 KB: hoisted */
+    cr_assert_eq(goblin_graph_constant(g, &tb, &cb), GOBLIN_OK);
+    int32_t i1[2] = {xi, cw};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, i1, 2, NULL, 0, &mm), GOBLIN_OK);
+    int32_t i2[2] = {mm, cb};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, i2, 2, NULL, 0, &ad), GOBLIN_OK);
+    int32_t i3[2] = {ad, c2};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, i3, 2, NULL, 0, &out), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, out), GOBLIN_OK);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.job.min_tasks = 8;
+    goblin_tensor in, ot;
+    goblin_tensor_init(&in, GOBLIN_DTYPE_F64, 2, sx, x);
+    goblin_tensor_init(&ot, GOBLIN_DTYPE_F64, 2, sy, y);
+    goblin_node_stats a, s;
+    for (int r = 0; r < 3; r++) {
+        fill(GOBLIN_DTYPE_F64, x, B * D, 30 + (uint64_t)r);
+        memset(y, 0, sizeof(double) * B * H);
+        goblin_node_stats_get(node, &a);
+        goblin_job *job = NULL;
+        cr_assert_eq(goblin_node_submit_graph(node, g, &in, 1, &ot, 1, &jp, &job), GOBLIN_OK);
+        cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+        goblin_job_free(job);
+        goblin_node_stats_get(node, &s);
+        int64_t issued = s.tasks_issued - a.tasks_issued, hits = s.panel_cache_hits - a.panel_cache_hits;
+        cr_assert(issued >= 8);
+        cr_assert_eq(s.panel_cache_misses - a.panel_cache_misses, 0);
+        /* Job 0: each worker gets the weight with its first task (a task replicated on
+         * the worker that did not get it first carries it too); later jobs: never. */
+        if (r == 0) cr_assert(hits >= issued - 2 && hits < issued, "job 0: %lld hits of %lld tasks",
+                              (long long)hits, (long long)issued);
+        else cr_assert_eq(hits, issued, "job %d: every task without the weight (%lld hits, %lld tasks)", r,
+                          (long long)hits, (long long)issued);
+        for (int64_t i = 0; i < B; i++)
+            for (int64_t j = 0; j < H; j++) {
+                double acc = 0, sc = 0;
+                for (int64_t q = 0; q < H; q++) {
+                    double hq = b[q], hs = fabs(b[q]);
+                    for (int64_t k = 0; k < D; k++) {
+                        hq += x[i * D + k] * w[k * H + q];
+                        hs += fabs(x[i * D + k] * w[k * H + q]);
+                    }
+                    acc += hq * w2[q * H + j];
+                    sc += hs * fabs(w2[q * H + j]);
+                }
+                cr_assert(fabs(y[i * H + j] - acc) <= 4.0 * (D + H) * 0x1p-53 * sc + 1e-300,
+                          "job %d: y[%lld,%lld] = %.17g, want %.17g", r, (long long)i, (long long)j, y[i * H + j], acc);
+            }
+    }
+    /* The caller's input is checked as the caller's: input 0, with its own number. */
+    float xf[B * D];
+    goblin_tensor bad;
+    goblin_tensor_init(&bad, GOBLIN_DTYPE_F32, 2, sx, xf);
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, g, &bad, 1, &ot, 1, &jp, &job), GOBLIN_EDTYPE);
+    cr_assert_null(job);
+    goblin_graph_free(g);
+    free(x), free(y), free(w), free(w2);
+    goblin_grid_free(grid);
+}
+
+/* ---- SPOT: a few secret rows recomputed on the node --------------------------------- */
+
+/* A row-by-row graph: y = relu(x . W + b), one CONCAT output; f32. */
+typedef struct rowwise {
+    goblin_graph *g;
+    float *x, *w, *b, *y;
+    goblin_tensor in[3], out;
+    int64_t B, D, H;
+} rowwise;
+
+static rowwise rowwise_new(int64_t B, int64_t D, int64_t H, uint64_t seed) {
+    rowwise r = {.B = B, .D = D, .H = H};
+    r.x = malloc(sizeof(float) * (size_t)(B * D));
+    r.w = malloc(sizeof(float) * (size_t)(D * H));
+    r.b = malloc(sizeof(float) * (size_t)H);
+    r.y = calloc((size_t)(B * H), sizeof(float));
+    fill(GOBLIN_DTYPE_F32, r.x, B * D, seed);
+    fill(GOBLIN_DTYPE_F32, r.w, D * H, seed + 1);
+    fill(GOBLIN_DTYPE_F32, r.b, H, seed + 2);
+    int64_t sx[2] = {B, D}, sw[2] = {D, H}, sb[1] = {H}, sy[2] = {B, H};
+    goblin_tensor_init(&r.in[0], GOBLIN_DTYPE_F32, 2, sx, r.x);
+    goblin_tensor_init(&r.in[1], GOBLIN_DTYPE_F32, 2, sw, r.w);
+    goblin_tensor_init(&r.in[2], GOBLIN_DTYPE_F32, 1, sb, r.b);
+    goblin_tensor_init(&r.out, GOBLIN_DTYPE_F32, 2, sy, r.y);
+    cr_assert_eq(goblin_graph_new(&r.g), GOBLIN_OK);
+    int32_t x, w, b, mm, a, h;
+    cr_assert_eq(goblin_graph_input(r.g, GOBLIN_DTYPE_F32, 2, sx, &x), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(r.g, GOBLIN_DTYPE_F32, 2, sw, &w), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(r.g, GOBLIN_DTYPE_F32, 1, sb, &b), GOBLIN_OK);
+    int32_t i2[2] = {x, w};
+    cr_assert_eq(goblin_graph_add(r.g, GOBLIN_OP_MATMUL, i2, 2, NULL, 0, &mm), GOBLIN_OK);
+    int32_t i3[2] = {mm, b};
+    cr_assert_eq(goblin_graph_add(r.g, GOBLIN_OP_ADD, i3, 2, NULL, 0, &a), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(r.g, GOBLIN_OP_RELU, &a, 1, NULL, 0, &h), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(r.g, h), GOBLIN_OK);
+    return r;
+}
+
+/* y against a naive f64 computation, within the rounding bound of each value. */
+static void rowwise_check(const rowwise *r) {
+    for (int64_t i = 0; i < r->B; i++)
+        for (int64_t j = 0; j < r->H; j++) {
+            double acc = r->b[j], sc = fabs(r->b[j]);
+            for (int64_t k = 0; k < r->D; k++) {
+                acc += (double)r->x[i * r->D + k] * r->w[k * r->H + j];
+                sc += fabs((double)r->x[i * r->D + k] * r->w[k * r->H + j]);
+            }
+            double want = acc > 0 ? acc : 0, got = r->y[i * r->H + j];
+            cr_assert(fabs(got - want) <= 2.0 * (double)(r->D + 2) * 0x1p-24 * sc + 1e-30,
+                      "y[%lld,%lld] = %.9g, want %.9g", (long long)i, (long long)j, got, want);
+        }
+}
+
+static void rowwise_free(rowwise *r) {
+    goblin_graph_free(r->g);
+    free(r->x), free(r->w), free(r->b), free(r->y);
+}
+
+Test(graph_job, spot_checks_every_task_of_new_workers) {
+    goblin_grid *grid = grid3(2);
+    goblin_node *node = goblin_grid_node(grid);
+    rowwise r = rowwise_new(256, 16, 12, 700);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.job.min_tasks = 8;         /* 32 rows a task: min(4, 32 / 8) = 4 rows checked */
+    jp.trust_halflife = 1e9;      /* trust never builds: every task is checked */
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    rowwise_check(&r);
+    goblin_node_stats st;
+    goblin_node_stats_get(node, &st);
+    cr_assert_eq(st.spot_checks, 8);
+    cr_assert_eq(st.spot_rows_checked, 32);
+    cr_assert_eq(st.results_accepted, 8);
+    cr_assert_eq(st.results_rejected, 0);
+    cr_assert_eq(st.node_recomputed, 0, "no task recomputed whole");
+    cr_assert_eq(st.replicas_issued, 0);
+    /* An explicit spot_rows; a result whose rows are all checked is recomputed whole. */
+    memset(r.y, 0, sizeof(float) * 256 * 12);
+    jp.spot_rows = 32;
+    cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    rowwise_check(&r);
+    goblin_node_stats s2;
+    goblin_node_stats_get(node, &s2);
+    cr_assert_eq(s2.node_recomputed - st.node_recomputed, 8);
+    cr_assert_eq(s2.spot_checks, st.spot_checks);
+    /* Outputs combined over the chunks cannot be spot-checked. */
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 16, 4, 3);
+    job_io io = io_new(&m, 701);
+    jp.spot_rows = 0;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_EINVAL);
+    jp.spot_rows = -1;
+    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_EINVAL);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    rowwise_free(&r);
+    goblin_grid_free(grid);
+}
+
+/* One cheater among two honest workers, every task spot-checked: its cheats are caught,
+ * it is quarantined, every job's outputs are right. */
+static void spot_cheater(goblin_misbehave mode, double rate, const char *url) {
+    rt_grid g;
+    cheater_grid(mode, rate, url, &g);
+    rowwise r = rowwise_new(480, 8, 6, 800 + (uint64_t)mode);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.job.min_tasks = 30;
+    jp.min_replication = 1.0;
+    goblin_node_stats st;
+    for (int round = 0; round < 8; round++) {
+        fill(GOBLIN_DTYPE_F32, r.x, r.B * r.D, 900 + (uint64_t)round);
+        memset(r.y, 0, sizeof(float) * (size_t)(r.B * r.H));
+        goblin_job *job = NULL;
+        cr_assert_eq(goblin_node_submit_graph(g.node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
+        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", goblin_misbehave_name(mode),
+                     goblin_job_error(job));
+        rowwise_check(&r);
+        goblin_job_free(job);
+        goblin_node_stats_get(g.node, &st);
+        if (st.workers_quarantined) break;
+    }
+    cr_assert(st.results_rejected > 0, "%s: a rejection", goblin_misbehave_name(mode));
+    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", goblin_misbehave_name(mode));
+    cr_assert(st.spot_checks > 0);
+    cr_assert_eq(st.replicas_issued, 0);
+    goblin_worker_stats cs;
+    goblin_worker_stats_get(g.w[0], &cs);
+    cr_assert(cs.misbehaved > 0);
+    rowwise_free(&r);
+    rt_grid_stop(&g);
+}
+
+Test(graph_job, spot_cheater_wrong) { spot_cheater(GOBLIN_MISBEHAVE_WRONG, 1.0, "inproc://h1-sp-wrong"); }
+Test(graph_job, spot_cheater_scale) { spot_cheater(GOBLIN_MISBEHAVE_SCALE, 1.0, "inproc://h1-sp-scale"); }
+/* One NaN in one element: found by the scan for non-finite rows, whichever rows were drawn. */
+Test(graph_job, spot_cheater_nan) { spot_cheater(GOBLIN_MISBEHAVE_NAN, 1.0, "inproc://h1-sp-nan"); }
+Test(graph_job, spot_cheater_stale) { spot_cheater(GOBLIN_MISBEHAVE_STALE, 1.0, "inproc://h1-sp-stale"); }
+Test(graph_job, spot_cheater_swap) { spot_cheater(GOBLIN_MISBEHAVE_SWAP, 1.0, "inproc://h1-sp-swap"); }
+
+/* A graph that is not row by row (each chunk subtracts its own mean): the rows the node
+ * recomputes alone differ from the chunk's, so the check escalates to recomputing the
+ * whole task, and the honest results are accepted, never rejected. */
+Test(graph_job, spot_on_a_graph_not_row_by_row_never_rejects) {
+    goblin_grid *grid = grid3(2);
+    goblin_node *node = goblin_grid_node(grid);
+    enum { B = 64, D = 5, R = 16 };
+    double x[B * D], y[B * D];
+    fill(GOBLIN_DTYPE_F64, x, B * D, 950);
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[2] = {B, D}, ax[1] = {0};
+    int32_t xi, mu, d;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sx, &xi), GOBLIN_OK);
+    goblin_attr at[2] = {goblin_attr_ints(GOBLIN_ATTR_AXES, ax, 1), goblin_attr_int(GOBLIN_ATTR_KEEPDIM, 1)};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MEAN, &xi, 1, at, 2, &mu), GOBLIN_OK);
+    int32_t i2[2] = {xi, mu};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SUB, i2, 2, NULL, 0, &d), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, d), GOBLIN_OK);
+    goblin_tensor in, out;
+    goblin_tensor_init(&in, GOBLIN_DTYPE_F64, 2, sx, x);
+    goblin_tensor_init(&out, GOBLIN_DTYPE_F64, 2, sx, y);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.chunk_rows = R;
+    jp.trust_halflife = 1e9;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, g, &in, 1, &out, 1, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    for (int c = 0; c < B / R; c++)
+        for (int j = 0; j < D; j++) {
+            double s = 0;
+            for (int i = c * R; i < (c + 1) * R; i++) s += x[i * D + j];
+            for (int i = c * R; i < (c + 1) * R; i++)
+                cr_assert(fabs(y[i * D + j] - (x[i * D + j] - s / R)) <= 1e-14, "y[%d,%d]", i, j);
+        }
+    goblin_node_stats st;
+    goblin_node_stats_get(node, &st);
+    cr_assert_eq(st.results_rejected, 0);
+    cr_assert_eq(st.workers_quarantined, 0);
+    cr_assert_eq(st.results_escalated, B / R);
+    cr_assert_eq(st.node_recomputed, B / R);
+    goblin_graph_free(g);
     goblin_grid_free(grid);
 }
