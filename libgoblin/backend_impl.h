@@ -20,6 +20,10 @@ typedef struct goblin__kctx {
      * its inputs for the other nodes of the same run (their buffers cannot be reused
      * for anything else while a later node still reads them), never across runs. */
     uint64_t run;
+    /* goblin_exec_params.shapes_like, or NULL, and the id of the node being computed:
+     * choose the algorithm for the shapes of like->nodes[node_id] and its inputs. */
+    const goblin_graph *like;
+    int32_t node_id;
 } goblin__kctx;
 
 typedef goblin_err (*goblin__kernel_fn)(goblin__kctx *k, const goblin__node *node,

@@ -82,6 +82,12 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
     if (p) params = *p;
     else goblin_exec_params_default(&params);
     if ((unsigned)params.backend >= GOBLIN_BACKEND_COUNT || params.threads < 0) return GOBLIN_EINVAL;
+    if (params.shapes_like) { /* the same graph at another batch size: same nodes, same ops */
+        const goblin_graph *l = params.shapes_like;
+        if (l->n_nodes != g->n_nodes) return GOBLIN_EINVAL;
+        for (int32_t i = 0; i < g->n_nodes; i++)
+            if (l->nodes[i].op != g->nodes[i].op || l->nodes[i].n_inputs != g->nodes[i].n_inputs) return GOBLIN_EINVAL;
+    }
     if (params.threads == 0) { /* all cores: resolved once so kernels see a real count */
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         params.threads = n > 0 ? (int32_t)n : 1;
@@ -481,7 +487,7 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
         describe(&vals[i], n, buf);
 
         char msg[256] = "";
-        goblin__kctx k = {1, NULL, msg, sizeof msg, run_id};
+        goblin__kctx k = {1, NULL, msg, sizeof msg, run_id, ex->p.shapes_like, i};
         const goblin__node *in_nodes_stack[8];
         const goblin__node **in_nodes = in_nodes_stack;
         bool use_ref = true;

@@ -2304,6 +2304,7 @@ static goblin_err spot_eval(goblin_node *n, goblin_job *j, int64_t ti, const int
     goblin_exec_params_default(&ep);
     ep.backend = n->p.recompute_backend;
     ep.threads = n->p.recompute_threads;
+    ep.shapes_like = gvar(j, ti)->g; /* each row as in the worker's chunk, bit for bit */
     if ((e = goblin_graph_eval(g, &ep, in, G->n_in, ot, G->n_out)) != GOBLIN_OK) goto done;
     *out = bufs;
     bufs = NULL;

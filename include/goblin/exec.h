@@ -31,6 +31,12 @@ typedef struct goblin_exec_params {
     goblin_backend_kind backend; /* default GOBLIN_BACKEND_BLIS when built, else REF */
     int32_t threads;             /* worker threads for CPU kernels; 0 = all cores */
     int32_t device;              /* GPU index for CUDA */
+    /* NULL, or the same graph at another batch size (goblin_graph_rebatch of one graph:
+     * the same nodes and ops, other shapes; borrowed like the graph): kernels choose
+     * their algorithm as they would for that graph's shapes (e.g. BLIS's small-matrix
+     * path, whose sums run in another order), so each row of a row-by-row graph comes
+     * out exactly as in that graph. The node's spot-checks use it. */
+    const goblin_graph *shapes_like;
 } goblin_exec_params;
 
 GOBLIN_API void goblin_exec_params_default(goblin_exec_params *p);

@@ -1077,3 +1077,66 @@ Test(graph_job, spot_on_a_graph_not_row_by_row_never_rejects) {
     goblin_graph_free(g);
     goblin_grid_free(grid);
 }
+
+/* goblin_exec_params.shapes_like: 4 rows evaluated as in the 512-row graph give that
+ * graph's rows bit for bit. Here the last product is 4 x 256 x 1024 = 2^20 multiply-adds,
+ * which alone BLIS would run on its small-matrix path (another summation order). */
+Test(graph_job, shapes_like_gives_the_rows_of_the_big_batch) {
+    enum { B = 512, D = 96, H = 1024, O = 256, K = 4 };
+    float *x = malloc(sizeof(float) * B * D), *w1 = malloc(sizeof(float) * D * H), *w2 = malloc(sizeof(float) * H * O);
+    float *y = malloc(sizeof(float) * B * O), xs[K * D], ys[K * O];
+    fill(GOBLIN_DTYPE_F32, x, B * D, 71);
+    fill(GOBLIN_DTYPE_F32, w1, D * H, 72);
+    fill(GOBLIN_DTYPE_F32, w2, H * O, 73);
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[2] = {B, D}, s1[2] = {D, H}, s2[2] = {H, O}, sy[2] = {B, O};
+    int32_t xi, a, b, m1, r, m2;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, sx, &xi), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, s1, &a), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, s2, &b), GOBLIN_OK);
+    int32_t p1[2] = {xi, a};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, p1, 2, NULL, 0, &m1), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RELU, &m1, 1, NULL, 0, &r), GOBLIN_OK);
+    int32_t p2[2] = {r, b};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, p2, 2, NULL, 0, &m2), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, m2), GOBLIN_OK);
+    goblin_split split[3] = {GOBLIN_SPLIT_BATCH, GOBLIN_SPLIT_BROADCAST, GOBLIN_SPLIT_BROADCAST};
+    goblin_graph *gk = NULL;
+    cr_assert_eq(goblin_graph_rebatch(g, split, K, &gk, NULL, 0), GOBLIN_OK);
+    goblin_tensor in[3], out;
+    goblin_tensor_init(&in[0], GOBLIN_DTYPE_F32, 2, sx, x);
+    goblin_tensor_init(&in[1], GOBLIN_DTYPE_F32, 2, s1, w1);
+    goblin_tensor_init(&in[2], GOBLIN_DTYPE_F32, 2, s2, w2);
+    goblin_tensor_init(&out, GOBLIN_DTYPE_F32, 2, sy, y);
+    goblin_exec_params ep;
+    goblin_exec_params_default(&ep);
+    ep.threads = 1;
+    cr_assert_eq(goblin_graph_eval(g, &ep, in, 3, &out, 1), GOBLIN_OK);
+    const int rows[K] = {3, 200, 201, 511};
+    for (int q = 0; q < K; q++) memcpy(xs + q * D, x + rows[q] * D, sizeof(float) * D);
+    int64_t sxk[2] = {K, D}, syk[2] = {K, O};
+    goblin_tensor ink[3] = {in[0], in[1], in[2]}, outk;
+    goblin_tensor_init(&ink[0], GOBLIN_DTYPE_F32, 2, sxk, xs);
+    goblin_tensor_init(&outk, GOBLIN_DTYPE_F32, 2, syk, ys);
+    ep.threads = 2; /* the node's thread count may differ from the worker's */
+    ep.shapes_like = g;
+    cr_assert_eq(goblin_graph_eval(gk, &ep, ink, 3, &outk, 1), GOBLIN_OK);
+    for (int q = 0; q < K; q++)
+        for (int j = 0; j < O; j++)
+            cr_assert(ys[q * O + j] == y[rows[q] * O + j], "row %d col %d: %.9g vs %.9g", rows[q], j,
+                      (double)ys[q * O + j], (double)y[rows[q] * O + j]);
+    /* Not the same graph: refused. */
+    ep.shapes_like = gk;
+    goblin_graph *other = NULL;
+    cr_assert_eq(goblin_graph_new(&other), GOBLIN_OK);
+    int32_t oi;
+    cr_assert_eq(goblin_graph_input(other, GOBLIN_DTYPE_F32, 2, sxk, &oi), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(other, oi), GOBLIN_OK);
+    goblin_exec *ex = NULL;
+    cr_assert_eq(goblin_exec_new(&ex, other, &ep), GOBLIN_EINVAL);
+    goblin_graph_free(other);
+    goblin_graph_free(gk);
+    goblin_graph_free(g);
+    free(x), free(w1), free(w2), free(y);
+}

@@ -228,6 +228,23 @@ static void fill_c(goblin_dtype cdt, const goblin_tensor *c, const goblin_tensor
             ((float *)o->data)[i] = ((const float *)c->data)[it.off[0]];
 }
 
+/* small_gemm for the shapes of the same node in k->like (goblin_exec_params.shapes_like),
+ * its operands taken as contiguous (a strided view that keeps a batch from folding here
+ * may decide otherwise: then rows differ and a spot-check escalates, never misjudges). */
+static bool like_small(const goblin__kctx *k, int32_t n_in, const goblin_tensor *in, const goblin_tensor *out) {
+    const goblin__node *ln = &k->like->nodes[k->node_id];
+    goblin_tensor lt[3], lo;
+    for (int32_t i = 0; i < n_in && i < 3; i++) {
+        const goblin__node *x = &k->like->nodes[ln->inputs[i]];
+        goblin_tensor_init(&lt[i], in[i].dtype, x->rank, x->shape, in[i].data);
+    }
+    goblin_tensor_init(&lo, out->dtype, ln->rank, ln->shape, out->data);
+    goblin__mm_geom lg;
+    goblin__mm_geom_init(ln, lt, n_in, &lo, &lg);
+    fold_batch(&lg);
+    return small_gemm(lg.m, lg.n, lg.k);
+}
+
 static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                               int32_t n_in, goblin_tensor *out) {
     goblin_dtype dt = out->dtype;
@@ -273,6 +290,7 @@ static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const g
     int32_t threads = k->threads > 0 ? k->threads : 1;
     fold_batch(&g);
     bool small = small_gemm(g.m, g.n, g.k);
+    if (k->like) small = like_small(k, n_in, in, out);
     bool across = threads > 1 && g.batch > 1 && (small || g.batch >= threads);
     mm_split sp = {NULL, g.m >= g.n, g.m >= g.n ? g.m : g.n, threads, NULL};
     bool split = g.k > 0 && !small && !across && threads > 1 && g.batch == 1 && sp.extent >= 32 * threads;
