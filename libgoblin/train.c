@@ -561,7 +561,12 @@ typedef struct tr_round {
     int32_t *data_index;   /* node id -> data input index, or -1 */
     goblin_tensor *acts;   /* [nm * n_cross] */
     goblin_tensor *gx;     /* [nm * n_cross]: d loss_mb / d activation */
-    double **gacc;         /* per parameter: sum over micro-batches of w_mb * d loss_mb / d p */
+    double **gacc;         /* per parameter: sum over micro-batches of w_mb * d loss_mb / d p
+                              (allocated at its first contribution that is not kept whole) */
+    void **whole;          /* per parameter: its only contribution so far, when that is a
+                              task's whole gradient with weight 1 in the parameters' dtype
+                              (one micro-batch, untiled): the round's gradient is then that
+                              buffer as it is, (T)(0.0 + 1.0 * (double)x) being x */
     double loss;
     int64_t done, total;
 } tr_round;
@@ -714,7 +719,25 @@ static goblin_err run_finish(tr_round *R, tr_run *r) {
             R->loss += w * get_f(o->data, o->dtype, 0);
         } else if (io.kind == TR_IO_PGRAD) {
             const goblin_tensor *full = &t->params[io.ref];
-            if (io.ref == wp || io.ref == bp)
+            bool tiled = io.ref == wp || io.ref == bp;
+            if (!tiled && w == 1.0 && r->own[i] && o->dtype == t->pdt && !R->whole[io.ref] &&
+                !R->gacc[io.ref]) {
+                R->whole[io.ref] = o->data; /* taken from the run */
+                r->own[i] = false;
+                continue;
+            }
+            if (!R->gacc[io.ref]) {
+                R->gacc[io.ref] = goblin__calloc((size_t)tnumel(full) + 1, sizeof(double));
+                if (!R->gacc[io.ref]) return terr(t, GOBLIN_ENOMEM, "out of memory");
+            }
+            if (R->whole[io.ref]) { /* a second contribution: the first one joins the sum */
+                goblin_tensor k = *full;
+                k.data = R->whole[io.ref];
+                acc_add(R->gacc[io.ref], full, 0, 0, &k, 1.0);
+                goblin__free(R->whole[io.ref]);
+                R->whole[io.ref] = NULL;
+            }
+            if (tiled)
                 acc_add(R->gacc[io.ref], full, io.ref == wp ? wa : full->rank - 1, lo, o, w);
             else
                 acc_add(R->gacc[io.ref], full, 0, 0, o, w);
@@ -767,9 +790,11 @@ static void round_clear(tr_round *R) {
     for (int64_t i = 0; R->acts && i < R->nm * R->n_cross; i++) goblin__free(R->acts[i].data);
     for (int64_t i = 0; R->gx && i < R->nm * R->n_cross; i++) goblin__free(R->gx[i].data);
     for (int32_t i = 0; R->gacc && i < np; i++) goblin__free(R->gacc[i]);
+    for (int32_t i = 0; R->whole && i < np; i++) goblin__free(R->whole[i]);
     goblin__free(R->acts);
     goblin__free(R->gx);
     goblin__free(R->gacc);
+    goblin__free(R->whole);
     goblin__free(R->xmap);
     goblin__free(R->data_index);
 }
@@ -881,18 +906,14 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
     goblin_tensor *grads = NULL;
     R.xmap = goblin__alloc(sizeof(int32_t) * (size_t)nn);
     R.data_index = goblin__alloc(sizeof(int32_t) * (size_t)nn);
-    R.gacc = goblin__calloc((size_t)np, sizeof(double *));
-    if (!R.xmap || !R.data_index || !R.gacc) {
+    R.gacc = goblin__calloc((size_t)np + 1, sizeof(double *));
+    R.whole = goblin__calloc((size_t)np + 1, sizeof(void *));
+    if (!R.xmap || !R.data_index || !R.gacc || !R.whole) {
         e = terr(t, GOBLIN_ENOMEM, "out of memory");
         goto done;
     }
     for (int32_t i = 0; i < nn; i++) R.xmap[i] = R.data_index[i] = -1;
     for (int32_t i = 0; i < m->n_data; i++) R.data_index[goblin_graph_input_id(m->g, np + i)] = i;
-    for (int32_t i = 0; i < np; i++)
-        if (!(R.gacc[i] = goblin__calloc((size_t)tnumel(&t->params[i]) + 1, sizeof(double)))) {
-            e = terr(t, GOBLIN_ENOMEM, "out of memory");
-            goto done;
-        }
     for (int32_t s = 0; s < S - 1; s++)
         for (int32_t i = 0; i < t->plan.stages[s].n_out; i++) {
             int32_t id = t->plan.stages[s].out_nodes[i];
@@ -947,10 +968,19 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
         goto done;
     }
     for (int32_t i = 0; i < np; i++) {
-        if (alloc_like(&grads[i], t->pdt, t->params[i].rank, t->params[i].shape, false)) {
+        if (R.whole[i]) { /* the task's gradient as it is (see tr_round.whole) */
+            grads[i] = t->params[i];
+            goblin__contig_strides(grads[i].rank, grads[i].shape, grads[i].strides);
+            grads[i].data = R.whole[i];
+            R.whole[i] = NULL;
+            continue;
+        }
+        /* no contribution at all: the loss does not depend on it (zero gradient) */
+        if (alloc_like(&grads[i], t->pdt, t->params[i].rank, t->params[i].shape, !R.gacc[i])) {
             e = terr(t, GOBLIN_ENOMEM, "out of memory");
             goto done;
         }
+        if (!R.gacc[i]) continue;
         int64_t n = tnumel(&grads[i]);
         if (t->pdt == GOBLIN_DTYPE_F32) {
             float *g = grads[i].data;

@@ -34,10 +34,21 @@ typedef struct mlp {
 
 static double urand(uint64_t *s) { return (double)(rt_rng(s) >> 11) * 0x1p-53 * 2.0 - 1.0; }
 
+static void mlp_build_tied(mlp *m, int nl, const int64_t *dims, int64_t batch, uint64_t seed,
+                           int loss_kind, bool tie);
+
 /* Build the graph; @p loss_kind 0: cross-entropy; 1: logits as output 0 (not a scalar);
  * 2: loss through CUMSUM (no backward rule). */
 static void mlp_build(mlp *m, int nl, const int64_t *dims, int64_t batch, uint64_t seed,
                       int loss_kind) {
+    mlp_build_tied(m, nl, dims, batch, seed, loss_kind, false);
+}
+
+/* @p tie: every layer but the last multiplies by W_0 (square: dims[0] == dims[1] == ...),
+ * so W_0's gradient sums contributions from several layers and the other hidden
+ * layers' weights get none (zero gradients). */
+static void mlp_build_tied(mlp *m, int nl, const int64_t *dims, int64_t batch, uint64_t seed,
+                           int loss_kind, bool tie) {
     memset(m, 0, sizeof *m);
     m->nl = nl;
     m->batch = batch;
@@ -65,7 +76,7 @@ static void mlp_build(mlp *m, int nl, const int64_t *dims, int64_t batch, uint64
     h = x;
     for (int l = 0; l < nl; l++) {
         goblin_attr tb = goblin_attr_int(GOBLIN_ATTR_TRANS_B, 1);
-        int32_t in[3] = {h, pid[2 * l], pid[2 * l + 1]};
+        int32_t in[3] = {h, tie && l < nl - 1 ? pid[0] : pid[2 * l], pid[2 * l + 1]};
         cr_assert_eq(goblin_graph_add(m->g, GOBLIN_OP_MATMUL, in, 3, &tb, 1, &h), GOBLIN_OK, "%s",
                      goblin_graph_error(m->g));
         if (l < nl - 1) cr_assert_eq(goblin_graph_add(m->g, GOBLIN_OP_TANH, &h, 1, NULL, 0, &h), GOBLIN_OK);
@@ -388,6 +399,36 @@ Test(train, stages_and_tiles_match_reference) {
     tp.micro_batch = 0;
     check_trajectory(&m, NULL, &tp, 2, 1e-10, &pi);
     cr_assert_geq(pi.n_stages, 3);
+    goblin_grid_free(grid);
+    mlp_free(&m);
+}
+
+/* One micro-batch cut into stages, with a weight read by several stages: the round keeps
+ * a task's gradient as it is while it is a parameter's only contribution, and adds the
+ * later ones to it (train.c, tr_round.whole); unused weights get zero gradients. */
+Test(train, shared_weight_across_stages_matches_reference) {
+    mlp m;
+    static const int64_t SQ[5] = {4, 4, 4, 4, 3};
+    mlp_build_tied(&m, 4, SQ, 6, 17, 0, true);
+    goblin_grid *grid = grid_new(2);
+    goblin_trainer_params tp;
+    tparams(&tp, &m, GOBLIN_OPTIMIZER_ADAMW);
+    tp.micro_batch = 6;
+    tp.task_memory_bytes = 1500;
+    goblin_train_plan_info pi;
+    check_trajectory(&m, goblin_grid_node(grid), &tp, 3, 1e-12, &pi);
+    cr_assert_eq(pi.micro_batches, 1);
+    cr_assert_geq(pi.n_stages, 3, "%d stages", pi.n_stages);
+    int with_w0 = 0;
+    goblin_trainer *t = trainer(&m, NULL, &tp);
+    char text[4096];
+    cr_assert_eq(goblin_trainer_plan_text(t, m.batch, text, sizeof text), GOBLIN_OK);
+    if (getenv("GOBLIN_TEST_SHOW_PLAN")) fprintf(stderr, "%s", text);
+    goblin_trainer_free(t);
+    for (int s = 0; s < pi.n_stages; s++) with_w0 += pi.stages[s].n_params > 0;
+    cr_assert_geq(with_w0, 2);
+    /* the unused hidden weights stay where weight decay alone takes them */
+    check_trajectory(&m, NULL, &tp, 2, 1e-12, NULL);
     goblin_grid_free(grid);
     mlp_free(&m);
 }
