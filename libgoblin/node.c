@@ -27,6 +27,7 @@
 #include "goblin/tls.h"
 #include "goblin/wire.h"
 #include "scheduler.h"
+#include "share.h"
 #include "transport.h"
 #include "wire_impl.h"
 
@@ -73,6 +74,7 @@ typedef struct peer {
     int32_t in_flight;
     uint64_t in_flight_msg[MAX_IN_FLIGHT];
     bool batch; /* takes batches of TASKs (offered GOBLIN_WIRE_CAP_BATCH in HELLO) */
+    bool shared; /* an in-process worker over inproc://: matmul panels go in place (share.h) */
     int64_t issued, accepted, rejected, failed;
     uint64_t panels[2][PANEL_MEMO];
     int32_t panel_next[2];
@@ -175,6 +177,10 @@ struct goblin_job {
     size_t gser_len;
     int64_t gser_shape[3];
     bool running; /* scheduling state, under node->mu */
+    /* Panels lent in place to in-process workers (share.h), or NULL; the job's views
+     * are closed when it ends and waited for before goblin_job_wait reports the end. */
+    goblin__share *share;
+    goblin__share_job *stok;
     /* under job->mu */
     pthread_mutex_t mu;
     pthread_cond_t cond;
@@ -233,6 +239,7 @@ struct goblin_node {
     } ser[2];
     uint64_t ser_clock;
     goblin__hoist_memo hoist; /* graph jobs: constants as cached inputs (hoist.c) */
+    goblin__share *share;     /* published under the first inproc:// URL listened on, or NULL */
 };
 
 /* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */
@@ -478,6 +485,7 @@ static void job_drop_panels(goblin_job *j);
 
 static void job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const char *fmt, ...) {
     j->running = false;
+    goblin__share_job_close(j->share, j->stok);
     job_drop_panels(j);
     for (int64_t i = 0; i < j->ntasks; i++) {
         goblin__free(j->tasks[i].partial);
@@ -787,7 +795,7 @@ static void drop_peer(goblin_node *n, int32_t pi, const char *why) {
 }
 
 static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative,
-                      const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in);
+                      const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in, bool may_batch);
 static bool issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative);
 
 static double rand_u01(void);
@@ -814,6 +822,14 @@ static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool sp
     job_tile(j, ti, &t);
     uint64_t ida = panel_id(j, 0, ti), idb = panel_id(j, 1, ti);
     bool have_a = peer_has_panel(p, 0, ida), have_b = peer_has_panel(p, 1, idb);
+    bool lent = false;
+    if (p->shared && j->stok) {
+        goblin_tensor va = view2(&j->a, t.row0, t.rows, t.k0, t.kn, j->esz);
+        goblin_tensor vb = view2(&j->b, t.k0, t.kn, t.col0, t.cols, j->esz);
+        lent = goblin__share_put(j->share, j->stok, ida, &va) == GOBLIN_OK &&
+               goblin__share_put(j->share, j->stok, idb, &vb) == GOBLIN_OK;
+        if (lent) have_a = have_b = true;
+    }
     bool ok = false;
     if (!j->gser || j->gser_shape[0] != t.rows || j->gser_shape[1] != t.kn || j->gser_shape[2] != t.cols) {
         goblin_graph *g = NULL;
@@ -842,7 +858,15 @@ static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool sp
     int64_t dir[4] = {(int64_t)ida, (int64_t)idb, have_a ? 1 : 0, have_b ? 1 : 0};
     int64_t sd[1] = {4};
     goblin_tensor_init(&in[2], GOBLIN_DTYPE_I64, 1, sd, dir);
-    if (!send_task(n, j, ti, pi, speculative, j->gser, j->gser_len, in, 3)) return false;
+    /* A TASK whose panels are lent is small whatever its work: it goes in a batch only
+     * when the panels themselves would have been small (a batch runs to its end before
+     * its results go back, and takes one worker all the tasks it holds). */
+    bool may_batch = !lent || (uint64_t)(t.rows * t.kn + t.kn * t.cols) * j->esz < BATCH_TASK_BYTES;
+    if (!send_task(n, j, ti, pi, speculative, j->gser, j->gser_len, in, 3, may_batch)) return false;
+    if (lent) {
+        n->st.panels_in_place += 2;
+        return true;
+    }
     if (have_a) n->st.panel_cache_hits++;
     if (have_b) n->st.panel_cache_hits++;
     peer_add_panel(p, 0, ida);
@@ -853,7 +877,7 @@ static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool sp
 
 /* Register a lease of task @p ti of @p j for peer @p pi and send the TASK. */
 static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative,
-                      const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in) {
+                      const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in, bool may_batch) {
     peer *p = &n->peers[pi];
     goblin_wire_msg m;
     goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
@@ -872,7 +896,7 @@ static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, boo
     /* Graph jobs verified by replication decide each task's replication from the
      * worker's trust when it is first leased: their tasks go one per message, so a
      * new worker is not handed a batch of leases before it has earned any trust. */
-    bool batchable = j->kind == JOB_MATMUL || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE;
+    bool batchable = may_batch && (j->kind == JOB_MATMUL || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE);
     int rv = batch_add(n, pi, &m, batchable, &mid);
     if (rv) {
         if (rv != NNG_EAGAIN)
@@ -1551,6 +1575,9 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         p->memo_cap = PANEL_MEMO;
         p->memory = h->memory_bytes;
         p->batch = (h->backends & GOBLIN_WIRE_CAP_BATCH) != 0;
+        nng_sockaddr sa;
+        p->shared = n->share && nng_pipe_get_addr(p->pipe, NNG_OPT_REMADDR, &sa) == 0 &&
+                    sa.s_family == NNG_AF_INPROC;
         n->st.workers_seen++;
         n->st.workers_connected++;
         goblin_wire_msg a;
@@ -1582,6 +1609,12 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         int64_t li = find_lease(n, m->body.error.task_id);
         if (li < 0 || n->leases[li].peer != pi) break;
         if (m->body.error.code == GOBLIN_ENOTFOUND) {
+            /* A view of a live job not found: the worker has no access to the share. */
+            if (p->shared && !n->leases[li].moot) {
+                p->shared = false;
+                nlog(n, GOBLIN_LOG_WARN, "worker %llu cannot take panels in place: copying them",
+                     (unsigned long long)p->session_id);
+            }
             /* The worker evicted a panel we thought it held: forget its panels, resend. */
             n->st.panel_cache_misses++;
             memset(p->panels, 0, sizeof p->panels);
@@ -1738,6 +1771,8 @@ goblin_err goblin_node_start(goblin_node *n) {
             return e;
         }
         nlog(n, GOBLIN_LOG_INFO, "listening on %s", n->p.listen[i]);
+        if (!n->share && strncmp(n->p.listen[i], "inproc://", 9) == 0)
+            n->share = goblin__share_publish(n->p.listen[i]); /* NULL: panels are copied */
     }
     n->socket_open = true;
     if (pthread_create(&n->thread, NULL, node_main, n) != 0) {
@@ -1791,6 +1826,7 @@ void goblin_node_free(goblin_node *n) {
     pthread_mutex_destroy(&n->ev_mu);
     pthread_mutex_destroy(&n->ser_mu);
     goblin__hoist_memo_fini(&n->hoist);
+    goblin__share_unpublish(n->share);
     goblin__free(n);
 }
 
@@ -1830,6 +1866,10 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
     }
     j->node = n;
     j->id = n->next_job_id++;
+    if (n->share) { /* without it (out of memory) panels are copied */
+        j->share = n->share;
+        j->stok = goblin__share_job_new();
+    }
     /* Empty products: nothing to distribute (an empty K means C = 0). */
     if (m == 0 || nn == 0 || k == 0) {
         if (m && nn) {
@@ -2002,7 +2042,7 @@ static bool issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, b
     }
     int64_t sd[1] = {2 * (int64_t)ni};
     goblin_tensor_init(&in[ni], GOBLIN_DTYPE_I64, 1, sd, dir);
-    if (!send_task(n, j, ti, pi, speculative, v->buf, v->len, in, (uint32_t)ni + 1)) goto out;
+    if (!send_task(n, j, ti, pi, speculative, v->buf, v->len, in, (uint32_t)ni + 1, true)) goto out;
     n->st.panel_cache_hits += hits;
     for (int32_t i = 0; i < ni; i++)
         if (!G->batched[i]) peer_add_gid(p, G->cid[i]);
@@ -3131,6 +3171,8 @@ goblin_err goblin_job_wait(goblin_job *j, int64_t timeout_ms) {
                    : j->status == GOBLIN_JOB_DONE  ? GOBLIN_OK
                                                    : j->err;
     pthread_mutex_unlock(&j->mu);
+    /* Ended: no worker may still read the caller's A and B in place once we return. */
+    if (e != GOBLIN_ETIMEDOUT) goblin__share_job_end(j->share, j->stok);
     return e;
 }
 
@@ -3196,6 +3238,8 @@ void goblin_job_free(goblin_job *j) {
             if (j->g) task_free_graph_bufs(j, &j->tasks[i]);
         }
     job_drop_panels(j);
+    goblin__share_job_end(j->share, j->stok);
+    goblin__share_job_free(j->stok);
     gjob_free(j->g);
     goblin_buffer_free(j->gser);
     goblin__free(j->tasks);

@@ -27,6 +27,7 @@
 #include "goblin/ops.h"
 #include "goblin/wire.h"
 #include "scheduler.h"
+#include "share.h"
 #include "transport.h"
 #include "wire_impl.h"
 #ifdef GOBLIN_HAVE_CUDA
@@ -66,6 +67,7 @@ typedef struct gcache {
 
 struct goblin_worker {
     goblin_worker_params p;
+    goblin__share *share; /* a node of this process over inproc:// lends inputs in place */
     char *urls[GOBLIN_WORKER_MAX_CONNECT];
     char *tls_ca, *tls_fp, *tls_name; /* copies behind p.tls_* */
     uint8_t *token;
@@ -264,6 +266,7 @@ void goblin_worker_free(goblin_worker *w) {
     goblin__free(w->cache_ix);
     kept_free(&w->first);
     kept_free(&w->prev);
+    goblin__share_release(w->share);
     for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
     goblin__free(w->tls_ca);
     goblin__free(w->tls_fp);
@@ -705,6 +708,34 @@ static goblin_err task_graph(goblin_worker *w, const goblin_wire_task *t, goblin
     return GOBLIN_OK;
 }
 
+/* An input "left out" that is not in the cache: a view the node of this process lent in
+ * place (share.h), its job held open in *held until goblin__share_drop. */
+static bool take_shared(goblin_worker *w, uint64_t id, goblin_tensor *out, goblin__share_job **held,
+                        bool holding) {
+    if (w->share && goblin__share_take(w->share, id, out, held)) return true;
+    /* None yet, or the node it came from was replaced by another on the same URL (not
+     * while this task holds views of the current one). */
+    if (holding) return false;
+    goblin__share *cur = NULL;
+    for (int32_t i = 0; !cur && i < GOBLIN_WORKER_MAX_CONNECT; i++)
+        if (w->p.connect[i] && strncmp(w->p.connect[i], "inproc://", 9) == 0)
+            cur = goblin__share_find(w->p.connect[i]);
+    if (cur == w->share) {
+        goblin__share_release(cur);
+        return false;
+    }
+    goblin__share_release(w->share);
+    w->share = cur;
+    return cur && goblin__share_take(cur, id, out, held);
+}
+
+static void drop_shared(goblin_worker *w, goblin__share_job **held, int32_t n) {
+    for (int32_t k = 0; held && k < n; k++) {
+        goblin__share_drop(w->share, held[k]);
+        held[k] = NULL;
+    }
+}
+
 static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, msgref **refp, bool *answered) {
     goblin_graph *g = NULL;
     char err[256];
@@ -736,27 +767,36 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, m
     }
     goblin_tensor *in = goblin__calloc((size_t)(ni + 1), sizeof *in);
     goblin_tensor *out = goblin__calloc((size_t)(no + 1), sizeof *out);
-    if (!in || !out) {
+    goblin__share_job **held = goblin__calloc((size_t)(ni + 1), sizeof *held);
+    if (!in || !out || !held) {
         goblin__free(in);
         goblin__free(out);
+        goblin__free(held);
         if (owned) goblin_graph_free(g);
         fail_task(w, t->task_id, GOBLIN_ENOMEM, "out of memory");
         return true;
     }
+    bool holding = false;
     for (int32_t k = 0; k < ni; k++) {
         in[k] = t->inputs[k];
         if (dv && dv[ni + k]) {
             panel *pn = cache_find(w, (uint64_t)dv[k]);
-            if (!pn) {
+            if (pn) {
+                BUMP(w, cache_hits);
+                in[k] = pn->t;
+            } else if (take_shared(w, (uint64_t)dv[k], &in[k], &held[k], holding)) {
+                holding = true;
+                BUMP(w, inputs_in_place);
+            } else {
                 BUMP(w, cache_misses);
+                drop_shared(w, held, ni);
                 send_error(w, t->task_id, GOBLIN_ENOTFOUND, "cached input not in cache");
                 goblin__free(in);
                 goblin__free(out);
+                goblin__free(held);
                 if (owned) goblin_graph_free(g);
                 return true;
             }
-            BUMP(w, cache_hits);
-            in[k] = pn->t;
         }
     }
     goblin_misbehave mode = GOBLIN_MISBEHAVE_NONE;
@@ -767,6 +807,8 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, m
         mode = GOBLIN_MISBEHAVE_NONE;
     if (mode == GOBLIN_MISBEHAVE_CRASH) {
         BUMP(w, misbehaved);
+        drop_shared(w, held, ni);
+        goblin__free(held);
         if (owned) goblin_graph_free(g);
         goblin__free(in);
         goblin__free(out);
@@ -786,6 +828,8 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, m
      * which alter or replace outputs, keep buffers of their own). */
     nng_msg *rmsg = w->p.misbehave == GOBLIN_MISBEHAVE_NONE ? result_msg(g, t->task_id, out, no) : NULL;
     e = goblin_graph_eval(g, &ep, in, ni, out, no);
+    drop_shared(w, held, ni); /* the caller's memory is not read after this */
+    goblin__free(held);
     if (owned) goblin_graph_free(g);
     if (dv) {
         /* Cache the inputs that came with the task only now: an eviction before the

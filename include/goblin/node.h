@@ -140,7 +140,9 @@ GOBLIN_API goblin_err goblin_node_submit_matmul(goblin_node *node, const goblin_
                                                 const goblin_tensor *b, goblin_tensor *c,
                                                 const goblin_job_params *jp, goblin_job **out);
 
-/** Wait until the job ends or @p timeout_ms passes (< 0: forever). Returns the job's
+/** Wait until the job ends or @p timeout_ms passes (< 0: forever). Once it has reported
+ *  the end, no worker reads the job's inputs any more (in-process workers compute on
+ *  them in place: docs/runtime.md, "Embedded grid"). Returns the job's
  *  result: GOBLIN_OK (done), its error (failed: GOBLIN_ELIMIT when a task failed more
  *  than max_retries times; goblin_job_error says which and why), GOBLIN_ECANCELED, or
  *  GOBLIN_ETIMEDOUT if still running. */
@@ -307,6 +309,8 @@ typedef struct goblin_node_stats {
                                   comparisons, recomputations (nanoseconds) */
     int64_t spot_checks;       /* graph tasks spot-checked (SPOT) */
     int64_t spot_rows_checked; /* rows recomputed by those checks (NaN/inf rows included) */
+    int64_t panels_in_place;   /* matmul panels lent to in-process workers in place (inproc://:
+                                  no copy into the TASK; docs/runtime.md) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

@@ -99,6 +99,9 @@ typedef struct goblin_worker_stats {
     /** Times the worker asked for leases again after waiting a second without a TASK
      *  although it had asked for some (a lost TASK would otherwise idle it for good). */
     int64_t lease_resyncs;
+    /** Inputs computed on in place: a node of this process (inproc://) lent them instead
+     *  of copying them into the TASK. */
+    int64_t inputs_in_place;
 } goblin_worker_stats;
 
 GOBLIN_API void goblin_worker_stats_get(goblin_worker *w, goblin_worker_stats *out);

@@ -1032,6 +1032,7 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
     F(verify_ns);
     F(spot_checks);
     F(spot_rows_checked);
+    F(panels_in_place);
 #undef F
     bad = bad || set_int(d, "jobs_submitted", self->jobs_submitted) < 0 ||
           set_int(d, "jobs_done", self->jobs_done) < 0 || set_int(d, "jobs_failed", self->jobs_failed) < 0 ||

@@ -524,14 +524,22 @@ Test(node, tasks_sized_to_smallest_worker_memory) {
  * node must resend those tasks with data. A second job then starts with the node
  * still believing in panels of the first (different ids: misses again). */
 Test(node, panel_cache_misses_resent_two_jobs, .timeout = 120) {
-    goblin_grid_params gp;
-    goblin_grid_params_default(&gp);
-    gp.worker.memory_bytes = 256 * 1024;
-    gp.worker.cache_bytes = 40 * 1024; /* about one panel of the tasks planned below */
-    gp.node.speculate = false;        /* only cache-miss resends put tasks back */
-    goblin_grid *g = NULL;
-    cr_assert_eq(goblin_grid_local(2, &gp, &g), GOBLIN_OK);
-    goblin_node *node = goblin_grid_node(g);
+    /* Over ipc:// (over inproc:// the node lends panels in place and caches nothing). */
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.speculate = false; /* only cache-miss resends put tasks back */
+    goblin_worker_params wp[2];
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+        wp[i].memory_bytes = 256 * 1024;
+        wp[i].cache_bytes = 40 * 1024; /* about one panel of the tasks planned below */
+    }
+    char url[96];
+    snprintf(url, sizeof url, "ipc:///tmp/goblin-test-node-miss-%d", (int)getpid());
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 2), GOBLIN_OK);
+    goblin_node *node = g.node;
     cr_assert(rt_wait_workers(node, 2));
     run_product(node, GOBLIN_DTYPE_F32, 300, 310, 290, NULL, NULL);
     run_product(node, GOBLIN_DTYPE_F32, 260, 300, 280, NULL, NULL);
@@ -544,11 +552,11 @@ Test(node, panel_cache_misses_resent_two_jobs, .timeout = 120) {
     int64_t misses = 0;
     for (int i = 0; i < 2; i++) {
         goblin_worker_stats ws;
-        goblin_worker_stats_get(goblin_grid_worker(g, i), &ws);
+        goblin_worker_stats_get(g.w[i], &ws);
         misses += ws.cache_misses;
     }
     cr_assert_eq(misses, st.panel_cache_misses);
-    goblin_grid_free(g);
+    rt_grid_stop(&g);
 }
 
 /* ---- TLS between node and workers --------------------------------------------------- */

@@ -2,6 +2,7 @@
  * stays right, bad results are rejected, the cheater is quarantined), crashes,
  * refusal on a catalogue mismatch, the panel cache, parameter checks. */
 #include <criterion/criterion.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "runtime_util.h"
@@ -218,14 +219,17 @@ Test(worker, refused_on_catalogue_mismatch) {
 }
 
 Test(worker, panel_cache_reuse) {
-    /* One worker, many column tiles per row: A panels are sent once per row. */
+    /* One worker, many column tiles per row: A panels are sent once per row. Over ipc://
+     * (over inproc:// the node lends panels in place: inproc_panels_lent_in_place). */
     goblin_node_params np;
     goblin_node_params_default(&np);
     goblin_worker_params wp;
     goblin_worker_params_default(&wp);
     wp.threads = 1;
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-cache", &np, &wp, 1), GOBLIN_OK);
+    char url[96];
+    snprintf(url, sizeof url, "ipc:///tmp/goblin-test-worker-cache-%d", (int)getpid());
+    cr_assert_eq(rt_grid_start(&g, url, &np, &wp, 1), GOBLIN_OK);
     cr_assert(rt_wait_workers(g.node, 1));
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 64, 500, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 500, 400, 4, true);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 64, 400, 0, false);
@@ -242,6 +246,116 @@ Test(worker, panel_cache_reuse) {
     goblin_worker_stats_get(g.w[0], &ws);
     cr_assert_gt(st.panel_cache_hits, 0);
     cr_assert_eq(ws.cache_hits, st.panel_cache_hits);
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
+/* A node and workers of one process (inproc://): the node lends the panels in place
+ * (no copy into the TASK), the workers compute on the caller's A and B. */
+Test(worker, inproc_panels_lent_in_place) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp[2];
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-in-place", &np, wp, 2), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 2));
+    /* A strided view of a wider A: the panels are views of views. */
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 70, 260, 5, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 250, 90, 6, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 70, 90, 0, false);
+    goblin_tensor av = a.t;
+    av.shape[1] = 250;
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 12;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &av, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s", goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&av, &b.t, &c.t), 0);
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    int64_t lent = 0, hits = 0;
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_stats ws;
+        goblin_worker_stats_get(g.w[i], &ws);
+        lent += ws.inputs_in_place;
+        hits += ws.cache_hits;
+    }
+    cr_assert_eq(st.panels_in_place, 2 * st.tasks_issued, "every panel of every task lent");
+    cr_assert_eq(lent, st.panels_in_place);
+    cr_assert_eq(st.panel_cache_hits, 0);
+    cr_assert_eq(hits, 0);
+    cr_assert_eq(st.panel_cache_misses, 0);
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
+/* Page-aligned memory that can be made unreadable. */
+static double *pages(size_t n) {
+    void *p = mmap(NULL, n * sizeof(double), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(p, MAP_FAILED);
+    return p;
+}
+
+/* A job canceled while workers compute on its operands in place: once goblin_job_wait
+ * has reported the end, no worker reads A or B any more. They are made unreadable at
+ * once (a late read by BLIS, which ASan does not see, crashes the test) for longer than
+ * a task takes. */
+Test(worker, canceled_job_operands_unread_after_wait) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.speculate = false;
+    goblin_worker_params wp[2];
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-cancel-in-place", &np, wp, 2), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 2));
+    enum { N = 1000 };
+    for (int round = 0; round < 3; round++) {
+        double *ad = pages(N * N), *bd = pages(N * N), *cd = pages(N * N);
+        for (int64_t i = 0; i < N * N; i++) ad[i] = bd[i] = 1.0 / (double)(1 + i % 7);
+        int64_t sh[2] = {N, N};
+        goblin_tensor a, b, c;
+        goblin_tensor_init(&a, GOBLIN_DTYPE_F64, 2, sh, ad);
+        goblin_tensor_init(&b, GOBLIN_DTYPE_F64, 2, sh, bd);
+        goblin_tensor_init(&c, GOBLIN_DTYPE_F64, 2, sh, cd);
+        goblin_job_params jp;
+        goblin_job_params_default(&jp);
+        jp.min_tasks = 8;
+        goblin_job *job;
+        cr_assert_eq(goblin_node_submit_matmul(g.node, &a, &b, &c, &jp, &job), GOBLIN_OK);
+        for (int k = 0; k < 2000; k++) { /* until the workers hold leases */
+            goblin_node_stats st;
+            goblin_node_stats_get(g.node, &st);
+            if (st.tasks_issued >= 2) break;
+            usleep(1000);
+        }
+        usleep(2000 * (useconds_t)round); /* early, and a little into the tasks */
+        goblin_job_cancel(job);
+        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_ECANCELED);
+        cr_assert_eq(mprotect(ad, N * N * sizeof(double), PROT_NONE), 0);
+        cr_assert_eq(mprotect(bd, N * N * sizeof(double), PROT_NONE), 0);
+        usleep(300 * 1000);
+        goblin_job_free(job);
+        munmap(ad, N * N * sizeof(double));
+        munmap(bd, N * N * sizeof(double));
+        munmap(cd, N * N * sizeof(double));
+    }
+    /* The grid still works. */
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 40, 30, 9, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 30, 20, 10, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 40, 20, 0, false);
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, NULL, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s", goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
     goblin_job_free(job);
     rt_grid_stop(&g);
     free(a.data), free(b.data), free(c.data);
