@@ -2011,9 +2011,24 @@ static bool issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, b
     int64_t *dir = goblin__calloc((size_t)(2 * ni) + 1, sizeof *dir);
     void **tmp = goblin__calloc((size_t)ni + 1, sizeof *tmp);
     bool ok = false;
-    int64_t hits = 0;
+    int64_t hits = 0, lent = 0;
     if (!in || !dir || !tmp) goto out;
     for (int32_t i = 0; i < ni; i++) {
+        if (p->shared && j->stok) {
+            /* An in-process worker: the input as a view of the caller's memory, under an
+             * id of this job's own (distinct for every input and chunk). */
+            goblin_tensor view = G->batched[i] ? task_input(j, ti, i) : G->in[i];
+            uint64_t lid = (((uint64_t)i << 40) ^ (uint64_t)(G->batched[i] ? ti + 1 : 0)) * 0xD6E8FEB86659FD93ull ^
+                           j->id * 0x9E3779B97F4A7C15ull;
+            if (lid && goblin__share_put(j->share, j->stok, lid, &view) == GOBLIN_OK) {
+                int64_t zero[1] = {0};
+                goblin_tensor_init(&in[i], view.dtype, 1, zero, NULL);
+                dir[i] = (int64_t)lid;
+                dir[ni + i] = 1;
+                lent++;
+                continue;
+            }
+        }
         if (G->batched[i]) {
             goblin_tensor cv = task_input(j, ti, i);
             if (goblin_tensor_is_contiguous(&cv)) {
@@ -2042,10 +2057,11 @@ static bool issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, b
     }
     int64_t sd[1] = {2 * (int64_t)ni};
     goblin_tensor_init(&in[ni], GOBLIN_DTYPE_I64, 1, sd, dir);
-    if (!send_task(n, j, ti, pi, speculative, v->buf, v->len, in, (uint32_t)ni + 1, true)) goto out;
+    if (!send_task(n, j, ti, pi, speculative, v->buf, v->len, in, (uint32_t)ni + 1, lent == 0)) goto out;
     n->st.panel_cache_hits += hits;
+    n->st.panels_in_place += lent;
     for (int32_t i = 0; i < ni; i++)
-        if (!G->batched[i]) peer_add_gid(p, G->cid[i]);
+        if (!G->batched[i] && dir[ni + i] == 0) peer_add_gid(p, G->cid[i]);
     ok = true;
 out:
     if (tmp)
@@ -3027,6 +3043,10 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cond, NULL);
     j->kind = JOB_GRAPH;
+    if (n->share) { /* inputs lent in place to in-process workers (share.h) */
+        j->share = n->share;
+        j->stok = goblin__share_job_new();
+    }
     j->jp = jp->job;
     gjob *G = j->g = goblin__calloc(1, sizeof *G);
     if (!G) {

@@ -161,9 +161,12 @@ void goblin__share_job_free(goblin__share_job *jt) {
 goblin_err goblin__share_put(goblin__share *s, goblin__share_job *jt, uint64_t id, const goblin_tensor *view) {
     goblin_err e = GOBLIN_OK;
     pthread_mutex_lock(&s->mu);
+    entry *have = jt->ended ? NULL : find(s, id);
     if (jt->ended) {
         e = GOBLIN_ESTATE;
-    } else if (!find(s, id)) {
+    } else if (have && have->job != jt) {
+        e = GOBLIN_EBUSY; /* another job's id (the ids are hashes): the caller copies */
+    } else if (!have) {
         entry *x = goblin__alloc(sizeof *x);
         if (jt->n == jt->cap) {
             size_t cap = jt->cap ? 2 * jt->cap : 16;

@@ -39,8 +39,9 @@ void goblin__share_release(goblin__share *s);
 /** A job's token; goblin__share_job_end it, then goblin__share_job_free it. */
 goblin__share_job *goblin__share_job_new(void);
 void goblin__share_job_free(goblin__share_job *jt);
-/** Put a view under @p id for job @p jt (a no-op when @p id is already there).
- *  GOBLIN_ENOMEM, GOBLIN_ESTATE when the job has ended. */
+/** Put a view under @p id for job @p jt (a no-op when the job already put @p id).
+ *  GOBLIN_ENOMEM, GOBLIN_ESTATE when the job has ended, GOBLIN_EBUSY when another
+ *  job holds @p id (the caller then sends the data instead). */
 goblin_err goblin__share_put(goblin__share *s, goblin__share_job *jt, uint64_t id, const goblin_tensor *view);
 /** Remove the job's views (no worker takes one any more). Idempotent, never waits. */
 void goblin__share_job_close(goblin__share *s, goblin__share_job *jt);

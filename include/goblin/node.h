@@ -309,8 +309,8 @@ typedef struct goblin_node_stats {
                                   comparisons, recomputations (nanoseconds) */
     int64_t spot_checks;       /* graph tasks spot-checked (SPOT) */
     int64_t spot_rows_checked; /* rows recomputed by those checks (NaN/inf rows included) */
-    int64_t panels_in_place;   /* matmul panels lent to in-process workers in place (inproc://:
-                                  no copy into the TASK; docs/runtime.md) */
+    int64_t panels_in_place;   /* inputs lent to in-process workers in place (inproc://: no copy
+                                  into the TASK; matmul panels, graph-job inputs; docs/runtime.md) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

@@ -267,6 +267,25 @@ static goblin_grid *grid3(int n) {
     return grid;
 }
 
+/* Node and @p n workers over ipc:// (@p tag makes the path unique): inputs travel in
+ * TASKs and the workers' caches, as between machines (over inproc:// the node lends
+ * them in place instead). */
+static void grid_ipc(rt_grid *g, int n, const char *tag) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.log_level = GOBLIN_LOG_ERROR;
+    goblin_worker_params wp[4];
+    for (int i = 0; i < n; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+        wp[i].log_level = GOBLIN_LOG_ERROR;
+    }
+    char url[128];
+    snprintf(url, sizeof url, "ipc:///tmp/goblin-test-gj-%s-%d", tag, (int)getpid());
+    cr_assert_eq(rt_grid_start(g, url, &np, wp, n), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g->node, n));
+}
+
 Test(graph_job, outputs_equal_direct_eval_f32) {
     goblin_grid *grid = grid3(3);
     mlp m = mlp_new(GOBLIN_DTYPE_F32, 37, 8, 6);
@@ -336,8 +355,9 @@ Test(graph_job, strided_inputs_outputs_f64_fixed_chunks) {
 }
 
 Test(graph_job, broadcast_inputs_cached_across_jobs) {
-    goblin_grid *grid = grid3(2);
-    goblin_node *node = goblin_grid_node(grid);
+    rt_grid grid;
+    grid_ipc(&grid, 2, "bcast");
+    goblin_node *node = grid.node;
     mlp m = mlp_new(GOBLIN_DTYPE_F32, 40, 6, 5);
     job_io io = io_new(&m, 300);
     goblin_graph_job_params jp;
@@ -351,7 +371,7 @@ Test(graph_job, broadcast_inputs_cached_across_jobs) {
     goblin_job_free(job);
     for (int i = 0; i < 2; i++) {
         goblin_worker_stats ws;
-        goblin_worker_stats_get(goblin_grid_worker(grid, i), &ws);
+        goblin_worker_stats_get(grid.w[i], &ws);
         cr_assert(ws.tasks_done > 0, "worker %d took part in the first job", i);
     }
     goblin_node_stats a, b;
@@ -371,7 +391,7 @@ Test(graph_job, broadcast_inputs_cached_across_jobs) {
     goblin_job_free(job);
     io_free(&io);
     goblin_graph_free(m.g);
-    goblin_grid_free(grid);
+    rt_grid_stop(&grid);
 }
 
 /* A grid of three workers, worker 0 cheating with @p mode at @p rate (its second task
@@ -803,8 +823,9 @@ Test(graph_job, repeated_jobs_never_reuse_a_stale_graph) {
  * (as a cached input, hoist.c), not inside every task's graph. Here a constant comes
  * before the input in node order and a small one stays inline. */
 Test(graph_job, large_constants_travel_once_per_worker) {
-    goblin_grid *grid = grid3(2);
-    goblin_node *node = goblin_grid_node(grid);
+    rt_grid grid;
+    grid_ipc(&grid, 2, "hoist");
+    goblin_node *node = grid.node;
     enum { B = 48, D = 64, H = 40 };
     double *x = malloc(sizeof(double) * B * D), *y = malloc(sizeof(double) * B * H);
     double *w = malloc(sizeof(double) * D * H), *w2 = malloc(sizeof(double) * H * H), b[H];
@@ -878,9 +899,42 @@ Test(graph_job, large_constants_travel_once_per_worker) {
     goblin_job *job = NULL;
     cr_assert_eq(goblin_node_submit_graph(node, g, &bad, 1, &ot, 1, &jp, &job), GOBLIN_EDTYPE);
     cr_assert_null(job);
+    rt_grid_stop(&grid);
+    /* In one process (inproc://) every input is lent in place: no data in the TASKs. */
+    goblin_grid *eg = grid3(2);
+    goblin_node *en = goblin_grid_node(eg);
+    memset(y, 0, sizeof(double) * B * H);
+    cr_assert_eq(goblin_node_submit_graph(en, g, &in, 1, &ot, 1, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    goblin_node_stats_get(en, &s);
+    cr_assert_eq(s.panels_in_place, 2 * s.tasks_issued, "x and the hoisted weight of every task lent");
+    cr_assert_eq(s.panel_cache_hits, 0);
+    int64_t lent = 0;
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_stats ws;
+        goblin_worker_stats_get(goblin_grid_worker(eg, i), &ws);
+        lent += ws.inputs_in_place;
+    }
+    cr_assert_eq(lent, s.panels_in_place);
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t jx = 0; jx < H; jx++) {
+            double acc = 0, sc = 0;
+            for (int64_t q = 0; q < H; q++) {
+                double hq = b[q], hs = fabs(b[q]);
+                for (int64_t k = 0; k < D; k++) {
+                    hq += x[i * D + k] * w[k * H + q];
+                    hs += fabs(x[i * D + k] * w[k * H + q]);
+                }
+                acc += hq * w2[q * H + jx];
+                sc += hs * fabs(w2[q * H + jx]);
+            }
+            cr_assert(fabs(y[i * H + jx] - acc) <= 4.0 * (D + H) * 0x1p-53 * sc + 1e-300, "in place: y[%lld,%lld]",
+                      (long long)i, (long long)jx);
+        }
+    goblin_grid_free(eg);
     goblin_graph_free(g);
     free(x), free(y), free(w), free(w2);
-    goblin_grid_free(grid);
 }
 
 /* ---- SPOT: a few secret rows recomputed on the node --------------------------------- */
