@@ -50,6 +50,9 @@ goblin_err goblin_grid_local(int32_t n_workers, const goblin_grid_params *p, gob
     goblin_node_params np = p->node;
     np.listen[0] = g->url;
     np.n_listen = 1;
+    /* The node shares the cores with the workers, which keep them busy: a threaded
+     * recomputation would wait at its kernels' barriers for descheduled threads. */
+    if (np.recompute_threads == 0) np.recompute_threads = 1;
     if ((e = goblin_node_new(&g->node, &np)) != GOBLIN_OK) goto fail;
     if ((e = goblin_node_start(g->node)) != GOBLIN_OK) goto fail;
     goblin_worker_params wp = p->worker;

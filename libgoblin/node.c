@@ -2359,7 +2359,9 @@ static goblin_err spot_eval(goblin_node *n, goblin_job *j, int64_t ti, const int
     goblin_exec_params ep;
     goblin_exec_params_default(&ep);
     ep.backend = n->p.recompute_backend;
-    ep.threads = n->p.recompute_threads;
+    /* One thread: a few rows are too little work to split, and the workers keep every
+     * core busy (a threaded kernel's barrier then waits for a descheduled thread). */
+    ep.threads = 1;
     ep.shapes_like = gvar(j, ti)->g; /* each row as in the worker's chunk, bit for bit */
     if ((e = goblin_graph_eval(g, &ep, in, G->n_in, ot, G->n_out)) != GOBLIN_OK) goto done;
     *out = bufs;

@@ -12,7 +12,9 @@
 GOBLIN_BEGIN_DECLS
 
 typedef struct goblin_grid_params {
-    goblin_node_params node;     /* listen URLs are ignored: the grid picks an inproc:// one */
+    goblin_node_params node;     /* listen URLs are ignored: the grid picks an inproc:// one;
+                                    recompute_threads 0 means 1 here (the workers keep the
+                                    cores busy) */
     goblin_worker_params worker; /* for every worker; connect URLs are ignored */
 } goblin_grid_params;
 
