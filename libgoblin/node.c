@@ -1867,7 +1867,7 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
     j->node = n;
     j->id = n->next_job_id++;
     if (n->share) { /* without it (out of memory) panels are copied */
-        j->share = n->share;
+        j->share = goblin__share_ref(n->share); /* a detached job outlives the node */
         j->stok = goblin__share_job_new();
     }
     /* Empty products: nothing to distribute (an empty K means C = 0). */
@@ -3046,7 +3046,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     pthread_cond_init(&j->cond, NULL);
     j->kind = JOB_GRAPH;
     if (n->share) { /* inputs lent in place to in-process workers (share.h) */
-        j->share = n->share;
+        j->share = goblin__share_ref(n->share); /* a detached job outlives the node */
         j->stok = goblin__share_job_new();
     }
     j->jp = jp->job;
@@ -3262,6 +3262,7 @@ void goblin_job_free(goblin_job *j) {
     job_drop_panels(j);
     goblin__share_job_end(j->share, j->stok);
     goblin__share_job_free(j->stok);
+    goblin__share_release(j->share);
     gjob_free(j->g);
     goblin_buffer_free(j->gser);
     goblin__free(j->tasks);

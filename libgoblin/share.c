@@ -113,6 +113,11 @@ goblin__share *goblin__share_find(const char *url) {
     return s;
 }
 
+goblin__share *goblin__share_ref(goblin__share *s) {
+    if (s) atomic_fetch_add(&s->refs, 1);
+    return s;
+}
+
 void goblin__share_release(goblin__share *s) {
     if (s && atomic_fetch_sub(&s->refs, 1) == 1) share_free(s);
 }

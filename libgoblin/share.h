@@ -33,7 +33,9 @@ goblin__share *goblin__share_publish(const char *url);
 void goblin__share_unpublish(goblin__share *s);
 /** Worker: a reference to the share published under @p url, or NULL. */
 goblin__share *goblin__share_find(const char *url);
-/** Worker: drop a reference from goblin__share_find. */
+/** Another reference to @p s (a job of the node); NULL stays NULL. */
+goblin__share *goblin__share_ref(goblin__share *s);
+/** Drop a reference from goblin__share_find or goblin__share_ref. NULL is a no-op. */
 void goblin__share_release(goblin__share *s);
 
 /** A job's token; goblin__share_job_end it, then goblin__share_job_free it. */
