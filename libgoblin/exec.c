@@ -19,6 +19,12 @@ struct goblin_exec {
     void *ref_ctx;
     goblin_exec_params p;
     int32_t *last_use;  /* per node: index of its last consumer, or n_nodes if a graph output */
+    /* per node: the node whose buffer holds its value: itself, or for a RESHAPE that
+     * aliases its input (see alias_plan) the buffer's owner */
+    int32_t *root;
+    /* per node that owns a buffer: the last node reading it through itself or an alias
+     * (n_nodes when the buffer is a graph output, -1 when nothing reads it) */
+    int32_t *buf_last;
     goblin_exec_stats stats;
     bool profile; /* GOBLIN_PROFILE set (non-empty, not "0"): per-node times to stderr */
     char err[512];
@@ -76,6 +82,26 @@ static goblin_err xfail(goblin_exec *ex, goblin_err e, const char *fmt, ...) {
     return e;
 }
 
+/* Which nodes alias their input's buffer instead of computing. A RESHAPE of a value
+ * the executor holds contiguous (a node it computed, or a constant) is the same bytes
+ * under another shape: its value is a view of the input's buffer, no copy. Graph
+ * inputs (the caller's tensors may be strided) and graph outputs (they may go straight
+ * into a caller's buffer) still run the kernel. Kernels never write their inputs, so a
+ * shared buffer stays as it is; it is released after the last read through any alias
+ * (buf_last), not after its owner's own last use. */
+static void alias_plan(const goblin_graph *g, const int32_t *last_use, int32_t *root, int32_t *buf_last) {
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const goblin__node *n = &g->nodes[i];
+        root[i] = i;
+        buf_last[i] = last_use[i];
+        if (n->op != GOBLIN_OP_RESHAPE || n->n_inputs != 1 || last_use[i] == g->n_nodes) continue;
+        int32_t r = root[n->inputs[0]];
+        if (g->nodes[r].op == GOBLIN_OP_INPUT) continue;
+        root[i] = r;
+        if (last_use[i] > buf_last[r]) buf_last[r] = last_use[i];
+    }
+}
+
 goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const goblin_exec_params *p) {
     if (!out || !g) return GOBLIN_EINVAL;
     goblin_exec_params params;
@@ -104,8 +130,14 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
     ex->p = params;
     const char *prof = getenv("GOBLIN_PROFILE");
     ex->profile = prof && prof[0] && strcmp(prof, "0") != 0;
-    ex->last_use = goblin__calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(int32_t));
-    if (!ex->last_use) {
+    size_t nn1 = (size_t)(g->n_nodes ? g->n_nodes : 1);
+    ex->last_use = goblin__calloc(nn1, sizeof(int32_t));
+    ex->root = goblin__calloc(nn1, sizeof(int32_t));
+    ex->buf_last = goblin__calloc(nn1, sizeof(int32_t));
+    if (!ex->last_use || !ex->root || !ex->buf_last) {
+        goblin__free(ex->last_use);
+        goblin__free(ex->root);
+        goblin__free(ex->buf_last);
         goblin__free(ex);
         return GOBLIN_ENOMEM;
     }
@@ -114,10 +146,13 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
         for (int32_t j = 0; j < g->nodes[i].n_inputs; j++) ex->last_use[g->nodes[i].inputs[j]] = i;
     }
     for (int32_t o = 0; o < g->n_outputs; o++) ex->last_use[g->output_ids[o]] = g->n_nodes;
+    alias_plan(g, ex->last_use, ex->root, ex->buf_last);
     char msg[256] = "";
     e = vt->init(&ex->be_ctx, &params, msg, sizeof msg);
     if (e) {
         goblin__free(ex->last_use);
+        goblin__free(ex->root);
+        goblin__free(ex->buf_last);
         goblin__free(ex);
         return e;
     }
@@ -126,6 +161,8 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
         if (e) {
             vt->destroy(ex->be_ctx);
             goblin__free(ex->last_use);
+            goblin__free(ex->root);
+            goblin__free(ex->buf_last);
             goblin__free(ex);
             return e;
         }
@@ -139,6 +176,8 @@ void goblin_exec_free(goblin_exec *ex) {
     ex->be->destroy(ex->be_ctx);
     if (ex->be != &goblin__backend_ref) goblin__backend_ref.destroy(ex->ref_ctx);
     goblin__free(ex->last_use);
+    goblin__free(ex->root);
+    goblin__free(ex->buf_last);
     goblin__free(ex);
 }
 
@@ -328,10 +367,11 @@ typedef struct reuse_pool {
 } reuse_pool;
 
 /* Does a node in (i, i + REUSE_AHEAD] allocate @p bytes? Its index, or -1. */
-static int32_t reuse_wanted(const goblin_graph *g, const int32_t *direct, int32_t i, size_t bytes) {
+static int32_t reuse_wanted(const goblin_graph *g, const int32_t *direct, const int32_t *root, int32_t i,
+                            size_t bytes) {
     for (int32_t q = i + 1; q < g->n_nodes && q <= i + REUSE_AHEAD; q++) {
         const goblin__node *n = &g->nodes[q];
-        if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT || direct[q] >= 0) continue;
+        if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT || direct[q] >= 0 || root[q] != q) continue;
         if (node_bytes(n) == bytes) return q;
     }
     return -1;
@@ -348,9 +388,9 @@ static void *reuse_take(reuse_pool *rp, size_t bytes) {
 }
 
 /* Keep @p buf (freed after node i) if a coming node wants its size; else free it. */
-static void reuse_give(reuse_pool *rp, const goblin_graph *g, const int32_t *direct, int32_t i,
-                       void *buf, size_t bytes) {
-    int32_t q = bytes > 0 ? reuse_wanted(g, direct, i, bytes) : -1;
+static void reuse_give(reuse_pool *rp, const goblin_graph *g, const int32_t *direct, const int32_t *root,
+                       int32_t i, void *buf, size_t bytes) {
+    int32_t q = bytes > 0 ? reuse_wanted(g, direct, root, i, bytes) : -1;
     for (int s = 0; q >= 0 && s < REUSE_SLOTS; s++)
         if (!rp->p[s]) {
             rp->p[s] = buf;
@@ -450,6 +490,16 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
             describe(&vals[i], n, n->payload);
             continue;
         }
+        if (ex->root[i] != i) { /* a view of its input's buffer (alias_plan) */
+            describe(&vals[i], n, vals[n->inputs[0]].data);
+            ex->stats.nodes_run++;
+            int32_t src = ex->root[i];
+            if (ex->buf_last[src] == i && owned[src]) { /* an alias nothing reads */
+                reuse_give(&pool, g, direct, ex->root, i, owned[src], node_bytes(&g->nodes[src]));
+                owned[src] = NULL;
+            }
+            continue;
+        }
         double t0 = ex->profile ? now_ms(CLOCK_MONOTONIC) : 0;
         double c0 = ex->profile ? now_ms(CLOCK_PROCESS_CPUTIME_ID) : 0;
         const goblin__op_def *d = goblin__op_def_get(n->op);
@@ -529,9 +579,9 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
                     now_ms(CLOCK_MONOTONIC) - t0, now_ms(CLOCK_PROCESS_CPUTIME_ID) - c0);
         }
         for (int32_t j = 0; j < n->n_inputs; j++) {
-            int32_t src = n->inputs[j];
-            if (ex->last_use[src] == i && owned[src]) {
-                reuse_give(&pool, g, direct, i, owned[src], node_bytes(&g->nodes[src]));
+            int32_t src = ex->root[n->inputs[j]];
+            if (ex->buf_last[src] == i && owned[src]) {
+                reuse_give(&pool, g, direct, ex->root, i, owned[src], node_bytes(&g->nodes[src]));
                 owned[src] = NULL;
             }
         }

@@ -311,3 +311,79 @@ Test(exec, buffers_kept_across_runs_stay_correct_and_hooks_never_see_them) {
     free(yb);
     goblin_graph_free(g);
 }
+
+/* A RESHAPE of a computed value is a view of its buffer (exec.c alias_plan): the buffer
+ * must live until the last reader through any alias, a chain of reshapes shares it, a
+ * reshape that is a graph output or reshapes a graph input still gets its own values,
+ * and buffers freed after the aliases' last use are reused correctly (sizes chosen so
+ * that the executor's reuse pool and kept buffers are exercised). Expected values are
+ * computed here element by element. */
+Test(exec, reshape_views_keep_their_buffer_alive) {
+    enum { R = 64, C = 1024 }; /* 256 KiB f32 buffers: kept and reused across nodes/runs */
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[2] = {R, C}, s1[3] = {R, 32, 32}, s2[1] = {R * C}, s3[2] = {C, R};
+    int32_t x, a, r1, r2, r3, m, n2, b, y, rin, ro;
+    (void)r3;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, sx, &x), GOBLIN_OK);
+    int32_t xx[2] = {0, 0};
+    xx[0] = xx[1] = x;
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, xx, 2, NULL, 0, &a), GOBLIN_OK); /* a = 2x */
+    goblin_attr at1 = goblin_attr_ints(GOBLIN_ATTR_SHAPE, s1, 3);
+    goblin_attr at2 = goblin_attr_ints(GOBLIN_ATTR_SHAPE, s2, 1);
+    goblin_attr at3 = goblin_attr_ints(GOBLIN_ATTR_SHAPE, s3, 2);
+    goblin_attr atx = goblin_attr_ints(GOBLIN_ATTR_SHAPE, sx, 2);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &a, 1, &at1, 1, &r1), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &r1, 1, &at2, 1, &r2), GOBLIN_OK);
+    int32_t rr[2] = {r2, r2};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MUL, rr, 2, NULL, 0, &m), GOBLIN_OK); /* 4x^2, flat */
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &m, 1, &atx, 1, &n2), GOBLIN_OK);
+    int32_t an[2] = {a, n2};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SUB, an, 2, NULL, 0, &b), GOBLIN_OK); /* 2x - 4x^2 */
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &r1, 1, &at3, 1, &r3), GOBLIN_OK); /* read late */
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &x, 1, &at2, 1, &rin), GOBLIN_OK); /* of an input */
+    int32_t br[2] = {b, b};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, br, 2, NULL, 0, &y), GOBLIN_OK); /* 4x - 8x^2 */
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &y, 1, &at1, 1, &ro), GOBLIN_OK); /* an output */
+    int32_t r4;
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &r1, 1, &at3, 1, &r4), GOBLIN_OK); /* a late view */
+    int32_t ry[2] = {r4, r4}, z;
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MUL, ry, 2, NULL, 0, &z), GOBLIN_OK); /* 4x^2 as [C, R] */
+    cr_assert_eq(goblin_graph_output(g, ro), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, z), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, rin), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, r3), GOBLIN_OK);
+    float *xd = malloc(sizeof(float) * R * C);
+    for (int be = 0; be < 2; be++) {
+        if (goblin_backend_available(backends[be]) != GOBLIN_OK) continue;
+        goblin_exec_params p;
+        goblin_exec_params_default(&p);
+        p.backend = backends[be];
+        p.threads = 1;
+        goblin_exec *ex;
+        cr_assert_eq(goblin_exec_new(&ex, g, &p), GOBLIN_OK);
+        for (int rep = 0; rep < 3; rep++) {
+            for (int64_t i = 0; i < R * C; i++) xd[i] = (float)((i * 7 + rep * 3) % 23) * 0.25f - 2.0f;
+            goblin_tensor in = gt_tensor(GOBLIN_DTYPE_F32, 2, sx, xd), out[4];
+            memset(out, 0, sizeof out);
+            cr_assert_eq(goblin_exec_run(ex, &in, 1, out, 4), GOBLIN_OK, "%s", goblin_exec_error(ex));
+            cr_assert_eq(out[0].rank, 3);
+            cr_assert_eq(out[1].shape[0], C);
+            for (int64_t i = 0; i < R * C; i++) {
+                float v = xd[i], two = v + v, sq = two * two;
+                float bb = two - sq;
+                cr_assert_eq(((float *)out[0].data)[i], bb + bb, "backend %d run %d y[%lld]", be, rep, (long long)i);
+                cr_assert_eq(((float *)out[1].data)[i], sq, "backend %d run %d z[%lld]", be, rep, (long long)i);
+                cr_assert_eq(((float *)out[2].data)[i], v);
+                cr_assert_eq(((float *)out[3].data)[i], two);
+            }
+            for (int o = 0; o < 4; o++) {
+                cr_assert_neq(out[o].data, (void *)xd);
+                goblin_buffer_free(out[o].data);
+            }
+        }
+        goblin_exec_free(ex);
+    }
+    free(xd);
+    goblin_graph_free(g);
+}
