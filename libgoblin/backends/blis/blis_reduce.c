@@ -78,8 +78,9 @@ static int32_t nthreads(const goblin__kctx *k) {
         memcpy(&v, p, sizeof v);                                                                   \
         return v;                                                                                  \
     }                                                                                              \
-    /* sum (x_i - mu)^p for p = 1 (mu = 0: plain sum) or 2 */                                      \
-    INL double S##_sum(const T *x, int64_t n, T mu, int sq) {                                      \
+    /* the 4*VN lane values of sum (x_i - mu)^p for p = 1 (mu = 0: plain sum) or 2: element i \
+     * of x into lane i mod 4*VN; lanes[j] is what FOLD4 adds as its j-th term */              \
+    INL void S##_lanes(const T *x, int64_t n, T mu, int sq, T *lanes) {                          \
         VT a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                                 \
         int64_t i = 0;                                                                             \
         for (; i + 4 * VN <= n; i += 4 * VN) {                                                     \
@@ -101,7 +102,31 @@ static int32_t nthreads(const goblin__kctx *k) {
             T v = x[i + j] - mu;                                                                   \
             tail[j] = sq ? v * v : v;                                                              \
         }                                                                                          \
-        return FOLD4(T, VN, a0, a1, a2, a3, tail);                                                 \
+        VST(lanes, a0 + S##_ld(tail));                                                             \
+        VST(lanes + VN, a1 + S##_ld(tail + VN));                                                   \
+        VST(lanes + 2 * VN, a2 + S##_ld(tail + 2 * VN));                                           \
+        VST(lanes + 3 * VN, a3 + S##_ld(tail + 3 * VN));                                           \
+    }                                                                                              \
+    /* sum (x_i - mu)^p: the lanes folded in lane order into double (FOLD4) */                     \
+    INL double S##_sum(const T *x, int64_t n, T mu, int sq) {                                      \
+        T l[4 * VN];                                                                               \
+        S##_lanes(x, n, mu, sq, l);                                                                \
+        double s = 0;                                                                              \
+        for (int j = 0; j < 4 * VN; j++) s += (double)l[j];                                        \
+        return s;                                                                                  \
+    }                                                                                              \
+    /* S##_sum of four rows (row r at x + r * ld, its own mu[r]; mu NULL: 0): the same four \
+     * sums, each lane of a v4d one row's fold in the same order, so the four serial \
+     * chains of double additions overlap */                                                       \
+    INL void S##_sum4(const T *x, int64_t ld, int64_t n, const T *mu, int sq, double *out) {     \
+        T l[4][4 * VN];                                                                            \
+        for (int r = 0; r < 4; r++) S##_lanes(x + r * ld, n, mu ? mu[r] : 0, sq, l[r]);            \
+        v4d s = {0, 0, 0, 0};                                                                      \
+        for (int j = 0; j < 4 * VN; j++) {                                                         \
+            v4d t = {(double)l[0][j], (double)l[1][j], (double)l[2][j], (double)l[3][j]};          \
+            s += t;                                                                                \
+        }                                                                                          \
+        memcpy(out, &s, sizeof s);                                                                 \
     }                                                                                              \
     /* max (mx = 1) or min of n >= 1 elements; any NaN gives NaN */                                \
     INL double S##_ext(const T *x, int64_t n, int mx) {                                            \
@@ -183,7 +208,15 @@ INL void store_result(const rjob *j, int64_t o, double v) {
 CLONES static void row_item(void *arg, int64_t i) {
     const rjob *j = arg;
     int64_t r1 = (i + 1) * j->rpi < j->A ? (i + 1) * j->rpi : j->A;
-    for (int64_t r = i * j->rpi; r < r1; r++)
+    int64_t r = i * j->rpi;
+    if (j->R && (j->op == GOBLIN_OP_SUM || j->op == GOBLIN_OP_MEAN))
+        for (; r + 4 <= r1; r += 4) { /* four rows at a time: block_reduce's bits */
+            double v[4];
+            if (j->f64) f64_sum4((const double *)j->x + r * j->R, j->R, j->R, NULL, 0, v);
+            else f32_sum4((const float *)j->x + r * j->R, j->R, j->R, NULL, 0, v);
+            for (int q = 0; q < 4; q++) store_result(j, r + q, v[q]);
+        }
+    for (; r < r1; r++)
         store_result(j, r, j->R ? block_reduce(j, r * j->R, j->R) : 0.0);
 }
 
@@ -449,10 +482,17 @@ typedef struct njob {
 
 #define NORM_ROW(S, T, VN)                                                                         \
     do {                                                                                           \
-        const T *x = (const T *)j->x + r * n, *w = j->w, *b = j->b;                                \
-        T *y = (T *)j->y + r * n;                                                                  \
-        T mu = j->rms ? 0 : (T)(S##_sum(x, n, 0, 0) / (double)n);                                  \
-        T rs = (T)(1.0 / sqrt(S##_sum(x, n, mu, 1) / (double)n + j->eps));                         \
+        const T *x_ = (const T *)j->x + r * n;                                                     \
+        T mu_ = j->rms ? 0 : (T)(S##_sum(x_, n, 0, 0) / (double)n);                                \
+        T rs_ = (T)(1.0 / sqrt(S##_sum(x_, n, mu_, 1) / (double)n + j->eps));                      \
+        NORM_APPLY(S, T, VN, r, mu_, rs_);                                                         \
+    } while (0)
+
+/* y = (x - mu) rs [* w] [+ b] for row rr */
+#define NORM_APPLY(S, T, VN, rr, mu, rs)                                                           \
+    do {                                                                                           \
+        const T *x = (const T *)j->x + (rr) * n, *w = j->w, *b = j->b;                             \
+        T *y = (T *)j->y + (rr) * n;                                                               \
         int64_t q = 0;                                                                             \
         for (; q + VN <= n; q += VN) {                                                             \
             typeof(S##_ld(x)) v = (S##_ld(x + q) - mu) * rs;                                       \
@@ -472,7 +512,21 @@ CLONES static void norm_item(void *arg, int64_t i) {
     const njob *j = arg;
     int64_t n = j->len;
     int64_t r1 = (i + 1) * j->rpi < j->rows ? (i + 1) * j->rpi : j->rows;
-    for (int64_t r = i * j->rpi; r < r1; r++) {
+    int64_t r = i * j->rpi;
+    if (!j->f64)
+        for (; r + 4 <= r1; r += 4) { /* statistics of four rows at a time, NORM_ROW's bits */
+            const float *x0 = (const float *)j->x + r * n;
+            float mu[4] = {0, 0, 0, 0}, rs[4];
+            double s[4];
+            if (!j->rms) {
+                f32_sum4(x0, n, n, NULL, 0, s);
+                for (int k4 = 0; k4 < 4; k4++) mu[k4] = (float)(s[k4] / (double)n);
+            }
+            f32_sum4(x0, n, n, mu, 1, s);
+            for (int k4 = 0; k4 < 4; k4++) rs[k4] = (float)(1.0 / sqrt(s[k4] / (double)n + j->eps));
+            for (int k4 = 0; k4 < 4; k4++) NORM_APPLY(f32, float, 8, r + k4, mu[k4], rs[k4]);
+        }
+    for (; r < r1; r++) {
         if (j->f64) NORM_ROW(f64, double, 4);
         else NORM_ROW(f32, float, 8);
     }

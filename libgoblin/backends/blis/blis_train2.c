@@ -654,7 +654,14 @@ typedef struct copy_job {
 
 static void copy_row(size_t es, const char *s, int64_t src_st, char *d, int64_t dst_st, int64_t n) {
     if (src_st == 1 && dst_st == 1) {
-        memcpy(d, s, (size_t)n * es);
+        size_t b = (size_t)n * es;
+        if (b <= 64) { /* a short row (an attention head's): inline, no library call */
+            size_t q = 0;
+            for (; q + 16 <= b; q += 16) memcpy(d + q, s + q, 16);
+            for (; q < b; q++) d[q] = s[q];
+            return;
+        }
+        memcpy(d, s, b);
         return;
     }
     switch (es) {
@@ -689,7 +696,15 @@ static void copy_rows(void *arg, int64_t w) {
         }
         const char *s = j->src + so * es;
         char *dp = j->dst + dof * es;
-        if (j->tdim < 0) {
+        if (j->tdim < 0 && L > 0 && j->tdim != L - 1) {
+            /* the rest of the innermost outer dim in one loop: offsets by its strides */
+            int64_t run = lim[L - 1] - cnt[L - 1];
+            if (run > r1 - row) run = r1 - row;
+            int64_t sa = j->ss[L - 1] * es, da = j->ds[L - 1] * es;
+            for (int64_t a = 0; a < run; a++) copy_row(j->es, s + a * sa, j->ss[L], dp + a * da, j->ds[L], j->shape[L]);
+            row += run - 1;
+            cnt[L - 1] += run - 1;
+        } else if (j->tdim < 0) {
             copy_row(j->es, s, j->ss[L], dp, j->ds[L], j->shape[L]);
         } else {
             int64_t nt = j->shape[j->tdim] - cnt[j->tdim] * TILE;
@@ -820,6 +835,12 @@ static void fill_chunk(void *arg, int64_t w) {
         memcpy(&v_, j->fill, sizeof v_);                  \
         for (int64_t i = i0; i < i1; i++) ((T *)j->dst)[i] = v_; \
     } while (0)
+    bool zero = true;
+    for (size_t b = 0; b < j->es; b++) zero &= j->fill[b] == 0;
+    if (zero) { /* +0.0 and integer 0: all bytes zero */
+        memset(j->dst + i0 * (int64_t)j->es, 0, (size_t)(i1 - i0) * j->es);
+        return;
+    }
     switch (j->es) {
     case 1: FILL_LOOP(uint8_t); break;
     case 2: FILL_LOOP(uint16_t); break;
