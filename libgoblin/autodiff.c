@@ -269,8 +269,9 @@ static void rule_matmul(ad_ctx *c, const goblin__node *n, int32_t gy) {
         }
         contrib(c, b, db);
     }
+    /* the bias term beta c: gy beta (gy itself when beta is 1: x * 1 is x, bit for bit) */
     if (n->n_inputs >= 3 && c->reach[n->inputs[2]] && beta != 0)
-        contrib(c, n->inputs[2], MUL(c, gy, K(c, n->dtype, beta)));
+        contrib(c, n->inputs[2], beta == 1 ? gy : MUL(c, gy, K(c, n->dtype, beta)));
 }
 
 /* ---- normalization --------------------------------------------------------- */

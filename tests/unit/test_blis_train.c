@@ -857,3 +857,106 @@ Test(blis_train3, softmax_non_last_axis_matches_reference_bits) {
             free(x.data);
         }
 }
+
+/* Causal attention without a mask skips the products of its weights' zero triangle
+ * (blis_train.c SD_TRI_*) only when the other operand is finite: an inf or NaN in v, go,
+ * q or k of one item must give the reference's NaN/inf pattern, in f32 and f64. */
+Test(blis_train, sdpa_causal_nonfinite_follows_the_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int d = 0; d < 2; d++)
+        for (int which_in = 0; which_in < 4; which_in++) { /* the operand given an inf: go q k v */
+            goblin_dtype dt = dts[d];
+            uint64_t seed = 900 + (uint64_t)(d * 4 + which_in);
+            int64_t s4[4] = {2, 2, 9, 5};
+            goblin_tensor go = rand_tensor(dt, 4, s4, &seed), q = rand_tensor(dt, 4, s4, &seed);
+            goblin_tensor k = rand_tensor(dt, 4, s4, &seed), v = rand_tensor(dt, 4, s4, &seed);
+            goblin_tensor *t[4] = {&go, &q, &k, &v};
+            int64_t pos = 1 * 45 + 6 * 5 + 2; /* batch 0, head 1, row 6, column 2 */
+            if (dt == GOBLIN_DTYPE_F64) ((double *)t[which_in]->data)[pos] = INFINITY;
+            else ((float *)t[which_in]->data)[pos] = INFINITY;
+            goblin_tensor in[4] = {go, q, k, v};
+            for (int64_t which = -1; which < 3; which++) {
+                goblin_attr at[2] = {A_INT(CAUSAL, 1), A_INT(INDEX, which < 0 ? 0 : which)};
+                bool fwd = which < 0;
+                goblin_tensor r = run(GOBLIN_BACKEND_REF, 1, fwd ? GOBLIN_OP_SDPA : GOBLIN_OP_SDPA_BACKWARD,
+                                      fwd ? in + 1 : in, fwd ? 3 : 4, at, fwd ? 1 : 2);
+                goblin_tensor b = run(GOBLIN_BACKEND_BLIS, 1, fwd ? GOBLIN_OP_SDPA : GOBLIN_OP_SDPA_BACKWARD,
+                                      fwd ? in + 1 : in, fwd ? 3 : 4, at, fwd ? 1 : 2);
+                double tol = dt == GOBLIN_DTYPE_F64 ? 1e-12 : 1e-4;
+                for (int64_t i = 0; i < goblin__numel(&r); i++) {
+                    double x = val(&b, i), y = val(&r, i);
+                    cr_assert(isnan(x) == isnan(y) && isinf(x) == isinf(y) && (!isfinite(y) ? isnan(y) || x == y
+                                                                                               : gt_close(x, y, tol, tol)),
+                              "%s inf in input %d, %s %lld: element %lld: blis %g ref %g", goblin_dtype_name(dt),
+                              which_in, fwd ? "forward" : "backward", (long long)which, (long long)i, x, y);
+                }
+                goblin_buffer_free(r.data);
+                goblin_buffer_free(b.data);
+            }
+            for (int i = 0; i < 4; i++) free(t[i]->data);
+        }
+}
+
+/* The forward node keeps its softmax weights for the backward of the same attention in
+ * the same run (blis_train.c sdf_memo): a graph with two attentions' forwards and then
+ * their backward nodes (sharing k and v, the second forward evicting nothing it needs)
+ * gives each output the bits of the node evaluated alone, on a second run too after q
+ * changed in place (a run never takes the previous run's weights). */
+Test(blis_train, sdpa_forward_weights_reused_by_backward_match_each_alone) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int d = 0; d < 2; d++)
+        for (int causal = 0; causal < 2; causal++) {
+            goblin_dtype dt = dts[d];
+            uint64_t seed = 40 + (uint64_t)(d * 2 + causal);
+            int64_t s4[4] = {3, 2, 11, 6};
+            goblin_tensor t[5]; /* go, q, k, v, q2 */
+            for (int i = 0; i < 5; i++) t[i] = rand_tensor(dt, 4, s4, &seed);
+            goblin_graph *g;
+            cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+            int32_t id[5], f[2], bw[6];
+            for (int i = 0; i < 5; i++) cr_assert_eq(goblin_graph_input(g, dt, 4, s4, &id[i]), GOBLIN_OK);
+            goblin_attr at[2] = {A_INT(CAUSAL, causal), A_INT(INDEX, 0)};
+            int32_t fa[3] = {id[1], id[2], id[3]}, fb[3] = {id[4], id[2], id[3]};
+            cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SDPA, fa, 3, at, 1, &f[0]), GOBLIN_OK);
+            cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SDPA, fb, 3, at, 1, &f[1]), GOBLIN_OK);
+            for (int q = 0; q < 6; q++) { /* B's nodes first, then A's */
+                int B = q < 3;
+                int32_t bi[4] = {id[0], B ? id[4] : id[1], id[2], id[3]};
+                at[1] = A_INT(INDEX, (q % 3 + (B ? 1 : 2)) % 3);
+                cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SDPA_BACKWARD, bi, 4, at, 2, &bw[q]), GOBLIN_OK);
+            }
+            for (int i = 0; i < 2; i++) cr_assert_eq(goblin_graph_output(g, f[i]), GOBLIN_OK);
+            for (int q = 0; q < 6; q++) cr_assert_eq(goblin_graph_output(g, bw[q]), GOBLIN_OK);
+            goblin_exec_params p;
+            goblin_exec_params_default(&p);
+            p.backend = GOBLIN_BACKEND_BLIS;
+            p.threads = 2;
+            for (int rep = 0; rep < 2; rep++) {
+                goblin_tensor outs[8];
+                memset(outs, 0, sizeof outs);
+                cr_assert_eq(goblin_graph_eval(g, &p, t, 5, outs, 8), GOBLIN_OK);
+                for (int o = 0; o < 8; o++) {
+                    bool fwd = o < 2;
+                    int B = fwd ? o == 1 : o - 2 < 3;
+                    goblin_tensor in[4] = {t[0], B ? t[4] : t[1], t[2], t[3]};
+                    at[1] = A_INT(INDEX, fwd ? 0 : ((o - 2) % 3 + (B ? 1 : 2)) % 3);
+                    goblin_tensor alone = run(GOBLIN_BACKEND_BLIS, 1, fwd ? GOBLIN_OP_SDPA : GOBLIN_OP_SDPA_BACKWARD,
+                                              fwd ? in + 1 : in, fwd ? 3 : 4, at, fwd ? 1 : 2);
+                    int64_t n = goblin__numel(&alone);
+                    cr_assert(memcmp(outs[o].data, alone.data, (size_t)n * goblin_dtype_size(dt)) == 0,
+                              "%s causal %d run %d: output %d differs from the node alone", goblin_dtype_name(dt),
+                              causal, rep, o);
+                    goblin_buffer_free(alone.data);
+                    goblin_buffer_free(outs[o].data);
+                }
+                for (int64_t i = 0; i < goblin__numel(&t[1]); i++) {
+                    if (dt == GOBLIN_DTYPE_F64) ((double *)t[1].data)[i] *= 1.5;
+                    else ((float *)t[1].data)[i] *= 1.5f;
+                }
+            }
+            goblin_graph_free(g);
+            for (int i = 0; i < 5; i++) free(t[i].data);
+        }
+}

@@ -435,6 +435,10 @@ typedef struct sdpa_job {
     char *memo;
     size_t memo_per;
     bool memo_ready;
+    /* the forward's exp weights, sums and row states of every item (sdf_memo), fmemo_per
+     * bytes apart: written by a forward node, read by the backward of the same attention */
+    char *fmemo;
+    size_t fmemo_per;
 } sdpa_job;
 
 /* One row of scores r[0, n) to softmax weights, the reference kernel's rules: *state 0
@@ -573,6 +577,16 @@ sd_row_f32(float *r, int64_t n, int64_t cap, float *z, uint8_t *state, bool norm
 typedef float sd_t8f __attribute__((vector_size(32)));
 typedef double sd_t4d __attribute__((vector_size(32)));
 
+/* Causal attention without a mask (its weights p[i, c] are exactly 0 for c > i) skips
+ * products whose terms are all p = 0 times a finite value (tri):
+ *   SD_TRI_A_UPPER: a(i, kk) = 0 for kk > i: row group i0.. sums kk < i0 + 4 only;
+ *   SD_TRI_A_LOWER: a(i, kk) = 0 for kk < i: row group i0.. sums kk >= i0 only;
+ *   SD_TRI_C_UPPER: only c(i, x) for x <= i is wanted: the rest is left unwritten.
+ * A skipped term p * b = +-0 would be added to a sum that starts at +0 and so is never
+ * -0 (x + -x is +0 in round-to-nearest): adding it changes no bit, skipping it neither. The
+ * caller asks for A_UPPER / A_LOWER only when b is finite (0 * inf would have been NaN). */
+enum { SD_TRI_NONE, SD_TRI_A_UPPER, SD_TRI_A_LOWER, SD_TRI_C_UPPER };
+
 /* B is read in place when its rows are contiguous whole vectors, else packed: k rows of np
  * (n rounded up to the vector length, zero padded). Rows
  * of c run in groups of 4 sharing each B vector, one vector of columns at a time, each
@@ -580,7 +594,7 @@ typedef double sd_t4d __attribute__((vector_size(32)));
 #define DEFINE_TINY_GEMM(sfx, T, V, VL)                                                         \
     __attribute__((target_clones("avx2", "default"))) static void tiny_gemm_##sfx(              \
         int64_t m, int64_t n, int64_t k, T alpha, const T *a, int64_t rsa, int64_t csa,         \
-        const T *b, int64_t rsb, int64_t csb, T *restrict c, T *restrict pack) {                 \
+        const T *b, int64_t rsb, int64_t csb, T *restrict c, T *restrict pack, int tri) {        \
         int64_t np = (n + VL - 1) / VL * VL, ldp = np;                                          \
         const T *bp = pack;                                                                     \
         if (csb == 1 && n == np) { /* whole vectors of b's rows: read in place */              \
@@ -597,9 +611,13 @@ typedef double sd_t4d __attribute__((vector_size(32)));
             int64_t nr = m - i0 < 4 ? m - i0 : 4;                                               \
             const T *a0 = a + i0 * rsa, *a1 = a0 + (nr > 1 ? rsa : 0);                         \
             const T *a2 = a0 + (nr > 2 ? 2 * rsa : 0), *a3 = a0 + (nr > 3 ? 3 * rsa : 0);       \
-            for (int64_t x0 = 0; x0 < np; x0 += VL) {                                           \
+            int64_t k0 = 0, k1 = k, xe = np; /* the products this row group needs (tri) */      \
+            if (tri == SD_TRI_A_UPPER) k1 = i0 + nr < k ? i0 + nr : k;                          \
+            else if (tri == SD_TRI_A_LOWER) k0 = i0 < k ? i0 : k;                               \
+            else if (tri == SD_TRI_C_UPPER) xe = (i0 + nr + VL - 1) / VL * VL < np ? (i0 + nr + VL - 1) / VL * VL : np; \
+            for (int64_t x0 = 0; x0 < xe; x0 += VL) {                                           \
                 V c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};                                       \
-                for (int64_t kk = 0; kk < k; kk++) {                                            \
+                for (int64_t kk = k0; kk < k1; kk++) {                                          \
                     V bv;                                                                       \
                     memcpy(&bv, bp + kk * ldp + x0, sizeof bv);                                 \
                     c0 += a0[kk * csa] * bv;                                                    \
@@ -639,9 +657,9 @@ DEFINE_TINY_GEMM(f64, double, sd_t4d, 4)
 #define DEFINE_ITEM_GEMM(sfx, T)                                                                \
     static void item_gemm_##sfx(const sdpa_job *j, int64_t m, int64_t n, int64_t k, double alpha, \
                                 const T *a, int64_t rsa, int64_t csa, const T *b, int64_t rsb,    \
-                                int64_t csb, T *c, T *pack) {                                   \
+                                int64_t csb, T *c, T *pack, int tri) {                          \
         if (pack)                                                                               \
-            tiny_gemm_##sfx(m, n, k, (T)alpha, a, rsa, csa, b, rsb, csb, c, pack);              \
+            tiny_gemm_##sfx(m, n, k, (T)alpha, a, rsa, csa, b, rsb, csb, c, pack, tri);         \
         else                                                                                    \
             gemm(j->dt, 1, m, n, k, alpha, a, rsa, csa, b, rsb, csb, 0.0, c, n, 1);             \
     }
@@ -655,7 +673,8 @@ DEFINE_ITEM_GEMM(f64, double)
     static void scores_##sfx(const sdpa_job *j, const int64_t *off, T *p, T *z, uint8_t *state, \
                              bool normalize, T *pack) {                                         \
         item_gemm_##sfx(j, j->L, j->S, j->E, j->scale, (const T *)j->q->data + off[0], j->E, 1,   \
-                        (const T *)j->k->data + off[1], 1, j->E, p, pack);                      \
+                        (const T *)j->k->data + off[1], 1, j->E, p, pack,                       \
+                        j->causal && !j->mask ? SD_TRI_C_UPPER : SD_TRI_NONE);                  \
         int32_t br = j->br;                                                                     \
         for (int64_t i = 0; i < j->L; i++) {                                                    \
             T *r = p + i * j->S;                                                                \
@@ -693,6 +712,26 @@ DEFINE_SOFTMAX(f64, double)
 #define SD_SIMD_SUM_SPD
 #endif
 
+/* No inf or NaN among x[0, n): the exponent bits of every element are not all ones. */
+static bool sd_finite_f32(const float *x, int64_t n) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad == 0;
+}
+static bool sd_finite_f64(const double *x, int64_t n) {
+    uint64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (uint64_t)((u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
+    }
+    return bad == 0;
+}
+
 #define DEFINE_SDPA_ITEM(sfx, T)                                                                \
     static void sdpa_item_##sfx(const sdpa_job *j, int64_t b, char *scratch) {                  \
         const T sc = (T)j->scale;                                                               \
@@ -712,11 +751,42 @@ DEFINE_SOFTMAX(f64, double)
             dp = p + L * S;                                                                     \
             state = (uint8_t *)(dp + L * S);                                                    \
         }                                                                                       \
+        const T *fp = j->fmemo ? (const T *)(j->fmemo + (size_t)b * j->fmemo_per) : NULL;       \
+        if (fp && !j->bwd) { /* the forward keeps its weights for the backward */               \
+            p = (T *)fp;                                                                        \
+            z = p + L * S;                                                                      \
+            state = (uint8_t *)(z + L);                                                         \
+        }                                                                                       \
         T *o = (T *)j->out + b * j->rows * j->cols;                                             \
-        if (!j->memo_ready) scores_##sfx(j, off, p, z, state, j->bwd, pack);                    \
+        if (!j->memo_ready && fp && j->bwd) {                                                   \
+            /* the forward's exp weights over their row sums: what scores_ would give, since  \
+             * the normalization is that very division, element by element */                  \
+            const T *fz = fp + L * S;                                                           \
+            const uint8_t *fst = (const uint8_t *)(fz + L);                                     \
+            for (int64_t i = 0; i < L; i++) {                                                   \
+                state[i] = fst[i];                                                              \
+                z[i] = fz[i];                                                                   \
+                T *restrict pr = p + i * S;                                                     \
+                const T *restrict fr = fp + i * S;                                              \
+                if (fst[i] != 0) {                                                              \
+                    for (int64_t c = 0; c < S; c++) pr[c] = 0;                                  \
+                } else {                                                                        \
+                    const T zi = fz[i];                                                         \
+                    SD_SIMD for (int64_t c = 0; c < S; c++) pr[c] = fr[c] / zi;                 \
+                }                                                                               \
+            }                                                                                   \
+        } else if (!j->memo_ready) {                                                            \
+            scores_##sfx(j, off, p, z, state, j->bwd, pack);                                    \
+        }                                                                                       \
         const T *v = (const T *)j->v->data + off[2];                                            \
+        /* causal without a mask, small heads: the products skip the weights' zero triangle */  \
+        const bool tri = j->causal && !j->mask && pack;                                         \
+        const bool fin_v = tri && sd_finite_##sfx(v, S * j->Ev);                                \
+        const bool fin_go = tri && j->bwd &&                                                     \
+                            sd_finite_##sfx((const T *)j->go->data + b * L * j->Ev, L * j->Ev);  \
         if (!j->bwd) { /* out = (exp weights @ v) / z */                                        \
-            item_gemm_##sfx(j, L, j->Ev, S, 1.0, p, S, 1, v, j->Ev, 1, o, pack);                \
+            item_gemm_##sfx(j, L, j->Ev, S, 1.0, p, S, 1, v, j->Ev, 1, o, pack,                 \
+                            tri && fin_v ? SD_TRI_A_UPPER : SD_TRI_NONE);                       \
             for (int64_t i = 0; i < L; i++) {                                                   \
                 T *restrict orow = o + i * j->Ev;                                               \
                 const T zi = z[i], fill = state[i] == 2 ? (T)NAN : 0;                           \
@@ -730,10 +800,16 @@ DEFINE_SOFTMAX(f64, double)
         const T *go = (const T *)j->go->data + b * L * j->Ev;                                   \
         if (!j->memo_ready && (j->which != 2 || j->memo)) {                                     \
             /* dp = go @ v^T; ds = p (dp - sum p dp) scale (into dp) */                         \
-            item_gemm_##sfx(j, L, S, j->Ev, 1.0, go, j->Ev, 1, v, 1, j->Ev, dp, pack);          \
+            /* causal, finite go and v: dp[i, c > i] is left out and taken as 0 (it is finite \
+             * and meets p = 0: ds there is +-0 either way, which no later sum can see) */       \
+            bool tri_dp = tri && fin_v && fin_go;                                               \
+            item_gemm_##sfx(j, L, S, j->Ev, 1.0, go, j->Ev, 1, v, 1, j->Ev, dp, pack,           \
+                            tri_dp ? SD_TRI_C_UPPER : SD_TRI_NONE);                             \
             for (int64_t i = 0; i < L; i++) {                                                   \
                 const T *restrict pr = p + i * S;                                               \
                 T *restrict dr = dp + i * S;                                                    \
+                if (tri_dp)                                                                     \
+                    for (int64_t c = i + 1; c < S; c++) dr[c] = 0;                              \
                 if (state[i] != 0 || j->Ev == 0) {                                              \
                     for (int64_t c = 0; c < S; c++) dr[c] = 0;                                  \
                     continue;                                                                   \
@@ -746,13 +822,21 @@ DEFINE_SOFTMAX(f64, double)
             }                                                                                   \
         }                                                                                       \
         if (j->which == 2) /* dv = p^T @ go */                                                  \
-            item_gemm_##sfx(j, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, o, pack);               \
+            item_gemm_##sfx(j, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, o, pack,                \
+                            tri && fin_go ? SD_TRI_A_LOWER : SD_TRI_NONE);                      \
+        /* ds is +-0 above the diagonal when go and v are finite (else it may hold NaN there) */ \
         else if (j->which == 1) /* dk = ds^T @ q */                                             \
             item_gemm_##sfx(j, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0], j->E,  \
-                            1, o, pack);                                                        \
+                            1, o, pack,                                                         \
+                            tri && fin_v && fin_go &&                                           \
+                                    sd_finite_##sfx((const T *)j->q->data + off[0], L * j->E)  \
+                                ? SD_TRI_A_LOWER : SD_TRI_NONE);                                \
         else /* dq = ds @ k */                                                                  \
             item_gemm_##sfx(j, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1], j->E,  \
-                            1, o, pack);                                                        \
+                            1, o, pack,                                                         \
+                            tri && fin_v && fin_go &&                                           \
+                                    sd_finite_##sfx((const T *)j->k->data + off[1], S * j->E)  \
+                                ? SD_TRI_A_UPPER : SD_TRI_NONE);                                \
         if (j->rows > 0 && (j->Ev == 0 || L == 0 || S == 0 || (j->which == 2 ? L : S) == 0))    \
             for (int64_t r = 0; r < j->rows * j->cols; r++) o[r] = 0;                           \
         /* NaN rows: the reference kernel's propagation */                                      \
@@ -841,6 +925,74 @@ static void sd_memo_attach(uint64_t run, sdpa_job *j) {
     j->memo = b, j->memo_per = per, j->memo_ready = false;
 }
 
+/* The forward node of an attention keeps its exp weights, row sums and row states of
+ * every item on this thread, keyed by the run, the ids of its q, k, v (and mask) nodes,
+ * their buffers and the shapes; the first backward node of the same attention in the
+ * same run (the same q, k, v nodes) divides them instead of computing the scores and
+ * their softmax again. Within a run a node's value never changes, so the key cannot
+ * match anything else. SDF_SLOTS attentions at a time (the latest forwards), at most
+ * SD_MEMO_MAX bytes each, in goblin__tl_bufs. */
+#define SDF_SLOTS 2
+
+typedef struct sdf_memo {
+    uint64_t run, stamp;
+    int32_t ids[4]; /* q, k, v, mask (-1: none) */
+    const void *q, *k, *v, *mask;
+    int64_t L, S, E, Ev, batch;
+    double scale;
+    bool causal;
+    goblin_dtype dt;
+    goblin__tl_buf buf;
+} sdf_memo;
+
+static _Thread_local sdf_memo t_sdf[SDF_SLOTS];
+static _Thread_local uint64_t t_sdf_clock;
+
+static size_t sdf_per(const sdpa_job *j) {
+    size_t per = (size_t)((j->L * j->S + j->L) * j->es + j->L);
+    return (per + 63) / 64 * 64;
+}
+
+static bool sdf_match(const sdf_memo *m, uint64_t run, const int32_t *ids, const sdpa_job *j) {
+    const void *mask = j->mask ? j->mask->data : NULL;
+    return m->buf.p && m->run == run && m->ids[0] == ids[0] && m->ids[1] == ids[1] &&
+           m->ids[2] == ids[2] && m->ids[3] == ids[3] && m->q == j->q->data && m->k == j->k->data &&
+           m->v == j->v->data && m->mask == mask && m->L == j->L && m->S == j->S && m->E == j->E &&
+           m->Ev == j->Ev && m->batch == j->batch && m->scale == j->scale && m->causal == j->causal &&
+           m->dt == j->dt;
+}
+
+/* Forward: a slot for this node's weights (j->fmemo), or none. Returns the slot, to be
+ * marked valid once filled. */
+static sdf_memo *sdf_reserve(uint64_t run, const int32_t *ids, sdpa_job *j) {
+    size_t per = sdf_per(j), bytes;
+    if (!run || !goblin__mul_size(per, (size_t)j->batch, &bytes) || bytes > SD_MEMO_MAX) return NULL;
+    sdf_memo *m = &t_sdf[0];
+    for (int s = 1; s < SDF_SLOTS; s++) { /* a slot of an older run, else the oldest */
+        bool stale = t_sdf[s].run != run, m_stale = m->run != run;
+        if ((stale && !m_stale) || (stale == m_stale && t_sdf[s].stamp < m->stamp)) m = &t_sdf[s];
+    }
+    m->run = 0; /* not valid until filled */
+    char *b = goblin__tl_buf_reserve(&m->buf, bytes);
+    if (!b) return NULL;
+    memcpy(m->ids, ids, sizeof m->ids);
+    m->q = j->q->data, m->k = j->k->data, m->v = j->v->data, m->mask = j->mask ? j->mask->data : NULL;
+    m->L = j->L, m->S = j->S, m->E = j->E, m->Ev = j->Ev, m->batch = j->batch;
+    m->scale = j->scale, m->causal = j->causal, m->dt = j->dt;
+    m->stamp = ++t_sdf_clock;
+    j->fmemo = b, j->fmemo_per = per;
+    return m;
+}
+
+/* Backward: the forward's kept weights of the same attention in this run, or NULL. */
+static void sdf_find(uint64_t run, const int32_t *ids, sdpa_job *j) {
+    for (int s = 0; run && s < SDF_SLOTS; s++)
+        if (sdf_match(&t_sdf[s], run, ids, j)) {
+            j->fmemo = t_sdf[s].buf.p, j->fmemo_per = sdf_per(j);
+            return;
+        }
+}
+
 static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                             int32_t n_in, goblin_tensor *out) {
     bool bwd = node->op == GOBLIN_OP_SDPA_BACKWARD;
@@ -901,10 +1053,21 @@ static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const gob
     if (!goblin__mul_size(per, (size_t)j.nchunks, &bytes)) return oom(k, "attention");
     j.scratch = goblin__alloc(bytes);
     if (!j.scratch) return oom(k, "attention");
-    if (bwd) sd_memo_attach(k->run, &j);
+    /* the q, k, v, mask node ids of this attention: the forward's inputs 0..3, the
+     * backward's 1..4 */
+    int32_t ids[4] = {-1, -1, -1, -1};
+    for (int32_t a = 0; a < 4 && o0 + a < node->n_inputs; a++) ids[a] = node->inputs[o0 + a];
+    sdf_memo *fslot = NULL;
+    if (bwd) {
+        sd_memo_attach(k->run, &j);
+        if (!j.memo_ready) sdf_find(k->run, ids, &j);
+    } else {
+        fslot = sdf_reserve(k->run, ids, &j);
+    }
     if (j.nchunks > 1) goblin__parallel_for(threads, j.nchunks, sdpa_chunk, &j);
     else sdpa_chunk(&j, 0);
     if (j.memo && !j.memo_ready) t_sd.run = k->run; /* filled: valid for this run */
+    if (fslot) fslot->run = k->run;
     goblin__free(j.scratch);
     return GOBLIN_OK;
 }
