@@ -276,7 +276,8 @@ static void rule_matmul(ad_ctx *c, const goblin__node *n, int32_t gy) {
 
 /* ---- normalization --------------------------------------------------------- */
 
-/* LAYER_NORM (layer = true) and RMS_NORM, recomputing the statistics:
+/* RMS_NORM (and LAYER_NORM with layer = true; layer norm now uses the fused op below),
+ * recomputing the statistics:
  * xhat = (x - mu) rstd (layer) or x rstd (rms); with dxhat = g w,
  * dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) (rms: no mean(dxhat) term). */
 static void rule_norm(ad_ctx *c, const goblin__node *n, int32_t gy, bool layer) {
@@ -301,6 +302,26 @@ static void rule_norm(ad_ctx *c, const goblin__node *n, int32_t gy, bool layer) 
         contrib(c, x, MUL(c, rstd, inner));
     }
     if (w >= 0 && c->reach[w]) contrib(c, w, MUL(c, gy, xhat));
+    if (n->n_inputs >= 3 && c->reach[n->inputs[2]]) contrib(c, n->inputs[2], gy);
+}
+
+/* LAYER_NORM: the fused LAYER_NORM_BACKWARD recomputes the statistics once per row
+ * (index 0: d x, 1: d weight); d bias is grad_out summed over the leading dims. */
+static void rule_layer_norm(ad_ctx *c, const goblin__node *n, int32_t gy) {
+    static const goblin_attr_key keys[] = {GOBLIN_ATTR_NORM_NDIM, GOBLIN_ATTR_EPS};
+    goblin_attr a[3];
+    int32_t na = copy_attrs(n, keys, 2, a);
+    int32_t x = n->inputs[0], w = n->n_inputs >= 2 ? n->inputs[1] : -1;
+    if (c->reach[x]) {
+        int32_t ins[3] = {gy, x, w};
+        a[na] = goblin_attr_int(GOBLIN_ATTR_INDEX, 0);
+        contrib(c, x, add(c, GOBLIN_OP_LAYER_NORM_BACKWARD, ins, w >= 0 ? 3 : 2, a, na + 1));
+    }
+    if (w >= 0 && c->reach[w]) {
+        int32_t ins[2] = {gy, x};
+        a[na] = goblin_attr_int(GOBLIN_ATTR_INDEX, 1);
+        contrib(c, w, add(c, GOBLIN_OP_LAYER_NORM_BACKWARD, ins, 2, a, na + 1));
+    }
     if (n->n_inputs >= 3 && c->reach[n->inputs[2]]) contrib(c, n->inputs[2], gy);
 }
 
@@ -414,25 +435,12 @@ static void rule(ad_ctx *c, int32_t id, int32_t gy) {
         break;
     }
     case GOBLIN_OP_GELU: {
-        int32_t half = K(c, dt, 0.5), one = K(c, dt, 1), d;
-        if (goblin__attr_i(&n, GOBLIN_ATTR_APPROXIMATE, GOBLIN_GELU_ERF) == GOBLIN_GELU_TANH) {
-            /* y = x/2 (1 + tanh u), u = k0 (x + k1 x^3) */
-            const double k0 = 0.7978845608028654, k1 = 0.044715;
-            int32_t x2 = MUL(c, x, x);
-            int32_t u = MUL(c, ADD(c, x, MUL(c, K(c, dt, k1), MUL(c, x, x2))), K(c, dt, k0));
-            int32_t t = un(c, GOBLIN_OP_TANH, u);
-            int32_t left = MUL(c, half, ADD(c, one, t));
-            int32_t du = MUL(c, K(c, dt, k0), ADD(c, one, MUL(c, K(c, dt, 3 * k1), x2)));
-            int32_t right = MUL(c, MUL(c, half, x), MUL(c, SUB(c, one, MUL(c, t, t)), du));
-            d = ADD(c, left, right);
-        } else {
-            /* Phi(x) + x phi(x) */
-            int32_t cdf = MUL(c, half, ADD(c, one, un(c, GOBLIN_OP_ERF, MUL(c, x, K(c, dt, 0.7071067811865476)))));
-            int32_t pdf = MUL(c, un(c, GOBLIN_OP_EXP, MUL(c, MUL(c, x, x), K(c, dt, -0.5))),
-                              K(c, dt, 0.3989422804014327));
-            d = ADD(c, cdf, MUL(c, x, pdf));
-        }
-        contrib(c, x, MUL(c, gy, d));
+        /* the fused GELU_BACKWARD: grad_out * gelu'(x), erf or tanh form */
+        static const goblin_attr_key keys[] = {GOBLIN_ATTR_APPROXIMATE};
+        goblin_attr a[1];
+        int32_t na = copy_attrs(&n, keys, 1, a);
+        int32_t ins[2] = {gy, x};
+        contrib(c, x, add(c, GOBLIN_OP_GELU_BACKWARD, ins, 2, a, na));
         break;
     }
     case GOBLIN_OP_WHERE: {
@@ -658,7 +666,7 @@ static void rule(ad_ctx *c, int32_t id, int32_t gy) {
         if (n.n_inputs > 3 && c->reach[n.inputs[3]]) no_rule(c, id, &n, "the mask");
         break;
     }
-    case GOBLIN_OP_LAYER_NORM: rule_norm(c, &n, gy, true); break;
+    case GOBLIN_OP_LAYER_NORM: rule_layer_norm(c, &n, gy); break;
     case GOBLIN_OP_RMS_NORM: rule_norm(c, &n, gy, false); break;
     case GOBLIN_OP_BATCH_NORM: {
         bool training = goblin__attr_i(&n, GOBLIN_ATTR_TRAINING, 0) != 0;

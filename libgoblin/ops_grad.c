@@ -283,6 +283,50 @@ static goblin_err infer_sdpa_bwd(goblin__infer *c) {
     return GOBLIN_OK;
 }
 
+/* LAYER_NORM_BACKWARD (grad_out, x[, weight]) over the last norm_ndim dims: index 0
+ * gives d x (x's shape), 1 d weight (the normalized dims' shape). */
+static goblin_err infer_ln_bwd(goblin__infer *c) {
+    goblin_err e;
+    if ((e = need_float(c, 0, "grad_out")) || (e = need_same(c, 1, "x"))) return e;
+    const goblin__node *go = c->in[0], *x = c->in[1];
+    int64_t nd = goblin__attr_i(c->node, GOBLIN_ATTR_NORM_NDIM, 1);
+    if (nd < 1 || nd > x->rank)
+        return goblin__errf(c->msg, c->cap, GOBLIN_ERANGE,
+                            "norm_ndim %lld must be between 1 and the rank of x (%d)", (long long)nd,
+                            (int)x->rank);
+    if (!same_shape(x->rank, x->shape, go->rank, go->shape))
+        return shape_mismatch(c, "grad_out", x->rank, x->shape, go->rank, go->shape);
+    const int64_t *tail = &x->shape[x->rank - nd];
+    if (c->n_in > 2) {
+        if ((e = need_same(c, 2, "weight"))) return e;
+        if (!same_shape((int32_t)nd, tail, c->in[2]->rank, c->in[2]->shape))
+            return shape_mismatch(c, "weight", (int32_t)nd, tail, c->in[2]->rank, c->in[2]->shape);
+    }
+    if (goblin__attr_i(c->node, GOBLIN_ATTR_INDEX, 0) == 0) set_out(c, x->dtype, x->rank, x->shape);
+    else set_out(c, x->dtype, (int32_t)nd, tail);
+    return GOBLIN_OK;
+}
+
+/* GELU_BACKWARD (grad_out, x): grad_out * gelu'(x), both of one shape. */
+static goblin_err infer_gelu_bwd(goblin__infer *c) {
+    goblin_err e;
+    if ((e = need_float(c, 0, "grad_out")) || (e = need_same(c, 1, "x"))) return e;
+    const goblin__node *go = c->in[0], *x = c->in[1];
+    if (!same_shape(x->rank, x->shape, go->rank, go->shape))
+        return shape_mismatch(c, "grad_out", x->rank, x->shape, go->rank, go->shape);
+    set_out(c, x->dtype, x->rank, x->shape);
+    return GOBLIN_OK;
+}
+
+/* gelu': Phi(x) + x phi(x) cancels near its zero (x ~ -0.75) and 1 + erf cancels for
+ * x < 0, so an f32 implementation errs by a few u absolute in gelu' (times |grad_out|):
+ * 16u relative + 16u absolute, the absolute part for |grad_out| <= 1. */
+static void contract_gelu_bwd(goblin_dtype dt, int64_t k, double *rel, double *abs_tol) {
+    (void)k;
+    *rel = 16 * goblin__unit_roundoff(dt);
+    *abs_tol = 16 * goblin__unit_roundoff(dt);
+}
+
 #define A_SHAPE(req) {GOBLIN_ATTR_SHAPE, req, 0, MAXDIM}
 #define A_STRIDE {GOBLIN_ATTR_STRIDE, false, 1, MAXDIM}
 #define A_PADDING {GOBLIN_ATTR_PADDING, false, 0, MAXDIM}
@@ -395,4 +439,32 @@ void goblin__ops_register_grad(goblin__op_def *t) {
         .attrs = {{GOBLIN_ATTR_CAUSAL, false, 0, 1}, {GOBLIN_ATTR_SCALE, false, -DBL_MAX, DBL_MAX},
                   {GOBLIN_ATTR_INDEX, false, 0, 2}},
         .infer = infer_sdpa_bwd, .contract = contract_stats};
+    t[GOBLIN_OP_LAYER_NORM_BACKWARD] = (goblin__op_def){
+        .defined = true, .group = "backward",
+        .summary = "gradients of layer_norm: (grad_out, x[, weight]); index 0 gives d x, 1 d "
+                   "weight (the normalized dims' shape); d bias is the sum of grad_out",
+        .semantics = "float dtypes; recomputes the forward's statistics (mean, biased variance, "
+                     "eps default 1e-5): with xhat = (x - mean) rstd and dxhat = grad_out weight "
+                     "(grad_out without weight), d x = rstd (dxhat - mean(dxhat) - xhat "
+                     "mean(dxhat xhat)) per row, d weight = sum over rows of grad_out xhat; a "
+                     "non-finite x gives NaN in its row",
+        .contract_text = "|y - exact| <= gamma_(2k+16) * (sum|terms| + 1), k the normalized "
+                         "count (values per row; d weight: rows)",
+        .min_inputs = 2, .max_inputs = 3, .dtypes = fl,
+        .n_attrs = 3,
+        .attrs = {{GOBLIN_ATTR_NORM_NDIM, false, 1, GOBLIN_MAX_RANK},
+                  {GOBLIN_ATTR_EPS, false, 0, HUGE_VAL}, {GOBLIN_ATTR_INDEX, false, 0, 1}},
+        .infer = infer_ln_bwd, .contract = contract_stats};
+    t[GOBLIN_OP_GELU_BACKWARD] = (goblin__op_def){
+        .defined = true, .group = "backward",
+        .summary = "d gelu / d x: (grad_out, x) -> grad_out * gelu'(x), x's shape",
+        .semantics = "float dtypes; approximate = 0 (erf): gelu' = Phi(x) + x phi(x), Phi "
+                     "evaluated as 0.5 erfc(-x/sqrt2) by the reference; approximate = 1 (tanh): "
+                     "0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2), t = "
+                     "tanh(sqrt(2/pi) (x + 0.044715 x^3)) (torch's formulas); x = +-inf gives NaN "
+                     "(as torch), NaN propagates",
+        .contract_text = "rel 16u + abs 16u (the absolute part scales with |grad_out| above 1)",
+        .min_inputs = 2, .max_inputs = 2, .dtypes = fl,
+        .n_attrs = 1, .attrs = {{GOBLIN_ATTR_APPROXIMATE, false, GOBLIN_GELU_ERF, GOBLIN_GELU_TANH}},
+        .infer = infer_gelu_bwd, .contract = contract_gelu_bwd};
 }

@@ -171,6 +171,82 @@ def test_layernorm_attention_block(dt, be, attn):
     run_and_compare(g, loss, list(zip(pids, params)), None, tloss, dt, be, extra_inputs=(toks,))
 
 
+@pytest.mark.parametrize("dt", ["f64", "f32"])
+@pytest.mark.parametrize("be", BACKENDS)
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+@pytest.mark.parametrize("shape,nd", [((4, 7), 1), ((3, 5, 48), 1), ((2, 3, 37), 2), ((9, 70), 1)])
+def test_layer_norm_gradients_vs_torch(dt, be, affine, shape, nd):
+    """The fused layer_norm_backward (d x, d weight) and the bias sum vs torch.autograd."""
+    rng = np.random.default_rng(7)
+    norm = shape[-nd:]
+    x = rnd(rng, shape, dt, -2.0, 3.0)
+    params = [x] + [rnd(rng, norm, dt, 0.5, 1.5), rnd(rng, norm, dt)][:{"none": 0, "weight": 1, "both": 2}[affine]]
+    g = Graph()
+    ids = [g.input(dt, a.shape) for a in params]
+    y = g.op("layer_norm", *ids, norm_ndim=nd, eps=1e-5)
+    m = rnd(rng, shape, dt)  # a different weight per element of the output
+    mi = g.input(dt, m.shape)
+    loss = g.op("sum", g.op("mul", y, mi))
+
+    def tloss(*tp):
+        tx, rest = tp[0], list(tp[1:]) + [None, None]
+        out = torch.nn.functional.layer_norm(tx, norm, rest[0], rest[1], eps=1e-5)
+        return (out * torch.tensor(m, dtype=TDT[dt])).sum()
+
+    run_and_compare(g, loss, list(zip(ids, params)), None, tloss, dt, be, extra_inputs=(m,))
+
+
+@pytest.mark.parametrize("dt", ["f64", "f32"])
+@pytest.mark.parametrize("be", BACKENDS)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("lo,hi", [(-3.0, 3.0), (-9.0, -2.0), (2.0, 9.0)])
+def test_gelu_gradient_vs_torch(dt, be, approximate, lo, hi):
+    """The fused gelu_backward vs torch.autograd, the middle and both tails; relative to the
+    largest gradient (as torch parity everywhere in this file)."""
+    rng = np.random.default_rng(8)
+    x = rnd(rng, (33, 65), dt, lo, hi)
+    m = rnd(rng, x.shape, dt)
+    g = Graph()
+    xi, mi = g.input(dt, x.shape), g.input(dt, m.shape)
+    loss = g.op("sum", g.op("mul", g.op("gelu", xi, approximate=int(approximate == "tanh")), mi))
+
+    def tloss(tx):
+        return (torch.nn.functional.gelu(tx, approximate=approximate) * torch.tensor(m, dtype=TDT[dt])).sum()
+
+    run_and_compare(g, loss, [(xi, x)], None, tloss, dt, be, extra_inputs=(m,))
+
+
+@pytest.mark.parametrize("be", BACKENDS)
+@pytest.mark.parametrize("dt", ["f64", "f32"])
+def test_gelu_and_layer_norm_backward_nonfinite_vs_torch(be, dt):
+    """NaN and +-inf inputs give what torch's backward gives: NaN (gelu at NaN and +-inf, a
+    layer-norm row holding a non-finite value), finite elsewhere."""
+    x = np.array([[np.nan, np.inf, -np.inf, 0.0, -40.0, 40.0, 1.5]], dtype=NPDT[dt])
+    gr = np.array([[1.0, 1.0, 1.0, 2.0, 1.0, 3.0, -0.5]], dtype=NPDT[dt])
+    for approximate in ("none", "tanh"):
+        g = Graph()
+        gi, xi = g.input(dt, gr.shape), g.input(dt, x.shape)
+        g.output(g.op("gelu_backward", gi, xi, approximate=int(approximate == "tanh")))
+        got = g.run([gr, x], backend=be)[0]
+        tx = torch.tensor(x, dtype=TDT[dt], requires_grad=True)
+        torch.nn.functional.gelu(tx, approximate=approximate).backward(torch.tensor(gr, dtype=TDT[dt]))
+        want = tx.grad.numpy()
+        assert np.array_equal(np.isnan(got), np.isnan(want)), (approximate, got, want)
+        ok = ~np.isnan(want)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=TOL[dt], atol=1e-12)
+    xs = np.array([[0.5, np.nan, 1.0], [2.0, -1.0, 3.0], [np.inf, 0.0, 1.0]], dtype=NPDT[dt])
+    gs = np.ones_like(xs) * np.array([1.0, -2.0, 0.5], dtype=NPDT[dt])
+    g = Graph()
+    gi, xi = g.input(dt, gs.shape), g.input(dt, xs.shape)
+    g.output(g.op("layer_norm_backward", gi, xi, index=0))
+    got = g.run([gs, xs], backend=be)[0]
+    tx = torch.tensor(xs, dtype=TDT[dt], requires_grad=True)
+    torch.nn.functional.layer_norm(tx, (3,)).backward(torch.tensor(gs, dtype=TDT[dt]))
+    want = tx.grad.numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
+    np.testing.assert_allclose(got[1], want[1], rtol=TOL[dt], atol=1e-6)
+
+
 def test_backward_error_message():
     g = Graph()
     x = g.input("f64", (3,))
@@ -199,6 +275,10 @@ def _fused_cases(rng):
         ("embedding_backward", [r(3, 5), t], dict(shape=[4, 5])),
         ("scaled_dot_product_attention_backward", [r(2, 3, 4), r(2, 3, 4), r(2, 5, 4), r(2, 5, 4)],
          dict(index=1)),
+        ("layer_norm_backward", [r(3, 2, 4), r(3, 2, 4), r(2, 4)], dict(norm_ndim=2, index=0)),
+        ("layer_norm_backward", [r(3, 5), r(3, 5)], dict(index=1)),
+        ("gelu_backward", [r(3, 5), 4 * r(3, 5)], dict(approximate=0)),
+        ("gelu_backward", [r(3, 5), 4 * r(3, 5)], dict(approximate=1)),
     ]
 
 

@@ -8,6 +8,7 @@
  * required to 1e-6 relative (plus 1e-7 absolute for near-zero entries). Inputs
  * are kept away from kinks (relu at 0, abs at 0, max ties) by their ranges. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include "testutil.h"
 
@@ -53,6 +54,7 @@ static int64_t numel_of(int32_t rank, const int64_t *s) {
 }
 
 static uint64_t g_seed = 0x9E3779B97F4A7C15ULL;
+static goblin_backend_kind g_fd_backend = GOBLIN_BACKEND_REF; /* where fd_check runs */
 
 /* Build loss = sum(f(x) * W); append gradients; returns the graph with outputs
  * [loss, grad_0, ...] and fills ids. */
@@ -129,7 +131,7 @@ static void fd_check(const char *name, gin *ins, int32_t n, const fwd *f) {
     goblin_graph *g = build_loss(ins, n, f, &w, &nw);
     goblin_exec_params p;
     goblin_exec_params_default(&p);
-    p.backend = GOBLIN_BACKEND_REF;
+    p.backend = g_fd_backend;
     p.threads = 1;
     goblin_exec *ex = NULL;
     cr_assert_eq(goblin_exec_new(&ex, g, &p), GOBLIN_OK);
@@ -451,6 +453,147 @@ Test(autodiff, norms) {
         e[3].wrt = e[4].wrt = false;
         goblin_attr bt[2] = {A_INT(TRAINING, tr), A_FLT(EPS, 1e-3)};
         check_op(tr ? "batch_norm training" : "batch_norm eval", GOBLIN_OP_BATCH_NORM, e, 5, bt, 2);
+    }
+}
+
+/* The fused LAYER_NORM_BACKWARD (d x, d weight) and GELU_BACKWARD that autodiff emits for
+ * layer_norm and gelu, against finite differences on the reference and (where built) the
+ * BLIS backend: with and without weight and bias, one and two normalized dims, rows longer
+ * than the BLIS kernel's 16 (f64) lanes, and gelu's tails in both forms. */
+static int n_fd_backends(goblin_backend_kind *be) {
+    int n = 0;
+    be[n++] = GOBLIN_BACKEND_REF;
+    if (goblin_backend_available(GOBLIN_BACKEND_BLIS) == GOBLIN_OK) be[n++] = GOBLIN_BACKEND_BLIS;
+    return n;
+}
+
+Test(autodiff, layer_norm_backward_fused) {
+    goblin_backend_kind be[2];
+    int nb = n_fd_backends(be);
+    for (int b = 0; b < nb; b++) {
+        g_fd_backend = be[b];
+        gin a[3] = {F64(-1, 1, 2, 3, 4), F64(0.5, 1.5, 4), F64(-1, 1, 4)};
+        check_op("layer_norm affine", GOBLIN_OP_LAYER_NORM, a, 3, NULL, 0);
+        gin w[2] = {F64(-2, 3, 3, 37), F64(-1.5, 1.5, 37)};
+        check_op("layer_norm weight only, 37 wide", GOBLIN_OP_LAYER_NORM, w, 2, NULL, 0);
+        gin nx[2] = {F64(-2, 3, 2, 40), F64(-1.5, 1.5, 40)};
+        nx[0].wrt = false; /* only d weight (index 1) */
+        check_op("layer_norm d weight only", GOBLIN_OP_LAYER_NORM, nx, 2, NULL, 0);
+        goblin_attr nd2[2] = {A_INT(NORM_NDIM, 2), A_FLT(EPS, 1e-3)};
+        gin c[1] = {F64(-1, 1, 2, 3, 4)};
+        check_op("layer_norm 2 dims no affine", GOBLIN_OP_LAYER_NORM, c, 1, nd2, 2);
+        gin d[3] = {F64(-1, 2, 5, 3, 7), F64(0.5, 1.5, 3, 7), F64(-1, 1, 3, 7)};
+        check_op("layer_norm 2 dims affine", GOBLIN_OP_LAYER_NORM, d, 3, nd2, 2);
+        gin e[1] = {F64(-3, 3, 1, 70)};
+        check_op("layer_norm one long row", GOBLIN_OP_LAYER_NORM, e, 1, NULL, 0);
+    }
+    g_fd_backend = GOBLIN_BACKEND_REF;
+}
+
+Test(autodiff, gelu_backward_fused) {
+    goblin_backend_kind be[2];
+    int nb = n_fd_backends(be);
+    static const double ranges[3][2] = {{-3, 3}, {-9, -3}, {3, 9}};
+    for (int b = 0; b < nb; b++) {
+        g_fd_backend = be[b];
+        for (int r = 0; r < 3; r++)
+            for (int form = 0; form < 2; form++) {
+                gin a[1] = {F64(ranges[r][0], ranges[r][1], 4, 5)};
+                goblin_attr t = A_INT(APPROXIMATE, form ? GOBLIN_GELU_TANH : GOBLIN_GELU_ERF);
+                check_op(form ? "gelu tanh" : "gelu erf", GOBLIN_OP_GELU, a, 1, &t, 1);
+            }
+    }
+    g_fd_backend = GOBLIN_BACKEND_REF;
+}
+
+/* autodiff emits the fused ops (and not the composite erf / rsqrt chains) */
+Test(autodiff, layer_norm_and_gelu_emit_fused_ops) {
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int32_t x, w, bias;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, (const int64_t[]){4, 6}, &x), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 1, (const int64_t[]){6}, &w), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 1, (const int64_t[]){6}, &bias), GOBLIN_OK);
+    int32_t ln = must_add(g, GOBLIN_OP_LAYER_NORM, (const int32_t[]){x, w, bias}, 3, NULL, 0);
+    int32_t ge = must_add(g, GOBLIN_OP_GELU, &ln, 1, NULL, 0);
+    int32_t loss = must_add(g, GOBLIN_OP_SUM, &ge, 1, NULL, 0);
+    int32_t n0 = goblin_graph_node_count(g), grads[3];
+    cr_assert_eq(goblin_graph_backward(g, loss, (const int32_t[]){x, w, bias}, 3, grads), GOBLIN_OK);
+    int lnb = 0, geb = 0, other = 0;
+    for (int32_t i = n0; i < goblin_graph_node_count(g); i++) {
+        goblin_op op;
+        goblin_graph_node(g, i, &op, NULL, NULL, NULL);
+        lnb += op == GOBLIN_OP_LAYER_NORM_BACKWARD;
+        geb += op == GOBLIN_OP_GELU_BACKWARD;
+        other += op == GOBLIN_OP_ERF || op == GOBLIN_OP_RSQRT || op == GOBLIN_OP_MEAN;
+    }
+    cr_expect_eq(lnb, 2, "d x and d weight");
+    cr_expect_eq(geb, 1);
+    cr_expect_eq(other, 0);
+    goblin_graph_free(g);
+}
+
+/* shapes, dtypes and attributes the fused ops reject; NaN and inf propagation */
+Test(autodiff, layer_norm_and_gelu_backward_errors_and_nonfinite) {
+    double go[6] = {1, 2, 3, 4, 5, 6}, xv[6] = {0.5, NAN, 1, 2, -1, 3}, wv[3] = {1, 2, 3};
+    const int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s3[1] = {3}, s2[1] = {2};
+    goblin_tensor in[3] = {gt_tensor(GOBLIN_DTYPE_F64, 2, s23, go), gt_tensor(GOBLIN_DTYPE_F64, 2, s23, xv),
+                           gt_tensor(GOBLIN_DTYPE_F64, 1, s3, wv)};
+    char msg[256];
+    goblin_tensor out;
+    goblin_attr nd3 = A_INT(NORM_NDIM, 3), idx2 = A_INT(INDEX, 2);
+    cr_expect_eq(gt_build1(GOBLIN_OP_LAYER_NORM_BACKWARD, in, 3, &nd3, 1, NULL, msg, sizeof msg),
+                 GOBLIN_ERANGE, "%s", msg);
+    cr_expect_neq(gt_build1(GOBLIN_OP_LAYER_NORM_BACKWARD, in, 3, &idx2, 1, NULL, msg, sizeof msg),
+                  GOBLIN_OK);
+    cr_expect_neq(gt_build1(GOBLIN_OP_LAYER_NORM_BACKWARD, in, 1, NULL, 0, NULL, msg, sizeof msg),
+                  GOBLIN_OK);
+    goblin_tensor bad[3] = {gt_tensor(GOBLIN_DTYPE_F64, 2, s32, go), in[1], in[2]};
+    cr_expect_eq(gt_build1(GOBLIN_OP_LAYER_NORM_BACKWARD, bad, 3, NULL, 0, NULL, msg, sizeof msg),
+                 GOBLIN_ESHAPE, "%s", msg);
+    cr_expect_eq(gt_build1(GOBLIN_OP_GELU_BACKWARD, bad, 2, NULL, 0, NULL, msg, sizeof msg), GOBLIN_ESHAPE,
+                 "%s", msg);
+    goblin_tensor badw[3] = {in[0], in[1], gt_tensor(GOBLIN_DTYPE_F64, 1, s2, wv)};
+    cr_expect_eq(gt_build1(GOBLIN_OP_LAYER_NORM_BACKWARD, badw, 3, NULL, 0, NULL, msg, sizeof msg),
+                 GOBLIN_ESHAPE, "%s", msg);
+    float xf[6] = {0};
+    goblin_tensor mixed[2] = {in[0], gt_tensor(GOBLIN_DTYPE_F32, 2, s23, xf)};
+    cr_expect_eq(gt_build1(GOBLIN_OP_GELU_BACKWARD, mixed, 2, NULL, 0, NULL, msg, sizeof msg), GOBLIN_EDTYPE,
+                 "%s", msg);
+    int64_t gi[6] = {0};
+    goblin_tensor ints[2] = {gt_tensor(GOBLIN_DTYPE_I64, 2, s23, gi), gt_tensor(GOBLIN_DTYPE_I64, 2, s23, gi)};
+    cr_expect_eq(gt_build1(GOBLIN_OP_GELU_BACKWARD, ints, 2, NULL, 0, NULL, msg, sizeof msg), GOBLIN_EDTYPE,
+                 "%s", msg);
+    goblin_backend_kind be[2];
+    int nb = n_fd_backends(be);
+    for (int b = 0; b < nb; b++) {
+        /* a NaN in row 0 makes that row's d x NaN; row 1 stays finite; d weight is NaN */
+        cr_assert_eq(gt_run1(GOBLIN_OP_LAYER_NORM_BACKWARD, in, 3, NULL, 0, be[b], 1, &out, msg, sizeof msg),
+                     GOBLIN_OK, "%s", msg);
+        const double *o = out.data;
+        for (int i = 0; i < 6; i++) cr_expect(i < 3 ? isnan(o[i]) : isfinite(o[i]), "element %d: %g", i, o[i]);
+        goblin_buffer_free(out.data);
+        goblin_attr i1 = A_INT(INDEX, 1);
+        cr_assert_eq(gt_run1(GOBLIN_OP_LAYER_NORM_BACKWARD, in, 2, &i1, 1, be[b], 1, &out, msg, sizeof msg),
+                     GOBLIN_OK, "%s", msg);
+        cr_expect_eq(out.rank, 1);
+        cr_expect_eq(out.shape[0], 3);
+        for (int i = 0; i < 3; i++) cr_expect(isnan(((double *)out.data)[i]));
+        goblin_buffer_free(out.data);
+        /* gelu': NaN stays NaN, +-inf gives NaN (torch), 0 gives 1/2, far tails 0 and 1 */
+        double gx[6] = {NAN, INFINITY, -INFINITY, 0, -40, 40}, gg[6] = {1, 1, 1, 2, 1, 3};
+        goblin_tensor gin2[2] = {gt_tensor(GOBLIN_DTYPE_F64, 2, s23, gg), gt_tensor(GOBLIN_DTYPE_F64, 2, s23, gx)};
+        for (int form = 0; form < 2; form++) {
+            goblin_attr t = A_INT(APPROXIMATE, form);
+            cr_assert_eq(gt_run1(GOBLIN_OP_GELU_BACKWARD, gin2, 2, &t, 1, be[b], 1, &out, msg, sizeof msg),
+                         GOBLIN_OK, "%s", msg);
+            const double *q = out.data;
+            cr_expect(isnan(q[0]) && isnan(q[1]) && isnan(q[2]), "form %d: %g %g %g", form, q[0], q[1], q[2]);
+            cr_expect_eq(q[3], 1.0, "form %d: 2 * gelu'(0) = %g", form, q[3]);
+            cr_expect_eq(q[4], 0.0, "form %d: gelu'(-40) = %g", form, q[4]);
+            cr_expect_eq(q[5], 3.0, "form %d: 3 gelu'(40) = %g", form, q[5]);
+            goblin_buffer_free(out.data);
+        }
     }
 }
 

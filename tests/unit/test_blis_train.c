@@ -960,3 +960,223 @@ Test(blis_train, sdpa_forward_weights_reused_by_backward_match_each_alone) {
             for (int i = 0; i < 5; i++) free(t[i].data);
         }
 }
+
+/* ---- layer_norm_backward and gelu_backward (blis_train3.c) ------------------------------ */
+
+/* BLIS within tol * (max |ref| + 1) of the reference, element by element, and the same bits
+ * on 2 and 3 threads; NaN where the reference has NaN. */
+static void compare_scaled(goblin_op op, const goblin_tensor *in, int32_t n_in, const goblin_attr *at,
+                           int32_t na, double tol_u, const char *what) {
+    goblin_tensor ref = run(GOBLIN_BACKEND_REF, 1, op, in, n_in, at, na);
+    goblin_tensor b1 = run(GOBLIN_BACKEND_BLIS, 1, op, in, n_in, at, na);
+    int64_t n = goblin__numel(&ref);
+    cr_assert_eq(goblin__numel(&b1), n);
+    for (int32_t d = 0; d < ref.rank; d++) cr_assert_eq(b1.shape[d], ref.shape[d]);
+    double m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(val(&ref, i)) && fabs(val(&ref, i)) > m) m = fabs(val(&ref, i));
+    double u = ref.dtype == GOBLIN_DTYPE_F64 ? 0x1p-53 : 0x1p-24, tol = tol_u * u * (m + 1);
+    for (int64_t i = 0; i < n; i++) {
+        double r = val(&ref, i), b = val(&b1, i);
+        if (isnan(r)) cr_assert(isnan(b), "%s %s: element %lld: blis %g, ref NaN", goblin_op_name(op), what, (long long)i, b);
+        else cr_assert(fabs(b - r) <= tol, "%s %s: element %lld: blis %.17g ref %.17g (tol %.3g)", goblin_op_name(op),
+                       what, (long long)i, b, r, tol);
+    }
+    for (int32_t th = 2; th <= 3; th++) {
+        goblin_tensor bt = run(GOBLIN_BACKEND_BLIS, th, op, in, n_in, at, na);
+        cr_assert(n == 0 || memcmp(bt.data, b1.data, (size_t)n * goblin_dtype_size(ref.dtype)) == 0,
+                  "%s %s: %d threads differ from 1", goblin_op_name(op), what, th);
+        goblin_buffer_free(bt.data);
+    }
+    goblin_buffer_free(ref.data);
+    goblin_buffer_free(b1.data);
+}
+
+/* d x and d weight, f32 and f64, with and without weight, one or two normalized dims,
+ * rows shorter and longer than the kernel's lanes, row counts around its 4-row groups,
+ * empty inputs; one NaN row. */
+Test(blis_train3, layer_norm_backward_vs_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const struct { int32_t rank; int64_t s[3]; int nd; } cases[] = {
+        {2, {0, 5}, 1}, {2, {3, 0}, 1}, {2, {1, 1}, 1},   {2, {7, 13}, 1},  {2, {33, 48}, 1},
+        {2, {6, 257}, 1}, {3, {5, 3, 37}, 2}, {3, {2, 9, 32}, 1}, {2, {1025, 16}, 1},
+    };
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    uint64_t seed = 3400;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 2; d++) {
+            int64_t len = 1;
+            for (int k = cases[c].rank - cases[c].nd; k < cases[c].rank; k++) len *= cases[c].s[k];
+            goblin_tensor in[3] = {rand_tensor(dts[d], cases[c].rank, cases[c].s, &seed),
+                                   rand_tensor(dts[d], cases[c].rank, cases[c].s, &seed),
+                                   rand_tensor(dts[d], cases[c].nd, &cases[c].s[cases[c].rank - cases[c].nd], &seed)};
+            if (c == 4) { /* a NaN and an inf in two rows of x */
+                if (dts[d] == GOBLIN_DTYPE_F32) ((float *)in[1].data)[50] = NAN, ((float *)in[1].data)[200] = INFINITY;
+                else ((double *)in[1].data)[50] = NAN, ((double *)in[1].data)[200] = INFINITY;
+            }
+            char what[96];
+            for (int idx = 0; idx < 2; idx++)
+                for (int nw = 2; nw <= 3; nw++) {
+                    if (idx == 1 && nw == 3) continue;
+                    goblin_attr at[3] = {A_INT(NORM_NDIM, cases[c].nd), A_INT(INDEX, idx),
+                                         goblin_attr_float(GOBLIN_ATTR_EPS, c % 2 ? 1e-5 : 1e-3)};
+                    snprintf(what, sizeof what, "%s case %d index %d, %d inputs", goblin_dtype_name(dts[d]),
+                             (int)c, idx, nw);
+                    /* sums of len terms of size <= ~10 (rstd of inputs in [-1, 1] is ~ 1.7) */
+                    compare_scaled(GOBLIN_OP_LAYER_NORM_BACKWARD, in, nw, at, 3, 64.0 * ((double)len + 8), what);
+                }
+            for (int i = 0; i < 3; i++) free(in[i].data);
+        }
+}
+
+/* The statistics are the forward kernel's bits: with grad_out one-hot on row r0 (zeros
+ * elsewhere), d weight is exactly xhat of that row, i.e. the BLIS forward layer_norm's row
+ * (no weight, no bias), for rows inside and after the kernels' 4-row groups. */
+Test(blis_train3, layer_norm_backward_statistics_are_the_forward_bits) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t shapes[4][2] = {{7, 48}, {9, 13}, {6, 100}, {5, 33}};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    uint64_t seed = 3500;
+    for (int s = 0; s < 4; s++)
+        for (int d = 0; d < 2; d++) {
+            goblin_tensor x = rand_tensor(dts[d], 2, shapes[s], &seed);
+            int64_t rows = shapes[s][0], len = shapes[s][1];
+            size_t es = goblin_dtype_size(dts[d]);
+            for (int64_t i = 0; i < rows * len; i++) { /* offset rows: a mean far from 0 */
+                if (dts[d] == GOBLIN_DTYPE_F32) ((float *)x.data)[i] += 3.0f;
+                else ((double *)x.data)[i] += 3.0;
+            }
+            goblin_tensor y = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_LAYER_NORM, &x, 1, NULL, 0);
+            for (int64_t r0 = 0; r0 < rows; r0++) {
+                void *g = calloc((size_t)(rows * len), es);
+                for (int64_t j = 0; j < len; j++) {
+                    if (dts[d] == GOBLIN_DTYPE_F32) ((float *)g)[r0 * len + j] = 1;
+                    else ((double *)g)[r0 * len + j] = 1;
+                }
+                goblin_tensor in[2] = {gt_tensor(dts[d], 2, shapes[s], g), x};
+                goblin_attr at = A_INT(INDEX, 1);
+                goblin_tensor dw = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_LAYER_NORM_BACKWARD, in, 2, &at, 1);
+                cr_assert(memcmp(dw.data, (char *)y.data + (size_t)(r0 * len) * es, (size_t)len * es) == 0,
+                          "%s shape %d row %lld: d weight is not the forward's xhat", goblin_dtype_name(dts[d]), s,
+                          (long long)r0);
+                goblin_buffer_free(dw.data);
+                free(g);
+            }
+            goblin_buffer_free(y.data);
+            free(x.data);
+        }
+}
+
+/* gelu' (erf form) in f32 against long double, g * (Phi(x) + x phi(x)) with Phi = erfc / 2:
+ * every 4096th float of either sign, the ends of the float path and IEEE specials, with
+ * grad_out in [-1, 1]: within the contract (16u relative + 16u |grad_out| absolute), NaN
+ * for NaN and +-inf, and the same bits on 1, 2 and 3 threads. */
+static long double gelu_grad_ld(long double x) {
+    if (isinf(x)) return NAN;
+    return 0.5L * erfcl(-x / sqrtl(2.0L)) + x * expl(-0.5L * x * x) / sqrtl(2.0L * 3.14159265358979323846264338327950288L);
+}
+
+Test(blis_train3, gelu_backward_f32_within_contract_vs_long_double) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const float edges[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 0x1p-149f, 1e-40f, FLT_MAX, -FLT_MAX,
+                                  4.9497476f, -4.9497476f, 2.1213202f, -2.1213202f, -0.7517916f, 1.0f, -1.0f,
+                                  13.0f, -13.0f, 20.0f, -20.0f};
+    int ne = (int)(sizeof edges / sizeof edges[0]);
+    int64_t n = 2 * ((int64_t)1 << 19) + ne + 64 * 2;
+    float *x = malloc((size_t)n * sizeof *x), *g = malloc((size_t)n * sizeof *g);
+    int64_t c = 0;
+    for (int e = 0; e < ne; e++) x[c++] = edges[e];
+    for (uint32_t u = 0; u < 0x80000000u; u += 4096) {
+        float f;
+        memcpy(&f, &u, sizeof f);
+        x[c++] = f;
+        x[c++] = -f;
+    }
+    for (int dd = -32; dd < 32; dd++) { /* around x / sqrt2 = +-3.5, the float path's ends */
+        float f = 4.9497476f;
+        for (int s = 0; s < (dd < 0 ? -dd : dd); s++) f = nextafterf(f, dd < 0 ? 0.0f : 100.0f);
+        x[c++] = f;
+        x[c++] = -f;
+    }
+    cr_assert(c <= n);
+    n = c;
+    uint64_t seed = 3600;
+    for (int64_t i = 0; i < n; i++) g[i] = i % 3 == 0 ? 1.0f : (float)(2 * gt_rand(&seed) - 1);
+    goblin_tensor in[2] = {gt_tensor(GOBLIN_DTYPE_F32, 1, &n, g), gt_tensor(GOBLIN_DTYPE_F32, 1, &n, x)};
+    goblin_tensor b1 = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_GELU_BACKWARD, in, 2, NULL, 0);
+    const float *y = b1.data;
+    double u = 0x1p-24;
+    for (int64_t i = 0; i < n; i++) {
+        double r = (double)((long double)g[i] * gelu_grad_ld(x[i])), b = y[i];
+        if (isnan(r)) {
+            cr_assert(isnan(b), "gelu_backward(%.9g, %.9g) = %.9g, want NaN", g[i], x[i], b);
+            continue;
+        }
+        cr_assert(fabs(b - r) <= 16 * u * fabs(r) + 16 * u * fabs(g[i]) + 0x1p-126,
+                  "gelu_backward(g %.9g, x %.9g) = %.9g, long double %.9g", g[i], x[i], b, r);
+    }
+    for (int32_t th = 2; th <= 3; th++) {
+        goblin_tensor bt = run(GOBLIN_BACKEND_BLIS, th, GOBLIN_OP_GELU_BACKWARD, in, 2, NULL, 0);
+        cr_assert(memcmp(bt.data, b1.data, (size_t)n * 4) == 0, "gelu_backward: %d threads differ", th);
+        goblin_buffer_free(bt.data);
+    }
+    goblin_buffer_free(b1.data);
+    free(x);
+    free(g);
+}
+
+/* the tanh form (f32, f64) and the erf form in f64 against the reference */
+Test(blis_train3, gelu_backward_tanh_and_f64_vs_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t shapes[3][2] = {{0, 4}, {7, 13}, {300, 257}};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    uint64_t seed = 3700;
+    for (int s = 0; s < 3; s++)
+        for (int d = 0; d < 2; d++) {
+            goblin_tensor in[2] = {rand_tensor(dts[d], 2, shapes[s], &seed), rand_tensor(dts[d], 2, shapes[s], &seed)};
+            int64_t n = shapes[s][0] * shapes[s][1];
+            for (int64_t i = 0; i < n; i++) { /* x in [-12, 12], specials first */
+                double v = i == 0 ? NAN : i == 1 ? INFINITY : i == 2 ? -INFINITY : 12 * val(&in[1], i);
+                if (dts[d] == GOBLIN_DTYPE_F32) ((float *)in[1].data)[i] = (float)v;
+                else ((double *)in[1].data)[i] = v;
+            }
+            for (int form = 0; form < 2; form++) {
+                if (d == 0 && form == 0) continue; /* f32 erf form: the long double test above */
+                goblin_attr at = A_INT(APPROXIMATE, form);
+                compare_scaled(GOBLIN_OP_GELU_BACKWARD, in, 2, &at, 1, 16, form ? "tanh" : "erf");
+            }
+            free(in[0].data);
+            free(in[1].data);
+        }
+}
+
+/* The d x and d weight nodes of one layer norm share the row statistics within a run
+ * (blis_train3.c's ln_memo): interleaved with a second layer norm's nodes, and with x
+ * changed in place between two runs, every node gives the bits it gives alone. */
+Test(blis_train3, layer_norm_backward_nodes_in_one_run_match_each_alone) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t xs[3] = {3, 7, 40};
+    static const int order[5][2] = {{0, 0}, {1, 1}, {0, 1}, {1, 0}, {0, 0}}; /* (layer, index) */
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int d = 0; d < 2; d++) {
+        goblin_dtype dt = dts[d];
+        uint64_t seed = 91 + (uint64_t)d;
+        goblin_tensor t[5]; /* go, x, w, go2, x2 */
+        t[0] = rand_tensor(dt, 3, xs, &seed), t[1] = rand_tensor(dt, 3, xs, &seed);
+        t[2] = rand_tensor(dt, 1, &xs[2], &seed);
+        t[3] = rand_tensor(dt, 3, xs, &seed), t[4] = rand_tensor(dt, 3, xs, &seed);
+        int32_t ins[5][5];
+        goblin_attr at[5][3];
+        for (int q = 0; q < 5; q++) {
+            int L = order[q][0];
+            int32_t row[5] = {L ? 3 : 0, L ? 4 : 1, 2, 0, 0};
+            memcpy(ins[q], row, sizeof row);
+            at[q][0] = goblin_attr_int(GOBLIN_ATTR_NORM_NDIM, 1);
+            at[q][1] = goblin_attr_float(GOBLIN_ATTR_EPS, 1e-4);
+            at[q][2] = goblin_attr_int(GOBLIN_ATTR_INDEX, order[q][1]);
+        }
+        one_run_matches_alone(dt, t, 5, GOBLIN_OP_LAYER_NORM_BACKWARD, 5, (const int32_t(*)[5])ins, 3,
+                              (const goblin_attr(*)[3])at, 3, 1, "layer norm");
+        for (int i = 0; i < 5; i++) free(t[i].data);
+    }
+}

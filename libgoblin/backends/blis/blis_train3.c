@@ -13,6 +13,7 @@
  *    (|x| < 2.5; gelu: -1.5 < x / sqrt2 < 3.5), a double-precision polynomial erf
  *    (error ~1e-11, then one rounding to f32) elsewhere: within the ops' contracts, not
  *    guaranteed bit-identical to the reference.
+ *  - gelu_backward (f32, f64) and layer_norm_backward (f32, f64): see their sections.
  *  - softmax / log_softmax over a non-last axis (f32, f64): the reference's double
  *    arithmetic in its order, with contiguous inner loops: bit-identical.
  *
@@ -20,7 +21,9 @@
  * (registered after blis_threaded.c), so nothing loses its earlier fast path.
  * Work is split into fixed blocks; elementwise results never depend on the split,
  * so they are the same bits for every thread count. */
+#pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <string.h>
+#include "alloc.h"
 #include "blis_impl.h"
 #include "scalar_ops.h"
 #include "expf_impl.h"
@@ -492,7 +495,386 @@ static goblin_err t3_softmax(goblin__kctx *k, const goblin__node *node, const go
     return GOBLIN_OK;
 }
 
+/* ---- gelu_backward ----------------------------------------------------------------------
+ * grad_out * gelu'(x). f32, erf form: gelu' = Phi(x) + x phi(x) with Phi = 0.5 + 0.5 erf(x/sqrt2)
+ * from the forward's float erf (t3_erf_poly) and phi from the f32 exp above, in float with
+ * explicit FMAs (the same bits in every clone), where the float erf is fitted (|x/sqrt2| < 3.5).
+ * For x < 0, 0.5 + 0.5 erf cancels as in torch's own kernel: the error stays a few u absolute
+ * in gelu' (about 1u of Phi's magnitude 1/2), within the contract's absolute part, though not
+ * relative to a tiny gelu' far out on the left. Elsewhere (|x| > 4.95, +-inf, NaN) and for f64 or the tanh form,
+ * each element is computed in double by gelu_grad_d (the reference's formulas: Phi as
+ * 0.5 erfc(-x/sqrt2), no cancellation) and rounded once. Per-element choices only: results
+ * do not depend on the neighbours or the split. */
+
+/* noinline, baseline ISA: no fused multiply-adds, the same bits on every CPU */
+__attribute__((noinline)) static double gelu_grad_d(double x, bool tanh_form) {
+    if (tanh_form) {
+        const double k0 = 0.79788456080286535588, k1 = 0.044715;
+        double x2 = x * x, t = tanh(k0 * (x + k1 * x2 * x));
+        return 0.5 * (1.0 + t) + 0.5 * x * ((1.0 - t * t) * (k0 * (1.0 + 3.0 * k1 * x2)));
+    }
+    double cdf = 0.5 * erfc(-x * 0.70710678118654752440);
+    return cdf + x * (exp(-0.5 * x * x) * 0.39894228040143267794);
+}
+
+T3_CLONES static void gelu_bwd_f32(const float *restrict g, const float *restrict x,
+                                   float *restrict y, int64_t n) {
+    SIMD for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        float cdf = fmaf(0.5f, t3_erf_poly(v * T3_RSQRT2F), 0.5f);
+        float pdf = t3_expf((v * v) * -0.5f) * 0.398942280401432678f;
+        y[i] = g[i] * fmaf(v, pdf, cdf);
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += 64) {
+        int64_t e = i0 + 64 < n ? i0 + 64 : n;
+        int bad = 0;
+        T3_SIMD_OR_BAD
+        for (int64_t i = i0; i < e; i++) {
+            float t = x[i] * T3_RSQRT2F;
+            bad |= (t <= -3.5f) | (t >= 3.5f) | (t != t);
+        }
+        if (__builtin_expect(!bad, 1)) continue;
+        for (int64_t i = i0; i < e; i++) {
+            float t = x[i] * T3_RSQRT2F;
+            if (!((t <= -3.5f) | (t >= 3.5f) | (t != t))) continue;
+            y[i] = (float)((double)g[i] * gelu_grad_d(x[i], false));
+        }
+    }
+}
+
+typedef struct gbjob {
+    bool f64, th;
+    const void *g, *x;
+    void *y;
+    int64_t n;
+} gbjob;
+
+static void gbrun(void *arg, int64_t item) {
+    const gbjob *j = arg;
+    int64_t lo = item * BLOCK, hi = lo + BLOCK < j->n ? lo + BLOCK : j->n;
+    if (j->f64) {
+        const double *g = j->g, *x = j->x;
+        double *y = j->y;
+        for (int64_t i = lo; i < hi; i++) y[i] = g[i] * gelu_grad_d(x[i], j->th);
+    } else if (j->th) {
+        const float *g = j->g, *x = j->x;
+        float *y = j->y;
+        for (int64_t i = lo; i < hi; i++) y[i] = (float)((double)g[i] * gelu_grad_d(x[i], true));
+    } else {
+        gelu_bwd_f32((const float *)j->g + lo, (const float *)j->x + lo, (float *)j->y + lo, hi - lo);
+    }
+}
+
+static goblin__kernel_fn g_prev_gelu_bwd, g_prev_ln_bwd;
+
+static bool f32_or_f64(goblin_dtype dt) { return dt == GOBLIN_DTYPE_F32 || dt == GOBLIN_DTYPE_F64; }
+
+static bool all_contiguous(const goblin_tensor *in, int32_t n_in, const goblin_tensor *out) {
+    for (int32_t i = 0; i < n_in; i++)
+        if (in[i].dtype != out->dtype || !goblin_tensor_is_contiguous(&in[i])) return false;
+    return goblin_tensor_is_contiguous(out);
+}
+
+static goblin_err t3_gelu_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                              int32_t n_in, goblin_tensor *out) {
+    if (n_in != 2 || !f32_or_f64(out->dtype) || !all_contiguous(in, n_in, out) ||
+        goblin__numel(&in[0]) != goblin__numel(out) || goblin__numel(&in[1]) != goblin__numel(out))
+        return g_prev_gelu_bwd ? g_prev_gelu_bwd(k, node, in, n_in, out) : GOBLIN_ENOTSUP;
+    gbjob j = {out->dtype == GOBLIN_DTYPE_F64,
+               goblin__attr_i(node, GOBLIN_ATTR_APPROXIMATE, GOBLIN_GELU_ERF) == GOBLIN_GELU_TANH,
+               in[0].data, in[1].data, out->data, goblin__numel(out)};
+    if (j.n == 0) return GOBLIN_OK;
+    goblin__parallel_for(k->threads > 0 ? k->threads : 1, (j.n + BLOCK - 1) / BLOCK, gbrun, &j);
+    return GOBLIN_OK;
+}
+
+/* ---- layer_norm_backward ----------------------------------------------------------------
+ * Per row of the last norm_ndim dims, the statistics exactly as blis_reduce.c's forward
+ * computes them (the same bits): sums of x and then of (x - mu)^2 in 4*VN lanes of the
+ * dtype (element i into lane i mod 4*VN, 32 lanes for f32, 16 for f64), the lanes added in
+ * lane order in double; mu = (T)(sum / n), rs = (T)(1 / sqrt(sum2 / n + eps)). Then, with
+ * xhat = (x - mu) rs and dxhat = grad_out * weight, index 0 gives
+ * d x = rs ((dxhat - mean(dxhat)) - xhat mean(dxhat xhat)), the two means summed the same way
+ * (dtype lanes folded into double); index 1 gives d weight, each column's sum of
+ * grad_out xhat over the rows in row order in double. These clones do not enable FMA (as
+ * blis_reduce.c's), so the bits do not depend on the CPU; rows (index 0) or columns
+ * (index 1) are split among threads, never a sum: the same bits for every thread count. */
+#define LN_CLONES __attribute__((target_clones("avx2", "default")))
+#define LN_INL static inline __attribute__((always_inline))
+
+typedef struct lnjob {
+    bool f64;
+    const void *g, *x, *w;
+    void *y;
+    void *stats; /* mu of every row, then rs of every row (NULL: d x computes its own) */
+    int64_t rows, len, per; /* per: rows (index 0, stats) or columns (index 1) per item */
+    double eps;
+} lnjob;
+
+typedef float ln_v8f __attribute__((vector_size(32)));
+typedef double ln_v4d __attribute__((vector_size(32)));
+
+#define LN_DEF(S, T, VT, VN, L)                                                                 \
+    LN_INL VT S##_ln_ld(const T *p) {                                                           \
+        VT v;                                                                                   \
+        memcpy(&v, p, sizeof v);                                                                \
+        return v;                                                                               \
+    }                                                                                           \
+    /* the L = 4 VN lane values of sum (x_i - mu)^p, p = 1 or 2, as the forward's S##_lanes:   \
+     * its tail lanes add 0 where there is no element, which changes no bit (a lane is never   \
+     * -0), so here the tail elements are added to their lanes directly */                    \
+    LN_INL void S##_ln_lanes(const T *x, int64_t n, T mu, int sq, T *lanes) {                  \
+        VT a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                              \
+        int64_t i = 0;                                                                          \
+        for (; i + L <= n; i += L) {                                                            \
+            VT v0 = S##_ln_ld(x + i) - mu, v1 = S##_ln_ld(x + i + VN) - mu;                     \
+            VT v2 = S##_ln_ld(x + i + 2 * VN) - mu, v3 = S##_ln_ld(x + i + 3 * VN) - mu;        \
+            if (sq) {                                                                           \
+                v0 *= v0;                                                                       \
+                v1 *= v1;                                                                       \
+                v2 *= v2;                                                                       \
+                v3 *= v3;                                                                       \
+            }                                                                                   \
+            a0 += v0;                                                                           \
+            a1 += v1;                                                                           \
+            a2 += v2;                                                                           \
+            a3 += v3;                                                                           \
+        }                                                                                       \
+        memcpy(lanes, &a0, sizeof a0);                                                          \
+        memcpy(lanes + VN, &a1, sizeof a1);                                                     \
+        memcpy(lanes + 2 * VN, &a2, sizeof a2);                                                 \
+        memcpy(lanes + 3 * VN, &a3, sizeof a3);                                                 \
+        for (int64_t l = 0; i + l < n; l++) {                                                   \
+            T v = x[i + l] - mu;                                                                \
+            lanes[l] += sq ? v * v : v;                                                         \
+        }                                                                                       \
+    }                                                                                           \
+    /* the lanes of nr <= 4 rows, each folded in lane order into double; the rows' chains of  \
+     * additions are independent, so they overlap */                                          \
+    LN_INL void S##_ln_fold(T (*l)[L], int nr, double *out) {                                   \
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                  \
+        for (int j = 0; j < L; j++) {                                                           \
+            s0 += (double)l[0][j];                                                              \
+            if (nr > 1) s1 += (double)l[1][j];                                                  \
+            if (nr > 2) s2 += (double)l[2][j];                                                  \
+            if (nr > 3) s3 += (double)l[3][j];                                                  \
+        }                                                                                       \
+        out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;                                     \
+    }                                                                                           \
+    /* mu and rs of nr <= 4 rows (row r at x + r n), the forward's bits */                     \
+    LN_INL void S##_ln_stats(const T *x, int64_t n, int nr, double eps, T *mu, T *rs) {        \
+        T l[4][L];                                                                              \
+        double s[4];                                                                            \
+        for (int r = 0; r < nr; r++) S##_ln_lanes(x + r * n, n, 0, 0, l[r]);                    \
+        S##_ln_fold(l, nr, s);                                                                  \
+        for (int r = 0; r < nr; r++) mu[r] = (T)(s[r] / (double)n);                             \
+        for (int r = 0; r < nr; r++) S##_ln_lanes(x + r * n, n, mu[r], 1, l[r]);                \
+        S##_ln_fold(l, nr, s);                                                                  \
+        for (int r = 0; r < nr; r++) rs[r] = (T)(1.0 / sqrt(s[r] / (double)n + eps));           \
+    }                                                                                           \
+    /* the lanes of sum dxhat and sum dxhat xhat of one row (lane i mod L, as above) */         \
+    LN_INL void S##_ln_dlanes(const T *g, const T *x, const T *w, int64_t n, T mu, T rs, T *la, \
+                              T *lb) {                                                          \
+        VT sa0 = {0}, sa1 = {0}, sb0 = {0}, sb1 = {0}, sa2 = {0}, sa3 = {0}, sb2 = {0}, sb3 = {0}; \
+        int64_t i = 0;                                                                          \
+        for (; i + L <= n; i += L) {                                                            \
+            VT d0 = S##_ln_ld(g + i), d1 = S##_ln_ld(g + i + VN);                               \
+            VT d2 = S##_ln_ld(g + i + 2 * VN), d3 = S##_ln_ld(g + i + 3 * VN);                  \
+            if (w) {                                                                            \
+                d0 *= S##_ln_ld(w + i);                                                         \
+                d1 *= S##_ln_ld(w + i + VN);                                                    \
+                d2 *= S##_ln_ld(w + i + 2 * VN);                                                \
+                d3 *= S##_ln_ld(w + i + 3 * VN);                                                \
+            }                                                                                   \
+            VT h0 = (S##_ln_ld(x + i) - mu) * rs, h1 = (S##_ln_ld(x + i + VN) - mu) * rs;       \
+            VT h2 = (S##_ln_ld(x + i + 2 * VN) - mu) * rs;                                      \
+            VT h3 = (S##_ln_ld(x + i + 3 * VN) - mu) * rs;                                      \
+            sa0 += d0, sa1 += d1, sa2 += d2, sa3 += d3;                                         \
+            sb0 += d0 * h0, sb1 += d1 * h1, sb2 += d2 * h2, sb3 += d3 * h3;                     \
+        }                                                                                       \
+        memcpy(la, &sa0, sizeof sa0);                                                           \
+        memcpy(la + VN, &sa1, sizeof sa1);                                                      \
+        memcpy(la + 2 * VN, &sa2, sizeof sa2);                                                  \
+        memcpy(la + 3 * VN, &sa3, sizeof sa3);                                                  \
+        memcpy(lb, &sb0, sizeof sb0);                                                           \
+        memcpy(lb + VN, &sb1, sizeof sb1);                                                      \
+        memcpy(lb + 2 * VN, &sb2, sizeof sb2);                                                  \
+        memcpy(lb + 3 * VN, &sb3, sizeof sb3);                                                  \
+        for (int64_t l = 0; i + l < n; l++) {                                                   \
+            T d = w ? g[i + l] * w[i + l] : g[i + l], xh = (x[i + l] - mu) * rs;                \
+            la[l] += d;                                                                         \
+            lb[l] += d * xh;                                                                    \
+        }                                                                                       \
+    }                                                                                           \
+    /* d x of nr <= 4 rows with their mu and rs */                                             \
+    LN_INL void S##_ln_dx(const T *g, const T *x, const T *w, T *y, int64_t n, int nr,          \
+                          const T *mu, const T *rs) {                                           \
+        T la[4][L], lb[4][L];                                                                   \
+        double da[4], db[4];                                                                    \
+        for (int r = 0; r < nr; r++)                                                            \
+            S##_ln_dlanes(g + r * n, x + r * n, w, n, mu[r], rs[r], la[r], lb[r]);              \
+        S##_ln_fold(la, nr, da);                                                                \
+        S##_ln_fold(lb, nr, db);                                                                \
+        for (int r = 0; r < nr; r++) {                                                          \
+            const T *gr = g + r * n, *xr = x + r * n;                                           \
+            T *yr = y + r * n, m = mu[r], s = rs[r];                                            \
+            T ma = (T)(da[r] / (double)n), mb = (T)(db[r] / (double)n);                         \
+            if (w) {                                                                            \
+                for (int64_t j = 0; j < n; j++)                                                 \
+                    yr[j] = s * ((gr[j] * w[j] - ma) - ((xr[j] - m) * s) * mb);                 \
+            } else {                                                                            \
+                for (int64_t j = 0; j < n; j++) yr[j] = s * ((gr[j] - ma) - ((xr[j] - m) * s) * mb); \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+LN_DEF(f32, float, ln_v8f, 8, 32)
+LN_DEF(f64, double, ln_v4d, 4, 16)
+
+/* d x of an item's rows; the statistics from j->stats when another node of the run
+ * computed them (the same bits), else here */
+LN_CLONES static void ln_dx_item(void *arg, int64_t item) {
+    const lnjob *j = arg;
+    int64_t r0 = item * j->per, r1 = r0 + j->per < j->rows ? r0 + j->per : j->rows, n = j->len;
+    for (int64_t r = r0; r < r1; r += 4) {
+        int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+        if (j->f64) {
+            double mu[4], rs[4];
+            const double *st = j->stats;
+            if (st) memcpy(mu, st + r, sizeof(double) * (size_t)nr), memcpy(rs, st + j->rows + r, sizeof(double) * (size_t)nr);
+            else f64_ln_stats((const double *)j->x + r * n, n, nr, j->eps, mu, rs);
+            f64_ln_dx((const double *)j->g + r * n, (const double *)j->x + r * n, j->w,
+                      (double *)j->y + r * n, n, nr, mu, rs);
+        } else {
+            float mu[4], rs[4];
+            const float *st = j->stats;
+            if (st) memcpy(mu, st + r, sizeof(float) * (size_t)nr), memcpy(rs, st + j->rows + r, sizeof(float) * (size_t)nr);
+            else f32_ln_stats((const float *)j->x + r * n, n, nr, j->eps, mu, rs);
+            f32_ln_dx((const float *)j->g + r * n, (const float *)j->x + r * n, j->w,
+                      (float *)j->y + r * n, n, nr, mu, rs);
+        }
+    }
+}
+
+LN_CLONES static void ln_stats_item(void *arg, int64_t item) {
+    const lnjob *j = arg;
+    int64_t r0 = item * j->per, r1 = r0 + j->per < j->rows ? r0 + j->per : j->rows, n = j->len;
+    for (int64_t r = r0; r < r1; r += 4) {
+        int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+        if (j->f64) {
+            double *st = j->stats;
+            f64_ln_stats((const double *)j->x + r * n, n, nr, j->eps, st + r, st + j->rows + r);
+        } else {
+            float *st = j->stats;
+            f32_ln_stats((const float *)j->x + r * n, n, nr, j->eps, st + r, st + j->rows + r);
+        }
+    }
+}
+
+/* d weight for the columns of one item: acc (double, per column) over the rows in order */
+#define LN_DW(T)                                                                                \
+    do {                                                                                        \
+        const T *g = j->g, *x = j->x, *st = j->stats;                                           \
+        T *y = j->y;                                                                            \
+        for (int64_t r = 0; r < j->rows; r++) {                                                 \
+            const T *gr = g + r * n + c0, *xr = x + r * n + c0;                                 \
+            T mu = st[r], rs = st[j->rows + r];                                                 \
+            for (int64_t c = 0; c < w; c++) acc[c] += (double)(gr[c] * ((xr[c] - mu) * rs));   \
+        }                                                                                       \
+        for (int64_t c = 0; c < w; c++) y[c0 + c] = (T)acc[c];                                  \
+    } while (0)
+
+enum { LN_COLS = 256 };
+
+LN_CLONES static void ln_dw_item(void *arg, int64_t item) {
+    const lnjob *j = arg;
+    int64_t n = j->len, c0 = item * LN_COLS, w = c0 + LN_COLS < n ? LN_COLS : n - c0;
+    double acc[LN_COLS];
+    for (int64_t c = 0; c < w; c++) acc[c] = 0;
+    if (j->f64) LN_DW(double);
+    else LN_DW(float);
+}
+
+/* The d x and d weight nodes of one layer norm read the same x and grad_out and need the
+ * same per-row statistics: the first of them computes them and keeps them on this thread,
+ * keyed by the run (goblin__kctx.run) and the buffers, for the other (as blis_train2.c's
+ * batch norm memo). Within one run x and grad_out stay what they are until their last
+ * reader is done, so the key cannot match anything else. */
+typedef struct ln_memo {
+    uint64_t run;
+    const void *x, *go;
+    int64_t rows, len;
+    double eps;
+    bool f64;
+    goblin__tl_buf st;
+} ln_memo;
+
+static _Thread_local ln_memo t_ln;
+
+/* the statistics buffer for j in run @p run (*fresh: still to be computed), or NULL when
+ * none can be kept */
+static void *ln_memo_get(uint64_t run, const lnjob *j, bool *fresh) {
+    ln_memo *m = &t_ln;
+    if (!run) return NULL;
+    if (m->st.p && m->run == run && m->x == j->x && m->go == j->g && m->rows == j->rows &&
+        m->len == j->len && m->eps == j->eps && m->f64 == j->f64) {
+        *fresh = false;
+        return m->st.p;
+    }
+    m->run = 0; /* the old statistics are gone once the buffer grows */
+    void *st = goblin__tl_buf_reserve(&m->st, (size_t)j->rows * 2 * (j->f64 ? 8 : 4));
+    if (!st) return NULL;
+    m->run = run, m->x = j->x, m->go = j->g, m->rows = j->rows, m->len = j->len;
+    m->eps = j->eps, m->f64 = j->f64;
+    *fresh = true;
+    return st;
+}
+
+static goblin_err t3_ln_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                            int32_t n_in, goblin_tensor *out) {
+    bool wgrad = goblin__attr_i(node, GOBLIN_ATTR_INDEX, 0) == 1;
+    if (n_in < 2 || !f32_or_f64(out->dtype) || !all_contiguous(in, n_in, out))
+        return g_prev_ln_bwd ? g_prev_ln_bwd(k, node, in, n_in, out) : GOBLIN_ENOTSUP;
+    const goblin_tensor *x = &in[1];
+    int64_t nd = goblin__attr_i(node, GOBLIN_ATTR_NORM_NDIM, 1);
+    lnjob j = {.f64 = out->dtype == GOBLIN_DTYPE_F64, .g = in[0].data, .x = x->data,
+               .w = !wgrad && n_in > 2 ? in[2].data : NULL, .y = out->data, .rows = 1, .len = 1,
+               .eps = goblin__attr_f(node, GOBLIN_ATTR_EPS, 1e-5)};
+    for (int32_t d = 0; d < x->rank; d++) {
+        if (d >= x->rank - nd) j.len *= x->shape[d];
+        else j.rows *= x->shape[d];
+    }
+    int32_t th = k->threads > 0 ? k->threads : 1;
+    if (j.len == 0) return GOBLIN_OK;
+    if (j.rows == 0) { /* no rows: d x is empty, d weight is zeros */
+        if (wgrad) memset(out->data, 0, (size_t)j.len * goblin_dtype_size(out->dtype));
+        return GOBLIN_OK;
+    }
+    j.per = BLOCK / j.len > 1 ? BLOCK / j.len : 1;
+    int64_t items = (j.rows + j.per - 1) / j.per;
+    bool fresh = true, own = false;
+    j.stats = ln_memo_get(k->run, &j, &fresh);
+    if (!j.stats && wgrad) { /* no memo: d weight needs its own buffer */
+        j.stats = goblin__alloc((size_t)j.rows * 2 * goblin_dtype_size(out->dtype));
+        if (!j.stats) return goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "layer_norm_backward: out of memory");
+        own = true;
+    }
+    if (j.stats && fresh) goblin__parallel_for(th, items, ln_stats_item, &j);
+    if (wgrad) goblin__parallel_for(th, (j.len + LN_COLS - 1) / LN_COLS, ln_dw_item, &j);
+    else goblin__parallel_for(th, items, ln_dx_item, &j);
+    if (own) goblin__free(j.stats);
+    return GOBLIN_OK;
+}
+
 void goblin__blis_register_train3(goblin__kernel_fn *t) {
+    if (t[GOBLIN_OP_GELU_BACKWARD] != t3_gelu_bwd) {
+        g_prev_gelu_bwd = t[GOBLIN_OP_GELU_BACKWARD];
+        t[GOBLIN_OP_GELU_BACKWARD] = t3_gelu_bwd;
+    }
+    if (t[GOBLIN_OP_LAYER_NORM_BACKWARD] != t3_ln_bwd) {
+        g_prev_ln_bwd = t[GOBLIN_OP_LAYER_NORM_BACKWARD];
+        t[GOBLIN_OP_LAYER_NORM_BACKWARD] = t3_ln_bwd;
+    }
     static const goblin_op ops[B_COUNT] = {GOBLIN_OP_ADD, GOBLIN_OP_SUB, GOBLIN_OP_MUL,
                                            GOBLIN_OP_DIV};
     static goblin__kernel_fn const mine[B_COUNT] = {t3_add, t3_sub, t3_mul, t3_div};

@@ -460,7 +460,95 @@ static goblin_err k_sdpa_bwd(goblin__kctx *k, const goblin__node *node, const go
     return store_all(out, acc, total);
 }
 
+/* LAYER_NORM_BACKWARD: per row of the last norm_ndim dims, the statistics as the forward
+ * reference computes them (mean, then the mean of squared deviations), then
+ * d x = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) (index 0) or the column sums of
+ * grad_out xhat in row order (index 1); all in f64. */
+static goblin_err k_ln_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                           int32_t n_in, goblin_tensor *out) {
+    const goblin_tensor *go = &in[0], *x = &in[1];
+    goblin_dtype dt = x->dtype;
+    int64_t nd = goblin__attr_i(node, GOBLIN_ATTR_NORM_NDIM, 1);
+    double eps = goblin__attr_f(node, GOBLIN_ATTR_EPS, 1e-5);
+    bool wgrad = goblin__attr_i(node, GOBLIN_ATTR_INDEX, 0) == 1;
+    const void *w = n_in > 2 ? in[2].data : NULL;
+    int64_t len = 1, rows = 1;
+    for (int32_t d = 0; d < x->rank; d++) {
+        if (d >= x->rank - nd) len *= x->shape[d];
+        else rows *= x->shape[d];
+    }
+    double *acc = zeros(wgrad ? len : 0), *xh = zeros(len);
+    if (!acc || !xh) {
+        goblin__free(acc);
+        goblin__free(xh);
+        return oom(k);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t b = r * len;
+        double mean = 0, m2 = 0;
+        for (int64_t j = 0; j < len; j++) mean += goblin__load_f64(dt, x->data, b + j);
+        mean /= (double)len;
+        for (int64_t j = 0; j < len; j++) {
+            double d = goblin__load_f64(dt, x->data, b + j) - mean;
+            m2 += d * d;
+        }
+        double rstd = 1.0 / sqrt(m2 / (double)len + eps);
+        for (int64_t j = 0; j < len; j++) xh[j] = (goblin__load_f64(dt, x->data, b + j) - mean) * rstd;
+        if (wgrad) {
+            for (int64_t j = 0; j < len; j++) acc[j] += goblin__load_f64(dt, go->data, b + j) * xh[j];
+            continue;
+        }
+        double sa = 0, sb = 0;
+        for (int64_t j = 0; j < len; j++) {
+            double g = goblin__load_f64(dt, go->data, b + j);
+            if (w) g *= goblin__load_f64(dt, w, j);
+            sa += g;
+            sb += g * xh[j];
+        }
+        sa /= (double)len;
+        sb /= (double)len;
+        for (int64_t j = 0; j < len; j++) {
+            double g = goblin__load_f64(dt, go->data, b + j);
+            if (w) g *= goblin__load_f64(dt, w, j);
+            goblin__store_f64(dt, out->data, b + j, rstd * (g - sa - xh[j] * sb));
+        }
+    }
+    goblin__free(xh);
+    if (wgrad) return store_all(out, acc, len);
+    goblin__free(acc);
+    return GOBLIN_OK;
+}
+
+/* gelu'(x) in double, torch's formulas; the erf form's Phi as 0.5 erfc(-x / sqrt2) (no
+ * cancellation for x < 0). +-inf gives NaN (inf * 0), as torch. */
+static double gelu_grad(double x, bool tanh_form) {
+    if (tanh_form) {
+        const double k0 = 0.79788456080286535588, k1 = 0.044715;
+        double x2 = x * x, t = tanh(k0 * (x + k1 * x2 * x));
+        return 0.5 * (1.0 + t) + 0.5 * x * ((1.0 - t * t) * (k0 * (1.0 + 3.0 * k1 * x2)));
+    }
+    double cdf = 0.5 * erfc(-x * 0.70710678118654752440);
+    return cdf + x * (exp(-0.5 * x * x) * 0.39894228040143267794);
+}
+
+static goblin_err k_gelu_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                             int32_t n_in, goblin_tensor *out) {
+    (void)k;
+    (void)n_in;
+    const goblin_tensor *go = &in[0], *x = &in[1];
+    goblin_dtype dt = x->dtype;
+    bool th = goblin__attr_i(node, GOBLIN_ATTR_APPROXIMATE, GOBLIN_GELU_ERF) == GOBLIN_GELU_TANH;
+    int64_t n = goblin__numel(out);
+    for (int64_t i = 0; i < n; i++)
+        goblin__store_f64(dt, out->data, i,
+                          goblin__load_f64(dt, go->data, i) *
+                              gelu_grad(goblin__load_f64(dt, x->data, i), th));
+    return GOBLIN_OK;
+}
+
 void goblin__ref_register_grad(goblin__kernel_fn *t) {
+    t[GOBLIN_OP_LAYER_NORM_BACKWARD] = k_ln_bwd;
+    t[GOBLIN_OP_GELU_BACKWARD] = k_gelu_bwd;
     t[GOBLIN_OP_SDPA_BACKWARD] = k_sdpa_bwd;
     t[GOBLIN_OP_CONV2D_BACKWARD_INPUT] = k_conv_bwd;
     t[GOBLIN_OP_CONV2D_BACKWARD_WEIGHT] = k_conv_bwd;
