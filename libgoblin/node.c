@@ -2961,7 +2961,10 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         double fit = slope > 0 ? ((double)mem - base) / slope : (double)B;
         rows = fit >= (double)B ? B : (int64_t)fit;
         if (rows < 1) rows = 1;
-        int64_t mt = jp->job.min_tasks > 0 ? jp->job.min_tasks : 4 * (int64_t)(workers > 0 ? workers : 1);
+        /* 4 tasks per worker by default (2 under SPOT: each checked task costs the node a
+         * recomputation of at least one row, so fewer, larger chunks check less of the work) */
+        int64_t per = G->verify == GOBLIN_GRAPH_VERIFY_SPOT ? 2 : 4;
+        int64_t mt = jp->job.min_tasks > 0 ? jp->job.min_tasks : per * (int64_t)(workers > 0 ? workers : 1);
         if ((B + rows - 1) / rows < mt) {
             int64_t r2 = B / mt;
             rows = r2 < 1 ? 1 : r2;
@@ -3006,7 +3009,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
                          (int)o, combine_name(G->comb[o]));
                 return GOBLIN_EINVAL;
             }
-        int64_t k = jp->spot_rows > 0 ? jp->spot_rows : (G->rows / 8 < 4 ? G->rows / 8 : 4);
+        int64_t k = jp->spot_rows > 0 ? jp->spot_rows : (G->rows / 16 < 4 ? G->rows / 16 : 4);
         G->spot_k = k < 1 ? 1 : k > G->rows ? G->rows : k;
         char sm[256] = "";
         if ((e = goblin_graph_rebatch(g, jp->split, G->spot_k, &G->spot_g, sm, sizeof sm)) != GOBLIN_OK) {

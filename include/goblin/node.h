@@ -249,7 +249,8 @@ typedef struct goblin_graph_job_params {
                                       worker's tasks replicated (REPLICATE) or spot-checked (SPOT) */
     double trust_halflife;         /* agreements that halve the replication rate; default 20 */
     int32_t spot_rows;             /* SPOT: rows recomputed per checked task, 0..65535;
-                                      0 (default): min(4, rows / 8), at least 1 */
+                                      0 (default): min(4, rows / 16), at least 1; SPOT jobs
+                                      are cut into 2 chunks per worker by default (not 4) */
 } goblin_graph_job_params;
 
 GOBLIN_API void goblin_graph_job_params_default(goblin_graph_job_params *p);

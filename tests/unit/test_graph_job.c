@@ -1002,7 +1002,7 @@ Test(graph_job, spot_checks_every_task_of_new_workers) {
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
     jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
-    jp.job.min_tasks = 8;         /* 32 rows a task: min(4, 32 / 8) = 4 rows checked */
+    jp.job.min_tasks = 8;         /* 32 rows a task: min(4, 32 / 16) = 2 rows checked */
     jp.trust_halflife = 1e9;      /* trust never builds: every task is checked */
     goblin_job *job = NULL;
     cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
@@ -1012,11 +1012,32 @@ Test(graph_job, spot_checks_every_task_of_new_workers) {
     goblin_node_stats st;
     goblin_node_stats_get(node, &st);
     cr_assert_eq(st.spot_checks, 8);
-    cr_assert_eq(st.spot_rows_checked, 32);
+    cr_assert_eq(st.spot_rows_checked, 16);
     cr_assert_eq(st.results_accepted, 8);
     cr_assert_eq(st.results_rejected, 0);
     cr_assert_eq(st.node_recomputed, 0, "no task recomputed whole");
     cr_assert_eq(st.replicas_issued, 0);
+    /* Without min_tasks, SPOT cuts 2 chunks per worker (not 4): 128 rows, 16 checked of each. */
+    {
+        goblin_node_stats s0, s1;
+        goblin_node_stats_get(node, &s0);
+        goblin_graph_job_params dj;
+        goblin_graph_job_params_default(&dj);
+        dj.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+        dj.trust_halflife = 1e9;
+        memset(r.y, 0, sizeof(float) * 256 * 12);
+        cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &dj, &job), GOBLIN_OK);
+        cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+        int64_t done = 0, total = 0;
+        goblin_job_progress(job, &done, &total);
+        goblin_job_free(job);
+        rowwise_check(&r);
+        goblin_node_stats_get(node, &s1);
+        cr_assert_eq(total, 4, "2 workers x 2 chunks");
+        cr_assert_eq(s1.spot_checks - s0.spot_checks, 4);
+        cr_assert_eq(s1.spot_rows_checked - s0.spot_rows_checked, 16);
+        st = s1;
+    }
     /* An explicit spot_rows; a result whose rows are all checked is recomputed whole. */
     memset(r.y, 0, sizeof(float) * 256 * 12);
     jp.spot_rows = 32;
