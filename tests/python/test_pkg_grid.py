@@ -336,10 +336,13 @@ def _check_models(g, captured, verify="replicate"):
     assert after["results_rejected"] == before["results_rejected"]
     assert after["tasks_completed"] - before["tasks_completed"] == tasks
     if verify == "spot":
-        # every model here computes row by row: checked rows agree, nothing recomputed whole
+        # every model here computes row by row: the checks pass (results_rejected above).
+        # A checked row can differ from the chunk's in the last bits when a tiny product runs
+        # on BLIS's skinny-matrix path (its kernels differ by a row's position in a tile):
+        # then the task is recomputed whole (escalated) and accepted, never rejected.
         assert after["spot_checks"] > before["spot_checks"]
-        assert after["results_escalated"] == before["results_escalated"]
         assert after["replicas_issued"] == before["replicas_issued"]
+        assert after["workers_quarantined"] == before["workers_quarantined"]
 
 
 @needs_torch
