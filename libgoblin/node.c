@@ -166,6 +166,9 @@ struct goblin_job {
      * rejection and at the job's end. fvp_off: the job checks tile by tile. Under node->mu. */
     goblin_freivalds_panels **fvp;
     bool fvp_off;
+    /* Checks prepared ahead (prepare_ahead): tasks before prep_from are leased or done
+     * and their row range was prepared; prep_key: the last (grid row, K-slice) prepared. */
+    int64_t prep_from, prep_key;
     int64_t scan_from;
     int64_t rep_from;  /* graph jobs: tasks before this need no concurrent replica lease */
     int64_t sum_task_ms, n_task_ms; /* for straggler detection */
@@ -1178,6 +1181,8 @@ static void task_done(goblin_node *n, goblin_job *j, int64_t ti) {
 
 /* Drop the job's panels objects: the next check draws new vectors. */
 static void job_drop_panels(goblin_job *j) {
+    j->prep_from = 0;
+    j->prep_key = -1;
     if (!j->fvp) return;
     for (int64_t q = 0; q < j->info.k_slices; q++) goblin_freivalds_panels_free(j->fvp[q]);
     goblin__free(j->fvp);
@@ -1259,6 +1264,41 @@ static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool who
     goblin_err r = check_tile_impl(n, j, ti, whole_tile, c, v);
     n->st.verify_ns += goblin__now_ns() - t0;
     return r;
+}
+
+/* Prepare the Freivalds checks of leased matmul tasks before their results arrive: the
+ * pass over B of their K-slice and over their row panel of A. Done lazily at the first
+ * result, the last row panel's pass ran after the last worker had finished, on the
+ * job's critical path; done here, while the workers compute, the last result costs
+ * only the pass over its own tile. At most one pass per call (a few ms for a 1024-row
+ * panel of a 4096 product), so that messages are not kept waiting; the node loop calls
+ * this once per turn. The vectors are drawn when a panels object is made, as before:
+ * after A and B are fixed, and never seen by a worker. */
+static void prepare_ahead(goblin_node *n) {
+    if (n->p.verify != GOBLIN_VERIFY_POLICY_FREIVALDS) return;
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running || j->kind != JOB_MATMUL || j->fvp_off) continue;
+        int64_t s = j->info.k_slices, gc = j->info.grid_cols;
+        while (j->prep_from < j->ntasks && j->tasks[j->prep_from].state != T_PENDING) {
+            int64_t ti = j->prep_from++;
+            if (j->tasks[ti].state == T_DONE) continue;
+            int64_t key = (ti / (s * gc)) * s + ti % s; /* (grid row, K-slice) */
+            if (key == j->prep_key) continue;
+            j->prep_key = key;
+            int64_t t0 = goblin__now_ns();
+            goblin_freivalds_panels *fp = job_panels(n, j, ti % s);
+            if (fp) {
+                goblin_matmul_tile t;
+                job_tile(j, ti, &t);
+                goblin_err e = goblin_freivalds_panels_prepare(fp, t.row0, t.rows);
+                if (e) nlog(n, GOBLIN_LOG_DEBUG, "job %llu: preparing a check: %s", (unsigned long long)j->id,
+                            goblin_strerror(e)); /* the check prepares it again, or fails there */
+            }
+            n->st.verify_ns += goblin__now_ns() - t0;
+            return;
+        }
+    }
 }
 
 static void quarantine(goblin_node *n, int32_t pi);
@@ -1743,6 +1783,7 @@ static void *node_main(void *arg) {
         bool tick = ev || rv != 0 || goblin__now_ms() - n->last_housekeeping_ms >= HOUSEKEEPING_MS;
         if (tick) housekeeping(n);
         schedule(n, tick);
+        prepare_ahead(n);
         pthread_mutex_unlock(&n->mu);
         if (rv && rv != NNG_ETIMEDOUT && rv != NNG_EAGAIN) {
             if (rv == NNG_ECLOSED) break;
@@ -1909,6 +1950,7 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
         }
         goblin_plan_get_info(j->plan, &j->info);
         j->ntasks = goblin_plan_tile_count(j->plan);
+        j->prep_key = -1;
         j->tasks = goblin__calloc((size_t)j->ntasks, sizeof(task));
         if (j->info.k_slices > 1)
             j->tile_done = goblin__calloc((size_t)(j->ntasks / j->info.k_slices), sizeof(int32_t));
