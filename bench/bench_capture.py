@@ -9,7 +9,7 @@ T workers x 1 thread (T = GOBLIN_BENCH_THREADS, default all cores), the batch sp
 tasks by the node; PyTorch runs the same module eagerly under no_grad with
 torch.set_num_threads(T). Both sides get the same NumPy/torch input each time and the
 goblin output is checked against torch's. Each figure is the median of
-GOBLIN_BENCH_CAPTURE_REPS (default 3) runs after a warm-up. The grid runs with its
+GOBLIN_BENCH_CAPTURE_REPS (default 7) runs after a warm-up. The grid runs with its
 default verification (adaptive replication: a new worker's tasks are all replicated,
 so early jobs pay up to 2x), again once the workers' trust is built (replication at its
 min_replication floor of 25%, as on a grid whose workers have been up a while), and
@@ -31,7 +31,7 @@ def log(*a):
 
 
 THREADS = int(os.environ.get("GOBLIN_BENCH_THREADS") or os.cpu_count() or 2)
-REPS = int(os.environ.get("GOBLIN_BENCH_CAPTURE_REPS", "3"))
+REPS = int(os.environ.get("GOBLIN_BENCH_CAPTURE_REPS", "7"))
 # Agreed replica pairs after which "trust built" is measured: a pair credits both of its
 # workers, so 30 pairs per worker give each about 60 agreements, which at the default
 # trust_halflife of 20 puts its replication rate at the min_replication floor.

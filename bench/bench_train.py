@@ -13,7 +13,7 @@ worker at the same time) and, in a second row, 4 micro-batches. "verify" is the 
 of the round the lab's process spent verifying (round info verify_seconds / seconds).
 Markdown on stdout, progress on stderr.
 
-Environment: GOBLIN_BENCH_THREADS (default 2), GOBLIN_BENCH_TRAIN_ROUNDS (default 8,
+Environment: GOBLIN_BENCH_THREADS (default 2), GOBLIN_BENCH_TRAIN_ROUNDS (default 40,
 after 2 warm-up rounds).
 """
 import os
@@ -22,7 +22,7 @@ import sys
 import time
 
 THREADS = int(os.environ.get("GOBLIN_BENCH_THREADS", "2") or 2)
-ROUNDS = int(os.environ.get("GOBLIN_BENCH_TRAIN_ROUNDS", "8"))
+ROUNDS = int(os.environ.get("GOBLIN_BENCH_TRAIN_ROUNDS", "40"))
 WARMUP = 2
 HERE = os.path.dirname(os.path.abspath(__file__))
 
