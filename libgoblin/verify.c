@@ -113,18 +113,25 @@ void goblin_freivalds_params_default(goblin_freivalds_params *p) {
  * by row, four rows at a time in chunks of FV_CHUNK columns: a chunk of four rows
  * is converted to f64 in a small buffer (f64 rows with unit stride are read in
  * place), and every element of it meets all the vectors' weights while it is in
- * registers. The vectors are handled four at a time, one per lane of a four-lane
- * GCC/Clang vector (v4); lanes beyond `vectors` hold r = 0 and are ignored. Each
- * vector's r and |r| (and B r, |B| |r|) are interleaved so that one cache line
- * serves both. The passes are built twice and chosen at run time: for AVX2+FMA,
- * where a v4 is one register, and a baseline (@p base) that computes with native
- * two-lane vectors (v2: one SSE2 or NEON register, a pair of scalars elsewhere),
- * since GCC keeps a v4 without AVX in memory and round-trips every accumulator
- * through the stack. An FMA only removes roundings, so the error bounds hold for
- * both, and any summation order keeps the gamma_len error bound the levels assume. */
+ * registers. Each pass computes two kinds of sums:
+ *  - value sums, one per vector (x r_v, and through B and A): the vectors are
+ *    handled four at a time, one per lane of a four-lane GCC/Clang vector (v4),
+ *    each element broadcast and multiplied by four vectors' weights at once; lanes
+ *    beyond `vectors` hold r = 0 and are ignored;
+ *  - one magnitude sum per row, shared by all the vectors: |x| times the envelope
+ *    m (m_j = 1 on unmasked columns, 0 on masked ones; |r_vj| <= m_j for every v),
+ *    or times s = |B| m in the pass over A: a plain dot product of contiguous
+ *    elements, four per v4 operation (docs/verification.md, "What is computed").
+ * The passes are built twice and chosen at run time: for AVX2+FMA, where a v4 is
+ * one register, and a baseline (@p vb) that computes with native two-lane vectors
+ * (v2: one SSE2 or NEON register, a pair of scalars elsewhere), since GCC keeps a
+ * v4 without AVX in memory and round-trips every accumulator through the stack.
+ * An FMA only removes roundings, so the error bounds hold for both, and any
+ * summation order keeps the gamma_len error bound the levels assume. */
 #define LANES 4
 #define FV_ROWS 4    /* rows of a matrix in flight */
 #define FV_CHUNK 128 /* columns per chunk: four rows stay in L1 with two panels' weights */
+#define FV_MAXG (GOBLIN_FREIVALDS_MAX_VECTORS / LANES)
 typedef double v4 __attribute__((vector_size(LANES * sizeof(double))));
 typedef float f4 __attribute__((vector_size(LANES * sizeof(float))));
 typedef int64_t i4 __attribute__((vector_size(LANES * sizeof(int64_t))));
@@ -137,8 +144,17 @@ typedef int64_t i2 __attribute__((vector_size(2 * sizeof(int64_t))));
 #if defined(__x86_64__) && defined(__GNUC__)
 #define FV_HAVE_V3 1
 #define FV_V3 __attribute__((target("avx2,fma")))
+/* Keep a loaded weight in a register: GCC would fold its load into both rows'
+ * FMAs, and the loads, not the FMAs, would then bound the loop. (Clang rejects a
+ * 32-byte "x" operand outside AVX code, where this kernel is also parsed.) */
+#if defined(__clang__)
+#define FV_IN_REG(t) ((void)0)
+#else
+#define FV_IN_REG(t) __extension__({ __asm__("" : "+x"(t)); })
+#endif
 #else
 #define FV_HAVE_V3 0
+#define FV_IN_REG(t) ((void)0)
 #endif
 
 /* Macros rather than functions: a function passing v4 by value draws GCC's -Wpsabi
@@ -149,29 +165,33 @@ typedef int64_t i2 __attribute__((vector_size(2 * sizeof(int64_t))));
 #define v2_abs(x) ((v2)((i2)(x) & (i2){INT64_MAX, INT64_MAX}))
 #define v2_ld(dst, p) memcpy(&(dst), (p), sizeof(v2))
 #define v2_st(p, src) memcpy((p), &(src), sizeof(v2))
+/* Element j of a row of a chunk (a const void *), and four elements from j as a v4:
+ * the row is f64, or with @p xf an f32 row read in place (the constructor compiles
+ * to one conversion instruction; a GCC vector conversion of four floats would not). */
+#define XAT(xq, j, xf) ((xf) ? (double)((const float *)(xq))[j] : ((const double *)(xq))[j])
+#define XLD(dst, xq, j, xf)                                                                \
+    do {                                                                                   \
+        if (xf) {                                                                          \
+            f4 t_;                                                                         \
+            memcpy(&t_, (const float *)(xq) + (j), sizeof t_);                             \
+            (dst) = (v4){t_[0], t_[1], t_[2], t_[3]};                                      \
+        } else {                                                                           \
+            v4_ld(dst, (const double *)(xq) + (j));                                        \
+        }                                                                                  \
+    } while (0)
 
-/* @p len elements with element stride @p stride (may be 0 or negative) into f64.
- * @p vb: the baseline passes' variant. */
+/* @p len elements with element stride @p stride (may be 0 or negative) into f64. */
 FV_INLINE void load_row_impl(goblin_dtype dt, const char *base, int64_t stride, int64_t len,
-                             double *restrict buf, bool vb) {
+                             double *restrict buf) {
     if (dt == GOBLIN_DTYPE_F32) {
         const float *restrict p = (const float *)base;
-        if (stride == 1 && vb) {
-            /* blocks of four that the compiler turns into two-lane conversions */
+        if (stride == 1) {
+            /* blocks of eight that the compiler turns into two- or four-lane
+             * conversions (a GCC vector conversion of four floats is split into
+             * halves through the stack, even for AVX2) */
             int64_t j = 0;
-            for (; j + 4 <= len; j += 4)
-                for (int k = 0; k < 4; k++) buf[j + k] = p[j + k];
-            for (; j < len; j++) buf[j] = p[j];
-        } else if (stride == 1) {
-            int64_t j = 0;
-            for (; j + 2 * LANES <= len; j += 2 * LANES) {
-                f4 x0, x1;
-                memcpy(&x0, p + j, sizeof x0);
-                memcpy(&x1, p + j + LANES, sizeof x1);
-                v4 d0 = __builtin_convertvector(x0, v4), d1 = __builtin_convertvector(x1, v4);
-                memcpy(buf + j, &d0, sizeof d0);
-                memcpy(buf + j + LANES, &d1, sizeof d1);
-            }
+            for (; j + 8 <= len; j += 8)
+                for (int k = 0; k < 8; k++) buf[j + k] = p[j + k];
             for (; j < len; j++) buf[j] = p[j];
         } else {
             for (int64_t j = 0; j < len; j++) buf[j] = p[j * stride];
@@ -186,78 +206,121 @@ FV_INLINE void load_row_impl(goblin_dtype dt, const char *base, int64_t stride, 
 }
 
 static void load_row(goblin_dtype dt, const char *base, int64_t stride, int64_t len, double *buf) {
-    load_row_impl(dt, base, stride, len, buf, true);
+    load_row_impl(dt, base, stride, len, buf);
 }
 
 /* A chunk of a row as f64: in place for f64 with unit stride, else converted into
  * @p buf. @p sanitize: NaN/inf read as 0. */
 FV_INLINE const double *chunk_impl(goblin_dtype dt, const char *base, int64_t stride, int64_t len,
-                                   double *buf, bool sanitize, bool vb) {
+                                   double *buf, bool sanitize) {
     if (dt == GOBLIN_DTYPE_F64 && stride == 1 && !sanitize) return (const double *)base;
-    load_row_impl(dt, base, stride, len, buf, vb);
+    load_row_impl(dt, base, stride, len, buf);
     if (sanitize)
         for (int64_t j = 0; j < len; j++)
             if (!isfinite(buf[j])) buf[j] = 0;
     return buf;
 }
 
-/* The baseline's mdot for the two rows @p x0, @p x1: acc[0] += sum_j x0[j] w[2j],
- * acc[1] += sum_j |x0[j]| w[2j + 1], acc[2], acc[3] the same for x1, each v4 as two
- * v2 halves: sixteen accumulators, weights and broadcasts fit the sixteen SSE2
- * registers (sixteen accumulators of four rows would not). */
-FV_INLINE void mdot2_base(const double *x0, const double *x1, const v4 *w, int64_t len, v4 *acc) {
-    const double *wd = (const double *)w;
-    double *ad = (double *)acc;
-    v2 s0l, s0h, a0l, a0h, s1l, s1h, a1l, a1h;
-    v2_ld(s0l, ad), v2_ld(s0h, ad + 2), v2_ld(a0l, ad + 4), v2_ld(a0h, ad + 6);
-    v2_ld(s1l, ad + 8), v2_ld(s1h, ad + 10), v2_ld(a1l, ad + 12), v2_ld(a1h, ad + 14);
-    for (int64_t j = 0; j < len; j++) {
-        const double *wj = wd + 8 * j;
-        v2 rl, rh, ql, qh;
-        v2_ld(rl, wj), v2_ld(rh, wj + 2), v2_ld(ql, wj + 4), v2_ld(qh, wj + 6);
-        v2 b0 = {x0[j], x0[j]}, b1 = {x1[j], x1[j]};
-        v2 c0 = v2_abs(b0), c1 = v2_abs(b1);
-        s0l += b0 * rl, s0h += b0 * rh, a0l += c0 * ql, a0h += c0 * qh;
-        s1l += b1 * rl, s1h += b1 * rh, a1l += c1 * ql, a1h += c1 * qh;
-    }
-    v2_st(ad, s0l), v2_st(ad + 2, s0h), v2_st(ad + 4, a0l), v2_st(ad + 6, a0h);
-    v2_st(ad + 8, s1l), v2_st(ad + 10, s1h), v2_st(ad + 12, a1l), v2_st(ad + 14, a1h);
-}
+/* Prefetches spread over a chunk's dot products: the same columns of the next rows
+ * of the matrix (see block_rows). */
+typedef struct fv_pf {
+    const char *p[FV_ROWS]; /* the chunk in the next rows (the current one where none) */
+    int64_t es;             /* element size */
+} fv_pf;
 
-/* For the rows q < FV_ROWS of a chunk: acc[2q] += sum_j x_q[j] w[2j] and
- * acc[2q + 1] += sum_j |x_q[j]| w[2j + 1], lane by lane. @p vb: the baseline, two
- * rows at a time. */
-FV_INLINE void mdot_impl(const double *const x[FV_ROWS], const v4 *w, int64_t len, v4 *acc,
+/* The magnitude sum rdot_impl adds: none, |x| (m = 1 throughout: additions, which
+ * leave the FMA units to the value sums) or |x| times weights. */
+enum { FV_MAG_NONE, FV_MAG_ONES, FV_MAG_W };
+
+/* The sums of a chunk, each row against four vectors' weights: for the rows
+ * q < FV_ROWS, two at a time,
+ *     acc[5q + v] += x_q[j] w[v * ws + j]     (v < 4: the value sums)
+ *     acc[5q + 4] += |x_q[j]| s[j]            (@p mag: FV_MAG_W; FV_MAG_ONES: s = 1)
+ * as lane partial sums (v4_sum gives each sum; the tail goes to lane 0). Each
+ * weight is loaded once per pair of rows and each element once per group of four
+ * vectors: eight value FMAs of four elements each per step, no broadcasts, ten
+ * independent chains for the FMA latency. The baseline keeps two lanes of each
+ * accumulator (ten v2 accumulators, fourteen of the sixteen SSE2 registers).
+ * @p pf (or NULL): spread the next rows' prefetches over the first pair's loop. */
+FV_INLINE void rdot_impl(const void *const x[FV_ROWS], bool xf, const double *w, int64_t ws,
+                         const double *s, int mag, int64_t len, v4 *acc, const fv_pf *pf,
                          bool vb) {
-    if (vb) {
-        mdot2_base(x[0], x[1], w, len, acc);
-        mdot2_base(x[2], x[3], w, len, acc + 4);
-        return;
+    const double *w0 = w, *w1 = w + ws, *w2 = w + 2 * ws, *w3 = w + 3 * ws;
+    if (vb && pf) /* the baseline prefetches up front */
+        for (int q = 0; q < FV_ROWS; q++)
+            for (int64_t o = 0; o < len * pf->es; o += 64) __builtin_prefetch(pf->p[q] + o, 0, 2);
+    for (int q = 0; q < FV_ROWS; q += 2) {
+        const void *xa = x[q], *xb = x[q + 1];
+        v4 *pa = acc + 5 * q, *pb = acc + 5 * (q + 1);
+        int64_t j = 0;
+        if (vb) { /* f64 rows (xf is false) */
+            const double *da = xa, *db = xb;
+            v2 a0, a1, a2, a3, am, b0, b1, b2, b3, bm;
+            v2_ld(a0, &pa[0]), v2_ld(a1, &pa[1]), v2_ld(a2, &pa[2]), v2_ld(a3, &pa[3]);
+            v2_ld(am, &pa[4]), v2_ld(b0, &pb[0]), v2_ld(b1, &pb[1]), v2_ld(b2, &pb[2]);
+            v2_ld(b3, &pb[3]), v2_ld(bm, &pb[4]);
+            for (; j + 2 <= len; j += 2) {
+                v2 ya, yb, t;
+                v2_ld(ya, da + j), v2_ld(yb, db + j);
+                v2_ld(t, w0 + j), a0 += ya * t, b0 += yb * t;
+                v2_ld(t, w1 + j), a1 += ya * t, b1 += yb * t;
+                v2_ld(t, w2 + j), a2 += ya * t, b2 += yb * t;
+                v2_ld(t, w3 + j), a3 += ya * t, b3 += yb * t;
+                if (mag == FV_MAG_W) {
+                    v2_ld(t, s + j);
+                    am += v2_abs(ya) * t, bm += v2_abs(yb) * t;
+                } else if (mag == FV_MAG_ONES) {
+                    am += v2_abs(ya), bm += v2_abs(yb);
+                }
+            }
+            v2_st(&pa[0], a0), v2_st(&pa[1], a1), v2_st(&pa[2], a2), v2_st(&pa[3], a3);
+            v2_st(&pa[4], am), v2_st(&pb[0], b0), v2_st(&pb[1], b1), v2_st(&pb[2], b2);
+            v2_st(&pb[3], b3), v2_st(&pb[4], bm);
+        } else {
+            v4 a0 = pa[0], a1 = pa[1], a2 = pa[2], a3 = pa[3], am = pa[4];
+            v4 b0 = pb[0], b1 = pb[1], b2 = pb[2], b3 = pb[3], bm = pb[4];
+            for (; j + LANES <= len; j += LANES) {
+                if (pf && q == 0 && (j & 15) == 0) /* 16 elements: 64 bytes of f32, 128 of f64 */
+                    for (int r = 0; r < FV_ROWS; r++) {
+                        __builtin_prefetch(pf->p[r] + j * pf->es, 0, 2);
+                        if (pf->es == 8) __builtin_prefetch(pf->p[r] + j * 8 + 64, 0, 2);
+                    }
+                v4 ya, yb, t;
+                XLD(ya, xa, j, xf);
+                XLD(yb, xb, j, xf);
+                v4_ld(t, w0 + j), FV_IN_REG(t), a0 += ya * t, b0 += yb * t;
+                v4_ld(t, w1 + j), FV_IN_REG(t), a1 += ya * t, b1 += yb * t;
+                v4_ld(t, w2 + j), FV_IN_REG(t), a2 += ya * t, b2 += yb * t;
+                v4_ld(t, w3 + j), FV_IN_REG(t), a3 += ya * t, b3 += yb * t;
+                if (mag == FV_MAG_W) {
+                    v4_ld(t, s + j), FV_IN_REG(t);
+                    am += v4_abs(ya) * t, bm += v4_abs(yb) * t;
+                } else if (mag == FV_MAG_ONES) {
+                    am += v4_abs(ya), bm += v4_abs(yb);
+                }
+            }
+            pa[0] = a0, pa[1] = a1, pa[2] = a2, pa[3] = a3, pa[4] = am;
+            pb[0] = b0, pb[1] = b1, pb[2] = b2, pb[3] = b3, pb[4] = bm;
+        }
+        for (; j < len; j++) {
+            double ya = XAT(xa, j, xf), yb = XAT(xb, j, xf);
+            pa[0][0] += ya * w0[j], pb[0][0] += yb * w0[j];
+            pa[1][0] += ya * w1[j], pb[1][0] += yb * w1[j];
+            pa[2][0] += ya * w2[j], pb[2][0] += yb * w2[j];
+            pa[3][0] += ya * w3[j], pb[3][0] += yb * w3[j];
+            if (mag != FV_MAG_NONE) {
+                double sj = mag == FV_MAG_W ? s[j] : 1.0;
+                pa[4][0] += fabs(ya) * sj, pb[4][0] += fabs(yb) * sj;
+            }
+        }
     }
-    const double *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
-    v4 s0 = acc[0], a0 = acc[1], s1 = acc[2], a1 = acc[3];
-    v4 s2 = acc[4], a2 = acc[5], s3 = acc[6], a3 = acc[7];
-    for (int64_t j = 0; j < len; j++) {
-        v4 wr = w[2 * j], wa = w[2 * j + 1];
-        v4 b0 = splat(x0[j]), b1 = splat(x1[j]), b2 = splat(x2[j]), b3 = splat(x3[j]);
-        s0 += b0 * wr;
-        a0 += v4_abs(b0) * wa;
-        s1 += b1 * wr;
-        a1 += v4_abs(b1) * wa;
-        s2 += b2 * wr;
-        a2 += v4_abs(b2) * wa;
-        s3 += b3 * wr;
-        a3 += v4_abs(b3) * wa;
-    }
-    acc[0] = s0, acc[1] = a0, acc[2] = s1, acc[3] = a1;
-    acc[4] = s2, acc[5] = a2, acc[6] = s3, acc[7] = a3;
 }
 
 /* sq[q] += x_q^2 and ab[q] += |x_q| (lane partial sums), rows q < @p rows; four
  * partial sums each, so that the loop is not bound by the adds' latency. */
-FV_INLINE void sqab_impl(const double *const x[FV_ROWS], int rows, int64_t len, v4 *sq, v4 *ab,
-                         bool vb) {
-    if (vb) {
+FV_INLINE void sqab_impl(const void *const x[FV_ROWS], bool xf, int rows, int64_t len, v4 *sq,
+                         v4 *ab, bool vb) {
+    if (vb) { /* f64 rows (xf is false) */
         for (int q = 0; q < rows; q++) {
             const double *xq = x[q];
             double *sd = (double *)&sq[q], *ad = (double *)&ab[q];
@@ -282,22 +345,23 @@ FV_INLINE void sqab_impl(const double *const x[FV_ROWS], int rows, int64_t len, 
         return;
     }
     for (int q = 0; q < rows; q++) {
-        const double *xq = x[q];
+        const void *xq = x[q];
         v4 s0 = sq[q], s1 = splat(0), s2 = splat(0), s3 = splat(0);
         v4 a0 = ab[q], a1 = splat(0), a2 = splat(0), a3 = splat(0);
         int64_t j = 0;
         for (; j + 4 * LANES <= len; j += 4 * LANES) {
             v4 v0, v1, v2, v3;
-            v4_ld(v0, xq + j);
-            v4_ld(v1, xq + j + LANES);
-            v4_ld(v2, xq + j + 2 * LANES);
-            v4_ld(v3, xq + j + 3 * LANES);
+            XLD(v0, xq, j, xf);
+            XLD(v1, xq, j + LANES, xf);
+            XLD(v2, xq, j + 2 * LANES, xf);
+            XLD(v3, xq, j + 3 * LANES, xf);
             s0 += v0 * v0, s1 += v1 * v1, s2 += v2 * v2, s3 += v3 * v3;
             a0 += v4_abs(v0), a1 += v4_abs(v1), a2 += v4_abs(v2), a3 += v4_abs(v3);
         }
         for (; j < len; j++) {
-            s0[0] += xq[j] * xq[j];
-            a0[0] += fabs(xq[j]);
+            double y = XAT(xq, j, xf);
+            s0[0] += y * y;
+            a0[0] += fabs(y);
         }
         sq[q] = (s0 + s1) + (s2 + s3);
         ab[q] = (a0 + a1) + (a2 + a3);
@@ -307,9 +371,9 @@ FV_INLINE void sqab_impl(const double *const x[FV_ROWS], int rows, int64_t len, 
 /* ---- the check's state ---------------------------------------------------- *
  *
  * A panels object (goblin_freivalds_panels) holds everything that depends only on
- * A, B and the secret vectors: r for all N columns, y = B r and s = |B| |r| per
- * column panel, the column norms of B, the per-panel levels, and for each prepared
- * row range of A, z = A y and P = |A| s per panel with the row norms.
+ * A, B and the secret vectors: r for all N columns and the envelope m, y = B r and
+ * s = |B| m per column panel, the column norms of B, the per-panel levels, and for
+ * each prepared row range of A, z = A y and P = |A| s per panel with the row norms.
  * goblin_verify_matmul is one such object with one panel and one range. */
 
 /* The per-row levels of one column panel (docs/verification.md, "Freivalds"). */
@@ -324,7 +388,8 @@ typedef struct fv_levels {
 /* A prepared row range of A. */
 typedef struct fv_range {
     int64_t row0, rows;
-    v4 *zt;           /* [np][ng][rows][2]: A (B r) and |A| (|B| |r|) per panel */
+    v4 *zt;           /* [np][ng][rows]: A (B r) per panel */
+    double *pt;       /* [np][rows]: |A| (|B| m) per panel */
     double *asq, *a1; /* [rows] sum a^2 and sum |a| per row of A */
 } fv_range;
 
@@ -340,10 +405,12 @@ struct goblin_freivalds_panels {
     const char *b0;     /* B at (k0, 0); NULL if K = 0 */
     int64_t bs0, bs1;
     int64_t *cb;        /* [np + 1] column bounds */
-    v4 *rw;             /* [ng][N][2]: the secret vectors r and |r| (0 in masked columns) */
-    v4 *ys;             /* [np][ng][K][2]: B r and |B| |r| per panel */
-    v4 *acc;            /* [np][ng][2 FV_ROWS]: the pass over A's accumulators */
+    v4 *acc;            /* [np][ng][5 FV_ROWS]: the pass over A's partial sums */
     fv_levels *lv;      /* [np] */
+    int64_t ns, ks;     /* row strides of rw and ys (see fv_new) */
+    double *rw;         /* [4 ng][ns]: the secret vectors r (0 in masked columns) */
+    double *mw;         /* [ns]: the envelope m: 1, or 0 in masked columns */
+    double *ys;         /* [np][4 ng + 1][ks]: B r per panel, then |B| m in row 4 ng */
     double *colsq;      /* [N] sum b^2 per column of B (0 in masked columns) */
     double *xb;         /* [FV_ROWS][FV_CHUNK] converted chunks */
     double *buf;        /* [widest panel] one row of C */
@@ -355,11 +422,14 @@ struct goblin_freivalds_panels {
 
 typedef goblin_freivalds_panels fvp;
 
-/* The tile of C being judged: rows x n at @p c0, the panel's r at rw (group stride N). */
+/* The tile of C being judged: rows x n at @p c0, the panel's r at rw (vector
+ * stride N) and its m at mw. */
 typedef struct fv_tile {
     const char *c0;
     int64_t cs0, cs1, rows, n;
-    const v4 *rw;
+    const double *rw;
+    const double *mw;
+    bool ones; /* no masked column: m = 1 throughout */
 } fv_tile;
 
 /* The rows of a block: row q < rows at @p base + q * @p s0 (elements), from column
@@ -369,19 +439,25 @@ typedef struct fv_tile {
  * rows the hardware prefetchers follow poorly. Into L2, not L1: they are read only
  * after every chunk of the current block, by when L1 has long evicted them (to L1
  * the prefetches cost a third of the passes' time; measured in docs/verification.md). */
-FV_INLINE void block_rows(const fvp *f, const char *base, int64_t s0, int64_t s1, int rows,
-                          int64_t j0, int64_t len, bool sanitize, int next,
-                          const double *x[FV_ROWS], bool vb) {
+FV_INLINE const fv_pf *block_rows(const fvp *f, const char *base, int64_t s0, int64_t s1,
+                                  int rows, int64_t j0, int64_t len, bool sanitize, int next,
+                                  const void *x[FV_ROWS], bool *xf, fv_pf *pf, bool vb) {
     int64_t es = (int64_t)f->es;
-    if (s1 == 1)
-        for (int q = 0; q < next; q++) {
-            const char *p = base + ((FV_ROWS + q) * s0 + j0) * es;
-            for (int64_t o = 0; o < len * es; o += 64) __builtin_prefetch(p + o, 0, 2);
-        }
+    const fv_pf *out = NULL;
+    if (s1 == 1 && next) {
+        for (int q = 0; q < FV_ROWS; q++)
+            pf->p[q] = base + ((q < next ? FV_ROWS + q : 0) * s0 + j0) * es;
+        pf->es = es;
+        out = pf;
+    }
+    /* f32 rows with unit stride are read in place by the AVX2+FMA kernels */
+    *xf = !vb && f->dt == GOBLIN_DTYPE_F32 && s1 == 1 && !sanitize;
     for (int q = 0; q < FV_ROWS; q++)
-        x[q] = q < rows ? chunk_impl(f->dt, base + (q * s0 + j0 * s1) * es, s1, len,
-                                     f->xb + q * FV_CHUNK, sanitize, vb)
-                        : x[0];
+        x[q] = q >= rows ? x[0]
+               : *xf     ? (const void *)(base + (q * s0 + j0) * es)
+                         : chunk_impl(f->dt, base + (q * s0 + j0 * s1) * es, s1, len,
+                                      f->xb + q * FV_CHUNK, sanitize);
+    return out;
 }
 
 /* Rows still to come after the block at row @p r0 of @p total, up to FV_ROWS. */
@@ -390,33 +466,36 @@ static inline int rows_next(int64_t r0, int64_t total) {
     return left <= 0 ? 0 : left < FV_ROWS ? (int)left : FV_ROWS;
 }
 
-/* ys = (B r, |B| |r|) of every column panel and the column norms of B, one pass over
- * B by rows (a block of rows meets every panel before the next block is read).
- * @p sanitize: read NaN/inf as 0 (their columns are masked: r_j = 0 there). */
+/* ys = B r and ss = |B| m of every column panel and the column norms of B, one pass
+ * over B by rows (a block of rows meets every panel before the next block is read).
+ * @p sanitize: read NaN/inf as 0 (their columns are masked: r_j = m_j = 0 there). */
 FV_INLINE void pass_b_impl(fvp *f, bool sanitize, bool vb) {
-    int64_t N = f->N, K = f->K, ng = f->ng;
+    int64_t N = f->N, K = f->K, ng = f->ng, nw = ng * LANES, ns = f->ns, ks = f->ks;
     memset(f->colsq, 0, (size_t)N * sizeof(double));
     for (int64_t l0 = 0; l0 < K; l0 += FV_ROWS) {
         int rows = K - l0 < FV_ROWS ? (int)(K - l0) : FV_ROWS;
         int next = rows_next(l0, K);
         const char *base = f->b0 + l0 * f->bs0 * (int64_t)f->es;
         for (int32_t p = 0; p < f->np; p++) {
-            v4 acc[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
+            v4 acc[FV_MAXG][5 * FV_ROWS];
             memset(acc, 0, sizeof acc);
             for (int64_t j0 = f->cb[p]; j0 < f->cb[p + 1]; j0 += FV_CHUNK) {
                 int64_t len = f->cb[p + 1] - j0 < FV_CHUNK ? f->cb[p + 1] - j0 : FV_CHUNK;
-                const double *x[FV_ROWS];
-                block_rows(f, base, f->bs0, f->bs1, rows, j0, len, sanitize, next, x, vb);
+                const void *x[FV_ROWS];
+                bool xf;
+                fv_pf pfs;
+                const fv_pf *pf = block_rows(f, base, f->bs0, f->bs1, rows, j0, len, sanitize,
+                                             next, x, &xf, &pfs, vb);
                 double *cs = f->colsq + j0;
                 int64_t j = 0;
-                if (rows == FV_ROWS && vb)
+                if (rows == FV_ROWS && vb) /* f64 rows (xf is false) */
                     for (; j + 2 <= len; j += 2) {
                         v2 c, v0, v1, v2_, v3;
                         v2_ld(c, cs + j);
-                        v2_ld(v0, x[0] + j);
-                        v2_ld(v1, x[1] + j);
-                        v2_ld(v2_, x[2] + j);
-                        v2_ld(v3, x[3] + j);
+                        v2_ld(v0, (const double *)x[0] + j);
+                        v2_ld(v1, (const double *)x[1] + j);
+                        v2_ld(v2_, (const double *)x[2] + j);
+                        v2_ld(v3, (const double *)x[3] + j);
                         c += v0 * v0;
                         c += v1 * v1;
                         c += v2_ * v2_;
@@ -427,10 +506,10 @@ FV_INLINE void pass_b_impl(fvp *f, bool sanitize, bool vb) {
                     for (; j + LANES <= len; j += LANES) {
                         v4 c, v0, v1, v2, v3;
                         v4_ld(c, cs + j);
-                        v4_ld(v0, x[0] + j);
-                        v4_ld(v1, x[1] + j);
-                        v4_ld(v2, x[2] + j);
-                        v4_ld(v3, x[3] + j);
+                        XLD(v0, x[0], j, xf);
+                        XLD(v1, x[1], j, xf);
+                        XLD(v2, x[2], j, xf);
+                        XLD(v3, x[3], j, xf);
                         c += v0 * v0;
                         c += v1 * v1;
                         c += v2 * v2;
@@ -438,127 +517,153 @@ FV_INLINE void pass_b_impl(fvp *f, bool sanitize, bool vb) {
                         memcpy(cs + j, &c, sizeof c);
                     }
                 for (; j < len; j++)
-                    for (int q = 0; q < rows; q++) cs[j] += x[q][j] * x[q][j];
-                for (int64_t g = 0; g < ng; g++)
-                    mdot_impl(x, f->rw + (g * N + j0) * 2, len, acc[g], vb);
+                    for (int q = 0; q < rows; q++) cs[j] += XAT(x[q], j, xf) * XAT(x[q], j, xf);
+                /* m = 1 until a column is masked (then the pass is redone, sanitized) */
+                const double *rw = f->rw + j0, *mw = f->mw + j0;
+                if (sanitize) rdot_impl(x, xf, rw, ns, mw, FV_MAG_W, len, acc[0], pf, vb);
+                else rdot_impl(x, xf, rw, ns, NULL, FV_MAG_ONES, len, acc[0], pf, vb);
+                for (int64_t g = 1; g < ng; g++)
+                    rdot_impl(x, xf, rw + g * LANES * ns, ns, NULL, FV_MAG_NONE, len, acc[g],
+                              NULL, vb);
             }
-            v4 *ys = f->ys + (int64_t)p * ng * K * 2;
-            for (int64_t g = 0; g < ng; g++)
-                for (int q = 0; q < rows; q++) {
-                    ys[(g * K + l0 + q) * 2] = acc[g][2 * q];
-                    ys[(g * K + l0 + q) * 2 + 1] = acc[g][2 * q + 1];
-                }
+            double *ys = f->ys + (int64_t)p * (nw + 1) * ks; /* and s in row nw */
+            for (int q = 0; q < rows; q++) {
+                for (int64_t v = 0; v < nw; v++)
+                    ys[v * ks + l0 + q] = v4_sum(acc[v / LANES][5 * q + v % LANES]);
+                ys[nw * ks + l0 + q] = v4_sum(acc[0][5 * q + 4]);
+            }
         }
     }
 }
 
-/* zt = (A (B r), |A| (|B| |r|)) of every column panel and the row norms of A over the
- * rows of @p r, one pass over them: each chunk of a block of rows meets the weights
- * of every panel while it is in L1. */
+/* zt = A (B r) and pt = |A| (|B| m) of every column panel and the row norms of A
+ * over the rows of @p r, one pass over them: each chunk of a block of rows meets the
+ * weights of every panel while it is in L1. */
 FV_INLINE void pass_a_impl(fvp *f, fv_range *r, bool vb) {
-    int64_t m = r->rows, K = f->K, npg = (int64_t)f->np * f->ng;
+    int64_t m = r->rows, K = f->K, np = f->np, ng = f->ng, nw = ng * LANES, ks = f->ks;
     for (int64_t i0 = 0; i0 < m; i0 += FV_ROWS) {
         int rows = m - i0 < FV_ROWS ? (int)(m - i0) : FV_ROWS;
         v4 sq[FV_ROWS], ab[FV_ROWS];
-        memset(f->acc, 0, (size_t)npg * 2 * FV_ROWS * sizeof(v4));
+        memset(f->acc, 0, (size_t)(np * ng) * 5 * FV_ROWS * sizeof(v4));
         memset(sq, 0, sizeof sq);
         memset(ab, 0, sizeof ab);
         for (int64_t l0 = 0; l0 < K; l0 += FV_CHUNK) {
             int64_t len = K - l0 < FV_CHUNK ? K - l0 : FV_CHUNK;
-            const double *x[FV_ROWS];
-            block_rows(f, f->a0 + (r->row0 + i0) * f->as0 * (int64_t)f->es, f->as0, f->as1,
-                       rows, l0, len, false, rows_next(i0, m), x, vb);
-            sqab_impl(x, rows, len, sq, ab, vb);
-            for (int64_t pg = 0; pg < npg; pg++)
-                mdot_impl(x, f->ys + (pg * K + l0) * 2, len, f->acc + pg * 2 * FV_ROWS, vb);
+            const void *x[FV_ROWS];
+            bool xf;
+            fv_pf pfs;
+            const fv_pf *pf =
+                block_rows(f, f->a0 + (r->row0 + i0) * f->as0 * (int64_t)f->es, f->as0, f->as1,
+                           rows, l0, len, false, rows_next(i0, m), x, &xf, &pfs, vb);
+            sqab_impl(x, xf, rows, len, sq, ab, vb);
+            for (int64_t p = 0; p < np; p++) {
+                const double *ys = f->ys + p * (nw + 1) * ks + l0;
+                v4 *acc = f->acc + p * ng * 5 * FV_ROWS;
+                rdot_impl(x, xf, ys, ks, ys + nw * ks, FV_MAG_W, len, acc, p ? NULL : pf, vb);
+                for (int64_t g = 1; g < ng; g++)
+                    rdot_impl(x, xf, ys + g * LANES * ks, ks, NULL, FV_MAG_NONE, len,
+                              acc + g * 5 * FV_ROWS, NULL, vb);
+            }
         }
         for (int q = 0; q < rows; q++) {
             r->asq[i0 + q] = v4_sum(sq[q]);
             r->a1[i0 + q] = v4_sum(ab[q]);
-            for (int64_t pg = 0; pg < npg; pg++) {
-                r->zt[(pg * m + i0 + q) * 2] = f->acc[pg * 2 * FV_ROWS + 2 * q];
-                r->zt[(pg * m + i0 + q) * 2 + 1] = f->acc[pg * 2 * FV_ROWS + 2 * q + 1];
+            for (int64_t p = 0; p < np; p++) {
+                const v4 *acc = f->acc + p * ng * 5 * FV_ROWS;
+                for (int64_t g = 0; g < ng; g++) {
+                    const v4 *a = acc + g * 5 * FV_ROWS + 5 * q;
+                    r->zt[(p * ng + g) * m + i0 + q] =
+                        (v4){v4_sum(a[0]), v4_sum(a[1]), v4_sum(a[2]), v4_sum(a[3])};
+                }
+                r->pt[p * m + i0 + q] = v4_sum(acc[5 * q + 4]);
             }
         }
     }
 }
 
-/* (C r, |C| |r|) for the rows i0 .. i0 + rows - 1 of the tile into wq[g][2q],
- * wq[g][2q + 1]; finite[q]: row q holds no NaN/inf (else its sums are not to be used). */
+/* C r for the rows i0 .. i0 + rows - 1 of the tile into wq[g][q] (vector 4g + lane
+ * in that lane) and |C| m into qs[q]. A NaN/inf in row q makes qs[q] NaN/inf (|x| m
+ * is NaN or inf for such an x, also where m = 0, and no term is negative), so a
+ * finite qs[q] means a row without NaN/inf; a row with a non-finite qs[q] is looked
+ * at element by element. */
 FV_INLINE void pass_c_impl(fvp *f, const fv_tile *t, int64_t i0, int rows,
-                           v4 wq[][2 * FV_ROWS], bool *finite, bool vb) {
-    int64_t n = t->n;
-    /* x * 0 is +-0 for finite x and NaN for NaN/inf: OR-ing the bits of the products
-     * leaves only the sign bit unless the row holds a NaN/inf */
-    int64_t nf[FV_ROWS] = {0};
-    for (int64_t g = 0; g < f->ng; g++) memset(wq[g], 0, sizeof wq[g]);
+                           v4 wq[][FV_ROWS], double *qs, bool vb) {
+    int64_t n = t->n, ns = f->ns, ng = f->ng;
+    v4 acc[FV_MAXG][5 * FV_ROWS];
+    memset(acc, 0, (size_t)ng * sizeof acc[0]);
     for (int64_t j0 = 0; j0 < n; j0 += FV_CHUNK) {
         int64_t len = n - j0 < FV_CHUNK ? n - j0 : FV_CHUNK;
-        const double *x[FV_ROWS];
-        block_rows(f, t->c0 + i0 * t->cs0 * (int64_t)f->es, t->cs0, t->cs1, rows, j0, len,
-                   false, rows_next(i0, t->rows), x, vb);
-        for (int q = 0; q < rows; q++) {
-            const double *xq = x[q];
-            int64_t j = 0, bits = 0;
-            if (vb) {
-                i2 t0 = {0, 0}, t1 = {0, 0};
-                for (; j + 4 <= len; j += 4) {
-                    v2 v0, v1;
-                    v2_ld(v0, xq + j);
-                    v2_ld(v1, xq + j + 2);
-                    t0 |= (i2)(v0 * (v2){0.0, 0.0});
-                    t1 |= (i2)(v1 * (v2){0.0, 0.0});
-                }
-                t0 |= t1;
-                bits = t0[0] | t0[1];
-            } else {
-                i4 t0 = {0, 0, 0, 0}, t1 = {0, 0, 0, 0};
-                for (; j + 2 * LANES <= len; j += 2 * LANES) {
-                    v4 v0, v1;
-                    v4_ld(v0, xq + j);
-                    v4_ld(v1, xq + j + LANES);
-                    t0 |= (i4)(v0 * splat(0.0));
-                    t1 |= (i4)(v1 * splat(0.0));
-                }
-                t0 |= t1;
-                bits = (t0[0] | t0[1]) | (t0[2] | t0[3]);
-            }
-            for (; j < len; j++) {
-                double z = xq[j] * 0.0;
-                int64_t zb;
-                memcpy(&zb, &z, sizeof zb);
-                bits |= zb;
-            }
-            nf[q] |= bits;
-        }
-        for (int64_t g = 0; g < f->ng; g++)
-            mdot_impl(x, t->rw + (g * f->N + j0) * 2, len, wq[g], vb);
+        const void *x[FV_ROWS];
+        bool xf;
+        fv_pf pfs;
+        const fv_pf *pf = block_rows(f, t->c0 + i0 * t->cs0 * (int64_t)f->es, t->cs0, t->cs1,
+                                     rows, j0, len, false, rows_next(i0, t->rows), x, &xf, &pfs,
+                                     vb);
+        const double *rw = t->rw + j0;
+        if (t->ones) rdot_impl(x, xf, rw, ns, NULL, FV_MAG_ONES, len, acc[0], pf, vb);
+        else rdot_impl(x, xf, rw, ns, t->mw + j0, FV_MAG_W, len, acc[0], pf, vb);
+        for (int64_t g = 1; g < ng; g++)
+            rdot_impl(x, xf, rw + g * LANES * ns, ns, NULL, FV_MAG_NONE, len, acc[g], NULL, vb);
     }
-    for (int q = 0; q < rows; q++) finite[q] = (nf[q] & INT64_MAX) == 0;
+    for (int q = 0; q < rows; q++) {
+        for (int64_t g = 0; g < ng; g++) {
+            const v4 *a = acc[g] + 5 * q;
+            wq[g][q] = (v4){v4_sum(a[0]), v4_sum(a[1]), v4_sum(a[2]), v4_sum(a[3])};
+        }
+        qs[q] = v4_sum(acc[0][5 * q + 4]);
+    }
 }
 
-/* One row of the tile already in f64 (NaN/inf zeroed): its sums into wq[g][0],
- * wq[g][1] (rows with NaN/inf only: a hostile result). */
-static void row_c(const fvp *f, const fv_tile *t, const double *row, v4 wq[][2 * FV_ROWS]) {
+/* One row of the tile already in f64 (NaN/inf zeroed): C r into wq[g][0] and |C| m
+ * into *qs (rows with NaN/inf only: a hostile result). */
+static void row_c(const fvp *f, const fv_tile *t, const double *row, v4 wq[][FV_ROWS],
+                  double *qs) {
+    double q = 0;
+    for (int64_t j = 0; j < t->n; j++) q += fabs(row[j]) * t->mw[j];
+    *qs = q;
     for (int64_t g = 0; g < f->ng; g++) {
-        memset(wq[g], 0, sizeof wq[g]);
-        for (int64_t j0 = 0; j0 < t->n; j0 += FV_CHUNK) {
-            int64_t len = t->n - j0 < FV_CHUNK ? t->n - j0 : FV_CHUNK;
-            mdot2_base(row + j0, row + j0, t->rw + (g * f->N + j0) * 2, len, wq[g]);
+        v4 s = splat(0.0);
+        for (int lane = 0; lane < LANES; lane++) {
+            const double *w = t->rw + (g * LANES + lane) * f->ns;
+            for (int64_t j = 0; j < t->n; j++) s[lane] += row[j] * w[j];
         }
+        wq[g][0] = s;
     }
 }
 
 #if FV_HAVE_V3
 FV_V3 static void pass_b_v3(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, false); }
 FV_V3 static void pass_a_v3(fvp *f, fv_range *r) { pass_a_impl(f, r, false); }
-FV_V3 static void pass_c_v3(fvp *f, const fv_tile *t, int64_t i0, int rows,
-                            v4 wq[][2 * FV_ROWS], bool *finite) {
-    pass_c_impl(f, t, i0, rows, wq, finite, false);
+FV_V3 static void pass_c_v3(fvp *f, const fv_tile *t, int64_t i0, int rows, v4 wq[][FV_ROWS],
+                            double *qs) {
+    pass_c_impl(f, t, i0, rows, wq, qs, false);
 }
-/* Does the CPU run the AVX2+FMA passes? Asked once (racing first callers store the
- * same answer). */
+#endif
+static void pass_b_base(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, true); }
+static void pass_a_base(fvp *f, fv_range *r) { pass_a_impl(f, r, true); }
+static void pass_c_base(fvp *f, const fv_tile *t, int64_t i0, int rows, v4 wq[][FV_ROWS],
+                        double *qs) {
+    pass_c_impl(f, t, i0, rows, wq, qs, true);
+}
+#if !FV_HAVE_V3
+#define pass_b_v3 pass_b_base
+#define pass_a_v3 pass_a_base
+#define pass_c_v3 pass_c_base
+#endif
+
+/* Tests only (declared there): objects created while it is set use the baseline
+ * passes even where the CPU runs the AVX2+FMA ones, so that both are tested. */
+void goblin__freivalds_force_baseline(bool on);
+static _Atomic bool fv_force_base = false;
+void goblin__freivalds_force_baseline(bool on) {
+    atomic_store_explicit(&fv_force_base, on, memory_order_relaxed);
+}
+
+/* Does the CPU run the AVX2+FMA passes (and may they be used)? The CPU is asked
+ * once (racing first callers store the same answer). */
 static bool fv_v3(void) {
+    if (atomic_load_explicit(&fv_force_base, memory_order_relaxed)) return false;
+#if FV_HAVE_V3
     static _Atomic int known = -1;
     int v = atomic_load_explicit(&known, memory_order_relaxed);
     if (v < 0) {
@@ -567,65 +672,56 @@ static bool fv_v3(void) {
         atomic_store_explicit(&known, v, memory_order_relaxed);
     }
     return v;
-}
+#else
+    return false;
 #endif
-static void pass_b_base(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, true); }
-static void pass_a_base(fvp *f, fv_range *r) { pass_a_impl(f, r, true); }
-static void pass_c_base(fvp *f, const fv_tile *t, int64_t i0, int rows, v4 wq[][2 * FV_ROWS],
-                        bool *finite) {
-    pass_c_impl(f, t, i0, rows, wq, finite, true);
 }
-#if !FV_HAVE_V3
-static bool fv_v3(void) { return false; }
-#define pass_b_v3 pass_b_base
-#define pass_a_v3 pass_a_base
-#define pass_c_v3 pass_c_base
-#endif
 
 typedef struct fv_tally {
     int64_t checked, above_tight, above_bound, worst_row;
     double worst, worst_tight;
 } fv_tally;
 
-/* Judge row @p i of a tile from its sums @p wq (w = C r in lane v of wq[g][ws],
- * |C| |r| in wq[g][ws + 1]) against zt = (A (B r), |A| (|B| |r|)) of the panel
- * (group stride @p m) and @p a1 = sum |a_il|. */
-static void judge_row(const fv_levels *L, const v4 *zt, int64_t m, double a1, int64_t i,
-                      double na, const v4 wq[][2 * FV_ROWS], int ws, fv_tally *t) {
+/* Judge row @p i of a tile from its sums (w = C r in lane v of wq[g][ws], |C| m in
+ * @p qc) against the panel's zt = A (B r) (group stride @p m) and @p pc = |A| (|B| m),
+ * with @p a1 = sum |a_il| and @p na >= ||a_i||. P and Q below are upper bounds of
+ * the exact |A| |B| m and |C| m, which bound |A| |B| |r_v| and |C| |r_v| for every
+ * vector v since |r_vj| <= m_j (docs/verification.md, "The rigorous bound R"). */
+static void judge_row(const fv_levels *L, const v4 *zt, int64_t m, double pc, double qc,
+                      double a1, int64_t i, double na, const v4 wq[][FV_ROWS], int ws,
+                      fv_tally *t) {
     double abs_own = ETA64 * (L->dn * a1 * L->grow + L->dK + L->dn + 4);
+    double P = pc * L->grow; /* >= exact |A| (|B| m) */
+    double Q = qc * L->grow; /* >= exact |C| m */
+    double claim_h = (L->bound_sigmas > 0 && L->rel_finite)
+                         ? L->bound_sigmas * (L->rel_c * na * L->bf + L->abs_c * sqrt(L->n_good))
+                         : INFINITY;
+    double own = L->g_z * P + L->g_w * Q + abs_own;
+    double so = L->sig_z * P + L->sig_w * Q;
+    /* An honest |C| m is at most (1 + rel) |A| |B| m + abs sum m: a cheap second
+     * rigorous test that catches absurd magnitudes outright ((1 + 8 u64): the
+     * rounding of this formula; qlow <= the exact |C| m). */
+    double qmax = L->rel_finite ? ((1 + L->rel_c) * P + L->abs_c * L->n_good) * (1 + 8 * U64)
+                                : INFINITY;
+    double qlow = qc / (1 + L->g_w);
+    double rq = qlow > qmax ? ratio_of(qlow, qmax) : 0;
     for (int64_t g = 0; g < L->ng; g++) {
-        v4 wv = wq[g][ws], qv = wq[g][ws + 1];
-        v4 zv = zt[(g * m + i) * 2], tv = zt[(g * m + i) * 2 + 1];
+        v4 wv = wq[g][ws];
+        v4 zv = zt[g * m + i];
         for (int64_t lane = 0; lane < LANES && g * LANES + lane < L->nv; lane++) {
             int64_t v = g * LANES + lane;
-            double w = wv[lane], q = qv[lane];
-            double z = zv[lane];
-            double P = tv[lane] * L->grow; /* >= exact |A| (|B| |r|) */
-            double Q = q * L->grow;        /* >= exact |C| |r| */
+            double w = wv[lane], z = zv[lane];
             double claim_det = L->rel_finite ? L->rel_c * P + L->abs_c * L->sr1[v] : INFINITY;
-            double claim_h =
-                (L->bound_sigmas > 0 && L->rel_finite)
-                    ? L->bound_sigmas * (L->rel_c * na * L->bf + L->abs_c * sqrt(L->n_good))
-                    : INFINITY;
             /* (1 + 16 u64): the rounding of this formula and of d itself */
-            double R =
-                (fmin(claim_det, claim_h) + L->g_z * P + L->g_w * Q + abs_own) * (1 + 16 * U64);
+            double R = (fmin(claim_det, claim_h) + own) * (1 + 16 * U64);
             double sc = L->sig_k * fmin(na * L->nb[v], P);
-            double so = L->sig_z * P + L->sig_w * Q;
             double T = L->tight_sigmas * sqrt(sc * sc + so * so) + L->abs_c * L->sr1[v] + abs_own;
             if (T > R) T = R;
             double d = fabs(w - z);
-            /* An honest |C| |r| is at most (1 + rel) |A| |B| |r| + abs sum |r|: a cheap
-             * second rigorous test that catches absurd magnitudes outright. */
-            double qmax = L->rel_finite ? (1 + L->rel_c) * P + L->abs_c * L->sr1[v] : INFINITY;
-            double qlow = q / (1 + L->g_w);
             double rr = ratio_of(d, R), rt = ratio_of(d, T);
             if (!(d == d)) rr = rt = INFINITY; /* overflow in C r: absurd values */
-            if (qlow > qmax) {
-                double rq = ratio_of(qlow, qmax);
-                if (rq > rr) rr = rq;
-                if (rr > rt) rt = rr;
-            }
+            if (rq > rr) rr = rq;
+            if (rr > rt) rt = rr;
             t->checked++;
             if (rt > 1) t->above_tight++;
             if (rr > 1) t->above_bound++;
@@ -637,6 +733,7 @@ static void judge_row(const fv_levels *L, const v4 *zt, int64_t m, double a1, in
         }
     }
 }
+
 
 /* ---- validation, creation, the passes' drivers ------------------------------ */
 
@@ -683,7 +780,7 @@ static bool size_mac(uint64_t *acc, uint64_t a, uint64_t b) {
 static void fv_levels_init(fvp *f, int32_t p, const fv_args *x) {
     fv_levels *L = &f->lv[p];
     memset(L, 0, sizeof *L);
-    int64_t col0 = f->cb[p], n = f->cb[p + 1] - col0, N = f->N;
+    int64_t col0 = f->cb[p], n = f->cb[p + 1] - col0;
     L->nv = f->nv;
     L->ng = f->ng;
     L->tight_sigmas = x->p.tight_sigmas;
@@ -693,10 +790,14 @@ static void fv_levels_init(fvp *f, int32_t p, const fv_args *x) {
     double dn = (double)n, dK = (double)f->K;
     L->dn = dn;
     L->dK = dK;
-    L->g_z = gamma_n(dn + dK + 2, U64); /* our f64 error in A (B r) */
-    L->g_w = gamma_n(dn + 2, U64);      /* our f64 error in C r */
-    /* computed sums of magnitudes -> upper bounds of the exact ones: a sum of j terms
-     * is within gamma_j, so exact <= computed / (1 - gamma_j) <= computed (1 + 2 gamma_j) */
+    /* our f64 error in A (B r): B r within gamma_n |B| |r| <= gamma_n |B| m, then A
+     * times it within gamma_K, together gamma_{n+K} |A| |B| m (2 spare) */
+    L->g_z = gamma_n(dn + dK + 2, U64);
+    L->g_w = gamma_n(dn + 2, U64); /* our f64 error in C r: gamma_n |C| |r| <= gamma_n |C| m */
+    /* computed sums of magnitudes -> upper bounds of the exact ones: |B| m and |C| m
+     * are sums of n exact terms (m is 0 or 1), |A| s of K rounded products, so each
+     * computed one is within gamma_{n+K-1} of the exact one (relative, all terms >= 0)
+     * and exact <= computed / (1 - gamma_j) <= computed (1 + 2 gamma_j) */
     L->grow = 1 + 2 * gamma_n(dn + dK + 4, U64);
     const double *colsq = f->colsq + col0;
     double bf2 = 0;
@@ -709,7 +810,7 @@ static void fv_levels_init(fvp *f, int32_t p, const fv_args *x) {
     for (int64_t v = 0; v < f->nv; v++) {
         double s1 = 0, s2 = 0;
         for (int64_t j = 0; j < n; j++) {
-            double rj = f->rw[((v / LANES) * N + col0 + j) * 2][v % LANES];
+            double rj = f->rw[v * f->ns + col0 + j];
             s1 += fabs(rj);
             s2 += colsq[j] * rj * rj;
         }
@@ -733,11 +834,17 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
     /* One allocation: the object, then the v4 arrays (64-byte aligned), the levels,
      * doubles, bounds and bytes. */
     uint64_t n_v4 = 0, bytes = 0;
-    bool ok = size_mac(&n_v4, (uint64_t)ng * 2, (uint64_t)N) &&
-              size_mac(&n_v4, (uint64_t)np * (uint64_t)ng * 2, (uint64_t)K) &&
-              size_mac(&n_v4, (uint64_t)np * (uint64_t)ng * 2, FV_ROWS) &&
+    /* Rows of weights (the vectors, then m or s) are ns or ks doubles apart, an odd
+     * number of cache lines: rows a multiple of 4 KiB apart would all fall into
+     * the same L1 sets, which hold only eight lines each. */
+    int64_t ns = ((N + 7) / 8 | 1) * 8, ks = ((K + 7) / 8 | 1) * 8;
+    uint64_t nw = (uint64_t)ng * LANES, n_dbl = 0;
+    bool ok = size_mac(&n_v4, (uint64_t)np * (uint64_t)ng, 5 * FV_ROWS) &&
+              size_mac(&n_dbl, nw + 1, (uint64_t)ns) && size_mac(&n_dbl, 1, (uint64_t)N) &&
+              size_mac(&n_dbl, (uint64_t)np * (nw + 1), (uint64_t)ks) &&
+              size_mac(&n_dbl, 1, FV_ROWS * FV_CHUNK + (uint64_t)wmax) &&
               size_mac(&bytes, n_v4, sizeof(v4)) && size_mac(&bytes, np, sizeof(fv_levels)) &&
-              size_mac(&bytes, (uint64_t)N + FV_ROWS * FV_CHUNK + (uint64_t)wmax, sizeof(double)) &&
+              size_mac(&bytes, n_dbl, sizeof(double)) &&
               size_mac(&bytes, (uint64_t)np + 1, sizeof(int64_t)) && size_mac(&bytes, N, 1) &&
               bytes <= SIZE_MAX;
     size_t head = (sizeof(fvp) + 63) & ~(size_t)63; /* the object, to a cache line */
@@ -765,18 +872,22 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
     /* (0, k0) of A and (k0, 0) of B; no arithmetic on a NULL of an empty operand */
     f->a0 = K && x->m ? (const char *)a->data + x->p.k0 * f->as1 * (int64_t)f->es : NULL;
     f->b0 = K && N ? (const char *)b->data + x->p.k0 * f->bs0 * (int64_t)f->es : NULL;
-    f->rw = block;
-    f->ys = f->rw + ng * N * 2;
-    f->acc = f->ys + (int64_t)np * ng * K * 2;
-    f->lv = (fv_levels *)(f->acc + (int64_t)np * ng * 2 * FV_ROWS);
-    f->colsq = (double *)(f->lv + np);
+    f->acc = block;
+    f->lv = (fv_levels *)(f->acc + (int64_t)np * ng * 5 * FV_ROWS);
+    f->ns = ns;
+    f->ks = ks;
+    f->rw = (double *)(f->lv + np);
+    f->mw = f->rw + (int64_t)nw * ns;
+    f->ys = f->mw + ns;
+    f->colsq = f->ys + (int64_t)np * (int64_t)(nw + 1) * ks;
     f->xb = f->colsq + N;
     f->buf = f->xb + FV_ROWS * FV_CHUNK;
     f->cb = (int64_t *)(f->buf + wmax);
     f->bad = (unsigned char *)(f->cb + np + 1);
     memcpy(f->cb, cb, ((size_t)np + 1) * sizeof(int64_t));
-    memset(f->rw, 0, (size_t)(ng * N * 2) * sizeof(v4)); /* lanes beyond nv: r = 0 */
+    memset(f->rw, 0, (size_t)nw * (size_t)ns * sizeof(double)); /* vectors beyond nv: r = 0 */
     memset(f->bad, 0, (size_t)N);
+    for (int64_t j = 0; j < N; j++) f->mw[j] = 1; /* the envelope: no column masked yet */
 
     /* The secret vectors: r_j = +-(1/2 + U/2), U uniform [0, 1) from Philox, sign
      * from an independent bit. |r_j| >= 1/2 means one wrong element always moves
@@ -790,21 +901,21 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
             goblin__rng_draw(x->p.seed, 0, VERIFY_STREAM_FREIVALDS,
                              (uint64_t)v * (uint64_t)N + (uint64_t)j, r);
             double mag = 0.5 + 0.5 * goblin__rng_u01(r, 53);
-            f->rw[((v / LANES) * N + j) * 2][v % LANES] = (r[2] & 1u) ? -mag : mag;
-            f->rw[((v / LANES) * N + j) * 2 + 1][v % LANES] = mag;
+            f->rw[v * ns + j] = (r[2] & 1u) ? -mag : mag;
         }
 
     if (f->v3) pass_b_v3(f, false);
     else pass_b_base(f, false);
     /* Columns of B with NaN/inf (or squares overflowing f64) cannot be checked
-     * algebraically: mask them out of every vector and redo the pass. */
+     * algebraically: mask them out of every vector and of the envelope (r_j = m_j = 0)
+     * and redo the pass. */
     int64_t n_bad = 0;
     for (int64_t j = 0; j < N; j++)
         if (!isfinite(f->colsq[j])) {
             f->bad[j] = 1;
             n_bad++;
-            for (int64_t g = 0; g < ng; g++)
-                f->rw[(g * N + j) * 2] = f->rw[(g * N + j) * 2 + 1] = splat(0);
+            f->mw[j] = 0;
+            for (int64_t v = 0; v < (int64_t)nw; v++) f->rw[v * ns + j] = 0;
         }
     if (n_bad) {
         if (f->v3) pass_b_v3(f, true);
@@ -861,8 +972,9 @@ static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out)
         f->cap_ranges = cap;
     }
     uint64_t bytes = 0;
-    if (!size_mac(&bytes, (uint64_t)f->np * (uint64_t)f->ng * 2 * sizeof(v4), (uint64_t)rows) ||
-        !size_mac(&bytes, 2 * sizeof(double), (uint64_t)rows) || bytes > SIZE_MAX)
+    if (!size_mac(&bytes, (uint64_t)f->np * (uint64_t)f->ng * sizeof(v4), (uint64_t)rows) ||
+        !size_mac(&bytes, ((uint64_t)f->np + 2) * sizeof(double), (uint64_t)rows) ||
+        bytes > SIZE_MAX)
         return GOBLIN_ENOMEM;
     void *block = goblin__alloc((size_t)bytes);
     if (!block) return GOBLIN_ENOMEM;
@@ -870,7 +982,8 @@ static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out)
     r->row0 = row0;
     r->rows = rows;
     r->zt = block;
-    r->asq = (double *)(r->zt + (int64_t)f->np * f->ng * rows * 2);
+    r->pt = (double *)(r->zt + (int64_t)f->np * f->ng * rows);
+    r->asq = r->pt + (int64_t)f->np * rows;
     r->a1 = r->asq + rows;
     if (f->v3) pass_a_v3(f, r);
     else pass_a_base(f, r);
@@ -911,34 +1024,42 @@ static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *
     const fv_levels *L = &f->lv[p];
     int64_t col0 = f->cb[p], n = f->cb[p + 1] - col0, m = r->rows, nv = f->nv;
     goblin_dtype dt = f->dt;
-    fv_tile tile = {(const char *)c->data, c->strides[0], c->strides[1], m, n, f->rw + col0 * 2};
-    const v4 *zt = r->zt + (int64_t)p * f->ng * m * 2;
+    fv_tile tile = {(const char *)c->data, c->strides[0], c->strides[1], m, n,
+                    f->rw + col0,         f->mw + col0, L->n_bad == 0};
+    const v4 *zt = r->zt + (int64_t)p * f->ng * m;
+    const double *pt = r->pt + (int64_t)p * m;
     double maxf = max_finite(dt);
     int64_t unchecked = 0, nonfinite = 0;
     fv_tally t = {0, 0, 0, -1, 0, 0};
     bool reject_nonfinite = false;
     for (int64_t i0 = 0; i0 < m; i0 += FV_ROWS) {
         int rows = m - i0 < FV_ROWS ? (int)(m - i0) : FV_ROWS;
-        v4 wq[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
-        bool finite[FV_ROWS];
-        if (f->v3) pass_c_v3(f, &tile, i0, rows, wq, finite);
-        else pass_c_base(f, &tile, i0, rows, wq, finite);
+        v4 wq[FV_MAXG][FV_ROWS];
+        double qs[FV_ROWS];
+        if (f->v3) pass_c_v3(f, &tile, i0, rows, wq, qs);
+        else pass_c_base(f, &tile, i0, rows, wq, qs);
         for (int q = 0; q < rows; q++) {
             int64_t i = i0 + q;
             double na = sqrt(r->asq[i]) * L->grow;
-            bool row_ok = isfinite(r->asq[i]) && isfinite(r->a1[i]);
+            bool row_ok = isfinite(r->asq[i]) && isfinite(r->a1[i]) && isfinite(pt[i]);
             for (int64_t v = 0; v < nv && row_ok; v++)
-                row_ok = isfinite(zt[((v / LANES) * m + i) * 2][v % LANES]) &&
-                         isfinite(zt[((v / LANES) * m + i) * 2 + 1][v % LANES]);
-            if (finite[q]) {
+                row_ok = isfinite(zt[(v / LANES) * m + i][v % LANES]);
+            /* |C| m finite: no NaN/inf in the row. Otherwise look at its elements (a
+             * finite row whose |C| m overflows f64 is judged on its sums as they are). */
+            bool finite = isfinite(qs[q]);
+            if (!finite) {
+                load_row(dt, tile.c0 + i * tile.cs0 * (int64_t)f->es, tile.cs1, n, f->buf);
+                finite = true;
+                for (int64_t j = 0; j < n && finite; j++) finite = isfinite(f->buf[j]);
+            }
+            if (finite) {
                 if (!row_ok) unchecked++;
-                else judge_row(L, zt, m, r->a1[i], i, na, wq, 2 * q, &t);
+                else judge_row(L, zt, m, pt[i], qs[q], r->a1[i], i, na, wq, q, &t);
                 continue;
             }
-            /* NaN/inf in C: impossible for an honest result when a_i and b_j are finite
-             * and ||a_i|| ||b_j|| (1 + rel) + abs < max finite (no partial sum can
-             * overflow). */
-            load_row(dt, tile.c0 + i * tile.cs0 * (int64_t)f->es, tile.cs1, n, f->buf);
+            /* NaN/inf in C (f->buf holds the row): impossible for an honest result when
+             * a_i and b_j are finite and ||a_i|| ||b_j|| (1 + rel) + abs < max finite
+             * (no partial sum can overflow). */
             bool row_nonfinite = false, row_unsure = !row_ok;
             for (int64_t j = 0; j < n; j++) {
                 if (isfinite(f->buf[j])) continue;
@@ -967,9 +1088,10 @@ static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *
                 unchecked++;
                 continue;
             }
-            v4 wr[GOBLIN_FREIVALDS_MAX_VECTORS / LANES][2 * FV_ROWS];
-            row_c(f, &tile, f->buf, wr);
-            judge_row(L, zt, m, r->a1[i], i, na, wr, 0, &t);
+            v4 wr[FV_MAXG][FV_ROWS];
+            double qr;
+            row_c(f, &tile, f->buf, wr, &qr);
+            judge_row(L, zt, m, pt[i], qr, r->a1[i], i, na, wr, 0, &t);
         }
     }
     out->checked = t.checked;

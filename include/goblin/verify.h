@@ -143,7 +143,7 @@ typedef struct goblin_freivalds_panels goblin_freivalds_panels;
  *  seed 0, only for tests; k0/kn select the K-range of every tile). Vector v, column
  *  j is Philox draw v * N + j of goblin_verify_matmul's stream under p->seed. One pass
  *  over B (columns with NaN/inf are masked as goblin_verify_matmul does); memory
- *  O(vectors * K * n_col_panels + N) doubles. *out is NULL on error.
+ *  O(vectors * (K * n_col_panels + N)) doubles. *out is NULL on error.
  *  Returns GOBLIN_EINVAL (NULL pointer, bad params or bounds, K-range outside K),
  *  GOBLIN_ESHAPE, GOBLIN_EDTYPE (as goblin_verify_matmul), GOBLIN_ENOMEM. */
 GOBLIN_API goblin_err goblin_freivalds_panels_new(const goblin_tensor *a, const goblin_tensor *b,

@@ -1738,3 +1738,320 @@ Test(freivalds_panels, bad_arguments_and_allocation_failure) {
     free(c.data);
     free(c64.data);
 }
+
+/* ---- the magnitude envelope, both variants of the passes ---------------------- *
+ *
+ * The check bounds every vector's magnitude sums |B| |r_v|, |A| |B| |r_v|, |C| |r_v|
+ * by one envelope sum each (|B| m, |A| |B| m, |C| m with m_j = 1 on unmasked
+ * columns, 0 on masked ones; docs/verification.md, "What is computed"). These tests
+ * run on the AVX2+FMA passes (where the CPU has them) and on the baseline passes
+ * (forced through the library's test switch), and derive the levels they expect
+ * from the formulas of docs/verification.md, not from the library. */
+
+/* Objects created while it is set use the baseline passes (libgoblin/verify.c). */
+void goblin__freivalds_force_baseline(bool on);
+
+static const char *variant_name[] = {"native", "baseline"};
+
+/* Vector v, column j of the secret vectors under @p seed for N columns, as
+ * documented: r_j = +-(1/2 + U/2), Philox stream "FREV", counter v * N + j. */
+static double secret_r(uint64_t seed, int64_t v, int64_t N, int64_t j) {
+    uint32_t x[4];
+    goblin__rng_draw(seed, 0, 0x46524556u, (uint64_t)v * (uint64_t)N + (uint64_t)j, x);
+    double mag = 0.5 + 0.5 * goblin__rng_u01(x, 53);
+    return (x[2] & 1u) ? -mag : mag;
+}
+
+static double gam(double n, double u) { return n * u / (1 - n * u); }
+
+/* Upper bounds of the rigorous bound R_i and the accept level T_i of row @p i
+ * (docs/verification.md), for a tile without masked columns: with P = |A| |B| m,
+ * Q = |C| m (m = 1 here) inflated by `grow`,
+ *   R_i <= (rel P + abs n + gamma_{n+K+2}(u64) P + gamma_{n+2}(u64) Q + underflow)(1 + 16 u64)
+ *   T_i <= sigmas (sig_k P + sig_z P + sig_w Q) + abs n + underflow
+ * (the first from bound (2), the second from sqrt(a^2 + b^2) <= a + b and
+ * min(., P) <= P). Computed in long double with a relative margin of 1e-9. */
+static void levels_up(const goblin_tensor *a, const goblin_tensor *b, const goblin_tensor *c,
+                      int64_t i, double *r_up, double *t_up) {
+    int64_t K = a->shape[1], n = b->shape[1];
+    long double P = 0, Q = 0, a1 = 0;
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t l = 0; l < K; l++) P += fabsl((long double)get(a, i, l) * get(b, l, j));
+        Q += fabsl((long double)get(c, i, j));
+    }
+    for (int64_t l = 0; l < K; l++) a1 += fabsl((long double)get(a, i, l));
+    double rel, abs_c;
+    goblin_op_contract(GOBLIN_OP_MATMUL, a->dtype, K, &rel, &abs_c);
+    double u = a->dtype == GOBLIN_DTYPE_F32 ? 0x1p-24 : 0x1p-53, u64 = 0x1p-53;
+    double dn = (double)n, dK = (double)K;
+    long double grow = 1 + 2 * gam(dn + dK + 4, u64);
+    long double Pg = P * grow, Qg = Q * grow;
+    long double under = 0x1p-1074 * (dn * a1 * grow + dK + dn + 4);
+    long double R = (rel * Pg + abs_c * dn * grow + gam(dn + dK + 2, u64) * Pg +
+                     gam(dn + 2, u64) * Qg + under) * (1 + 16 * u64);
+    long double sig_k = u * sqrtl((dK + 1) / 3), sig_z = u64 * sqrtl((dn + dK) / 3),
+                sig_w = u64 * sqrtl(dn / 3);
+    long double T = 6 * (sig_k * Pg + sig_z * Pg + sig_w * Qg) + abs_c * dn * grow + under;
+    *r_up = (double)(R * (1 + 1e-9L));
+    *t_up = (double)(T * (1 + 1e-9L));
+}
+
+/* Honest products of narrow and ordinary shapes (K = 1 included), f32 and f64,
+ * from the f64 loop and from the fast backend, with C strided, through
+ * goblin_verify_matmul and a two-panel object: every verdict ACCEPT, on both
+ * variants; masked NaN/inf columns of B leave exactly their columns unchecked. */
+Test(freivalds_envelope, honest_narrow_and_masked_on_both_variants) {
+    static const int64_t shapes[][3] = {{5, 1, 1},  {3, 1, 8},   {7, 13, 1},  {9, 33, 2},
+                                        {4, 64, 3}, {17, 100, 5}, {33, 257, 8}, {21, 300, 130}};
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    goblin_backend_kind be = fast_backend();
+    int64_t total = 0;
+    for (int variant = 0; variant < 2; variant++) {
+        goblin__freivalds_force_baseline(variant == 1);
+        for (size_t d = 0; d < 2; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+                int64_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+                sm_state = 4000 + 31 * s + d;
+                goblin_tensor a = mat_new(dts[d], m, k), b = mat_new(dts[d], k, n);
+                fill(&a, (int)(s % 3));
+                fill(&b, (int)(s % 3));
+                goblin_tensor cl = matmul_loop(&a, &b), cb = matmul_on(be, &a, &b);
+                void *st;
+                goblin_tensor cs = relayout(&cl, 2, &st); /* rows reversed, every other column */
+                int64_t half = n > 1 ? n / 2 : 1;
+                int64_t bounds[3] = {0, half, n};
+                int32_t np = n > 1 ? 2 : 1;
+                if (np == 1) bounds[1] = n;
+                for (int seed = 0; seed < 5; seed++) {
+                    uint64_t sd = 0xe0e0 + 7 * (uint64_t)seed + s;
+                    const goblin_tensor *cs3[3] = {&cl, &cb, &cs};
+                    for (int w = 0; w < 3; w++) {
+                        goblin_verdict v = fv_check_nv(&a, &b, cs3[w], sd, 4);
+                        cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT,
+                                     "%s %s %lldx%lldx%lld C %d: %s (%s), tight %.3g, bound %.3g",
+                                     variant_name[variant], goblin_dtype_name(dts[d]),
+                                     (long long)m, (long long)k, (long long)n, w,
+                                     goblin_verdict_name(v.kind),
+                                     goblin_verify_reason_name(v.reason), v.worst_tight_ratio,
+                                     v.worst_ratio);
+                        cr_assert_eq(v.checked, m * 4);
+                        total++;
+                    }
+                    goblin_freivalds_panels *fp = panels_new(&a, &b, np, bounds, sd, 4);
+                    for (int32_t p = 0; p < np; p++) {
+                        goblin_tensor t = sub(&cs, 0, m, bounds[p], bounds[p + 1] - bounds[p]);
+                        goblin_verdict v = panels_check(fp, 0, m, p, &t);
+                        cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT, "%s panel %d: %s",
+                                     variant_name[variant], p, goblin_verify_reason_name(v.reason));
+                        total++;
+                    }
+                    goblin_freivalds_panels_free(fp);
+                }
+                /* a NaN in B's last column (and an inf in its first, when n > 2): those
+                 * columns of C are NaN/inf and masked, the rest is checked */
+                set(&b, k - 1, n - 1, NAN);
+                int64_t n_bad = 1;
+                if (n > 2) {
+                    set(&b, 0, 0, INFINITY);
+                    n_bad = 2;
+                }
+                goblin_tensor cm = matmul_loop(&a, &b);
+                for (int seed = 0; seed < 3; seed++) {
+                    goblin_verdict v = fv_check_nv(&a, &b, &cm, 0xf00 + (uint64_t)seed, 4);
+                    cr_assert_eq(v.kind, GOBLIN_VERDICT_ESCALATE, "%s masked: %s",
+                                 variant_name[variant], goblin_verdict_name(v.kind));
+                    cr_assert_eq(v.reason, GOBLIN_VERIFY_UNCHECKABLE);
+                    cr_assert_eq(v.unchecked, m * n_bad);
+                    cr_assert_eq(v.checked, m * 4);
+                    cr_assert_eq(v.above_tight, 0);
+                    cr_assert_eq(v.nonfinite, 0);
+                    total++;
+                    if (n > n_bad) { /* a wrong element in a checked column is still caught */
+                        int64_t j = n > 2 ? 1 : 0;
+                        double keep = get(&cm, m / 2, j);
+                        set(&cm, m / 2, j, keep + 1 + 10 * fabs(keep));
+                        v = fv_check_nv(&a, &b, &cm, 0xf00 + (uint64_t)seed, 4);
+                        cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT);
+                        cr_assert_eq(v.worst_index, m / 2);
+                        set(&cm, m / 2, j, keep);
+                    }
+                }
+                free(cm.data);
+                free(st);
+                free(cl.data);
+                goblin_buffer_free(cb.data);
+                free(a.data);
+                free(b.data);
+            }
+    }
+    goblin__freivalds_force_baseline(false);
+    cr_log_info("freivalds envelope: %lld honest checks on both variants, all as expected",
+                (long long)total);
+}
+
+/* One wrong element whose change, times |r_j| >= 1/2, exceeds the rigorous bound R
+ * as documented (computed here from the formula): REJECT (exceeds_bound) at its
+ * row, for every vector; above the documented accept level T: never ACCEPT.
+ * Narrow tiles, where the bounds rest on P = |A| |B| m rather than on the
+ * Hoeffding form; f32 and f64, both variants. A result with every element off by
+ * up to 0.9 times the contract's tolerance, signs aligned with the first secret
+ * vector (the worst case for it), is an honest result and never REJECTed. */
+Test(freivalds_envelope, wrong_element_just_above_the_documented_bounds) {
+    static const int64_t shapes[][3] = {{6, 1, 1}, {6, 7, 2}, {6, 64, 3}, {6, 16, 5},
+                                        {6, 64, 8}, {6, 300, 8}};
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    int64_t rejected = 0, flagged = 0, contract_ok = 0;
+    for (int variant = 0; variant < 2; variant++) {
+        goblin__freivalds_force_baseline(variant == 1);
+        for (size_t d = 0; d < 2; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+                int64_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+                sm_state = 5000 + 17 * s + d;
+                goblin_tensor a = mat_new(dts[d], m, k), b = mat_new(dts[d], k, n);
+                fill(&a, s % 2 ? DIST_POSITIVE : DIST_SIGNED);
+                fill(&b, DIST_SIGNED);
+                goblin_tensor c = matmul_loop(&a, &b);
+                for (int t = 0; t < 8; t++) {
+                    int64_t i = (int64_t)(splitmix() % (uint64_t)m);
+                    int64_t j = (int64_t)(splitmix() % (uint64_t)n);
+                    double R, T, keep = get(&c, i, j), sign = splitmix() & 1 ? 1 : -1;
+                    levels_up(&a, &b, &c, i, &R, &T);
+                    uint64_t seed = 0x1234 + (uint64_t)t;
+                    set(&c, i, j, keep + sign * 2.2 * R); /* |delta r_j| >= 1.1 R */
+                    goblin_verdict v = fv_check_nv(&a, &b, &c, seed, 4);
+                    cr_assert_eq(v.kind, GOBLIN_VERDICT_REJECT,
+                                 "%s %s %lldx%lldx%lld: %s, ratio %.4g", variant_name[variant],
+                                 goblin_dtype_name(dts[d]), (long long)m, (long long)k,
+                                 (long long)n, goblin_verdict_name(v.kind), v.worst_ratio);
+                    cr_assert_eq(v.reason, GOBLIN_VERIFY_EXCEEDS_BOUND);
+                    cr_assert_eq(v.worst_index, i);
+                    cr_assert_eq(v.above_bound, 4, "every vector sees |delta r_j| > R");
+                    rejected++;
+                    set(&c, i, j, keep + sign * 2.2 * T); /* |delta r_j| >= 1.1 T */
+                    v = fv_check_nv(&a, &b, &c, seed, 4);
+                    cr_assert_neq(v.kind, GOBLIN_VERDICT_ACCEPT, "%s %s above T accepted",
+                                  variant_name[variant], goblin_dtype_name(dts[d]));
+                    cr_assert_eq(v.above_tight, 4);
+                    flagged++;
+                    set(&c, i, j, keep);
+                }
+                /* honest at the edge of the contract: C = A.B + 0.9 (rel S_ij + abs)
+                 * sign(r_0j), rounded once (rel >= gamma_{K+2} covers that rounding) */
+                double rel, abs_c;
+                goblin_op_contract(GOBLIN_OP_MATMUL, dts[d], k, &rel, &abs_c);
+                goblin_tensor e = mat_new(dts[d], m, n);
+                uint64_t seed = 0x777 + s;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        long double exact = 0, S = 0;
+                        for (int64_t l = 0; l < k; l++) {
+                            long double p = (long double)get(&a, i, l) * get(&b, l, j);
+                            exact += p;
+                            S += fabsl(p);
+                        }
+                        double sg = secret_r(seed, 0, n, j) > 0 ? 1 : -1;
+                        set(&e, i, j, (double)(exact + sg * 0.9L * (rel * S + abs_c)));
+                    }
+                if (k >= 16) { /* 0.9 rel + u <= rel: the whole error inside the contract */
+                    goblin_verdict v = fv_check_nv(&a, &b, &e, seed, 4);
+                    cr_assert_neq(v.kind, GOBLIN_VERDICT_REJECT,
+                                  "%s %s: a result inside the contract was rejected (ratio %.4g)",
+                                  variant_name[variant], goblin_dtype_name(dts[d]), v.worst_ratio);
+                    contract_ok++;
+                }
+                free(e.data);
+                free(a.data);
+                free(b.data);
+                free(c.data);
+            }
+    }
+    goblin__freivalds_force_baseline(false);
+    cr_log_info("freivalds envelope: %lld wrong elements above R rejected, %lld above T flagged, "
+                "%lld worst-case honest results not rejected",
+                (long long)rejected, (long long)flagged, (long long)contract_ok);
+}
+
+/* Absurd magnitudes: a row scaled by 1e6, then four of its elements solved for so
+ * that its value sums C r_v agree with the honest ones for all four secret vectors
+ * (what a worker knowing r could do; the test knows the seed). The value test alone
+ * sees only rounding noise; the rule |C| m <= (1 + rel) |A| |B| m + abs sum m
+ * rejects it, by a ratio near 1e6. Both variants, goblin_verify_matmul and a panel. */
+Test(freivalds_envelope, absurd_row_with_forged_value_sums_is_rejected) {
+    int64_t m = 12, k = 32, n = 64;
+    for (int variant = 0; variant < 2; variant++) {
+        goblin__freivalds_force_baseline(variant == 1);
+        sm_state = 6000 + (uint64_t)variant;
+        goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, m, k), b = mat_new(GOBLIN_DTYPE_F64, k, n);
+        fill(&a, DIST_SIGNED);
+        fill(&b, DIST_SIGNED);
+        goblin_tensor c = matmul_loop(&a, &b);
+        uint64_t seed = 0xab5 + (uint64_t)variant;
+        int64_t i = 7;
+        static const int64_t cols[4] = {3, 20, 41, 60};
+        /* target: the honest row's value sums; the row times 1e6 elsewhere */
+        long double target[4], M[4][5];
+        for (int v = 0; v < 4; v++) {
+            target[v] = 0;
+            for (int64_t j = 0; j < n; j++) target[v] += (long double)get(&c, i, j) * secret_r(seed, v, n, j);
+        }
+        for (int64_t j = 0; j < n; j++) set(&c, i, j, get(&c, i, j) * 1e6);
+        for (int v = 0; v < 4; v++) {
+            long double rest = 0;
+            for (int64_t j = 0; j < n; j++) {
+                bool solved = j == cols[0] || j == cols[1] || j == cols[2] || j == cols[3];
+                if (!solved) rest += (long double)get(&c, i, j) * secret_r(seed, v, n, j);
+            }
+            for (int q = 0; q < 4; q++) M[v][q] = secret_r(seed, v, n, cols[q]);
+            M[v][4] = target[v] - rest;
+        }
+        for (int p = 0; p < 4; p++) /* Gaussian elimination, partial pivoting */
+        {
+            int best = p;
+            for (int q = p + 1; q < 4; q++)
+                if (fabsl(M[q][p]) > fabsl(M[best][p])) best = q;
+            for (int q = 0; q < 5; q++) {
+                long double t = M[p][q];
+                M[p][q] = M[best][q];
+                M[best][q] = t;
+            }
+            for (int q = p + 1; q < 4; q++) {
+                long double f = M[q][p] / M[p][p];
+                for (int x = p; x < 5; x++) M[q][x] -= f * M[p][x];
+            }
+        }
+        long double sol[4];
+        for (int p = 3; p >= 0; p--) {
+            long double t = M[p][4];
+            for (int q = p + 1; q < 4; q++) t -= M[p][q] * sol[q];
+            sol[p] = t / M[p][p];
+        }
+        for (int q = 0; q < 4; q++) set(&c, i, cols[q], (double)sol[q]);
+        /* the forgery's value sums agree to rounding (checked here in long double) */
+        double q_row = 0;
+        for (int64_t j = 0; j < n; j++) q_row += fabs(get(&c, i, j));
+        for (int v = 0; v < 4; v++) {
+            long double w = 0;
+            for (int64_t j = 0; j < n; j++) w += (long double)get(&c, i, j) * secret_r(seed, v, n, j);
+            cr_assert(fabsl(w - target[v]) < 1e-12L * q_row, "forgery: value sum %d off", v);
+        }
+        goblin_verdict vd = fv_check_nv(&a, &b, &c, seed, 4);
+        cr_assert_eq(vd.kind, GOBLIN_VERDICT_REJECT, "%s: %s", variant_name[variant],
+                     goblin_verdict_name(vd.kind));
+        cr_assert_eq(vd.reason, GOBLIN_VERIFY_EXCEEDS_BOUND);
+        cr_assert_eq(vd.worst_index, i);
+        cr_assert_eq(vd.above_bound, 4);
+        cr_assert(vd.worst_ratio > 1e5, "%s: ratio %.4g (the magnitude rule, not the values)",
+                  variant_name[variant], vd.worst_ratio);
+        int64_t cb[3] = {0, n, 0};
+        goblin_freivalds_panels *fp = panels_new(&a, &b, 1, cb, seed, 4);
+        goblin_tensor t = sub(&c, 4, 8, 0, n); /* rows 4..11: row i is row 3 of the tile */
+        goblin_verdict vp = panels_check(fp, 4, 8, 0, &t);
+        cr_assert_eq(vp.kind, GOBLIN_VERDICT_REJECT);
+        cr_assert_eq(vp.worst_index, i - 4);
+        goblin_freivalds_panels_free(fp);
+        free(a.data);
+        free(b.data);
+        free(c.data);
+    }
+    goblin__freivalds_force_baseline(false);
+}
