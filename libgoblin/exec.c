@@ -19,9 +19,12 @@ struct goblin_exec {
     void *ref_ctx;
     goblin_exec_params p;
     int32_t *last_use;  /* per node: index of its last consumer, or n_nodes if a graph output */
-    /* per node: the node whose buffer holds its value: itself, or for a RESHAPE that
-     * aliases its input (see alias_plan) the buffer's owner */
+    /* per node: the node whose buffer holds its value: itself, or for a movement op that
+     * is a view of its input (see alias_plan) the buffer's owner */
     int32_t *root;
+    /* per view node (root[i] != i): its element offset into the root's buffer and its
+     * strides (GOBLIN_MAX_RANK per node) */
+    int64_t *voff, *vstr;
     /* per node that owns a buffer: the last node reading it through itself or an alias
      * (n_nodes when the buffer is a graph output, -1 when nothing reads it) */
     int32_t *buf_last;
@@ -82,24 +85,185 @@ static goblin_err xfail(goblin_exec *ex, goblin_err e, const char *fmt, ...) {
     return e;
 }
 
-/* Which nodes alias their input's buffer instead of computing. A RESHAPE of a value
- * the executor holds contiguous (a node it computed, or a constant) is the same bytes
- * under another shape: its value is a view of the input's buffer, no copy. Graph
- * inputs (the caller's tensors may be strided) and graph outputs (they may go straight
- * into a caller's buffer) still run the kernel. Kernels never write their inputs, so a
- * shared buffer stays as it is; it is released after the last read through any alias
- * (buf_last), not after its owner's own last use. */
-static void alias_plan(const goblin_graph *g, const int32_t *last_use, int32_t *root, int32_t *buf_last) {
+/* Which nodes alias their input's buffer instead of computing. A movement op (RESHAPE,
+ * PERMUTE, SLICE, SPLIT, SELECT) of a value the executor holds in its own memory (a node
+ * it computed, or a constant, or a view of one) is a view of that memory: the same bytes
+ * at an offset with other strides, no copy. A view is taken when
+ *  - its strides are those of a contiguous tensor (a RESHAPE of a contiguous value, a
+ *    slice of whole leading rows): any consumer reads it as before; or
+ *  - every consumer is an op that reads strided inputs in place and gains from it
+ *    (strided_reader: attention, and movement ops, which may make a view in turn or
+ *    copy once), e.g. the q, k, v of a fused qkv product split, viewed as heads and
+ *    transposed, go to the attention kernel without a copy;
+ * and a RESHAPE only where its input's strides allow it (else its kernel copies).
+ * Graph inputs (the caller's tensors may be strided; their strides are not known here)
+ * and graph outputs (they may go straight into a caller's buffer) still run the kernel.
+ * Kernels never write their inputs, so a shared buffer stays as it is; it is released
+ * after the last read through any view (buf_last), not after its owner's own last use.
+ * Every choice depends on the graph's ops and the shapes of its nodes only. */
+
+/* Strides for viewing a tensor (shape os, strides ost, rank orank, numel > 0) as shape
+ * ns (rank nrank, same numel), or false where no strides can. The input's dims (size-1 dims
+ * play no part) fall into runs laid out one after the other (st[d] = st[d + 1] sh[d + 1]);
+ * each run must be split by whole new dims (their product equal to its element count),
+ * which then step through it row-major from its innermost stride. */
+static bool reshape_view(int32_t orank, const int64_t *os, const int64_t *ost, int32_t nrank,
+                         const int64_t *ns, int64_t *nst) {
+    int64_t sh[GOBLIN_MAX_RANK], st[GOBLIN_MAX_RANK];
+    int32_t m = 0;
+    for (int32_t d = 0; d < orank; d++)
+        if (os[d] != 1) sh[m] = os[d], st[m++] = ost[d];
+    int32_t nd = nrank - 1;
+    for (int32_t o = m - 1; o >= 0;) {
+        int64_t base = st[o], count = sh[o];
+        int32_t first = o;
+        while (first > 0 && st[first - 1] == st[first] * sh[first]) count *= sh[--first];
+        int64_t prod = 1;
+        while (prod < count) {
+            if (nd < 0) return false;
+            nst[nd] = base * prod;
+            prod *= ns[nd--];
+        }
+        if (prod != count) return false;
+        o = first - 1;
+    }
+    for (; nd >= 0; nd--) {
+        if (ns[nd] != 1) return false;
+        nst[nd] = 1;
+    }
+    return true;
+}
+
+/* Ops whose kernels read strided inputs in place and are worth handing a view (see
+ * above); each has GOBLIN__OPF_STRIDED, and exec_run copies a view into contiguous
+ * memory for any op that lacks it, so a stale list here costs a copy, never a result. */
+static bool strided_reader(goblin_op op) {
+    switch (op) {
+    case GOBLIN_OP_SDPA:
+    case GOBLIN_OP_RESHAPE:
+    case GOBLIN_OP_PERMUTE:
+    case GOBLIN_OP_SLICE:
+    case GOBLIN_OP_SPLIT:
+    case GOBLIN_OP_SELECT: return true;
+    default: return false;
+    }
+}
+
+/* Node @p n (one input x: view offset xoff, strides xst) as a view: its offset and
+ * strides, or false where it is not one (not a movement op, or a reshape no strides
+ * give). */
+static bool view_of(const goblin__node *n, const goblin__node *x, int64_t xoff, const int64_t *xst,
+                    int64_t *off, int64_t *st) {
+    *off = xoff;
+    switch (n->op) {
+    case GOBLIN_OP_RESHAPE: return reshape_view(x->rank, x->shape, xst, n->rank, n->shape, st);
+    case GOBLIN_OP_PERMUTE: {
+        int32_t np;
+        const int64_t *perm = goblin__attr_ints(n, GOBLIN_ATTR_PERM, &np);
+        if (!perm || np != x->rank || n->rank != x->rank) return false;
+        for (int32_t d = 0; d < np; d++) {
+            int64_t a = perm[d] < 0 ? perm[d] + x->rank : perm[d];
+            if (a < 0 || a >= x->rank) return false;
+            st[d] = xst[a];
+        }
+        return true;
+    }
+    case GOBLIN_OP_SLICE: {
+        int32_t na, ns, nt, nsp;
+        const int64_t *axes = goblin__attr_ints(n, GOBLIN_ATTR_AXES, &na);
+        const int64_t *starts = goblin__attr_ints(n, GOBLIN_ATTR_STARTS, &ns);
+        (void)goblin__attr_ints(n, GOBLIN_ATTR_STOPS, &nt);
+        const int64_t *steps = goblin__attr_ints(n, GOBLIN_ATTR_STEPS, &nsp);
+        if (n->rank != x->rank || (axes && na != ns) || nt != ns || (nsp && nsp != ns)) return false;
+        for (int32_t d = 0; d < x->rank; d++) st[d] = xst[d];
+        for (int32_t i = 0; i < ns; i++) {
+            int64_t a = axes ? axes[i] : i;
+            if (a < 0) a += x->rank;
+            if (a < 0 || a >= x->rank) return false;
+            int64_t dim = x->shape[a], b = starts[i], step = nsp ? steps[i] : 1;
+            if (b < 0) b = b + dim < 0 ? 0 : b + dim; /* as infer_slice */
+            if (b > dim) b = dim;
+            if (n->shape[a] > 0) *off += b * xst[a];
+            if (n->shape[a] > 1) st[a] = xst[a] * step;
+        }
+        return true;
+    }
+    case GOBLIN_OP_SPLIT: {
+        if (n->rank != x->rank || x->rank == 0) return false;
+        int64_t a = goblin__attr_i(n, GOBLIN_ATTR_AXIS, 0);
+        if (a < 0) a += x->rank;
+        if (a < 0 || a >= x->rank) return false;
+        int64_t chunks = goblin__attr_i(n, GOBLIN_ATTR_CHUNKS, 1), idx = goblin__attr_i(n, GOBLIN_ATTR_INDEX, 0);
+        int64_t dim = x->shape[a], size = chunks > 0 ? (dim + chunks - 1) / chunks : 0;
+        int64_t count = size ? (dim + size - 1) / size : chunks;
+        if (idx < 0) idx += count;
+        if (idx < 0 || idx >= count) return false;
+        for (int32_t d = 0; d < x->rank; d++) st[d] = xst[d];
+        if (n->shape[a] > 0) *off += idx * size * xst[a];
+        return true;
+    }
+    case GOBLIN_OP_SELECT: {
+        if (n->rank != x->rank - 1) return false;
+        int64_t a = goblin__attr_i(n, GOBLIN_ATTR_AXIS, 0), idx = goblin__attr_i(n, GOBLIN_ATTR_INDEX, 0);
+        if (a < 0) a += x->rank;
+        if (a < 0 || a >= x->rank) return false;
+        if (idx < 0) idx += x->shape[a];
+        if (idx < 0 || idx >= x->shape[a]) return false;
+        *off += idx * xst[a];
+        for (int32_t d = 0, o = 0; d < x->rank; d++)
+            if (d != a) st[o++] = xst[d];
+        return true;
+    }
+    default: return false;
+    }
+}
+
+static bool contig_strides(const goblin__node *n, const int64_t *st) {
+    int64_t expect = 1;
+    for (int32_t d = n->rank - 1; d >= 0; d--) {
+        if (n->shape[d] != 1 && st[d] != expect) return false;
+        expect *= n->shape[d];
+    }
+    return true;
+}
+
+static void alias_plan(const goblin_graph *g, const int32_t *last_use, int32_t *root, int32_t *buf_last,
+                       int64_t *voff, int64_t *vstr) {
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const goblin__node *n = &g->nodes[i];
         root[i] = i;
         buf_last[i] = last_use[i];
-        if (n->op != GOBLIN_OP_RESHAPE || n->n_inputs != 1 || last_use[i] == g->n_nodes) continue;
-        int32_t r = root[n->inputs[0]];
-        if (g->nodes[r].op == GOBLIN_OP_INPUT) continue;
+        voff[i] = 0;
+        int64_t *st = vstr + (size_t)i * GOBLIN_MAX_RANK;
+        goblin__contig_strides(n->rank, n->shape, st);
+        if (n->n_inputs != 1 || last_use[i] == g->n_nodes) continue;
+        int32_t x = n->inputs[0], r = root[x];
+        if (g->nodes[r].op == GOBLIN_OP_INPUT || n->dtype != g->nodes[x].dtype) continue;
+        int64_t numel = 1;
+        for (int32_t d = 0; d < n->rank; d++) numel *= n->shape[d];
+        if (numel == 0) continue;
+        int64_t off, vs[GOBLIN_MAX_RANK];
+        if (!view_of(n, &g->nodes[x], voff[x], vstr + (size_t)x * GOBLIN_MAX_RANK, &off, vs)) continue;
+        if (!contig_strides(n, vs)) {
+            bool readers = last_use[i] >= 0;
+            for (int32_t c = i + 1; readers && c <= last_use[i]; c++)
+                for (int32_t j = 0; j < g->nodes[c].n_inputs; j++)
+                    if (g->nodes[c].inputs[j] == i && !strided_reader(g->nodes[c].op)) readers = false;
+            if (!readers) continue;
+        }
         root[i] = r;
+        voff[i] = off;
+        memcpy(st, vs, sizeof vs);
         if (last_use[i] > buf_last[r]) buf_last[r] = last_use[i];
     }
+}
+
+static void exec_free_plan(goblin_exec *ex) {
+    goblin__free(ex->last_use);
+    goblin__free(ex->root);
+    goblin__free(ex->buf_last);
+    goblin__free(ex->voff);
+    goblin__free(ex->vstr);
 }
 
 goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const goblin_exec_params *p) {
@@ -134,10 +298,10 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
     ex->last_use = goblin__calloc(nn1, sizeof(int32_t));
     ex->root = goblin__calloc(nn1, sizeof(int32_t));
     ex->buf_last = goblin__calloc(nn1, sizeof(int32_t));
-    if (!ex->last_use || !ex->root || !ex->buf_last) {
-        goblin__free(ex->last_use);
-        goblin__free(ex->root);
-        goblin__free(ex->buf_last);
+    ex->voff = goblin__calloc(nn1, sizeof(int64_t));
+    ex->vstr = goblin__calloc(nn1 * GOBLIN_MAX_RANK, sizeof(int64_t));
+    if (!ex->last_use || !ex->root || !ex->buf_last || !ex->voff || !ex->vstr) {
+        exec_free_plan(ex);
         goblin__free(ex);
         return GOBLIN_ENOMEM;
     }
@@ -146,13 +310,11 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
         for (int32_t j = 0; j < g->nodes[i].n_inputs; j++) ex->last_use[g->nodes[i].inputs[j]] = i;
     }
     for (int32_t o = 0; o < g->n_outputs; o++) ex->last_use[g->output_ids[o]] = g->n_nodes;
-    alias_plan(g, ex->last_use, ex->root, ex->buf_last);
+    alias_plan(g, ex->last_use, ex->root, ex->buf_last, ex->voff, ex->vstr);
     char msg[256] = "";
     e = vt->init(&ex->be_ctx, &params, msg, sizeof msg);
     if (e) {
-        goblin__free(ex->last_use);
-        goblin__free(ex->root);
-        goblin__free(ex->buf_last);
+        exec_free_plan(ex);
         goblin__free(ex);
         return e;
     }
@@ -160,9 +322,7 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
         e = goblin__backend_ref.init(&ex->ref_ctx, &params, msg, sizeof msg);
         if (e) {
             vt->destroy(ex->be_ctx);
-            goblin__free(ex->last_use);
-            goblin__free(ex->root);
-            goblin__free(ex->buf_last);
+            exec_free_plan(ex);
             goblin__free(ex);
             return e;
         }
@@ -175,9 +335,7 @@ void goblin_exec_free(goblin_exec *ex) {
     if (!ex) return;
     ex->be->destroy(ex->be_ctx);
     if (ex->be != &goblin__backend_ref) goblin__backend_ref.destroy(ex->ref_ctx);
-    goblin__free(ex->last_use);
-    goblin__free(ex->root);
-    goblin__free(ex->buf_last);
+    exec_free_plan(ex);
     goblin__free(ex);
 }
 
@@ -490,8 +648,10 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
             describe(&vals[i], n, n->payload);
             continue;
         }
-        if (ex->root[i] != i) { /* a view of its input's buffer (alias_plan) */
-            describe(&vals[i], n, vals[n->inputs[0]].data);
+        if (ex->root[i] != i) { /* a view of its root's buffer (alias_plan) */
+            const goblin_tensor *rv = &vals[ex->root[i]];
+            describe(&vals[i], n, (char *)rv->data + ex->voff[i] * (int64_t)goblin_dtype_size(n->dtype));
+            memcpy(vals[i].strides, ex->vstr + (size_t)i * GOBLIN_MAX_RANK, sizeof(int64_t) * (size_t)n->rank);
             ex->stats.nodes_run++;
             int32_t src = ex->root[i];
             if (ex->buf_last[src] == i && owned[src]) { /* an alias nothing reads */

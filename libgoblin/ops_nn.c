@@ -635,6 +635,7 @@ void goblin__ops_register_nn(goblin__op_def *t) {
         .min_inputs = 3,
         .max_inputs = 4,
         .dtypes = GOBLIN_DTMASK_FLOAT,
+        .flags = GOBLIN__OPF_STRIDED, /* q, k, v (and the mask) are read with their strides */
         .infer = infer_sdpa,
         .contract = contract_sdpa,
     };

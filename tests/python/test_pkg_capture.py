@@ -166,6 +166,45 @@ def test_transformer_encoder_block():
         assert_close(y, m(x), depth=6, kmax=128)
 
 
+class HeadLayouts(nn.Module):
+    """Attention on heads taken from one fused qkv product in several spellings, odd sizes:
+    the executor hands the heads to the attention kernel as strided views of the product."""
+
+    def __init__(self, d=15, heads=3, style=0, causal=False):
+        super().__init__()
+        self.heads, self.style, self.causal = heads, style, causal
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h, e = self.heads, d // self.heads
+        y = self.qkv(x)
+        if self.style == 0:
+            q, k, v = (z.view(b, t, h, e).transpose(1, 2) for z in y.split(d, dim=-1))
+        elif self.style == 1:
+            y = y.reshape(b, t, 3, h, e).permute(2, 0, 3, 1, 4)
+            q, k, v = y[0], y[1], y[2]
+        else:  # q from every other column of the first 2d, k from the rest of them
+            q = y[..., 0:2 * d:2].reshape(b, t, h, e).transpose(1, 2)
+            k = y[..., 1:2 * d:2].reshape(b, t, h, e).transpose(1, 2)
+            v = y[..., 2 * d:].reshape(b, t, h, e).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+
+
+@pytest.mark.parametrize("style,causal", [(0, False), (0, True), (1, False), (2, True)])
+def test_attention_on_heads_of_a_fused_product(style, causal):
+    torch.manual_seed(10 + style)
+    m = HeadLayouts(style=style, causal=causal).eval()
+    x = torch.randn(3, 7, 15)
+    g = goblin.capture(m, x)
+    want = m(x)
+    for backend in BACKENDS:
+        (y,) = g.evaluate(x.numpy(), backend=backend)
+        assert_close(y, want, depth=4, kmax=64)
+
+
 def test_gpt_block_causal_on_tokens():
     torch.manual_seed(3)
     m = GPTBlock().eval()

@@ -819,6 +819,42 @@ Test(blis_train3, f32_exp_erf_gelu_within_contract_vs_long_double) {
     free(x);
 }
 
+/* f32 gelu (erf form) evaluates only its first polynomial for blocks whose elements are all
+ * small (|x / sqrt2| < 1.25): each element must get the same bits whatever its neighbours
+ * (a spot-check recomputes rows alone), so values in blocks of small ones are compared bit
+ * for bit with the same values next to a large one (every block then takes the general
+ * path), at several offsets, and with long double (gelu's contract 8u + 8u). */
+Test(blis_train3, f32_gelu_same_bits_whatever_the_neighbours) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    int64_t n = 4099;
+    float *x = malloc((size_t)n * sizeof *x), *x2 = malloc((size_t)n * sizeof *x2);
+    uint64_t seed = 4242;
+    for (int64_t i = 0; i < n; i++) x[i] = (float)((gt_rand(&seed) * 2 - 1) * 1.76);
+    x[7] = 1.7677669f;  /* just below 1.25 sqrt2 */
+    x[40] = -1.7677668f;
+    goblin_tensor t = gt_tensor(GOBLIN_DTYPE_F32, 1, &n, x), t2 = gt_tensor(GOBLIN_DTYPE_F32, 1, &n, x2);
+    goblin_tensor y1 = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_GELU, &t, 1, NULL, 0);
+    const float *a = y1.data;
+    for (int64_t i = 0; i < n; i++) {
+        long double v = x[i];
+        double r = (double)(0.5L * v * erfcl(-v / sqrtl(2.0L)));
+        cr_assert(fabs(a[i] - r) <= 8 * 0x1p-24 * fabs(r) + 8 * 0x1p-24, "gelu(%.9g) = %.9g, want %.9g", x[i], a[i], r);
+    }
+    for (int64_t off = 0; off < 32; off += 5) {
+        for (int64_t i = 0; i < n; i++) x2[i] = i % 16 == off % 16 ? (i % 2 ? 9.5f : -3.0f) : x[i];
+        goblin_tensor y2 = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_GELU, &t2, 1, NULL, 0);
+        const float *b = y2.data;
+        for (int64_t i = 0; i < n; i++)
+            if (i % 16 != off % 16)
+                cr_assert(memcmp(&a[i], &b[i], 4) == 0, "gelu(%.9g): %.9g alone, %.9g next to a large value", x[i],
+                          a[i], b[i]);
+        goblin_buffer_free(y2.data);
+    }
+    goblin_buffer_free(y1.data);
+    free(x);
+    free(x2);
+}
+
 /* softmax / log_softmax over a non-last axis: the reference's bits (NaN and infinite
  * entries included), 1, 2 and 3 threads; last-axis and empty cases still work. */
 Test(blis_train3, softmax_non_last_axis_matches_reference_bits) {

@@ -387,3 +387,255 @@ Test(exec, reshape_views_keep_their_buffer_alive) {
     free(xd);
     goblin_graph_free(g);
 }
+
+/* ---- movement ops as views feeding attention (exec.c alias_plan) -------------------------
+ * x [B, T, 3 H D]; a = x + x (computed: its buffer is the executor's); q, k, v taken from a
+ * by movement ops, attention over heads, the result transposed back to [B, T, H D]. Four
+ * spellings: slice + reshape + permute (torch's qkv.split(...).view(...).transpose(1, 2));
+ * reshape [B, T, 3, H, D] + permute + select; step-2 slices (column stride 2); split. A node
+ * h = a * 3 allocated between the views and the attention has a's size: were a's buffer
+ * released after its last direct reader, h would take it and overwrite the heads the
+ * attention still reads. Expected values: a naive attention in double from x. */
+typedef struct att_case {
+    int64_t B, T, H, D;
+    int variant;
+    bool causal;
+    goblin_dtype dt;
+} att_case;
+
+static int32_t att_add(goblin_graph *g, goblin_op op, int32_t x, const goblin_attr *at, int32_t n_at) {
+    int32_t id = -1;
+    cr_assert_eq(goblin_graph_add(g, op, &x, 1, at, n_at, &id), GOBLIN_OK, "%s", goblin_graph_error(g));
+    return id;
+}
+
+static int32_t att_slice(goblin_graph *g, int32_t x, int64_t start, int64_t stop, int64_t step) {
+    int64_t ax[1] = {2}, st[1] = {start}, sp[1] = {stop}, se[1] = {step};
+    goblin_attr at[4] = {goblin_attr_ints(GOBLIN_ATTR_AXES, ax, 1), goblin_attr_ints(GOBLIN_ATTR_STARTS, st, 1),
+                         goblin_attr_ints(GOBLIN_ATTR_STOPS, sp, 1), goblin_attr_ints(GOBLIN_ATTR_STEPS, se, 1)};
+    return att_add(g, GOBLIN_OP_SLICE, x, at, 4);
+}
+
+/* outputs: y [B, T, H D], h = 3a */
+static goblin_graph *att_graph(const att_case *c) {
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t B = c->B, T = c->T, H = c->H, D = c->D, HD = H * D;
+    int64_t sx[3] = {B, T, 3 * HD}, s4[4] = {B, T, H, D}, s5[5] = {B, T, 3, H, D}, sy[3] = {B, T, HD};
+    int64_t p4[4] = {0, 2, 1, 3}, p5[5] = {2, 0, 3, 1, 4};
+    int32_t x, a, qkv[3];
+    cr_assert_eq(goblin_graph_input(g, c->dt, 3, sx, &x), GOBLIN_OK);
+    int32_t xx[2] = {x, x};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, xx, 2, NULL, 0, &a), GOBLIN_OK);
+    goblin_attr r4 = goblin_attr_ints(GOBLIN_ATTR_SHAPE, s4, 4), pm4 = goblin_attr_ints(GOBLIN_ATTR_PERM, p4, 4);
+    if (c->variant == 1) {
+        goblin_attr r5 = goblin_attr_ints(GOBLIN_ATTR_SHAPE, s5, 5), pm5 = goblin_attr_ints(GOBLIN_ATTR_PERM, p5, 5);
+        int32_t all = att_add(g, GOBLIN_OP_PERMUTE, att_add(g, GOBLIN_OP_RESHAPE, a, &r5, 1), &pm5, 1);
+        for (int w = 0; w < 3; w++) {
+            goblin_attr sel[2] = {goblin_attr_int(GOBLIN_ATTR_AXIS, 0), goblin_attr_int(GOBLIN_ATTR_INDEX, w)};
+            qkv[w] = att_add(g, GOBLIN_OP_SELECT, all, sel, 2);
+        }
+    } else {
+        for (int w = 0; w < 3; w++) {
+            int32_t s;
+            if (c->variant == 0) {
+                s = att_slice(g, a, w * HD, (w + 1) * HD, 1);
+            } else if (c->variant == 2) { /* q: even columns of the first 2 HD, k: odd ones */
+                s = w < 2 ? att_slice(g, a, w, 2 * HD, 2) : att_slice(g, a, 2 * HD, 3 * HD, 1);
+            } else {
+                goblin_attr sp[3] = {goblin_attr_int(GOBLIN_ATTR_AXIS, -1), goblin_attr_int(GOBLIN_ATTR_CHUNKS, 3),
+                                     goblin_attr_int(GOBLIN_ATTR_INDEX, w)};
+                s = att_add(g, GOBLIN_OP_SPLIT, a, sp, 3);
+            }
+            qkv[w] = att_add(g, GOBLIN_OP_PERMUTE, att_add(g, GOBLIN_OP_RESHAPE, s, &r4, 1), &pm4, 1);
+        }
+    }
+    int32_t three, h, o;
+    {
+        int64_t s1[1] = {1};
+        double v3 = 3;
+        float v3f = 3;
+        goblin_tensor t = gt_tensor(c->dt, 1, s1, c->dt == GOBLIN_DTYPE_F64 ? (void *)&v3 : (void *)&v3f);
+        cr_assert_eq(goblin_graph_constant(g, &t, &three), GOBLIN_OK);
+        int32_t at[2] = {a, three};
+        cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MUL, at, 2, NULL, 0, &h), GOBLIN_OK);
+    }
+    goblin_attr ca = goblin_attr_int(GOBLIN_ATTR_CAUSAL, c->causal ? 1 : 0);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SDPA, qkv, 3, &ca, 1, &o), GOBLIN_OK, "%s", goblin_graph_error(g));
+    goblin_attr ry = goblin_attr_ints(GOBLIN_ATTR_SHAPE, sy, 3);
+    int32_t y = att_add(g, GOBLIN_OP_RESHAPE, att_add(g, GOBLIN_OP_PERMUTE, o, &pm4, 1), &ry, 1);
+    cr_assert_eq(goblin_graph_output(g, y), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, h), GOBLIN_OK);
+    return g;
+}
+
+/* element (b, i, f) of q (w = 0), k (1), v (2) as a column of a = 2x, f = h D + e */
+static int64_t att_col(const att_case *c, int w, int64_t f) {
+    int64_t HD = c->H * c->D;
+    if (c->variant == 2) return w < 2 ? 2 * f + w : 2 * HD + f;
+    return w * HD + f;
+}
+
+static void att_expect(const att_case *c, const double *x, double *y) {
+    int64_t T = c->T, H = c->H, D = c->D, W = 3 * H * D;
+    double s[64];
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                const double *xr = x + (b * T + i) * W;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < T; j++) {
+                    const double *kr = x + (b * T + j) * W;
+                    double dot = 0;
+                    for (int64_t e = 0; e < D; e++)
+                        dot += 2 * xr[att_col(c, 0, h * D + e)] * 2 * kr[att_col(c, 1, h * D + e)];
+                    s[j] = c->causal && j > i ? -INFINITY : dot / sqrt((double)D);
+                    if (s[j] > mx) mx = s[j];
+                }
+                double z = 0;
+                for (int64_t j = 0; j < T; j++) z += s[j] = exp(s[j] - mx);
+                for (int64_t e = 0; e < D; e++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < T; j++) acc += s[j] * 2 * x[(b * T + j) * W + att_col(c, 2, h * D + e)];
+                    y[(b * T + i) * H * D + h * D + e] = acc / z;
+                }
+            }
+}
+
+static double att_get(const goblin_tensor *t, int64_t i) {
+    return t->dtype == GOBLIN_DTYPE_F64 ? ((double *)t->data)[i] : ((float *)t->data)[i];
+}
+
+Test(exec, movement_views_feed_attention_and_keep_their_buffer) {
+    enum { NC = 9 };
+    att_case cases[NC] = {
+        {3, 5, 2, 3, 0, false, GOBLIN_DTYPE_F32}, {3, 5, 2, 3, 0, true, GOBLIN_DTYPE_F64},
+        {2, 7, 3, 5, 1, false, GOBLIN_DTYPE_F32}, {2, 7, 3, 5, 1, true, GOBLIN_DTYPE_F32},
+        {2, 6, 2, 4, 2, false, GOBLIN_DTYPE_F32}, {2, 6, 2, 4, 2, true, GOBLIN_DTYPE_F64},
+        {2, 9, 2, 8, 3, false, GOBLIN_DTYPE_F32},
+        {2, 9, 2, 72, 0, false, GOBLIN_DTYPE_F32}, /* E > 64: BLIS products on strided heads */
+        {64, 16, 4, 32, 0, false, GOBLIN_DTYPE_F32}, /* 2 MiB buffers: reused and kept */
+    };
+    uint64_t seed = 7;
+    for (int ci = 0; ci < NC; ci++) {
+        const att_case *c = &cases[ci];
+        int64_t W = 3 * c->H * c->D, nx = c->B * c->T * W, ny = c->B * c->T * c->H * c->D;
+        goblin_graph *g = att_graph(c);
+        double *xd = malloc(sizeof(double) * (size_t)nx), *yd = malloc(sizeof(double) * (size_t)ny);
+        void *xb = malloc(sizeof(double) * (size_t)nx);
+        for (int64_t i = 0; i < nx; i++) {
+            float v = (float)(gt_rand(&seed) * 2 - 1);
+            xd[i] = v;
+            if (c->dt == GOBLIN_DTYPE_F64) ((double *)xb)[i] = v;
+            else ((float *)xb)[i] = v;
+        }
+        att_expect(c, xd, yd);
+        int64_t sx[3] = {c->B, c->T, W};
+        double tol = c->dt == GOBLIN_DTYPE_F64 ? 1e-12 : 2e-5;
+        for (size_t bi = 0; bi < sizeof backends / sizeof *backends; bi++) {
+            if (goblin_backend_available(backends[bi])) continue;
+            goblin_exec_params p;
+            goblin_exec_params_default(&p);
+            p.backend = backends[bi];
+            p.threads = 1 + (int32_t)(ci % 2);
+            goblin_exec *ex;
+            cr_assert_eq(goblin_exec_new(&ex, g, &p), GOBLIN_OK);
+            for (int rep = 0; rep < 2; rep++) {
+                goblin_tensor in = gt_tensor(c->dt, 3, sx, xb), out[2];
+                memset(out, 0, sizeof out);
+                cr_assert_eq(goblin_exec_run(ex, &in, 1, out, 2), GOBLIN_OK, "%s", goblin_exec_error(ex));
+                for (int64_t i = 0; i < ny; i++)
+                    cr_assert(gt_close(att_get(&out[0], i), yd[i], tol, tol), "case %d backend %d y[%lld] = %.9g, expected %.9g",
+                              ci, (int)bi, (long long)i, att_get(&out[0], i), yd[i]);
+                for (int64_t i = 0; i < nx; i++)
+                    cr_assert_eq(att_get(&out[1], i), c->dt == GOBLIN_DTYPE_F64 ? 6 * xd[i] : (double)(float)(6 * xd[i]),
+                                 "case %d h[%lld]", ci, (long long)i);
+                goblin_buffer_free(out[0].data);
+                goblin_buffer_free(out[1].data);
+            }
+            goblin_exec_free(ex);
+        }
+        free(xd);
+        free(yd);
+        free(xb);
+        goblin_graph_free(g);
+    }
+}
+
+/* A spot-check recomputes some rows of a chunk with the same graph at another batch size
+ * (goblin_exec_params.shapes_like): through the views and the attention kernel each row
+ * must come out bit for bit as in the whole chunk. */
+Test(exec, attention_views_rows_agree_bitwise_with_shapes_like) {
+    att_case big = {12, 16, 4, 32, 0, false, GOBLIN_DTYPE_F32}, one = big;
+    one.B = 1;
+    goblin_graph *gb = att_graph(&big), *g1 = att_graph(&one);
+    int64_t W = 3 * big.H * big.D, per = big.T * W, yper = big.T * big.H * big.D;
+    float *x = malloc(sizeof(float) * (size_t)(big.B * per));
+    uint64_t seed = 11;
+    for (int64_t i = 0; i < big.B * per; i++) x[i] = (float)(gt_rand(&seed) * 4 - 2);
+    goblin_exec_params p;
+    goblin_exec_params_default(&p);
+    p.threads = 1;
+    int64_t sb[3] = {big.B, big.T, W}, s1[3] = {1, big.T, W};
+    goblin_tensor in = gt_tensor(GOBLIN_DTYPE_F32, 3, sb, x), out[2];
+    memset(out, 0, sizeof out);
+    cr_assert_eq(goblin_graph_eval(gb, &p, &in, 1, out, 2), GOBLIN_OK);
+    p.shapes_like = gb;
+    for (int64_t b = 0; b < big.B; b += 5) {
+        goblin_tensor in1 = gt_tensor(GOBLIN_DTYPE_F32, 3, s1, x + b * per), o1[2];
+        memset(o1, 0, sizeof o1);
+        cr_assert_eq(goblin_graph_eval(g1, &p, &in1, 1, o1, 2), GOBLIN_OK);
+        cr_assert_eq(memcmp(o1[0].data, (float *)out[0].data + b * yper, sizeof(float) * (size_t)yper), 0,
+                     "row %lld differs", (long long)b);
+        goblin_buffer_free(o1[0].data);
+        goblin_buffer_free(o1[1].data);
+    }
+    goblin_buffer_free(out[0].data);
+    goblin_buffer_free(out[1].data);
+    free(x);
+    goblin_graph_free(gb);
+    goblin_graph_free(g1);
+}
+
+/* Views the executor may or may not take (a reshape of a transposed view has no strides:
+ * it copies) still give the right values: x [R, C] -> a = x + x -> permute [C, R] ->
+ * reshape [C R] (a copy of the transpose), and slice of rows 1.. (contiguous: a view any
+ * consumer reads) -> reshape -> exp. Expected values by index arithmetic. */
+Test(exec, views_that_cannot_reshape_copy) {
+    enum { R = 6, C = 10 };
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[2] = {R, C}, pm[2] = {1, 0}, sf[1] = {C * R}, sr[2] = {(R - 1) * 2, C / 2};
+    int32_t x, a;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sx, &x), GOBLIN_OK);
+    int32_t xx[2] = {x, x};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_ADD, xx, 2, NULL, 0, &a), GOBLIN_OK);
+    goblin_attr ap = goblin_attr_ints(GOBLIN_ATTR_PERM, pm, 2), af = goblin_attr_ints(GOBLIN_ATTR_SHAPE, sf, 1);
+    int32_t flat = att_add(g, GOBLIN_OP_RESHAPE, att_add(g, GOBLIN_OP_PERMUTE, a, &ap, 1), &af, 1);
+    int64_t ax[1] = {0}, st[1] = {1}, sp[1] = {R};
+    goblin_attr sl[3] = {goblin_attr_ints(GOBLIN_ATTR_AXES, ax, 1), goblin_attr_ints(GOBLIN_ATTR_STARTS, st, 1),
+                         goblin_attr_ints(GOBLIN_ATTR_STOPS, sp, 1)};
+    goblin_attr ar = goblin_attr_ints(GOBLIN_ATTR_SHAPE, sr, 2);
+    int32_t rows = att_add(g, GOBLIN_OP_RESHAPE, att_add(g, GOBLIN_OP_SLICE, a, sl, 3), &ar, 1);
+    int32_t e = att_add(g, GOBLIN_OP_EXP, rows, NULL, 0);
+    cr_assert_eq(goblin_graph_output(g, flat), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, e), GOBLIN_OK);
+    double xd[R * C];
+    for (int i = 0; i < R * C; i++) xd[i] = (i % 7) * 0.25 - 0.5;
+    for (size_t bi = 0; bi < sizeof backends / sizeof *backends; bi++) {
+        if (goblin_backend_available(backends[bi])) continue;
+        goblin_exec_params p;
+        goblin_exec_params_default(&p);
+        p.backend = backends[bi];
+        goblin_tensor in = gt_tensor(GOBLIN_DTYPE_F64, 2, sx, xd), out[2];
+        memset(out, 0, sizeof out);
+        cr_assert_eq(goblin_graph_eval(g, &p, &in, 1, out, 2), GOBLIN_OK);
+        for (int c = 0; c < C; c++)
+            for (int r = 0; r < R; r++) cr_assert_eq(((double *)out[0].data)[c * R + r], 2 * xd[r * C + c]);
+        for (int i = 0; i < (R - 1) * C; i++)
+            cr_assert(gt_close(((double *)out[1].data)[i], exp(2 * xd[C + i]), 1e-15, 0));
+        goblin_buffer_free(out[0].data);
+        goblin_buffer_free(out[1].data);
+    }
+    goblin_graph_free(g);
+}

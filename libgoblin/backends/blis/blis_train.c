@@ -423,6 +423,9 @@ typedef struct sdpa_job {
     int32_t br;
     const int64_t *bshape;
     int64_t bs[4][GOBLIN_MAX_RANK], mstr[GOBLIN_MAX_RANK];
+    /* row and column strides (elements) of the matrices of q, k, v: the forward reads
+     * strided views (a slice of a fused qkv product, a permute) in place */
+    int64_t rs[3], cs[3];
     const goblin_tensor *q, *k, *v, *mask, *go;
     char *out, *scratch; /* per chunk: p [L, S], dp [L, S] */
     int64_t nchunks;
@@ -587,23 +590,59 @@ typedef double sd_t4d __attribute__((vector_size(32)));
  * caller asks for A_UPPER / A_LOWER only when b is finite (0 * inf would have been NaN). */
 enum { SD_TRI_NONE, SD_TRI_A_UPPER, SD_TRI_A_LOWER, SD_TRI_C_UPPER };
 
-/* B is read in place when its rows are contiguous whole vectors, else packed: k rows of np
+/* Scale the sums of rows i0.. (nr of them, one vector of columns from x0) by alpha and
+ * store them into c (rows of n; columns past n are padding and dropped). */
+#define TG_STORE(T, V, VL, c, n, i0, nr, X0, alpha, c0, c1, c2, c3)                             \
+    do {                                                                                        \
+        const int64_t x0_ = (X0);                                                               \
+        if (alpha != 1) {                                                                       \
+            c0 *= alpha;                                                                        \
+            c1 *= alpha;                                                                        \
+            c2 *= alpha;                                                                        \
+            c3 *= alpha;                                                                        \
+        }                                                                                       \
+        T *cr = c + i0 * n + x0_;                                                                \
+        if (x0_ + VL <= n && nr == 4) {                                                          \
+            memcpy(cr, &c0, sizeof c0);                                                         \
+            memcpy(cr + n, &c1, sizeof c1);                                                     \
+            memcpy(cr + 2 * n, &c2, sizeof c2);                                                 \
+            memcpy(cr + 3 * n, &c3, sizeof c3);                                                 \
+        } else {                                                                                \
+            int64_t w = n - x0_ < VL ? n - x0_ : VL;                                              \
+            for (int64_t x = 0; x < w; x++) {                                                   \
+                cr[x] = c0[x];                                                                  \
+                if (nr > 1) cr[n + x] = c1[x];                                                  \
+                if (nr > 2) cr[2 * n + x] = c2[x];                                              \
+                if (nr > 3) cr[3 * n + x] = c3[x];                                              \
+            }                                                                                   \
+        }                                                                                       \
+    } while (0)
+
+/* B is read in place when it is contiguous rows of whole vectors, else packed (rows of a
+ * strided view may lie in a few cache sets: read many times, they would miss): k rows of np
  * (n rounded up to the vector length, zero padded). Rows
- * of c run in groups of 4 sharing each B vector, one vector of columns at a time, each
- * element summed in registers over k in order. */
+ * of c run in groups of 4 sharing each B vector, two vectors of columns at a time (one for
+ * the rest), each element summed in registers over k in order: the blocking changes which
+ * sums run side by side, never the order of any one sum, so no bit of the result. */
 #define DEFINE_TINY_GEMM(sfx, T, V, VL)                                                         \
     __attribute__((target_clones("avx2", "default"))) static void tiny_gemm_##sfx(              \
         int64_t m, int64_t n, int64_t k, T alpha, const T *a, int64_t rsa, int64_t csa,         \
         const T *b, int64_t rsb, int64_t csb, T *restrict c, T *restrict pack, int tri) {        \
         int64_t np = (n + VL - 1) / VL * VL, ldp = np;                                          \
         const T *bp = pack;                                                                     \
-        if (csb == 1 && n == np) { /* whole vectors of b's rows: read in place */              \
+        if (csb == 1 && n == np && rsb == n) { /* contiguous whole vectors: read in place */   \
             bp = b;                                                                             \
             ldp = rsb;                                                                          \
+        } else if (rsb == 1 && csb != 1) { /* b^T's rows contiguous: read them in order */     \
+            for (int64_t x = 0; x < n; x++)                                                     \
+                for (int64_t kk = 0; kk < k; kk++) pack[kk * np + x] = b[kk + x * csb];         \
+            for (int64_t kk = 0; kk < k; kk++)                                                  \
+                for (int64_t x = n; x < np; x++) pack[kk * np + x] = 0;                         \
         } else {                                                                                \
             for (int64_t kk = 0; kk < k; kk++) {                                                \
                 T *restrict pr = pack + kk * np;                                                \
-                for (int64_t x = 0; x < n; x++) pr[x] = b[kk * rsb + x * csb];                  \
+                if (csb == 1) memcpy(pr, b + kk * rsb, sizeof(T) * (size_t)n);                  \
+                else for (int64_t x = 0; x < n; x++) pr[x] = b[kk * rsb + x * csb];             \
                 for (int64_t x = n; x < np; x++) pr[x] = 0;                                     \
             }                                                                                   \
         }                                                                                       \
@@ -615,7 +654,28 @@ enum { SD_TRI_NONE, SD_TRI_A_UPPER, SD_TRI_A_LOWER, SD_TRI_C_UPPER };
             if (tri == SD_TRI_A_UPPER) k1 = i0 + nr < k ? i0 + nr : k;                          \
             else if (tri == SD_TRI_A_LOWER) k0 = i0 < k ? i0 : k;                               \
             else if (tri == SD_TRI_C_UPPER) xe = (i0 + nr + VL - 1) / VL * VL < np ? (i0 + nr + VL - 1) / VL * VL : np; \
-            for (int64_t x0 = 0; x0 < xe; x0 += VL) {                                           \
+            int64_t x0 = 0;                                                                     \
+            /* two vectors of columns at a time (8 sums in flight), then one */                 \
+            for (; x0 + 2 * VL <= xe; x0 += 2 * VL) {                                           \
+                V c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, d0 = {0}, d1 = {0}, d2 = {0}, d3 = {0}; \
+                for (int64_t kk = k0; kk < k1; kk++) {                                          \
+                    V bv, bw;                                                                   \
+                    memcpy(&bv, bp + kk * ldp + x0, sizeof bv);                                 \
+                    memcpy(&bw, bp + kk * ldp + x0 + VL, sizeof bw);                            \
+                    T s0 = a0[kk * csa], s1 = a1[kk * csa], s2 = a2[kk * csa], s3 = a3[kk * csa]; \
+                    c0 += s0 * bv;                                                              \
+                    d0 += s0 * bw;                                                              \
+                    c1 += s1 * bv;                                                              \
+                    d1 += s1 * bw;                                                              \
+                    c2 += s2 * bv;                                                              \
+                    d2 += s2 * bw;                                                              \
+                    c3 += s3 * bv;                                                              \
+                    d3 += s3 * bw;                                                              \
+                }                                                                               \
+                TG_STORE(T, V, VL, c, n, i0, nr, x0, alpha, c0, c1, c2, c3);                    \
+                TG_STORE(T, V, VL, c, n, i0, nr, x0 + VL, alpha, d0, d1, d2, d3);               \
+            }                                                                                   \
+            for (; x0 < xe; x0 += VL) {                                                         \
                 V c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};                                       \
                 for (int64_t kk = k0; kk < k1; kk++) {                                          \
                     V bv;                                                                       \
@@ -625,27 +685,7 @@ enum { SD_TRI_NONE, SD_TRI_A_UPPER, SD_TRI_A_LOWER, SD_TRI_C_UPPER };
                     c2 += a2[kk * csa] * bv;                                                    \
                     c3 += a3[kk * csa] * bv;                                                    \
                 }                                                                               \
-                if (alpha != 1) {                                                               \
-                    c0 *= alpha;                                                                \
-                    c1 *= alpha;                                                                \
-                    c2 *= alpha;                                                                \
-                    c3 *= alpha;                                                                \
-                }                                                                               \
-                T *cr = c + i0 * n + x0;                                                        \
-                if (x0 + VL <= n && nr == 4) {                                                  \
-                    memcpy(cr, &c0, sizeof c0);                                                 \
-                    memcpy(cr + n, &c1, sizeof c1);                                             \
-                    memcpy(cr + 2 * n, &c2, sizeof c2);                                         \
-                    memcpy(cr + 3 * n, &c3, sizeof c3);                                         \
-                } else {                                                                        \
-                    int64_t w = n - x0 < VL ? n - x0 : VL;                                      \
-                    for (int64_t x = 0; x < w; x++) {                                           \
-                        cr[x] = c0[x];                                                          \
-                        if (nr > 1) cr[n + x] = c1[x];                                          \
-                        if (nr > 2) cr[2 * n + x] = c2[x];                                      \
-                        if (nr > 3) cr[3 * n + x] = c3[x];                                      \
-                    }                                                                           \
-                }                                                                               \
+                TG_STORE(T, V, VL, c, n, i0, nr, x0, alpha, c0, c1, c2, c3);                    \
             }                                                                                   \
         }                                                                                       \
     }
@@ -669,11 +709,15 @@ DEFINE_ITEM_GEMM(f64, double)
 /* Scores of batch item b into p [L, S] (scale q k^T, mask, causal), then the row
  * softmax above. Without a mask a causal row's columns past i are set to 0 directly
  * (exp(-inf)), the softmax runs on the live ones only. */
+/* Small heads' scratch past p, dp, z (elements): the packing buffer, then the forward's
+ * contiguous copy of a strided q [L, E]. */
+static int64_t sdpa_tiny_extra(const sdpa_job *j) { return j->packn + j->L * j->E + j->S * j->Ev; }
+
 #define DEFINE_SOFTMAX(sfx, T)                                                                  \
     static void scores_##sfx(const sdpa_job *j, const int64_t *off, T *p, T *z, uint8_t *state, \
-                             bool normalize, T *pack) {                                         \
-        item_gemm_##sfx(j, j->L, j->S, j->E, j->scale, (const T *)j->q->data + off[0], j->E, 1,   \
-                        (const T *)j->k->data + off[1], 1, j->E, p, pack,                       \
+                             bool normalize, T *pack, const T *q, int64_t qrs, int64_t qcs) {   \
+        item_gemm_##sfx(j, j->L, j->S, j->E, j->scale, q, qrs, qcs,                             \
+                        (const T *)j->k->data + off[1], j->cs[1], j->rs[1], p, pack,            \
                         j->causal && !j->mask ? SD_TRI_C_UPPER : SD_TRI_NONE);                  \
         int32_t br = j->br;                                                                     \
         for (int64_t i = 0; i < j->L; i++) {                                                    \
@@ -732,6 +776,23 @@ static bool sd_finite_f64(const double *x, int64_t n) {
     return bad == 0;
 }
 
+/* The same over a matrix [rows, cols] with row stride rs and column stride cs. */
+#define DEFINE_SD_FINITE_M(sfx, T)                                                              \
+    static bool sd_finite_m_##sfx(const T *x, int64_t rows, int64_t cols, int64_t rs, int64_t cs) { \
+        if (cs == 1 && (rs == cols || rows <= 1)) return sd_finite_##sfx(x, rows * cols);       \
+        for (int64_t r = 0; r < rows; r++) {                                                    \
+            if (cs == 1) {                                                                      \
+                if (!sd_finite_##sfx(x + r * rs, cols)) return false;                           \
+            } else {                                                                            \
+                for (int64_t c = 0; c < cols; c++)                                              \
+                    if (!sd_finite_##sfx(x + r * rs + c * cs, 1)) return false;                 \
+            }                                                                                   \
+        }                                                                                       \
+        return true;                                                                            \
+    }
+DEFINE_SD_FINITE_M(f32, float)
+DEFINE_SD_FINITE_M(f64, double)
+
 #define DEFINE_SDPA_ITEM(sfx, T)                                                                \
     static void sdpa_item_##sfx(const sdpa_job *j, int64_t b, char *scratch) {                  \
         const T sc = (T)j->scale;                                                               \
@@ -745,7 +806,26 @@ static bool sd_finite_f64(const double *x, int64_t n) {
         int64_t L = j->L, S = j->S;                                                             \
         T *p = (T *)scratch, *dp = p + L * S, *z = dp + L * S;                                  \
         T *pack = j->tiny ? z + L : NULL; /* j->packn elements */                                 \
-        uint8_t *state = (uint8_t *)(z + L + (j->tiny ? j->packn : 0));                         \
+        uint8_t *state = (uint8_t *)(z + L + (j->tiny ? sdpa_tiny_extra(j) : 0));               \
+        /* q as a strided view (a head of a wider tensor: rows far apart) is copied once into \
+         * contiguous rows for the small products, which read it many times; v is packed by  \
+         * them (the copies change no value, so no bit of the result) */                      \
+        const T *qp = (const T *)j->q->data + off[0], *v = (const T *)j->v->data + off[2];      \
+        int64_t qrs = j->rs[0], qcs = j->cs[0], vrs = j->rs[2], vcs = j->cs[2];                 \
+        if (pack && !j->bwd && (qcs != 1 || qrs != j->E) && L > 1 && j->E > 0) {                \
+            T *qb = pack + j->packn;                                                            \
+            for (int64_t i = 0; i < L; i++)                                                     \
+                if (qcs == 1) memcpy(qb + i * j->E, qp + i * qrs, sizeof(T) * (size_t)j->E);     \
+                else for (int64_t e = 0; e < j->E; e++) qb[i * j->E + e] = qp[i * qrs + e * qcs]; \
+            qp = qb, qrs = j->E, qcs = 1;                                                       \
+        }                                                                                       \
+        if (pack && !j->bwd && (vcs != 1 || vrs != j->Ev) && S > 1 && j->Ev > 0) {              \
+            T *vb = pack + j->packn + L * j->E;                                                 \
+            for (int64_t c = 0; c < S; c++)                                                     \
+                if (vcs == 1) memcpy(vb + c * j->Ev, v + c * vrs, sizeof(T) * (size_t)j->Ev);    \
+                else for (int64_t e = 0; e < j->Ev; e++) vb[c * j->Ev + e] = v[c * vrs + e * vcs]; \
+            v = vb, vrs = j->Ev, vcs = 1;                                                       \
+        }                                                                                       \
         if (j->memo) {                                                                          \
             p = (T *)(j->memo + (size_t)b * j->memo_per);                                       \
             dp = p + L * S;                                                                     \
@@ -776,16 +856,15 @@ static bool sd_finite_f64(const double *x, int64_t n) {
                 }                                                                               \
             }                                                                                   \
         } else if (!j->memo_ready) {                                                            \
-            scores_##sfx(j, off, p, z, state, j->bwd, pack);                                    \
+            scores_##sfx(j, off, p, z, state, j->bwd, pack, qp, qrs, qcs);                      \
         }                                                                                       \
-        const T *v = (const T *)j->v->data + off[2];                                            \
         /* causal without a mask, small heads: the products skip the weights' zero triangle */  \
         const bool tri = j->causal && !j->mask && pack;                                         \
-        const bool fin_v = tri && sd_finite_##sfx(v, S * j->Ev);                                \
+        const bool fin_v = tri && sd_finite_m_##sfx(v, S, j->Ev, vrs, vcs);                     \
         const bool fin_go = tri && j->bwd &&                                                     \
                             sd_finite_##sfx((const T *)j->go->data + b * L * j->Ev, L * j->Ev);  \
         if (!j->bwd) { /* out = (exp weights @ v) / z */                                        \
-            item_gemm_##sfx(j, L, j->Ev, S, 1.0, p, S, 1, v, j->Ev, 1, o, pack,                 \
+            item_gemm_##sfx(j, L, j->Ev, S, 1.0, p, S, 1, v, vrs, vcs, o, pack,                 \
                             tri && fin_v ? SD_TRI_A_UPPER : SD_TRI_NONE);                       \
             for (int64_t i = 0; i < L; i++) {                                                   \
                 T *restrict orow = o + i * j->Ev;                                               \
@@ -803,7 +882,7 @@ static bool sd_finite_f64(const double *x, int64_t n) {
             /* causal, finite go and v: dp[i, c > i] is left out and taken as 0 (it is finite \
              * and meets p = 0: ds there is +-0 either way, which no later sum can see) */       \
             bool tri_dp = tri && fin_v && fin_go;                                               \
-            item_gemm_##sfx(j, L, S, j->Ev, 1.0, go, j->Ev, 1, v, 1, j->Ev, dp, pack,           \
+            item_gemm_##sfx(j, L, S, j->Ev, 1.0, go, j->Ev, 1, v, vcs, vrs, dp, pack,           \
                             tri_dp ? SD_TRI_C_UPPER : SD_TRI_NONE);                             \
             for (int64_t i = 0; i < L; i++) {                                                   \
                 const T *restrict pr = p + i * S;                                               \
@@ -826,16 +905,18 @@ static bool sd_finite_f64(const double *x, int64_t n) {
                             tri && fin_go ? SD_TRI_A_LOWER : SD_TRI_NONE);                      \
         /* ds is +-0 above the diagonal when go and v are finite (else it may hold NaN there) */ \
         else if (j->which == 1) /* dk = ds^T @ q */                                             \
-            item_gemm_##sfx(j, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0], j->E,  \
-                            1, o, pack,                                                         \
+            item_gemm_##sfx(j, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0],        \
+                            j->rs[0], j->cs[0], o, pack,                                        \
                             tri && fin_v && fin_go &&                                           \
-                                    sd_finite_##sfx((const T *)j->q->data + off[0], L * j->E)  \
+                                    sd_finite_m_##sfx((const T *)j->q->data + off[0], L, j->E,  \
+                                                      j->rs[0], j->cs[0])                       \
                                 ? SD_TRI_A_LOWER : SD_TRI_NONE);                                \
         else /* dq = ds @ k */                                                                  \
-            item_gemm_##sfx(j, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1], j->E,  \
-                            1, o, pack,                                                         \
+            item_gemm_##sfx(j, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1],        \
+                            j->rs[1], j->cs[1], o, pack,                                        \
                             tri && fin_v && fin_go &&                                           \
-                                    sd_finite_##sfx((const T *)j->k->data + off[1], S * j->E)  \
+                                    sd_finite_m_##sfx((const T *)j->k->data + off[1], S, j->E,  \
+                                                      j->rs[1], j->cs[1])                       \
                                 ? SD_TRI_A_UPPER : SD_TRI_NONE);                                \
         if (j->rows > 0 && (j->Ev == 0 || L == 0 || S == 0 || (j->which == 2 ? L : S) == 0))    \
             for (int64_t r = 0; r < j->rows * j->cols; r++) o[r] = 0;                           \
@@ -853,11 +934,48 @@ static bool sd_finite_f64(const double *x, int64_t n) {
 DEFINE_SDPA_ITEM(f32, float)
 DEFINE_SDPA_ITEM(f64, double)
 
-/* p, dp [L, S], z [L], (small heads) a packing buffer of packn, state [L] bytes; rounded up
+/* p, dp [L, S], z [L], (small heads) sdpa_tiny_extra, state [L] bytes; rounded up
  * to keep every chunk aligned */
 static size_t sdpa_scratch_bytes(const sdpa_job *j) {
-    size_t b = (size_t)((2 * j->L * j->S + j->L + (j->tiny ? j->packn : 0)) * j->es + j->L);
+    size_t b = (size_t)((2 * j->L * j->S + j->L + (j->tiny ? sdpa_tiny_extra(j) : 0)) * j->es + j->L);
     return (b + 63) / 64 * 64;
+}
+
+/* Strided q, k, v (heads of a wider tensor: a fused qkv product split, viewed as heads and
+ * transposed, exec.c's views) put each row of an item far from the next: read item by item,
+ * every row is a cache miss the prefetchers do not see coming. When item b starts a block
+ * of whole rows that item b + 1 shares (the next head of the same rows), the block is read
+ * once in order first (a stream the prefetchers follow), so that the items sharing it find
+ * it in cache. At most SD_TOUCH_MAX times the item's own elements; reading changes nothing,
+ * so no bit of any result. last[]: the blocks read already (q, k, v may share one). */
+#define SD_TOUCH_MAX 32
+static volatile unsigned char g_sd_sink;
+
+static void sdpa_touch(const sdpa_job *j, int64_t b, const char **last) {
+    if (!j->tiny || j->bwd || b + 1 >= j->batch) return;
+    const goblin_tensor *t[3] = {j->q, j->k, j->v};
+    int64_t rows[3] = {j->L, j->S, j->S}, cols[3] = {j->E, j->E, j->Ev};
+    goblin__nditer it;
+    int64_t bs[4][GOBLIN_MAX_RANK], off[3], next[3];
+    memcpy(bs, j->bs, sizeof bs);
+    goblin__nditer_init(&it, j->br, j->bshape, 4, bs);
+    goblin__nditer_seek(&it, b);
+    memcpy(off, it.off, sizeof off);
+    goblin__nditer_next(&it);
+    memcpy(next, it.off, sizeof next);
+    unsigned char acc = 0;
+    for (int a = 0; a < 3; a++) {
+        int64_t rs = j->rs[a];
+        if (j->cs[a] != 1 || rs <= cols[a] || rs > SD_TOUCH_MAX * cols[a] || rows[a] < 2) continue;
+        int64_t o = off[a] - off[a] % rs;
+        if (next[a] < o || next[a] >= o + rs) continue; /* item b + 1 is in other rows */
+        const char *lo = (const char *)t[a]->data + o * j->es;
+        if (lo == last[0] || lo == last[1] || lo == last[2]) continue;
+        last[a] = lo;
+        size_t bytes = (size_t)(rows[a] * rs * j->es);
+        for (size_t q = 0; q < bytes; q += 64) acc ^= (unsigned char)lo[q];
+    }
+    g_sd_sink = acc;
 }
 
 static void sdpa_chunk(void *arg, int64_t chunk) {
@@ -865,13 +983,15 @@ static void sdpa_chunk(void *arg, int64_t chunk) {
     int64_t lo = chunk * j->batch / j->nchunks, hi = (chunk + 1) * j->batch / j->nchunks;
     size_t per = sdpa_scratch_bytes(j);
     char *scratch = j->scratch + (size_t)chunk * per;
+    const char *last[3] = {NULL, NULL, NULL};
     for (int64_t b = lo; b < hi; b++) {
+        sdpa_touch(j, b, last);
         if (j->dt == GOBLIN_DTYPE_F64) sdpa_item_f64(j, b, scratch);
         else sdpa_item_f32(j, b, scratch);
     }
 }
 
-/* Batch strides of @p t (contiguous; last two dims its matrix) against the batch shape. */
+/* Batch strides of @p t (any strides; last two dims its matrix) against the batch shape. */
 static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bshape, int64_t *strides) {
     int64_t full[GOBLIN_MAX_RANK], st[GOBLIN_MAX_RANK];
     for (int32_t d = 0; d < br; d++) full[d] = bshape[d];
@@ -1029,6 +1149,12 @@ static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const gob
     batch_strides(q, j.br, ref->shape, j.bs[0]);
     batch_strides(kk, j.br, ref->shape, j.bs[1]);
     batch_strides(v, j.br, ref->shape, j.bs[2]);
+    const goblin_tensor *qkv[3] = {q, kk, v};
+    for (int a = 0; a < 3; a++) {
+        if (qkv[a]->rank < 2) return GOBLIN_ENOTSUP;
+        j.rs[a] = qkv[a]->strides[qkv[a]->rank - 2];
+        j.cs[a] = qkv[a]->strides[qkv[a]->rank - 1];
+    }
     if (mask) {
         int64_t full[GOBLIN_MAX_RANK];
         for (int32_t d = 0; d < j.br; d++) full[d] = ref->shape[d];

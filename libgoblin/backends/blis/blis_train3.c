@@ -325,13 +325,52 @@ static inline __attribute__((always_inline)) float t3_erf_poly(float x) {
 
 #define T3_RSQRT2F 0.70710678118654752440f
 
+/* t3_erf_poly for |x| < 1.25 only: its first piece alone, the same operations (the result
+ * goes through the same integer mask, which also keeps the compiler from fusing x * p1
+ * into a caller's addition: the bits are t3_erf_poly's) */
+static inline __attribute__((always_inline)) float t3_erf_small(float x) {
+    float a = fabsf(x), t = x * x;
+#define T3_H(v, c, k) fmaf((v), (k), (c))
+    const float *c1 = T3_ERF_P1;
+    float p1 = T3_H(t, c1[6], c1[7]);
+    p1 = T3_H(t, c1[5], p1), p1 = T3_H(t, c1[4], p1), p1 = T3_H(t, c1[3], p1);
+    p1 = T3_H(t, c1[2], p1), p1 = T3_H(t, c1[1], p1), p1 = T3_H(t, c1[0], p1);
+#undef T3_H
+    union {
+        float f;
+        int32_t i;
+    } ab = {a}, nb = {x * p1}, r;
+    int32_t m1 = -(int32_t)(ab.i < 0x3fa00000); /* 1.25f: all ones here */
+    r.i = nb.i & m1;
+    return r.f;
+}
+
+/* gelu's blocks of GELU_BLK elements: where every x / sqrt2 of a block is below 1.25 in
+ * magnitude (most of them, for activations of moderate size) only the first polynomial is
+ * evaluated; a per-block choice of work, not of result (each element's value is what
+ * t3_erf_poly gives it either way), so results do not depend on the neighbours. */
+#define GELU_BLK 32
+
 /* n elements of erf (gelu = false) or gelu (erf form) on f32 */
 T3_CLONES static void erf_gelu_f32(const float *restrict x, float *restrict y, int64_t n,
                                    bool gelu) {
     if (gelu) {
-        SIMD for (int64_t i = 0; i < n; i++) {
-            float t = x[i] * T3_RSQRT2F;
-            y[i] = 0.5f * x[i] * (1.0f + t3_erf_poly(t));
+        for (int64_t i0 = 0; i0 < n; i0 += GELU_BLK) {
+            int64_t e = i0 + GELU_BLK < n ? i0 + GELU_BLK : n;
+            int bad = 0;
+            T3_SIMD_OR_BAD
+            for (int64_t i = i0; i < e; i++) bad |= !(fabsf(x[i] * T3_RSQRT2F) < 1.25f);
+            if (!bad) {
+                SIMD for (int64_t i = i0; i < e; i++) {
+                    float t = x[i] * T3_RSQRT2F;
+                    y[i] = 0.5f * x[i] * (1.0f + t3_erf_small(t));
+                }
+            } else {
+                SIMD for (int64_t i = i0; i < e; i++) {
+                    float t = x[i] * T3_RSQRT2F;
+                    y[i] = 0.5f * x[i] * (1.0f + t3_erf_poly(t));
+                }
+            }
         }
     } else {
         SIMD for (int64_t i = 0; i < n; i++) y[i] = t3_erf_poly(x[i]);

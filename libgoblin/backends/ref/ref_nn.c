@@ -237,7 +237,7 @@ static goblin_err ref_adaptive_avg_pool2d(goblin__kctx *k, const goblin__node *n
 
 /* ---- SDPA ---------------------------------------------------------------- */
 
-/* Batch strides of contiguous tensor @p t (its last two dims are the matrix) against
+/* Batch strides of tensor @p t (any strides; its last two dims are the matrix) against
  * the output's batch shape; 0 where t broadcasts. */
 static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bshape,
                           int64_t *strides) {
@@ -273,6 +273,11 @@ static goblin_err ref_sdpa(goblin__kctx *k, const goblin__node *node, const gobl
         goblin__bcast_strides(mask, br + 2, full, mstr);
     }
     for (int32_t d = 0; d < br; d++) bs[3][d] = mstr[d];
+    /* q, k and v may be strided views (SDPA reads strided inputs): row and column strides
+     * of their matrices */
+    int64_t qr = q->strides[q->rank - 2], qc = q->strides[q->rank - 1];
+    int64_t kr = kk->strides[kk->rank - 2], kc = kk->strides[kk->rank - 1];
+    int64_t vr = v->strides[v->rank - 2], vc = v->strides[v->rank - 1];
     int64_t batch = 1;
     for (int32_t d = 0; d < br; d++) batch *= out->shape[d];
     double *s = goblin__alloc(sizeof(double) * (size_t)(S > 0 ? S : 1));
@@ -296,8 +301,8 @@ static goblin_err ref_sdpa(goblin__kctx *k, const goblin__node *node, const gobl
                 } else {
                     double dot = 0;
                     for (int64_t e = 0; e < E; e++)
-                        dot += goblin__load_f64(dt, q->data, it.off[0] + i * E + e) *
-                               goblin__load_f64(dt, kk->data, it.off[1] + j * E + e);
+                        dot += goblin__load_f64(dt, q->data, it.off[0] + i * qr + e * qc) *
+                               goblin__load_f64(dt, kk->data, it.off[1] + j * kr + e * kc);
                     x = scale * dot;
                     if (mask) {
                         int64_t mo = it.off[3] + i * mstr[br] + j * mstr[br + 1];
@@ -329,7 +334,7 @@ static goblin_err ref_sdpa(goblin__kctx *k, const goblin__node *node, const gobl
                 }
                 for (int64_t j = 0; j < S; j++)
                     for (int64_t e = 0; e < Ev; e++)
-                        acc[e] += s[j] * goblin__load_f64(dt, v->data, it.off[2] + j * Ev + e);
+                        acc[e] += s[j] * goblin__load_f64(dt, v->data, it.off[2] + j * vr + e * vc);
                 for (int64_t e = 0; e < Ev; e++) acc[e] /= z;
             }
             for (int64_t e = 0; e < Ev; e++) goblin__store_f64(dt, out->data, oidx++, acc[e]);
