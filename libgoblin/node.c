@@ -101,7 +101,16 @@ typedef struct task {
     void **outs;           /* accepted outputs of reductions, combined at the end */
     uint8_t rep;           /* REPLICATE: 0 undecided, REP_SINGLE, REP_TWICE (decided when
                               first leased, from that worker's trust) */
+    /* SPOT, prepared while the worker computes (spot_prepare): whether the result of
+     * worker spot_peer is checked (spot_state), and for a checked task its secret rows
+     * spot_idx[spot_k] (sorted) with their outputs as the node computed them. */
+    uint8_t spot_state;
+    int32_t spot_peer;
+    int64_t *spot_idx;
+    void **spot_mine;
 } task;
+
+enum { SPOT_UNDECIDED = 0, SPOT_TRUSTED = 1, SPOT_CHECK = 2 };
 
 enum { REP_UNDECIDED = 0, REP_SINGLE = 1, REP_TWICE = 2 };
 
@@ -475,10 +484,18 @@ static void free_bufs(void ***bufs, int32_t n) {
     *bufs = NULL;
 }
 
+static void task_free_spot(goblin_job *j, task *t) {
+    free_bufs(&t->spot_mine, j->g->n_out);
+    goblin__free(t->spot_idx);
+    t->spot_idx = NULL;
+    if (t->spot_state == SPOT_CHECK) t->spot_state = SPOT_UNDECIDED;
+}
+
 static void task_free_graph_bufs(goblin_job *j, task *t) {
     if (j->kind != JOB_GRAPH) return;
     free_bufs(&t->held, j->g->n_out);
     free_bufs(&t->outs, j->g->n_out);
+    task_free_spot(j, t);
     t->holder = 0;
 }
 
@@ -1274,6 +1291,8 @@ static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool who
  * panel of a 4096 product), so that messages are not kept waiting; the node loop calls
  * this once per turn. The vectors are drawn when a panels object is made, as before:
  * after A and B are fixed, and never seen by a worker. */
+static void spot_prepare(goblin_node *n);
+
 static void prepare_ahead(goblin_node *n) {
     if (n->p.verify != GOBLIN_VERIFY_POLICY_FREIVALDS) return;
     for (int32_t k = 0; k < n->n_jobs; k++) {
@@ -1784,6 +1803,7 @@ static void *node_main(void *arg) {
         if (tick) housekeeping(n);
         schedule(n, tick);
         prepare_ahead(n);
+        spot_prepare(n);
         pthread_mutex_unlock(&n->mu);
         if (rv && rv != NNG_ETIMEDOUT && rv != NNG_EAGAIN) {
             if (rv == NNG_ECLOSED) break;
@@ -2424,29 +2444,70 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Verdict on worker @p pi's result @p res of task @p ti: true when the spot-check
- * agrees; *decide when it could not be made (the whole task must be recomputed). */
-static bool spot_agrees(goblin_node *n, goblin_job *j, int64_t ti, const goblin_tensor *res, bool *decide) {
+/* Do rows @p idx[0..nr) of result @p res agree with the node's @p mine (nr rows per
+ * output) under the outputs' contracts? */
+static bool spot_rows_agree(goblin_job *j, int64_t ti, const goblin_tensor *res, const int64_t *idx,
+                            int64_t nr, void *const *mine) {
     gjob *G = j->g;
     gvariant *v = gvar(j, ti);
-    int64_t cap = G->spot_k + SPOT_NONFINITE_MAX, nr = 0;
-    int64_t *idx = goblin__alloc((size_t)cap * sizeof *idx);
-    *decide = true;
-    if (!idx) return false;
-    /* Secret random rows, distinct. */
+    for (int32_t o = 0; o < G->n_out; o++) {
+        int64_t shp[GOBLIN_MAX_RANK];
+        memcpy(shp, res[o].shape, sizeof shp);
+        shp[0] = nr;
+        goblin_tensor m;
+        goblin_tensor_init(&m, res[o].dtype, res[o].rank, shp, mine[o]);
+        void *theirs = goblin__alloc(out_bytes(&m) ? out_bytes(&m) : 1);
+        if (!theirs) return false;
+        gather_rows(&res[o], idx, nr, theirs);
+        goblin_tensor t = m;
+        t.data = theirs;
+        goblin_verdict vd;
+        memset(&vd, 0, sizeof vd);
+        bool ok = goblin_verify_compare(v->oop[o], m.dtype, v->ok[o], &m, &t, &vd) == GOBLIN_OK &&
+                  vd.kind == GOBLIN_VERDICT_ACCEPT;
+        goblin__free(theirs);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* spot_k distinct secret rows of task @p ti into @p idx, sorted. */
+static void spot_draw(goblin_job *j, int64_t ti, int64_t *idx) {
+    gjob *G = j->g;
+    gvariant *v = gvar(j, ti);
+    int64_t nr = 0;
     while (nr < G->spot_k) {
         int64_t r = (int64_t)(goblin__secret_u64() % (uint64_t)v->rows);
         bool dup = false;
         for (int64_t q = 0; q < nr && !dup; q++) dup = idx[q] == r;
         if (!dup) idx[nr++] = r;
     }
+    qsort(idx, (size_t)nr, sizeof *idx, cmp_i64);
+}
+
+/* Verdict on worker @p pi's result @p res of task @p ti: true when the spot-check
+ * agrees; *decide when it could not be made (the whole task must be recomputed). The
+ * secret rows are the task's prepared ones (spot_prepare) when it has them, else drawn
+ * and computed now; every row holding a NaN or an infinity is computed now too. */
+static bool spot_agrees(goblin_node *n, goblin_job *j, int64_t ti, const goblin_tensor *res, bool *decide) {
+    gjob *G = j->g;
+    gvariant *v = gvar(j, ti);
+    task *tk = &j->tasks[ti];
+    bool pre = tk->spot_mine != NULL;
+    int64_t cap = G->spot_k + SPOT_NONFINITE_MAX, nr = 0, k = G->spot_k;
+    int64_t *idx = goblin__alloc((size_t)cap * sizeof *idx);
+    *decide = true;
+    if (!idx) return false;
+    if (pre) memcpy(idx, tk->spot_idx, (size_t)k * sizeof *idx);
+    else spot_draw(j, ti, idx);
+    nr = k;
     /* And every row with a NaN or an infinity. */
     for (int64_t r = 0; r < v->rows; r++) {
         bool bad = false;
         for (int32_t o = 0; o < G->n_out && !bad; o++) bad = row_nonfinite(&res[o], r);
         if (!bad) continue;
         bool dup = false;
-        for (int64_t q = 0; q < G->spot_k && !dup; q++) dup = idx[q] == r;
+        for (int64_t q = 0; q < k && !dup; q++) dup = idx[q] == r;
         if (dup) continue;
         if (nr == cap) {
             goblin__free(idx);
@@ -2454,9 +2515,11 @@ static bool spot_agrees(goblin_node *n, goblin_job *j, int64_t ti, const goblin_
         }
         idx[nr++] = r;
     }
-    qsort(idx, (size_t)nr, sizeof *idx, cmp_i64);
+    /* Rows still to compute: all of them, or (prepared) those with NaN/inf only. */
+    int64_t from = pre ? k : 0;
+    if (!pre) qsort(idx, (size_t)nr, sizeof *idx, cmp_i64);
     void **mine = NULL;
-    goblin_err e = spot_eval(n, j, ti, idx, nr, &mine);
+    goblin_err e = nr > from ? spot_eval(n, j, ti, idx + from, nr - from, &mine) : GOBLIN_OK;
     if (e) {
         nlog(n, GOBLIN_LOG_WARN, "spot-check of graph task %lld failed on the node (%s): recomputing it whole",
              (long long)ti, goblin_strerror(e));
@@ -2465,31 +2528,65 @@ static bool spot_agrees(goblin_node *n, goblin_job *j, int64_t ti, const goblin_
     }
     n->st.spot_checks++;
     n->st.spot_rows_checked += nr;
-    bool ok = true;
-    for (int32_t o = 0; o < G->n_out && ok; o++) {
-        int64_t shp[GOBLIN_MAX_RANK];
-        memcpy(shp, res[o].shape, sizeof shp);
-        shp[0] = nr;
-        goblin_tensor m;
-        goblin_tensor_init(&m, res[o].dtype, res[o].rank, shp, mine[o]);
-        void *theirs = goblin__alloc(out_bytes(&m) ? out_bytes(&m) : 1);
-        if (!theirs) {
-            ok = false;
-            break;
-        }
-        gather_rows(&res[o], idx, nr, theirs);
-        goblin_tensor t = m;
-        t.data = theirs;
-        goblin_verdict vd;
-        memset(&vd, 0, sizeof vd);
-        ok = goblin_verify_compare(v->oop[o], m.dtype, v->ok[o], &m, &t, &vd) == GOBLIN_OK &&
-             vd.kind == GOBLIN_VERDICT_ACCEPT;
-        goblin__free(theirs);
-    }
+    if (pre) n->st.spot_checks_prepared++;
+    bool ok = (!pre || spot_rows_agree(j, ti, res, idx, k, tk->spot_mine)) &&
+              (nr == from || spot_rows_agree(j, ti, res, idx + from, nr - from, mine));
     free_bufs(&mine, G->n_out);
     goblin__free(idx);
+    task_free_spot(j, tk);
     *decide = !ok;
     return ok;
+}
+
+/* The share of a worker's SPOT results that are checked: adaptive in its agreements,
+ * never under the job's min_replication. */
+static double spot_rate(const gjob *G, const peer *p) {
+    double rate = 1.0 / (1.0 + (double)p->agreements / G->halflife);
+    return rate < G->min_rep ? G->min_rep : rate;
+}
+
+/* Prepare the spot-checks of leased SPOT tasks while their workers compute: decide
+ * (at the rate of the worker holding the lease) whether the result will be checked,
+ * and for a checked one draw its secret rows and compute them. The rows are as secret
+ * as when drawn on the result's arrival (nothing about them leaves the node), and the
+ * last results of a job are then checked by a comparison instead of an evaluation
+ * after the workers have finished. At most one evaluation per call (the node loop
+ * calls this once per turn). */
+static void spot_prepare(goblin_node *n) {
+    for (int32_t q = 0; q < n->n_jobs; q++) {
+        goblin_job *j = n->jobs[q];
+        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_GRAPH_VERIFY_SPOT) continue;
+        gjob *G = j->g;
+        while (j->prep_from < j->ntasks && j->tasks[j->prep_from].state != T_PENDING) {
+            int64_t ti = j->prep_from++;
+            task *t = &j->tasks[ti];
+            if (t->state != T_LEASED || t->spot_state != SPOT_UNDECIDED || gvar(j, ti)->rows <= G->spot_k) continue;
+            int32_t pi = -1;
+            for (int64_t i = 0; i < n->n_leases && pi < 0; i++)
+                if (n->leases[i].job == j && n->leases[i].task == ti && !n->leases[i].moot) pi = n->leases[i].peer;
+            if (pi < 0) continue;
+            t->spot_peer = pi;
+            if (rand_u01() >= spot_rate(G, &n->peers[pi])) {
+                t->spot_state = SPOT_TRUSTED;
+                continue;
+            }
+            int64_t t0 = goblin__now_ns();
+            int64_t *idx = goblin__alloc((size_t)G->spot_k * sizeof *idx);
+            void **mine = NULL;
+            if (idx) {
+                spot_draw(j, ti, idx);
+                if (spot_eval(n, j, ti, idx, G->spot_k, &mine) == GOBLIN_OK) {
+                    t->spot_idx = idx;
+                    t->spot_mine = mine;
+                    t->spot_state = SPOT_CHECK;
+                    idx = NULL;
+                }
+            }
+            goblin__free(idx); /* failed: decided again when the result arrives */
+            n->st.verify_ns += goblin__now_ns() - t0;
+            return;
+        }
+    }
 }
 
 /* SPOT: accept worker @p pi's result of task @p ti unchecked (a trusted worker, at the
@@ -2498,10 +2595,12 @@ static bool spot_agrees(goblin_node *n, goblin_job *j, int64_t ti, const goblin_
 static void graph_spot(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, const goblin_tensor *res,
                        void *const *data) {
     gjob *G = j->g;
-    const peer *p = &n->peers[pi];
-    double rate = 1.0 / (1.0 + (double)p->agreements / G->halflife);
-    if (rate < G->min_rep) rate = G->min_rep;
-    if (rand_u01() >= rate) {
+    task *t = &j->tasks[ti];
+    /* The decision prepared for this worker (spot_prepare), else one made now. */
+    bool check = t->spot_state != SPOT_UNDECIDED && t->spot_peer == pi ? t->spot_state == SPOT_CHECK
+                                                                        : rand_u01() < spot_rate(G, &n->peers[pi]);
+    if (!check) {
+        task_free_spot(j, t);
         count_accept(n, pi, false);
         graph_task_accept(n, j, ti, data, pi, false);
         return;

@@ -310,6 +310,8 @@ typedef struct goblin_node_stats {
                                   comparisons, recomputations (nanoseconds) */
     int64_t spot_checks;       /* graph tasks spot-checked (SPOT) */
     int64_t spot_rows_checked; /* rows recomputed by those checks (NaN/inf rows included) */
+    int64_t spot_checks_prepared; /* of those, checks whose secret rows the node had computed
+                                     while the worker computed the task */
     int64_t panels_in_place;   /* inputs lent to in-process workers in place (inproc://: no copy
                                   into the TASK; matmul panels, graph-job inputs; docs/runtime.md) */
 } goblin_node_stats;

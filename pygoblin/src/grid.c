@@ -1032,6 +1032,7 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
     F(verify_ns);
     F(spot_checks);
     F(spot_rows_checked);
+    F(spot_checks_prepared);
     F(panels_in_place);
 #undef F
     bad = bad || set_int(d, "jobs_submitted", self->jobs_submitted) < 0 ||

@@ -1090,6 +1090,7 @@ static void spot_cheater(goblin_misbehave mode, double rate, const char *url) {
     cr_assert(st.results_rejected > 0, "%s: a rejection", goblin_misbehave_name(mode));
     cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", goblin_misbehave_name(mode));
     cr_assert(st.spot_checks > 0);
+    cr_assert(st.spot_checks_prepared > 0 && st.spot_checks_prepared <= st.spot_checks);
     cr_assert_eq(st.replicas_issued, 0);
     goblin_worker_stats cs;
     goblin_worker_stats_get(g.w[0], &cs);
@@ -1108,6 +1109,46 @@ Test(graph_job, spot_cheater_swap) { spot_cheater(GOBLIN_MISBEHAVE_SWAP, 1.0, "i
 /* A graph that is not row by row (each chunk subtracts its own mean): the rows the node
  * recomputes alone differ from the chunk's, so the check escalates to recomputing the
  * whole task, and the honest results are accepted, never rejected. */
+/* A task's secret rows are computed while its worker computes (spot_prepare, in the
+ * node loop turn that leased it: before any result can be handled), and the check of
+ * the result compares with them. A lone cheater's every result is wrong: each check,
+ * with prepared rows, rejects it, and the node's recomputation gives the right outputs. */
+Test(graph_job, spot_prepared_rows_catch_a_lone_cheater) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.log_level = GOBLIN_LOG_ERROR;
+    np.speculate = false;
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.threads = 1;
+    wp.log_level = GOBLIN_LOG_ERROR;
+    wp.misbehave = GOBLIN_MISBEHAVE_WRONG;
+    wp.misbehave_rate = 1.0;
+    wp.misbehave_seed = 9;
+    rt_grid g;
+    cr_assert_eq(rt_grid_start(&g, "inproc://h1-sp-prep", &np, &wp, 1), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g.node, 1));
+    rowwise r = rowwise_new(96, 8, 6, 1201);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.job.min_tasks = 1;
+    jp.min_replication = 1.0;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(g.node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    rowwise_check(&r);
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_eq(st.spot_checks, 1);
+    cr_assert_eq(st.spot_checks_prepared, 1, "the rows were computed before the result came");
+    cr_assert_eq(st.results_rejected, 1);
+    cr_assert_eq(st.node_recomputed, 1);
+    rowwise_free(&r);
+    rt_grid_stop(&g);
+}
+
 Test(graph_job, spot_on_a_graph_not_row_by_row_never_rejects) {
     goblin_grid *grid = grid3(2);
     goblin_node *node = goblin_grid_node(grid);
