@@ -1216,3 +1216,80 @@ Test(blis_train3, layer_norm_backward_nodes_in_one_run_match_each_alone) {
         for (int i = 0; i < 5; i++) free(t[i].data);
     }
 }
+
+/* conv2d backward through the same-width col2im / im2col (stride 1, OW == W): planes
+ * whose zero-bordered copy fits the kernels' stack plane (up to 4096 elements: 64 x 64
+ * padded) and planes past it (the per-row paths); rows of 4, 8 and 16 elements and odd
+ * widths; a 1x3-like kernel with row padding (output rows outside the image), padding
+ * wider than the image, dilation; f32 and f64 against the reference, 1-3 threads. */
+Test(blis_train, conv2d_backward_same_width_padded_plane_and_row_paths) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const conv_case cases[] = {
+        {2, 3, 70, 66, 4, 3, 3, 1, 1, 1, 1},  {1, 2, 66, 70, 3, 3, 3, 1, 2, 2, 1},
+        {2, 2, 62, 62, 3, 3, 3, 1, 1, 1, 1},  {3, 2, 5, 4, 3, 1, 3, 1, 1, 1, 1},
+        {2, 2, 2, 3, 2, 7, 7, 1, 3, 1, 1},    {4, 3, 8, 8, 5, 3, 3, 1, 2, 2, 1},
+        {6, 3, 16, 16, 16, 3, 3, 1, 1, 1, 1}, {7, 16, 8, 8, 32, 3, 3, 1, 1, 1, 1},
+        {3, 4, 7, 13, 6, 5, 5, 1, 2, 1, 2},
+    };
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int d = 0; d < 2; d++) conv_case_run(&cases[i], dts[d], 4000 + i * 7 + (uint64_t)d);
+}
+
+/* Batch norm's forward normalizes as x a + b' (a = w rstd, b' = b - mean a, rounded
+ * once): means far from 0 relative to the spread (cancellation in x a + b'), planes whose
+ * size is no multiple of the vector length, training and eval, within the op's contract
+ * (the forward only: the backward at such offsets is bn_case's concern, up to 100). */
+Test(blis_train2, batch_norm_forward_far_mean_odd_planes_within_contract) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t shapes[3][4] = {{4, 3, 5, 9}, {6, 2, 13, 1}, {2, 3, 16, 16}};
+    static const double offsets[3] = {-3000, 250, 1e5};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int d = 0; d < 2; d++)
+        for (int s = 0; s < 3; s++) {
+            goblin_dtype dt = dts[d];
+            uint64_t seed = 31 + (uint64_t)(s * 2 + d);
+            const int64_t *xs = shapes[s];
+            goblin_tensor x = rand_tensor(dt, 4, xs, &seed);
+            goblin_tensor w = rand_tensor(dt, 1, &xs[1], &seed), b = rand_tensor(dt, 1, &xs[1], &seed);
+            goblin_tensor rm = rand_tensor(dt, 1, &xs[1], &seed), rv = rand_tensor(dt, 1, &xs[1], &seed);
+            for (int64_t i = 0; i < xs[1]; i++) { /* eval: a running mean near the data, a positive variance */
+                if (dt == GOBLIN_DTYPE_F64) {
+                    ((double *)rv.data)[i] = fabs(((double *)rv.data)[i]) + 0.1;
+                    ((double *)rm.data)[i] += offsets[s];
+                } else {
+                    ((float *)rv.data)[i] = fabsf(((float *)rv.data)[i]) + 0.1f;
+                    ((float *)rm.data)[i] += (float)offsets[s];
+                }
+            }
+            int64_t nx = goblin__numel(&x);
+            for (int64_t i = 0; i < nx; i++) {
+                if (dt == GOBLIN_DTYPE_F64) ((double *)x.data)[i] += offsets[s];
+                else ((float *)x.data)[i] += (float)offsets[s];
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s shape [%lld, %lld, %lld, %lld] offset %g", goblin_dtype_name(dt),
+                     (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], offsets[s]);
+            for (int64_t tr = 0; tr < 2; tr++) {
+                goblin_attr at[2] = {A_INT(TRAINING, tr), goblin_attr_float(GOBLIN_ATTR_EPS, 1e-3)};
+                goblin_tensor fin[5] = {x, w, b, rm, rv};
+                compare_bn(GOBLIN_OP_BATCH_NORM, fin, at, 2, what);
+            }
+            free(x.data), free(w.data), free(b.data), free(rm.data), free(rv.data);
+        }
+}
+
+/* The 2x2 / stride 2 max pooling runs 8 windows a step (f32; f64 4), then 4, then one
+ * at a time: rows of 4, 12, 13 and 21 windows (odd input widths and heights leave a
+ * column / row no window covers), ties and NaNs, the reference's bits on 1-3 threads. */
+Test(blis_train2, max_pool2d_2x2_vector_steps_match_reference) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const pool_case cases[] = {
+        {3, 5, 8, 8, 2, 2, 0, 1, 0},   {2, 3, 7, 24, 2, 2, 0, 1, 0}, {2, 2, 10, 27, 2, 2, 0, 1, 0},
+        {1, 3, 5, 42, 2, 2, 0, 1, 0},  {4, 2, 16, 16, 2, 2, 0, 1, 0},
+    };
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int d = 0; d < 2; d++)
+            for (int nan = 0; nan < 2; nan++) pool_case_run(&cases[i], dts[d], 700 + i * 3 + (uint64_t)d, nan);
+}

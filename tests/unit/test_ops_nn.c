@@ -996,3 +996,24 @@ Test(nn_conv2d, blis_row_blocks_on_large_images) {
     const conv_case big = {{1, 8, 260, 260}, {2, 8, 7, 7}, 1, 1, 0, 0, 1, 1, 1, true};
     run_conv_case(&big, GOBLIN_DTYPE_F32, 77);
 }
+
+/* The same-width im2col (stride 1, OW == W): planes whose zero-bordered copy fits the
+ * kernel's stack plane (at the limit of 4096 elements: 64 x 64 padded) and planes past
+ * it (the per-row path); rows of 4, 8 and 16 elements (the constant-size moves) and
+ * odd widths; a 1x3 kernel with row padding (output rows of zeros above and below);
+ * padding wider than the image; dilation. Every dtype, against the long double sums. */
+Test(nn_conv2d, blis_same_width_padded_plane_and_row_paths) {
+    static const conv_case cases[] = {
+        {{2, 3, 70, 66}, {4, 3, 3, 3}, 1, 1, 1, 1, 1, 1, 1, true},   /* past the stack plane */
+        {{1, 2, 66, 70}, {3, 2, 3, 3}, 1, 1, 2, 2, 2, 2, 1, false},  /* past it, dilated */
+        {{2, 2, 62, 62}, {3, 2, 3, 3}, 1, 1, 1, 1, 1, 1, 1, true},   /* exactly at the limit */
+        {{3, 2, 5, 4}, {3, 2, 1, 3}, 1, 1, 1, 1, 1, 1, 1, true},     /* oh = h + 2, rows of 4 */
+        {{2, 2, 2, 3}, {2, 2, 7, 7}, 1, 1, 3, 3, 1, 1, 1, false},    /* padding wider than the image */
+        {{3, 3, 9, 8}, {4, 3, 3, 3}, 1, 1, 2, 2, 2, 2, 1, true},     /* dilated, rows of 8 */
+        {{4, 3, 16, 16}, {16, 3, 3, 3}, 1, 1, 1, 1, 1, 1, 1, false}, /* examples/train_cnn.py's layers */
+        {{4, 16, 8, 8}, {32, 16, 3, 3}, 1, 1, 1, 1, 1, 1, 1, false},
+        {{3, 4, 7, 13}, {6, 2, 5, 5}, 1, 1, 2, 2, 1, 1, 2, true},    /* 5x5, groups, odd widths */
+    };
+    for (int i = 0; i < NA(cases); i++)
+        for (int d = 0; d < 4; d++) run_conv_case(&cases[i], FLOATS[d], 2000 + (uint64_t)(i * 4 + d));
+}

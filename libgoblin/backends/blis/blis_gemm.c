@@ -17,6 +17,7 @@
  * Parallelism across batch items / images uses one-thread calls of the same kind,
  * which therefore give the same bits as the sequential, threaded calls. */
 #include <blis.h>
+#include "blis_conv.h"
 #include "blis_impl.h"
 #include "ops_nn.h"
 
@@ -356,39 +357,53 @@ typedef struct conv_job {
 } conv_job;
 
 /* im2col for stride 1 with OW == W ("same" width, the usual 3x3 / pad 1 case) over
- * all output rows: each kernel tap's row is the input plane shifted by a constant
- * offset, so one memcpy per (channel, tap), then the rows and columns that fall
- * outside the image set to 0. The same values as the general loop. */
+ * all output rows. Small planes (the padded plane within GC_PAD_MAX elements): each
+ * channel is copied once into a zero-bordered plane on the stack, then every (tap,
+ * output row) is one run of W elements at a fixed offset: no bounds and no zeroing per
+ * row (gc_copy_rows). Larger planes: per (channel, tap, output row) the shifted input
+ * row, its columns outside the image 0, rows outside the image all 0. Short runs of
+ * vector moves (blis_conv.h), no libc call per row. The same values as the general loop. */
 #define DEFINE_IM2COL_SAME(name, T)                                                             \
-    bool name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
+    GC_CLONES bool name(const goblin__conv_geom *g, int64_t cg, const T *x, T *col, int64_t oh0,  \
                      int64_t oh1, int64_t ld) {                                                 \
         if (g->sh != 1 || g->sw != 1 || g->ow != g->w || oh0 != 0 || oh1 != g->oh) return false; \
         int64_t ow = g->ow, hw = g->h * g->w;                                                   \
+        size_t es = sizeof(T);                                                                  \
+        int64_t hp = g->oh + (g->kh - 1) * g->dh, wp = g->w + 2 * g->pw;                        \
+        if (hp * wp <= GC_PAD_MAX) {                                                            \
+            T pad[GC_PAD_MAX]; /* row pr, column pc: x[pr - ph, pc - pw] or 0 */                \
+            gc_zero(pad, (size_t)(hp * wp) * es);                                               \
+            int64_t pr0 = g->ph, pr1 = g->ph + g->h < hp ? g->ph + g->h : hp;                   \
+            for (int64_t c = 0; c < cg; c++) {                                                  \
+                if (pr1 > pr0)                                                                  \
+                    gc_copy_rows(pad + pr0 * wp + g->pw, wp, x + c * hw, g->w, pr1 - pr0, g->w * (int64_t)es); \
+                for (int64_t i = 0; i < g->kh; i++)                                             \
+                    for (int64_t j = 0; j < g->kw; j++)                                         \
+                        gc_copy_rows(col + ((c * g->kh + i) * g->kw + j) * ld, ow,              \
+                                     pad + i * g->dh * wp + j * g->dw, wp, g->oh, ow * (int64_t)es); \
+            }                                                                                   \
+            return true;                                                                        \
+        }                                                                                       \
         for (int64_t c = 0; c < cg; c++)                                                        \
             for (int64_t i = 0; i < g->kh; i++)                                                 \
                 for (int64_t j = 0; j < g->kw; j++) {                                           \
                     T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                          \
-                    const T *xp = x + c * hw;                                                   \
-                    int64_t dh = i * g->dh - g->ph, dwo = j * g->dw - g->pw;                    \
-                    int64_t a = dh < 0 ? -dh : 0, b = g->h - dh;                                \
-                    if (a > g->oh) a = g->oh;                                                   \
-                    if (b > g->oh) b = g->oh;                                                   \
-                    if (b < a) b = a;                                                           \
-                    memset(row, 0, (size_t)(a * ow) * sizeof(T));                               \
-                    memset(row + b * ow, 0, (size_t)((g->oh - b) * ow) * sizeof(T));            \
-                    if (b == a) continue;                                                       \
-                    int64_t off = dh * g->w + dwo, d0 = a * ow, d1 = b * ow;                    \
-                    if (d0 + off < 0) d0 = -off;                                                \
-                    if (d1 + off > hw) d1 = hw - off;                                           \
-                    if (d1 > d0) memcpy(row + d0, xp + d0 + off, (size_t)(d1 - d0) * sizeof(T)); \
+                    int64_t dwo = j * g->dw - g->pw, ih0 = i * g->dh - g->ph;                   \
+                    /* columns [zl, zr) read inside the row */                                  \
                     int64_t zl = dwo < 0 ? -dwo : 0, zr = dwo > 0 ? ow - dwo : ow;              \
                     if (zl > ow) zl = ow;                                                       \
                     if (zr < zl) zr = zl;                                                       \
-                    if (zl == 0 && zr == ow && d0 == a * ow && d1 == b * ow) continue;          \
-                    for (int64_t r = a; r < b; r++) {                                           \
-                        T *rr = row + r * ow;                                                   \
-                        for (int64_t q = 0; q < zl; q++) rr[q] = 0;                             \
-                        for (int64_t q = zr; q < ow; q++) rr[q] = 0;                            \
+                    for (int64_t r = 0; r < g->oh; r++) {                                       \
+                        T *d = row + r * ow;                                                    \
+                        int64_t ih = r + ih0;                                                   \
+                        if (ih < 0 || ih >= g->h) {                                             \
+                            gc_zero(d, (size_t)ow * es);                                        \
+                            continue;                                                           \
+                        }                                                                       \
+                        const T *s = x + (c * hw + ih * g->w + dwo + zl); /* column zl */       \
+                        if (zl > 0) gc_zero(d, (size_t)zl * es);                                \
+                        gc_copy(d + zl, s, (size_t)(zr - zl) * es);                             \
+                        if (zr < ow) gc_zero(d + zr, (size_t)(ow - zr) * es);                   \
                     }                                                                           \
                 }                                                                               \
         return true;                                                                            \

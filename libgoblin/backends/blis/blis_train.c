@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 #include "alloc.h"
+#include "blis_conv.h"
 #include "blis_impl.h"
 #include "expf_impl.h"
 #include "ops_nn.h"
@@ -128,76 +129,58 @@ static void col_range(const goblin__conv_geom *g, int64_t j, int64_t *off, int64
 
 /* im2col_f32 / _f64 (and their same-width path): blis_gemm.c, declared in blis_impl.h. */
 
-/* col2im for the same case: per (channel, tap) the col row's entries that fall outside
- * the image are set to 0 (col is scratch), then the row is added to the shifted plane
- * in one contiguous run. Each dx element still receives its terms in (c, i, j) order,
- * and the extra terms are +0, which change no value (dx starts at +0, so it is never
- * -0): the same bits as the general loop. */
-#define DEFINE_COL2IM_SAME(name, T)                                                             \
-    static bool name(const goblin__conv_geom *g, int64_t cg, T *col, T *dx, int64_t oh0,       \
+/* col2im for the same case. Small planes (padded within GC_PAD_MAX elements): per
+ * channel, every (tap, output row) of col is added as one run of OW elements into a
+ * zeroed, padded plane on the stack (no bounds per row), whose interior is then added to
+ * dx. Larger planes: per (channel, tap) and output row inside the image, the col row's
+ * run that falls inside the image added to the shifted input row. Each dx element
+ * receives its terms in (c, i, j) order, one addition each, starting from +0 (the
+ * callers zero dx first; a sum from +0 is never -0, so adding it to dx's +0 changes no
+ * bit): the same bits as the general loop. Short vector runs (blis_conv.h). */
+#define DEFINE_COL2IM_SAME(name, T, ADD)                                                        \
+    GC_CLONES static bool name(const goblin__conv_geom *g, int64_t cg, T *col, T *dx, int64_t oh0,       \
                      int64_t oh1, int64_t ld) {                                                 \
         if (g->sh != 1 || g->sw != 1 || g->ow != g->w || oh0 != 0 || oh1 != g->oh) return false; \
         int64_t ow = g->ow, hw = g->h * g->w;                                                   \
+        int64_t hp = g->oh + (g->kh - 1) * g->dh, wp = g->w + 2 * g->pw;                        \
+        if (hp * wp <= GC_PAD_MAX) {                                                            \
+            T pad[GC_PAD_MAX]; /* row pr, column pc: the terms of dx[pr - ph, pc - pw] */       \
+            int64_t pr0 = g->ph, pr1 = g->ph + g->h < hp ? g->ph + g->h : hp;                   \
+            for (int64_t c = 0; c < cg; c++) {                                                  \
+                gc_zero(pad, (size_t)(hp * wp) * sizeof(T));                                    \
+                for (int64_t i = 0; i < g->kh; i++)                                             \
+                    for (int64_t j = 0; j < g->kw; j++) {                                       \
+                        const T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                \
+                        T *p = pad + i * g->dh * wp + j * g->dw;                                \
+                        for (int64_t r = 0; r < g->oh; r++) ADD(p + r * wp, row + r * ow, ow);  \
+                    }                                                                           \
+                for (int64_t pr = pr0; pr < pr1; pr++)                                          \
+                    ADD(dx + c * hw + (pr - g->ph) * g->w, pad + pr * wp + g->pw, g->w);        \
+            }                                                                                   \
+            return true;                                                                        \
+        }                                                                                       \
         for (int64_t c = 0; c < cg; c++)                                                        \
             for (int64_t i = 0; i < g->kh; i++)                                                 \
                 for (int64_t j = 0; j < g->kw; j++) {                                           \
-                    T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                          \
-                    T *xp = dx + c * hw;                                                        \
-                    int64_t dh = i * g->dh - g->ph, dwo = j * g->dw - g->pw;                    \
-                    int64_t a = dh < 0 ? -dh : 0, b = g->h - dh;                                \
-                    if (a > g->oh) a = g->oh;                                                   \
-                    if (b > g->oh) b = g->oh;                                                   \
-                    if (b <= a) continue;                                                       \
-                    int64_t off = dh * g->w + dwo, d0 = a * ow, d1 = b * ow;                    \
-                    if (d0 + off < 0) d0 = -off;                                                \
-                    if (d1 + off > hw) d1 = hw - off;                                           \
-                    if (d1 <= d0) continue;                                                     \
+                    const T *row = col + ((c * g->kh + i) * g->kw + j) * ld;                    \
+                    int64_t dwo = j * g->dw - g->pw, ih0 = i * g->dh - g->ph;                   \
                     int64_t zl = dwo < 0 ? -dwo : 0, zr = dwo > 0 ? ow - dwo : ow;              \
                     if (zl > ow) zl = ow;                                                       \
-                    if (zr < zl) zr = zl;                                                       \
-                    if (zl > 0 || zr < ow)                                                      \
-                        for (int64_t r = a; r < b; r++) {                                       \
-                            T *rr = row + r * ow;                                               \
-                            for (int64_t q = 0; q < zl; q++) rr[q] = 0;                         \
-                            for (int64_t q = zr; q < ow; q++) rr[q] = 0;                        \
-                        }                                                                       \
-                    add_run_##name(xp + off + d0, row + d0, d1 - d0);                           \
+                    if (zr <= zl) continue;                                                     \
+                    int64_t r0 = ih0 < 0 ? -ih0 : 0, r1 = g->h - ih0;                           \
+                    if (r1 > g->oh) r1 = g->oh;                                                 \
+                    for (int64_t r = r0; r < r1; r++)                                           \
+                        ADD(dx + (c * hw + (r + ih0) * g->w + dwo + zl), row + r * ow + zl, zr - zl); \
                 }                                                                               \
         return true;                                                                            \
     }
 
-typedef float v4f_ __attribute__((vector_size(16)));
-typedef double v2d_ __attribute__((vector_size(16)));
-/* y[q] += x[q], q < n (no overlap) */
-static void add_run_col2im_same_f32(float *y, const float *x, int64_t n) {
-    int64_t q = 0;
-    for (; q + 4 <= n; q += 4) {
-        v4f_ a, b;
-        memcpy(&a, y + q, sizeof a);
-        memcpy(&b, x + q, sizeof b);
-        a += b;
-        memcpy(y + q, &a, sizeof a);
-    }
-    for (; q < n; q++) y[q] += x[q];
-}
-static void add_run_col2im_same_f64(double *y, const double *x, int64_t n) {
-    int64_t q = 0;
-    for (; q + 2 <= n; q += 2) {
-        v2d_ a, b;
-        memcpy(&a, y + q, sizeof a);
-        memcpy(&b, x + q, sizeof b);
-        a += b;
-        memcpy(y + q, &a, sizeof a);
-    }
-    for (; q < n; q++) y[q] += x[q];
-}
-DEFINE_COL2IM_SAME(col2im_same_f32, float)
-DEFINE_COL2IM_SAME(col2im_same_f64, double)
+DEFINE_COL2IM_SAME(col2im_same_f32, float, gc_add_f32)
+DEFINE_COL2IM_SAME(col2im_same_f64, double, gc_add_f64)
 
 /* col rows are ld elements apart (ld >= (oh1 - oh0) * OW: several images side by side). */
 #define DEFINE_COLS(sfx, T)                                                                     \
-    /* dx[c, ih, iw] += col[(c, i, j), (oh - oh0, ow)], in (c, i, j, oh, ow) order (col is  \
-     * scratch: the same-width path zeroes its entries outside the image) */                 \
+    /* dx[c, ih, iw] += col[(c, i, j), (oh - oh0, ow)], in (c, i, j, oh, ow) order */       \
     static void col2im_##sfx(const goblin__conv_geom *g, int64_t cg, T *col, T *dx,             \
                              int64_t oh0, int64_t oh1, int64_t ld) {                            \
         if (col2im_same_##sfx(g, cg, col, dx, oh0, oh1, ld)) return;                            \

@@ -49,19 +49,18 @@ typedef struct bn_job {
  * and f64 alike. The sums run in 8 double lanes (element q of a row of `sp` values to
  * lane q mod 8 while a whole 8 fit, the rest to 8 tail lanes), folded in a fixed order;
  * GCC vector types of double without FMA, so the bits are the same on every ISA clone
- * and thread count (threads take whole channels). The per-element passes use the
- * reference's expressions in double. */
+ * and thread count (threads take whole channels). The per-element passes: the forward
+ * (training and eval) as x a + b' in the input's type (BN_FWD), the backward's d x as A dy +
+ * B (x - mean) + C in double (BN_BWD), eval's d x as the reference's expression. */
 #define INL static inline __attribute__((always_inline))
 #define CLONES __attribute__((target_clones("avx2", "default")))
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));
 
-INL v4d ld4_f32(const float *p) {
-    v4f v;
-    memcpy(&v, p, sizeof v);
-    return __builtin_convertvector(v, v4d);
-}
+/* element by element: GCC makes this one vcvtps2pd from memory (a memcpy to v4f and
+ * __builtin_convertvector became two half conversions and an insert) */
+INL v4d ld4_f32(const float *p) { return (v4d){p[0], p[1], p[2], p[3]}; }
 INL void st4_f32(float *p, v4d v) {
     v4f r = __builtin_convertvector(v, v4f);
     memcpy(p, &r, sizeof r);
@@ -168,26 +167,40 @@ typedef struct bn_sums {
 BN_PASS(float, f32)
 BN_PASS(double, f64)
 
-#define BN_FWD(T, S, NAME)                                                                    \
+/* y = x a + b' in T with a = w rstd and b' = b - mean a rounded to T once (a mul and
+ * an add per element, no FMA in either clone: the same bits on each): |y - exact| stays
+ * within a few roundings of (|x| + |mean|) rstd |w| + |b|, inside the op's contract. */
+#define BN_FWD(T, S, VT, VL, NAME)                                                            \
     static CLONES void NAME(void *arg, int64_t ch) {                                          \
         const bn_job *j = arg;                                                                \
         const T *x = j->in[0].data;                                                           \
         T *y = j->out->data;                                                                  \
         double mean, var;                                                                     \
         S##_stats(j, x, NULL, ch, &mean, &var, NULL, NULL);                                   \
-        double rstd = 1.0 / sqrt(var + j->eps), mu = mean;                                    \
+        double rstd = 1.0 / sqrt(var + j->eps);                                               \
         double w = (double)((const T *)j->in[1].data)[ch], b = (double)((const T *)j->in[2].data)[ch]; \
-        v4d vm = {mu, mu, mu, mu}, vr = {rstd, rstd, rstd, rstd}, vw = {w, w, w, w}, vb = {b, b, b, b}; \
+        T a = (T)(w * rstd), bb = (T)(b - mean * (double)a);                                  \
+        VT va, vb;                                                                            \
+        for (int l = 0; l < VL; l++) va[l] = a, vb[l] = bb;                                   \
         for (int64_t i = 0; i < j->n; i++) {                                                  \
             const T *xr = x + (i * j->c + ch) * j->sp;                                        \
             T *yr = y + (i * j->c + ch) * j->sp;                                              \
             int64_t q = 0;                                                                    \
-            for (; q + 4 <= j->sp; q += 4) st4_##S(yr + q, (ld4_##S(xr + q) - vm) * vr * vw + vb); \
-            for (; q < j->sp; q++) yr[q] = (T)(((double)xr[q] - mu) * rstd * w + b);          \
+            for (; q + VL <= j->sp; q += VL) {                                                \
+                VT v;                                                                         \
+                memcpy(&v, xr + q, sizeof v);                                                 \
+                v = v * va + vb;                                                              \
+                memcpy(yr + q, &v, sizeof v);                                                 \
+            }                                                                                 \
+            for (; q < j->sp; q++) {                                                          \
+                T t = xr[q] * a;                                                              \
+                yr[q] = t + bb;                                                               \
+            }                                                                                 \
         }                                                                                     \
     }
-BN_FWD(float, f32, bn_fwd_f32)
-BN_FWD(double, f64, bn_fwd_f64)
+typedef float v8f_bn __attribute__((vector_size(32)));
+BN_FWD(float, f32, v8f_bn, 8, bn_fwd_f32)
+BN_FWD(double, f64, v4d, 4, bn_fwd_f64)
 
 #define BN_BWD(T, S, NAME)                                                                    \
     static CLONES void NAME(void *arg, int64_t ch) {                                          \
@@ -218,20 +231,24 @@ BN_FWD(double, f64, bn_fwd_f64)
             y[ch] = (T)sdyx;                                                                  \
             return;                                                                           \
         }                                                                                     \
-        double mu = mean, coef = wv * rs / m, s1 = sdy, s2 = sdyx;                            \
-        v4d vmu = {mu, mu, mu, mu}, vrs = {rs, rs, rs, rs}, vc = {coef, coef, coef, coef};    \
-        v4d vm = {m, m, m, m}, v1 = {s1, s1, s1, s1}, v2 = {s2, s2, s2, s2}, vw = {wv, wv, wv, wv}; \
+        /* training: d x = coef (m dy - S1 - xhat S2) = A dy + B (x - mean) + C with A =  \
+         * coef m, B = -coef S2 rstd, C = -coef S1, in double (three fewer operations an  \
+         * element; a few more roundings of the same terms, inside the contract) */        \
+        double mu = mean, coef = wv * rs / m;                                                 \
+        double A = coef * m, B = -(coef * sdyx * rs), C = -(coef * sdy);                      \
+        v4d vmu = {mu, mu, mu, mu}, vA = {A, A, A, A}, vB = {B, B, B, B}, vC = {C, C, C, C};   \
+        v4d vrs = {rs, rs, rs, rs}, vw = {wv, wv, wv, wv};                                    \
         for (int64_t i = 0; i < j->n; i++) {                                                  \
             int64_t o = (i * j->c + ch) * j->sp;                                              \
             int64_t q = 0;                                                                    \
             if (j->training) {                                                                \
                 for (; q + 4 <= j->sp; q += 4) {                                              \
-                    v4d dy = ld4_##S(go + o + q), xh = (ld4_##S(x + o + q) - vmu) * vrs;      \
-                    st4_##S(y + o + q, vc * (vm * dy - v1 - xh * v2));                        \
+                    v4d dy = ld4_##S(go + o + q), d = ld4_##S(x + o + q) - vmu;               \
+                    st4_##S(y + o + q, vA * dy + vB * d + vC);                                \
                 }                                                                             \
                 for (; q < j->sp; q++) {                                                      \
-                    double dy = (double)go[o + q], xh = ((double)x[o + q] - mu) * rs;         \
-                    y[o + q] = (T)(coef * (m * dy - s1 - xh * s2));                           \
+                    double dy = (double)go[o + q], d = (double)x[o + q] - mu;                 \
+                    y[o + q] = (T)(A * dy + B * d + C);                                       \
                 }                                                                             \
             } else {                                                                          \
                 for (; q + 4 <= j->sp; q += 4) st4_##S(y + o + q, ld4_##S(go + o + q) * vw * vrs); \
@@ -408,46 +425,66 @@ static bool pool_2x2(const goblin__pool_geom *g) {
 
 typedef int32_t v4i __attribute__((vector_size(16)));
 typedef int64_t v4l __attribute__((vector_size(32)));
+/* f32 takes 8 windows a step (one AVX2 register; two SSE halves in the default clone) */
+typedef float v8f_p __attribute__((vector_size(32)));
+typedef int32_t v8i_p __attribute__((vector_size(32)));
+/* even / odd lanes of two vectors; the interleaves of two vectors, low and high halves */
+#define P2_EV8 {0, 2, 4, 6, 8, 10, 12, 14}
+#define P2_OD8 {1, 3, 5, 7, 9, 11, 13, 15}
+#define P2_LO8 {0, 8, 1, 9, 2, 10, 3, 11}
+#define P2_HI8 {4, 12, 5, 13, 6, 14, 7, 15}
+#define P2_EV4 {0, 2, 4, 6}
+#define P2_OD4 {1, 3, 5, 7}
+#define P2_LO4 {0, 4, 1, 5}
+#define P2_HI4 {2, 6, 3, 7}
 
-/* Four windows at once: e/o are the even/odd columns of the two rows; the selects
- * are PICK2's (lanes of `at` hold 0..3). */
+/* A vector of windows at once: e/o are the even/odd columns of the two rows; the
+ * selects are PICK2's (lanes of `at` hold 0..3). */
 #define PICK2V(VT, VI, a, b, c, d, best, at)                                     \
     do {                                                                         \
         best = a;                                                                \
-        at = (VI){0, 0, 0, 0};                                                   \
+        at = (VI){0};                                                            \
         VT cand_[3] = {b, c, d};                                                 \
         for (int s_ = 0; s_ < 3; s_++) {                                         \
             VT v_ = cand_[s_];                                                   \
             VI take_ = (v_ > best) | ((v_ != v_) & (best == best));              \
             best = (VT)(((VI)v_ & take_) | ((VI)best & ~take_));                 \
-            at = (at & ~take_) | ((VI){s_ + 1, s_ + 1, s_ + 1, s_ + 1} & take_); \
+            at = (at & ~take_) | (((VI){0} + (s_ + 1)) & take_);                 \
         }                                                                        \
     } while (0)
 
 #define LDV(VT, p) ({ VT v_; memcpy(&v_, (p), sizeof v_); v_; })
 #define STV(p, v) do { __typeof__(v) t_ = (v); memcpy((p), &t_, sizeof t_); } while (0)
 
-#define POOL2_FWD(T, VT, VI, NAME)                                               \
+/* One step of VL windows of output row y (columns from ow) from rows r0, r1. */
+#define POOL2_FSTEP(VT, VI, VL, ev, od)                                          \
+    do {                                                                         \
+        VT a0 = LDV(VT, r0 + 2 * ow), a1 = LDV(VT, r0 + 2 * ow + VL);            \
+        VT b0 = LDV(VT, r1 + 2 * ow), b1 = LDV(VT, r1 + 2 * ow + VL);            \
+        VT best;                                                                 \
+        VI at;                                                                   \
+        PICK2V(VT, VI, __builtin_shuffle(a0, a1, ev), __builtin_shuffle(a0, a1, od), \
+               __builtin_shuffle(b0, b1, ev), __builtin_shuffle(b0, b1, od), best, at); \
+        (void)at;                                                                \
+        STV(y + ow, best);                                                       \
+    } while (0)
+
+/* VL windows a step, then VL2 (f32: 8, then 4: a row of 4 windows, an 8x8 plane's,
+ * still runs in a vector), then one at a time. */
+#define POOL2_FWD(T, VT, VI, VL, EV, OD, VT2, VI2, VL2, EV2, OD2, NAME)          \
     static CLONES void NAME(void *arg, int64_t p) {                              \
         const pool_job *j = arg;                                                 \
         const goblin__pool_geom *g = &j->g;                                      \
         const T *X = (const T *)j->in[0].data + p * g->h * g->w;                 \
         T *Y = (T *)j->out->data + p * g->oh * g->ow;                            \
-        const VI ev = {0, 2, 4, 6}, od = {1, 3, 5, 7};                           \
+        const VI ev = EV, od = OD;                                               \
+        const VI2 ev2 = EV2, od2 = OD2;                                          \
         for (int64_t oh = 0; oh < g->oh; oh++) {                                 \
             const T *r0 = X + 2 * oh * g->w, *r1 = r0 + g->w;                    \
             T *y = Y + oh * g->ow;                                               \
             int64_t ow = 0;                                                      \
-            for (; ow + 4 <= g->ow; ow += 4) {                                   \
-                VT a0 = LDV(VT, r0 + 2 * ow), a1 = LDV(VT, r0 + 2 * ow + 4);     \
-                VT b0 = LDV(VT, r1 + 2 * ow), b1 = LDV(VT, r1 + 2 * ow + 4);     \
-                VT best;                                                         \
-                VI at;                                                           \
-                PICK2V(VT, VI, __builtin_shuffle(a0, a1, ev), __builtin_shuffle(a0, a1, od), \
-                       __builtin_shuffle(b0, b1, ev), __builtin_shuffle(b0, b1, od), best, at); \
-                (void)at;                                                        \
-                STV(y + ow, best);                                               \
-            }                                                                    \
+            for (; ow + VL <= g->ow; ow += VL) POOL2_FSTEP(VT, VI, VL, ev, od);  \
+            for (; ow + VL2 <= g->ow; ow += VL2) POOL2_FSTEP(VT2, VI2, VL2, ev2, od2); \
             for (; ow < g->ow; ow++) {                                           \
                 T best = r0[2 * ow];                                             \
                 int at = 0;                                                      \
@@ -459,20 +496,39 @@ typedef int64_t v4l __attribute__((vector_size(32)));
             }                                                                    \
         }                                                                        \
     }
-POOL2_FWD(float, v4f, v4i, pool2_fwd_f32)
-POOL2_FWD(double, v4d, v4l, pool2_fwd_f64)
+POOL2_FWD(float, v8f_p, v8i_p, 8, P2_EV8, P2_OD8, v4f, v4i, 4, P2_EV4, P2_OD4, pool2_fwd_f32)
+POOL2_FWD(double, v4d, v4l, 4, P2_EV4, P2_OD4, v4d, v4l, 4, P2_EV4, P2_OD4, pool2_fwd_f64)
+
+/* One backward step of VL windows: their gradients to the picked cells of rows d0, d1. */
+#define POOL2_BSTEP(T, VT, VI, VL, ev, od, lo, hi)                               \
+    do {                                                                         \
+        const VI z = (VI){0}, one = z + 1, two = z + 2, three = z + 3;           \
+        VT a0 = LDV(VT, r0 + 2 * ow), a1 = LDV(VT, r0 + 2 * ow + VL);            \
+        VT b0 = LDV(VT, r1 + 2 * ow), b1 = LDV(VT, r1 + 2 * ow + VL);            \
+        VT best;                                                                 \
+        VI at;                                                                   \
+        PICK2V(VT, VI, __builtin_shuffle(a0, a1, ev), __builtin_shuffle(a0, a1, od), \
+               __builtin_shuffle(b0, b1, ev), __builtin_shuffle(b0, b1, od), best, at); \
+        VI v = (VI)(LDV(VT, go + ow) + (T)0);                                    \
+        VT e0 = (VT)(v & (at == z)), o0 = (VT)(v & (at == one));                 \
+        VT e1 = (VT)(v & (at == two)), o1 = (VT)(v & (at == three));             \
+        STV(d0 + 2 * ow, __builtin_shuffle(e0, o0, lo));                         \
+        STV(d0 + 2 * ow + VL, __builtin_shuffle(e0, o0, hi));                    \
+        STV(d1 + 2 * ow, __builtin_shuffle(e1, o1, lo));                         \
+        STV(d1 + 2 * ow + VL, __builtin_shuffle(e1, o1, hi));                    \
+    } while (0)
 
 /* Windows do not overlap, so each input cell gets at most one gradient: 0 + g (the
  * reference's accumulator starts at +0, so -0 becomes +0; exact otherwise, also for
- * f32 through its f64 accumulator), 0 elsewhere. */
-#define POOL2_BWD(T, VT, VI, NAME)                                               \
+ * f32 through its f64 accumulator), 0 elsewhere. Steps as in the forward. */
+#define POOL2_BWD(T, VT, VI, VL, EV, OD, LO, HI, VT2, VI2, VL2, EV2, OD2, LO2, HI2, NAME) \
     static CLONES void NAME(void *arg, int64_t c) {                              \
         const pool_job *j = arg;                                                 \
         const goblin__pool_geom *g = &j->g;                                      \
         int64_t hw = g->h * g->w, p1 = (c + 1) * j->chunk;                       \
         if (p1 > g->planes) p1 = g->planes;                                      \
-        const VI ev = {0, 2, 4, 6}, od = {1, 3, 5, 7}, lo = {0, 4, 1, 5}, hi = {2, 6, 3, 7}; \
-        const VI z = {0, 0, 0, 0}, one = {1, 1, 1, 1}, two = {2, 2, 2, 2}, three = {3, 3, 3, 3}; \
+        const VI ev = EV, od = OD, lo = LO, hi = HI;                             \
+        const VI2 ev2 = EV2, od2 = OD2, lo2 = LO2, hi2 = HI2;                    \
         for (int64_t p = c * j->chunk; p < p1; p++) {                            \
             const T *GO = (const T *)j->in[0].data + p * g->oh * g->ow;          \
             const T *X = (const T *)j->in[1].data + p * hw;                      \
@@ -482,21 +538,8 @@ POOL2_FWD(double, v4d, v4l, pool2_fwd_f64)
                 T *d0 = D + 2 * oh * g->w, *d1 = d0 + g->w;                      \
                 const T *go = GO + oh * g->ow;                                   \
                 int64_t ow = 0;                                                  \
-                for (; ow + 4 <= g->ow; ow += 4) {                               \
-                    VT a0 = LDV(VT, r0 + 2 * ow), a1 = LDV(VT, r0 + 2 * ow + 4); \
-                    VT b0 = LDV(VT, r1 + 2 * ow), b1 = LDV(VT, r1 + 2 * ow + 4); \
-                    VT best;                                                     \
-                    VI at;                                                       \
-                    PICK2V(VT, VI, __builtin_shuffle(a0, a1, ev), __builtin_shuffle(a0, a1, od), \
-                           __builtin_shuffle(b0, b1, ev), __builtin_shuffle(b0, b1, od), best, at); \
-                    VI v = (VI)(LDV(VT, go + ow) + (T)0);                        \
-                    VT e0 = (VT)(v & (at == z)), o0 = (VT)(v & (at == one));     \
-                    VT e1 = (VT)(v & (at == two)), o1 = (VT)(v & (at == three)); \
-                    STV(d0 + 2 * ow, __builtin_shuffle(e0, o0, lo));             \
-                    STV(d0 + 2 * ow + 4, __builtin_shuffle(e0, o0, hi));         \
-                    STV(d1 + 2 * ow, __builtin_shuffle(e1, o1, lo));             \
-                    STV(d1 + 2 * ow + 4, __builtin_shuffle(e1, o1, hi));         \
-                }                                                                \
+                for (; ow + VL <= g->ow; ow += VL) POOL2_BSTEP(T, VT, VI, VL, ev, od, lo, hi); \
+                for (; ow + VL2 <= g->ow; ow += VL2) POOL2_BSTEP(T, VT2, VI2, VL2, ev2, od2, lo2, hi2); \
                 for (; ow < g->ow; ow++) {                                       \
                     T best = r0[2 * ow];                                         \
                     int at = 0;                                                  \
@@ -514,8 +557,10 @@ POOL2_FWD(double, v4d, v4l, pool2_fwd_f64)
             for (int64_t q = 2 * g->oh * g->w; q < hw; q++) D[q] = 0;            \
         }                                                                        \
     }
-POOL2_BWD(float, v4f, v4i, pool2_bwd_f32)
-POOL2_BWD(double, v4d, v4l, pool2_bwd_f64)
+POOL2_BWD(float, v8f_p, v8i_p, 8, P2_EV8, P2_OD8, P2_LO8, P2_HI8, v4f, v4i, 4, P2_EV4, P2_OD4, P2_LO4, P2_HI4,
+          pool2_bwd_f32)
+POOL2_BWD(double, v4d, v4l, 4, P2_EV4, P2_OD4, P2_LO4, P2_HI4, v4d, v4l, 4, P2_EV4, P2_OD4, P2_LO4, P2_HI4,
+          pool2_bwd_f64)
 
 static goblin_err blis_max_pool(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                                 int32_t n_in, goblin_tensor *out) {
