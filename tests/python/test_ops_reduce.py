@@ -601,8 +601,12 @@ def test_blis_falls_back_for_other_cases():
     # middle axes of a 4-d tensor (two runs), an int dtype, softmax over axis 0: the reference runs
     rng = np.random.default_rng(23)
     x = rng.standard_normal((3, 4, 5, 6)).astype(np.float32)
-    for op, kw in (("sum", {"axes": [0, 2]}), ("softmax", {"axis": 0}), ("reduce_max", {"axes": [1, 3]})):
+    for op, kw in (("sum", {"axes": [0, 2]}), ("reduce_max", {"axes": [1, 3]})):
         np.testing.assert_array_equal(run_op(op, [x], backend="blis", **kw),
                                       run_op(op, [x], backend="ref", **kw))
+    # f32 softmax over a non-last axis has its own kernel (blis_train3.c, vector exp): within
+    # its contract of the reference, not its bits
+    np.testing.assert_allclose(run_op("softmax", [x], axis=0, backend="blis"),
+                               run_op("softmax", [x], axis=0, backend="ref"), rtol=1e-6, atol=1e-7)
     xi = rng.integers(-5, 5, size=(7, 9)).astype(np.int32)
     np.testing.assert_array_equal(run_op("sum", [xi], axes=[1], backend="blis"), xi.sum(1))

@@ -855,8 +855,56 @@ Test(blis_train3, f32_gelu_same_bits_whatever_the_neighbours) {
     free(x2);
 }
 
-/* softmax / log_softmax over a non-last axis: the reference's bits (NaN and infinite
- * entries included), 1, 2 and 3 threads; last-axis and empty cases still work. */
+/* f32 softmax / log_softmax over axis ax of a rank-3 x: against a long double evaluation
+ * here, |y - exact| <= 8u (|exact| + 1) (the contract allows gamma_(k+8)), NaN exactly where
+ * the reference has it, and the same bits for 1, 2 and 3 threads. */
+static void compare_softmax_f32(goblin_op op, const goblin_tensor *x, int64_t ax, const char *what) {
+    goblin_attr at[1] = {A_INT(AXIS, ax)};
+    goblin_tensor ref = run(GOBLIN_BACKEND_REF, 1, op, x, 1, at, 1);
+    goblin_tensor b1 = run(GOBLIN_BACKEND_BLIS, 1, op, x, 1, at, 1);
+    int64_t n = goblin__numel(x), A = 1, R = x->shape[ax], L = 1;
+    for (int32_t d = 0; d < ax; d++) A *= x->shape[d];
+    for (int32_t d = (int32_t)ax + 1; d < x->rank; d++) L *= x->shape[d];
+    const float *xv = x->data, *yv = b1.data, *rv = ref.data;
+    for (int64_t a = 0; a < A; a++)
+        for (int64_t l = 0; l < L; l++) {
+            long double m = -INFINITY, s = 0;
+            for (int64_t r = 0; r < R; r++)
+                if (xv[(a * R + r) * L + l] > m) m = xv[(a * R + r) * L + l];
+            for (int64_t r = 0; r < R; r++) s += expl((long double)xv[(a * R + r) * L + l] - m);
+            for (int64_t r = 0; r < R; r++) {
+                int64_t i = (a * R + r) * L + l;
+                double got = yv[i];
+                if (isnan(rv[i])) {
+                    cr_assert(isnan(got), "%s %s: element %lld: %g, reference NaN", goblin_op_name(op), what,
+                              (long long)i, got);
+                    continue;
+                }
+                long double ex = op == GOBLIN_OP_LOG_SOFTMAX ? ((long double)xv[i] - m) - logl(s)
+                                                             : expl((long double)xv[i] - m) / s;
+                if (isinf((double)ex)) {
+                    cr_assert(got == (double)ex, "%s %s: element %lld: %g, exact %g", goblin_op_name(op), what,
+                              (long long)i, got, (double)ex);
+                    continue;
+                }
+                double tol = 8 * 0x1p-24 * (fabsl(ex) + 1);
+                cr_assert(fabsl((long double)got - ex) <= tol, "%s %s: element %lld: %.9g, exact %.12Lg",
+                          goblin_op_name(op), what, (long long)i, got, ex);
+            }
+        }
+    for (int32_t th = 2; th <= 3; th++) {
+        goblin_tensor bt = run(GOBLIN_BACKEND_BLIS, th, op, x, 1, at, 1);
+        cr_assert(n == 0 || memcmp(bt.data, b1.data, (size_t)n * sizeof(float)) == 0,
+                  "%s %s: %d threads differ from 1", goblin_op_name(op), what, th);
+        goblin_buffer_free(bt.data);
+    }
+    goblin_buffer_free(ref.data);
+    goblin_buffer_free(b1.data);
+}
+
+/* softmax / log_softmax over a non-last axis: f64 the reference's bits (NaN and infinite
+ * entries included), 1, 2 and 3 threads; f32 within 8u (|exact| + 1) of long double
+ * (compare_softmax_f32); last-axis and empty cases still work. */
 Test(blis_train3, softmax_non_last_axis_matches_reference_bits) {
     if (!have_blis()) cr_skip_test("no BLIS backend");
     static const int64_t shapes[5][3] = {{32, 41, 32}, {3, 7, 5}, {1, 9, 2}, {4, 0, 3}, {2, 3, 0}};
@@ -888,7 +936,8 @@ Test(blis_train3, softmax_non_last_axis_matches_reference_bits) {
                         if (n > 0) compare(ops[o], &x, 1, at, 1, 64, what);
                         continue;
                     }
-                    compare_exact(ops[o], &x, 1, at, 1, what);
+                    if (dts[d] == GOBLIN_DTYPE_F32) compare_softmax_f32(ops[o], &x, axes[a] < 0 ? axes[a] + 3 : axes[a], what);
+                    else compare_exact(ops[o], &x, 1, at, 1, what);
                 }
             free(x.data);
         }
@@ -1292,4 +1341,257 @@ Test(blis_train2, max_pool2d_2x2_vector_steps_match_reference) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int d = 0; d < 2; d++)
             for (int nan = 0; nan < 2; nan++) pool_case_run(&cases[i], dts[d], 700 + i * 3 + (uint64_t)d, nan);
+}
+
+/* f32 softmax over a non-last axis runs 8 trailing positions per vector, the last ones
+ * padded: a column's bits must not depend on its position, its neighbours or the trailing
+ * size. x [2, 13, L] for L = 2..19 (L = 1 is the last-axis kernel) holds column c of a
+ * fixed [2, 13, 19] source at position L - 1 - c % L (other columns from a second source):
+ * each output column equals the one computed for the same data at every other width. */
+Test(blis_train3, softmax_f32_columns_independent_of_position) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    uint64_t seed = 4410;
+    int64_t s0[3] = {2, 13, 19};
+    goblin_tensor src = rand_tensor(GOBLIN_DTYPE_F32, 3, s0, &seed), oth = rand_tensor(GOBLIN_DTYPE_F32, 3, s0, &seed);
+    float *first = malloc(sizeof(float) * 2 * 2 * 13 * 19); /* [op][2][13][19] */
+    bool have[19] = {false};
+    for (int o = 0; o < 2; o++) {
+        goblin_op op = o ? GOBLIN_OP_LOG_SOFTMAX : GOBLIN_OP_SOFTMAX;
+        for (int c = 0; c < 19; c++) have[c] = false;
+        for (int64_t L = 2; L <= 19; L++)
+            for (int c = 0; c < 19; c++) {
+                int64_t shp[3] = {2, 13, L}, pos = L - 1 - c % L;
+                float *buf = malloc(sizeof(float) * 2 * 13 * (size_t)L);
+                for (int64_t i = 0; i < 2 * 13 * L; i++) {
+                    int64_t l = i % L, ar = i / L;
+                    buf[i] = ((float *)oth.data)[ar * 19 + (l + c) % 19] * 3;
+                    if (l == pos) buf[i] = ((float *)src.data)[ar * 19 + c] * 3;
+                }
+                goblin_tensor x = gt_tensor(GOBLIN_DTYPE_F32, 3, shp, buf);
+                goblin_attr at[1] = {A_INT(AXIS, 1)};
+                goblin_tensor y = run(GOBLIN_BACKEND_BLIS, 1, op, &x, 1, at, 1);
+                for (int64_t ar = 0; ar < 2 * 13; ar++) {
+                    float v = ((float *)y.data)[ar * L + pos], *f = &first[(o * 26 + ar) * 19 + c];
+                    if (!have[c]) *f = v;
+                    cr_assert(memcmp(f, &v, sizeof v) == 0, "op %d column %d width %lld row %lld: %.9g vs %.9g", o, c,
+                              (long long)L, (long long)ar, v, *f);
+                }
+                have[c] = true;
+                goblin_buffer_free(y.data);
+                free(buf);
+            }
+    }
+    free(first);
+    free(src.data);
+    free(oth.data);
+}
+
+/* The layer norm forward keeps its row statistics for the backward nodes of the same x in
+ * the same run (blis_train3.c's lns table): K forwards (with and without weight and bias)
+ * and then their d x and d weight nodes in reverse order, K = 2 and K = 11 (more than the
+ * table holds), rows in and after the 4-row groups, f32 and f64, two runs with x[0]
+ * changed in place between them: every output has the bits of its node alone. */
+Test(blis_train3, layer_norm_forward_statistics_reused_by_backward_match_each_alone) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t shapes[2][3] = {{3, 7, 40}, {1, 5, 33}};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 2; d++)
+            for (int K = 2; K <= 11; K += 9) {
+                goblin_dtype dt = dts[d];
+                uint64_t seed = 5100 + (uint64_t)(s * 4 + d * 2 + (K > 2));
+                const int64_t *xs = shapes[s];
+                goblin_tensor t[14]; /* go, w, b, x[0 .. K) */
+                t[0] = rand_tensor(dt, 3, xs, &seed);
+                t[1] = rand_tensor(dt, 1, &xs[2], &seed), t[2] = rand_tensor(dt, 1, &xs[2], &seed);
+                for (int q = 0; q < K; q++) {
+                    t[3 + q] = rand_tensor(dt, 3, xs, &seed);
+                    for (int64_t i = 0; i < goblin__numel(&t[3 + q]); i++) { /* a mean away from 0 */
+                        if (dt == GOBLIN_DTYPE_F64) ((double *)t[3 + q].data)[i] += q;
+                        else ((float *)t[3 + q].data)[i] += (float)q;
+                    }
+                }
+                goblin_graph *g;
+                cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+                int32_t id[14], outs_id[33];
+                int nout = 0;
+                for (int i = 0; i < 3 + K; i++)
+                    cr_assert_eq(goblin_graph_input(g, dt, t[i].rank, t[i].shape, &id[i]), GOBLIN_OK);
+                goblin_attr at[3] = {goblin_attr_int(GOBLIN_ATTR_NORM_NDIM, 1), goblin_attr_float(GOBLIN_ATTR_EPS, 1e-4),
+                                     goblin_attr_int(GOBLIN_ATTR_INDEX, 0)};
+                for (int q = 0; q < K; q++) { /* forwards: odd ones without weight and bias */
+                    int32_t fi[3] = {id[3 + q], id[1], id[2]};
+                    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_LAYER_NORM, fi, q % 2 ? 1 : 3, at, 2, &outs_id[nout++]),
+                                 GOBLIN_OK, "%s", goblin_graph_error(g));
+                }
+                for (int q = K - 1; q >= 0; q--)
+                    for (int idx = 0; idx < 2; idx++) { /* d x (index 0) then d weight */
+                        int32_t bi[3] = {id[0], id[3 + q], id[1]};
+                        at[2] = goblin_attr_int(GOBLIN_ATTR_INDEX, idx);
+                        cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_LAYER_NORM_BACKWARD, bi, 3, at, 3, &outs_id[nout++]),
+                                     GOBLIN_OK, "%s", goblin_graph_error(g));
+                    }
+                for (int o = 0; o < nout; o++) cr_assert_eq(goblin_graph_output(g, outs_id[o]), GOBLIN_OK);
+                goblin_exec_params p;
+                goblin_exec_params_default(&p);
+                p.backend = GOBLIN_BACKEND_BLIS;
+                p.threads = 2;
+                for (int rep = 0; rep < 2; rep++) {
+                    goblin_tensor outs[33];
+                    memset(outs, 0, sizeof outs);
+                    cr_assert_eq(goblin_graph_eval(g, &p, t, 3 + K, outs, nout), GOBLIN_OK);
+                    for (int o = 0; o < nout; o++) {
+                        bool fwd = o < K;
+                        int q = fwd ? o : K - 1 - (o - K) / 2, idx = fwd ? 0 : (o - K) % 2;
+                        goblin_tensor alone;
+                        if (fwd) {
+                            goblin_tensor fin[3] = {t[3 + q], t[1], t[2]};
+                            alone = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_LAYER_NORM, fin, q % 2 ? 1 : 3, at, 2);
+                        } else {
+                            goblin_tensor bin[3] = {t[0], t[3 + q], t[1]};
+                            at[2] = goblin_attr_int(GOBLIN_ATTR_INDEX, idx);
+                            alone = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_LAYER_NORM_BACKWARD, bin, 3, at, 3);
+                        }
+                        int64_t n = goblin__numel(&alone);
+                        cr_assert_eq(goblin__numel(&outs[o]), n);
+                        cr_assert(memcmp(outs[o].data, alone.data, (size_t)n * goblin_dtype_size(dt)) == 0,
+                                  "%s shape %d K %d run %d: output %d (layer norm %d, %s) differs from the node alone",
+                                  goblin_dtype_name(dt), s, K, rep, o, q, fwd ? "forward" : idx ? "d weight" : "d x");
+                        goblin_buffer_free(alone.data);
+                        goblin_buffer_free(outs[o].data);
+                    }
+                    for (int64_t i = 0; i < goblin__numel(&t[3]); i++) {
+                        if (dt == GOBLIN_DTYPE_F64) ((double *)t[3].data)[i] *= 1.5;
+                        else ((float *)t[3].data)[i] *= 1.5f;
+                    }
+                }
+                goblin_graph_free(g);
+                for (int i = 0; i < 3 + K; i++) free(t[i].data);
+            }
+}
+
+/* Causal attention without a mask, small heads with L and S multiples of 8: scores_ runs
+ * the rows in 8-row blocks (blis_train.c sd_causal_blocks_f32). f32 and f64, L = S, L < S,
+ * L > S: the forward against a long double evaluation within the contract's first-order
+ * bound (k = E + S + 6, T as in docs/ops.md); forward and the three backward nodes in one
+ * graph give each node's bits alone (the forward's kept weights are the bits the blocks
+ * give the backward); an inf in q, k or v at one row gives the reference's NaN/inf pattern. */
+Test(blis_train, sdpa_causal_row_blocks_within_contract_and_consistent) {
+    if (!have_blis()) cr_skip_test("no BLIS backend");
+    static const int64_t LS[5][2] = {{16, 16}, {16, 24}, {24, 16}, {8, 8}, {32, 32}};
+    goblin_dtype dts[2] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int c = 0; c < 5; c++)
+        for (int d = 0; d < 2; d++) {
+            goblin_dtype dt = dts[d];
+            int64_t L = LS[c][0], S = LS[c][1], E = 12, Ev = 5;
+            uint64_t seed = 6100 + (uint64_t)(c * 2 + d);
+            int64_t qs[4] = {2, 2, L, E}, ks[4] = {2, 2, S, E}, vs[4] = {2, 2, S, Ev}, os[4] = {2, 2, L, Ev};
+            goblin_tensor q = rand_tensor(dt, 4, qs, &seed), k = rand_tensor(dt, 4, ks, &seed);
+            goblin_tensor v = rand_tensor(dt, 4, vs, &seed), go = rand_tensor(dt, 4, os, &seed);
+            for (int64_t i = 0; i < goblin__numel(&q); i++) { /* logits of a few units */
+                if (dt == GOBLIN_DTYPE_F64) ((double *)q.data)[i] *= 4;
+                else ((float *)q.data)[i] *= 4;
+            }
+            goblin_attr at[2] = {A_INT(CAUSAL, 1), A_INT(INDEX, 0)};
+            goblin_tensor fin[3] = {q, k, v};
+            goblin_tensor y = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_SDPA, fin, 3, at, 1);
+            double u = dt == GOBLIN_DTYPE_F64 ? 0x1p-53 : 0x1p-24, sc = 1 / sqrt((double)E);
+            for (int64_t bh = 0; bh < 4; bh++)
+                for (int64_t i = 0; i < L; i++) {
+                    long double s[64], mx = -INFINITY, z = 0, T = 0;
+                    int64_t live = i + 1 < S ? i + 1 : S;
+                    for (int64_t j = 0; j < live; j++) {
+                        long double a = 0, t = 0;
+                        for (int64_t e = 0; e < E; e++) {
+                            long double x = val(&q, (bh * L + i) * E + e) * (long double)val(&k, (bh * S + j) * E + e);
+                            a += x, t += fabsl(x);
+                        }
+                        s[j] = a * sc;
+                        if (s[j] > mx) mx = s[j];
+                        if (t * sc > T) T = t * sc;
+                    }
+                    for (int64_t j = 0; j < live; j++) z += expl(s[j] - mx);
+                    for (int64_t e = 0; e < Ev; e++) {
+                        long double ex = 0, mag = 0;
+                        for (int64_t j = 0; j < live; j++) {
+                            long double pj = expl(s[j] - mx) / z, vj = val(&v, (bh * S + j) * Ev + e);
+                            ex += pj * vj, mag += pj * fabsl(vj);
+                        }
+                        double got = val(&y, (bh * L + i) * Ev + e);
+                        double tol = (double)(E + S + 6) * u * (1 + 2 * (double)T) * (double)mag + 4 * u * (double)mag;
+                        cr_assert(fabsl((long double)got - ex) <= tol, "%s L%lld S%lld item %lld row %lld col %lld: %.17g exact %.17Lg (tol %.3g)",
+                                  goblin_dtype_name(dt), (long long)L, (long long)S, (long long)bh, (long long)i,
+                                  (long long)e, got, ex, tol);
+                    }
+                }
+            goblin_buffer_free(y.data);
+            /* forward + backward nodes in one graph vs each alone */
+            goblin_graph *g;
+            cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+            int32_t id[4], o[4];
+            goblin_tensor t4[4] = {go, q, k, v};
+            for (int i = 0; i < 4; i++) cr_assert_eq(goblin_graph_input(g, dt, 4, t4[i].shape, &id[i]), GOBLIN_OK);
+            cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SDPA, id + 1, 3, at, 1, &o[0]), GOBLIN_OK);
+            for (int w = 0; w < 3; w++) {
+                at[1] = A_INT(INDEX, (w + 1) % 3);
+                cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SDPA_BACKWARD, id, 4, at, 2, &o[1 + w]), GOBLIN_OK);
+            }
+            for (int i = 0; i < 4; i++) cr_assert_eq(goblin_graph_output(g, o[i]), GOBLIN_OK);
+            goblin_exec_params p;
+            goblin_exec_params_default(&p);
+            p.backend = GOBLIN_BACKEND_BLIS;
+            p.threads = 2;
+            goblin_tensor outs[4];
+            memset(outs, 0, sizeof outs);
+            cr_assert_eq(goblin_graph_eval(g, &p, t4, 4, outs, 4), GOBLIN_OK);
+            for (int i = 0; i < 4; i++) {
+                at[1] = A_INT(INDEX, (i + 0) % 3);
+                goblin_tensor alone;
+                if (i == 0) {
+                    alone = run(GOBLIN_BACKEND_BLIS, 1, GOBLIN_OP_SDPA, fin, 3, at, 1);
+                } else {
+                    at[1] = A_INT(INDEX, i % 3);
+                    alone = run(GOBLIN_BACKEND_BLIS, 3, GOBLIN_OP_SDPA_BACKWARD, t4, 4, at, 2);
+                }
+                int64_t n = goblin__numel(&alone);
+                cr_assert(memcmp(outs[i].data, alone.data, (size_t)n * goblin_dtype_size(dt)) == 0,
+                          "%s L%lld S%lld: output %d differs from the node alone", goblin_dtype_name(dt), (long long)L,
+                          (long long)S, i);
+                goblin_buffer_free(alone.data);
+                goblin_buffer_free(outs[i].data);
+            }
+            goblin_graph_free(g);
+            /* an inf at one row of q, k or v: the reference's NaN / inf pattern */
+            for (int wi = 1; wi < 4; wi++) {
+                goblin_tensor *tt = &t4[wi];
+                int64_t rows = tt->shape[2], pos = (1 * rows + rows / 2 + 1) * tt->shape[3] + 1; /* item 1 */
+                double old = val(tt, pos);
+                if (dt == GOBLIN_DTYPE_F64) ((double *)tt->data)[pos] = INFINITY;
+                else ((float *)tt->data)[pos] = INFINITY;
+                for (int64_t which = -1; which < 3; which++) {
+                    bool fw = which < 0;
+                    at[1] = A_INT(INDEX, fw ? 0 : which);
+                    goblin_tensor r = run(GOBLIN_BACKEND_REF, 1, fw ? GOBLIN_OP_SDPA : GOBLIN_OP_SDPA_BACKWARD,
+                                          fw ? t4 + 1 : t4, fw ? 3 : 4, at, fw ? 1 : 2);
+                    goblin_tensor b = run(GOBLIN_BACKEND_BLIS, 1, fw ? GOBLIN_OP_SDPA : GOBLIN_OP_SDPA_BACKWARD,
+                                          fw ? t4 + 1 : t4, fw ? 3 : 4, at, fw ? 1 : 2);
+                    for (int64_t i = 0; i < goblin__numel(&r); i++) {
+                        double x = val(&b, i), yv = val(&r, i);
+                        cr_assert(isnan(x) == isnan(yv) && isinf(x) == isinf(yv) &&
+                                      (!isfinite(yv) ? isnan(yv) || x == yv : gt_close(x, yv, 1e-3, 1e-3)),
+                                  "%s L%lld S%lld inf in input %d, which %lld: element %lld: blis %g ref %g",
+                                  goblin_dtype_name(dt), (long long)L, (long long)S, wi, (long long)which,
+                                  (long long)i, x, yv);
+                    }
+                    goblin_buffer_free(r.data);
+                    goblin_buffer_free(b.data);
+                }
+                if (dt == GOBLIN_DTYPE_F64) ((double *)tt->data)[pos] = old;
+                else ((float *)tt->data)[pos] = (float)old;
+            }
+            free(q.data);
+            free(k.data);
+            free(v.data);
+            free(go.data);
+        }
 }

@@ -24,14 +24,20 @@
 
 /* ---- segment loops ----------------------------------------------------------------
  * One contiguous run of n outputs; each input advances by 1 (s = 1) or stays on
- * one element (s = 0). */
+ * one element (s = 0). The two-input loops come in an AVX2 clone and a baseline one:
+ * one operation per element either way (no FMA to contract into), so the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define SEG_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SEG_CLONES
+#endif
 typedef void (*seg2_fn)(const void *a, int64_t sa, const void *b, int64_t sb, void *o, int64_t n);
 typedef void (*seg3_fn)(const uint8_t *c, int64_t sc, const void *a, int64_t sa, const void *b,
                         int64_t sb, void *o, int64_t n);
 
 #define SEG2(name, T, TO, F)                                                                \
-    static void name(const void *va, int64_t sa, const void *vb, int64_t sb, void *vo,       \
-                     int64_t n) {                                                           \
+    SEG_CLONES static void name(const void *va, int64_t sa, const void *vb, int64_t sb,      \
+                                void *vo, int64_t n) {                                      \
         const T *restrict a = va;                                                           \
         const T *restrict b = vb;                                                           \
         TO *restrict o = vo;                                                                \

@@ -30,6 +30,14 @@ void goblin__blis_register_threaded(goblin__kernel_fn *t);
  * broadcast add/sub/mul/div, exp, f32 erf/gelu, softmax over a non-last axis */
 void goblin__blis_register_train3(goblin__kernel_fn *t);
 
+/* blis_train3.c: layer-norm statistics kept for the other nodes of a run (the forward's
+ * for the backward), keyed by the run, the id and buffer of x and the shapes: add
+ * returns room for mu of every row then rs (the dtype's elements; NULL: none kept), to
+ * be filled and then committed. */
+void *goblin__blis_ln_stats_add(uint64_t run, int32_t xid, const void *x, int64_t rows, int64_t len,
+                                double eps, bool f64, int *slot);
+void goblin__blis_ln_stats_commit(int slot);
+
 /* Run fn(arg, i) for i in [0, n) on up to @p threads threads (OpenMP when built
  * with it, else serially). Work items must be independent. */
 void goblin__parallel_for(int32_t threads, int64_t n, void (*fn)(void *arg, int64_t i), void *arg);

@@ -478,13 +478,24 @@ typedef struct njob {
     void *y;
     int64_t rows, len, rpi;
     double eps;
+    void *stats; /* layer norm: mu of every row, then rs, kept for the backward (or NULL) */
 } njob;
+
+/* row rr's statistics into j->stats (mu at rr, rs at rows + rr), when kept */
+#define NORM_KEEP(T, rr, mu, rs)                                                                   \
+    do {                                                                                           \
+        if (j->stats) {                                                                            \
+            ((T *)j->stats)[rr] = (mu);                                                            \
+            ((T *)j->stats)[j->rows + (rr)] = (rs);                                                \
+        }                                                                                          \
+    } while (0)
 
 #define NORM_ROW(S, T, VN)                                                                         \
     do {                                                                                           \
         const T *x_ = (const T *)j->x + r * n;                                                     \
         T mu_ = j->rms ? 0 : (T)(S##_sum(x_, n, 0, 0) / (double)n);                                \
         T rs_ = (T)(1.0 / sqrt(S##_sum(x_, n, mu_, 1) / (double)n + j->eps));                      \
+        NORM_KEEP(T, r, mu_, rs_);                                                                 \
         NORM_APPLY(S, T, VN, r, mu_, rs_);                                                         \
     } while (0)
 
@@ -524,6 +535,7 @@ CLONES static void norm_item(void *arg, int64_t i) {
             }
             f32_sum4(x0, n, n, mu, 1, s);
             for (int k4 = 0; k4 < 4; k4++) rs[k4] = (float)(1.0 / sqrt(s[k4] / (double)n + j->eps));
+            for (int k4 = 0; k4 < 4; k4++) NORM_KEEP(float, r + k4, mu[k4], rs[k4]);
             for (int k4 = 0; k4 < 4; k4++) NORM_APPLY(f32, float, 8, r + k4, mu[k4], rs[k4]);
         }
     for (; r < r1; r++) {
@@ -547,7 +559,13 @@ static goblin_err k_norm(goblin__kctx *k, const goblin__node *node, const goblin
     }
     if (j.rows == 0 || j.len == 0) return GOBLIN_OK;
     j.rpi = ROW_CHUNK / j.len > 1 ? ROW_CHUNK / j.len : 1;
+    /* layer norm: its statistics kept for the backward of the same run (blis_train3.c) */
+    int slot = -1;
+    if (!rms && node->n_inputs > 0)
+        j.stats = goblin__blis_ln_stats_add(k->run, node->inputs[0], x->data, j.rows, j.len, j.eps,
+                                            j.f64, &slot);
     goblin__parallel_for(nthreads(k), (j.rows + j.rpi - 1) / j.rpi, norm_item, &j);
+    if (j.stats) goblin__blis_ln_stats_commit(slot);
     return GOBLIN_OK;
 }
 

@@ -416,7 +416,7 @@ typedef struct sdpa_job {
     bool tiny;     /* small heads: the direct products (tiny_gemm) instead of BLIS */
     int64_t packn; /* their packing buffer: max(L, S, E, Ev) x max(S, E, Ev) rounded up to 8 */
     double scale;
-    /* backward: the run's weights p, ds [L, S] and row states [L] of every item (sd_memo),
+    /* backward: the run's three outputs dq, dk, dv of every item (sd_memo, sd_memo_off),
      * memo_per bytes apart; memo_ready: already computed by another backward node */
     char *memo;
     size_t memo_per;
@@ -553,9 +553,10 @@ sd_row_f32(float *r, int64_t n, int64_t cap, float *z, uint8_t *state, bool norm
 /* ---- small heads: direct products instead of a BLIS call per tiny product ----------------
  * For L, S <= SD_TINY_LS and E, Ev <= SD_TINY_E every product of an item runs here:
  * c [m, n] (rows contiguous) = alpha sum_k a(i, k) b(k, n), a(i, k) = a[i rsa + k csa] and
- * b(k, n) = b[k rsb + n csb]. Each element of c is summed over k in order, then scaled by
- * alpha: a fixed order, so the same bits on any thread count; two clones, AVX2 and
- * baseline, neither with FMA, so no contraction either and the same bits on every CPU. */
+ * b(k, n) = b[k rsb + n csb]. Each element of c is summed over k in order, each term
+ * added by one fused multiply-add, then scaled by alpha: a fixed order, so the same bits
+ * on any thread count; two versions, AVX2 + FMA instructions and portable code calling
+ * fmaf / fma (both exactly rounded), so the same bits on every CPU. */
 #define SD_TINY_LS 128
 #define SD_TINY_E 64
 
@@ -607,8 +608,20 @@ enum { SD_TRI_NONE, SD_TRI_A_UPPER, SD_TRI_A_LOWER, SD_TRI_C_UPPER };
  * of c run in groups of 4 sharing each B vector, two vectors of columns at a time (one for
  * the rest), each element summed in registers over k in order: the blocking changes which
  * sums run side by side, never the order of any one sum, so no bit of the result. */
-#define DEFINE_TINY_GEMM(sfx, T, V, VL)                                                         \
-    __attribute__((target_clones("avx2", "default"))) static void tiny_gemm_##sfx(              \
+/* A short row of n bytes (a multiple of 4) copied by fixed-size pieces, which compile to
+ * moves (a row of a head is a few dozen bytes: a library call per row would cost more) */
+static inline void sd_copy(void *dst, const void *src, size_t n) {
+    char *d = dst;
+    const char *s = src;
+    size_t o = 0;
+    for (; o + 32 <= n; o += 32) memcpy(d + o, s + o, 32);
+    if (o + 16 <= n) memcpy(d + o, s + o, 16), o += 16;
+    if (o + 8 <= n) memcpy(d + o, s + o, 8), o += 8;
+    if (o + 4 <= n) memcpy(d + o, s + o, 4);
+}
+
+#define DEFINE_TINY_GEMM(name, ATTR, T, V, VL, FMA)                                              \
+    ATTR static void name(                                                                      \
         int64_t m, int64_t n, int64_t k, T alpha, const T *a, int64_t rsa, int64_t csa,         \
         const T *b, int64_t rsb, int64_t csb, T *restrict c, T *restrict pack, int tri) {        \
         int64_t np = (n + VL - 1) / VL * VL, ldp = np;                                          \
@@ -624,9 +637,12 @@ enum { SD_TRI_NONE, SD_TRI_A_UPPER, SD_TRI_A_LOWER, SD_TRI_C_UPPER };
         } else {                                                                                \
             for (int64_t kk = 0; kk < k; kk++) {                                                \
                 T *restrict pr = pack + kk * np;                                                \
-                if (csb == 1) memcpy(pr, b + kk * rsb, sizeof(T) * (size_t)n);                  \
+                if (np - n == VL / 2) /* the last half vector: zeros, then the row over them */ \
+                    memset(pr + np - VL, 0, sizeof(T) * VL);                                    \
+                else                                                                            \
+                    for (int64_t x = n; x < np; x++) pr[x] = 0;                                 \
+                if (csb == 1) sd_copy(pr, b + kk * rsb, sizeof(T) * (size_t)n);                 \
                 else for (int64_t x = 0; x < n; x++) pr[x] = b[kk * rsb + x * csb];             \
-                for (int64_t x = n; x < np; x++) pr[x] = 0;                                     \
             }                                                                                   \
         }                                                                                       \
         for (int64_t i0 = 0; i0 < m; i0 += 4) {                                                 \
@@ -646,14 +662,14 @@ enum { SD_TRI_NONE, SD_TRI_A_UPPER, SD_TRI_A_LOWER, SD_TRI_C_UPPER };
                     memcpy(&bv, bp + kk * ldp + x0, sizeof bv);                                 \
                     memcpy(&bw, bp + kk * ldp + x0 + VL, sizeof bw);                            \
                     T s0 = a0[kk * csa], s1 = a1[kk * csa], s2 = a2[kk * csa], s3 = a3[kk * csa]; \
-                    c0 += s0 * bv;                                                              \
-                    d0 += s0 * bw;                                                              \
-                    c1 += s1 * bv;                                                              \
-                    d1 += s1 * bw;                                                              \
-                    c2 += s2 * bv;                                                              \
-                    d2 += s2 * bw;                                                              \
-                    c3 += s3 * bv;                                                              \
-                    d3 += s3 * bw;                                                              \
+                    FMA(c0, s0, bv);                                                            \
+                    FMA(d0, s0, bw);                                                            \
+                    FMA(c1, s1, bv);                                                            \
+                    FMA(d1, s1, bw);                                                            \
+                    FMA(c2, s2, bv);                                                            \
+                    FMA(d2, s2, bw);                                                            \
+                    FMA(c3, s3, bv);                                                            \
+                    FMA(d3, s3, bw);                                                            \
                 }                                                                               \
                 TG_STORE(T, V, VL, c, n, i0, nr, x0, alpha, c0, c1, c2, c3);                    \
                 TG_STORE(T, V, VL, c, n, i0, nr, x0 + VL, alpha, d0, d1, d2, d3);               \
@@ -663,17 +679,57 @@ enum { SD_TRI_NONE, SD_TRI_A_UPPER, SD_TRI_A_LOWER, SD_TRI_C_UPPER };
                 for (int64_t kk = k0; kk < k1; kk++) {                                          \
                     V bv;                                                                       \
                     memcpy(&bv, bp + kk * ldp + x0, sizeof bv);                                 \
-                    c0 += a0[kk * csa] * bv;                                                    \
-                    c1 += a1[kk * csa] * bv;                                                    \
-                    c2 += a2[kk * csa] * bv;                                                    \
-                    c3 += a3[kk * csa] * bv;                                                    \
+                    FMA(c0, a0[kk * csa], bv);                                                  \
+                    FMA(c1, a1[kk * csa], bv);                                                  \
+                    FMA(c2, a2[kk * csa], bv);                                                  \
+                    FMA(c3, a3[kk * csa], bv);                                                  \
                 }                                                                               \
                 TG_STORE(T, V, VL, c, n, i0, nr, x0, alpha, c0, c1, c2, c3);                    \
             }                                                                                   \
         }                                                                                       \
     }
-DEFINE_TINY_GEMM(f32, float, sd_t8f, 8)
-DEFINE_TINY_GEMM(f64, double, sd_t4d, 4)
+/* acc += s v, one fused multiply-add per lane (rounded once: exactly specified, so the
+ * x86 FMA instructions and libm's fmaf / fma give the same bits) */
+#define SD_FMA_F32_ANY(acc, s, v)                                                               \
+    do {                                                                                        \
+        for (int l_ = 0; l_ < 8; l_++) (acc)[l_] = fmaf((s), (v)[l_], (acc)[l_]);               \
+    } while (0)
+#define SD_FMA_F64_ANY(acc, s, v)                                                               \
+    do {                                                                                        \
+        for (int l_ = 0; l_ < 4; l_++) (acc)[l_] = fma((s), (v)[l_], (acc)[l_]);                \
+    } while (0)
+DEFINE_TINY_GEMM(tiny_gemm_any_f32, , float, sd_t8f, 8, SD_FMA_F32_ANY)
+DEFINE_TINY_GEMM(tiny_gemm_any_f64, , double, sd_t4d, 4, SD_FMA_F64_ANY)
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SD_FMA_F32_X86(acc, s, v)                                                               \
+    ((acc) = (sd_t8f)_mm256_fmadd_ps(_mm256_set1_ps(s), (__m256)(v), (__m256)(acc)))
+#define SD_FMA_F64_X86(acc, s, v)                                                               \
+    ((acc) = (sd_t4d)_mm256_fmadd_pd(_mm256_set1_pd(s), (__m256d)(v), (__m256d)(acc)))
+#define SD_FMA_ATTR __attribute__((target("avx2,fma")))
+DEFINE_TINY_GEMM(tiny_gemm_fma_f32, SD_FMA_ATTR, float, sd_t8f, 8, SD_FMA_F32_X86)
+DEFINE_TINY_GEMM(tiny_gemm_fma_f64, SD_FMA_ATTR, double, sd_t4d, 4, SD_FMA_F64_X86)
+static bool sd_cpu_fma(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#define SD_TINY_DISPATCH(sfx)                                                                   \
+    if (sd_cpu_fma()) {                                                                         \
+        tiny_gemm_fma_##sfx(m, n, k, alpha, a, rsa, csa, b, rsb, csb, c, pack, tri);            \
+        return;                                                                                 \
+    }
+#else
+#define SD_TINY_DISPATCH(sfx)
+#endif
+/* the FMA instructions where the CPU has them, else the portable loops: the same bits */
+#define DEFINE_TINY_GEMM_ENTRY(sfx, T)                                                          \
+    static void tiny_gemm_##sfx(int64_t m, int64_t n, int64_t k, T alpha, const T *a,          \
+                                int64_t rsa, int64_t csa, const T *b, int64_t rsb, int64_t csb, \
+                                T *restrict c, T *restrict pack, int tri) {                     \
+        SD_TINY_DISPATCH(sfx)                                                                   \
+        tiny_gemm_any_##sfx(m, n, k, alpha, a, rsa, csa, b, rsb, csb, c, pack, tri);            \
+    }
+DEFINE_TINY_GEMM_ENTRY(f32, float)
+DEFINE_TINY_GEMM_ENTRY(f64, double)
 
 /* c = alpha a @ b for one item: the direct loops above when the job is small (j->pack set),
  * else BLIS (gemm, one thread; c contiguous rows of n) */
@@ -696,12 +752,118 @@ DEFINE_ITEM_GEMM(f64, double)
  * contiguous copy of a strided q [L, E]. */
 static int64_t sdpa_tiny_extra(const sdpa_job *j) { return j->packn + j->L * j->E + j->S * j->Ev; }
 
+/* Where output w (0 dq [L, E], 1 dk [S, E], 2 dv [S, Ev]) of an item lies in its memo
+ * (elements from the item's start; sd_memo below). */
+static int64_t sd_memo_off(const sdpa_job *j, int64_t w) {
+    return w == 0 ? 0 : w == 1 ? j->L * j->E : j->L * j->E + j->S * j->E;
+}
+
+/* ---- causal rows without a mask, 8 at a time (f32) -------------------------------------
+ * For small heads with L and S multiples of 8, scores_ runs the rows of a causal attention
+ * without a mask in blocks of 8 rows: each 8 x 8 tile of a block's live columns is
+ * transposed in registers so that the lanes are the 8 rows, then every row's max, exp and
+ * sum run lane-wise with no horizontal step. Per row: max over its live columns (c <= i),
+ * exp(x - max) by SD_VEXP_NEG (dead columns -inf: exp 0), summed in column order in double,
+ * z = (float)sum; normalize: each weight / z. A row with a NaN, or an infinite max, is left
+ * to sd_row_f32 (the reference's rules). Each row's result depends on that row only (its
+ * lane does the same operations in every block), not on its neighbours or the split;
+ * separately rounded operations, so the same bits in both clones. */
+static inline __attribute__((always_inline)) void sd_tr8(sd_v8f *m) {
+    const sd_v8i lo1 = {0, 8, 1, 9, 4, 12, 5, 13}, hi1 = {2, 10, 3, 11, 6, 14, 7, 15};
+    const sd_v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const sd_v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    sd_v8f t[8], u[8];
+    for (int q = 0; q < 8; q += 2) {
+        t[q] = __builtin_shuffle(m[q], m[q + 1], lo1);
+        t[q + 1] = __builtin_shuffle(m[q], m[q + 1], hi1);
+    }
+    for (int q = 0; q < 8; q += 4) {
+        u[q] = __builtin_shuffle(t[q], t[q + 2], lo2);
+        u[q + 1] = __builtin_shuffle(t[q], t[q + 2], hi2);
+        u[q + 2] = __builtin_shuffle(t[q + 1], t[q + 3], lo2);
+        u[q + 3] = __builtin_shuffle(t[q + 1], t[q + 3], hi2);
+    }
+    for (int q = 0; q < 4; q++) {
+        m[q] = __builtin_shuffle(u[q], u[q + 4], lo4);
+        m[q + 4] = __builtin_shuffle(u[q], u[q + 4], hi4);
+    }
+}
+
+typedef double sd_b4d __attribute__((vector_size(32)));
+typedef float sd_b4f __attribute__((vector_size(16)));
+
+__attribute__((target_clones("avx2", "default"))) static void
+sd_causal_blocks_f32(float *p, int64_t L, int64_t S, float *z, uint8_t *state, bool normalize) {
+    const sd_v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    sd_v8f zero = {0}, ninf = zero - INFINITY;
+    sd_v8f c[SD_TINY_LS / 8][8];
+    for (int64_t i0 = 0; i0 < L; i0 += 8) {
+        int64_t nt = (i0 + 8 < S ? i0 + 8 : S) / 8, dt = i0 < S ? i0 / 8 : -1; /* tiles; diagonal */
+        sd_v8f mx = ninf;
+        sd_v8i bad = {0};
+        for (int64_t t = 0; t < nt; t++) {
+            for (int l = 0; l < 8; l++) memcpy(&c[t][l], p + (i0 + l) * S + 8 * t, sizeof(sd_v8f));
+            sd_tr8(c[t]);
+            for (int cc = 0; cc < 8; cc++) {
+                sd_v8f v = c[t][cc];
+                if (t == dt) /* row i0 + l sees the columns up to i0 + l */
+                    v = SD_BLEND(lane >= cc, v, ninf);
+                c[t][cc] = v;
+                bad |= v != v;
+                mx = SD_BLEND(v > mx, v, mx);
+            }
+        }
+        bad |= (mx == INFINITY) | (mx == -INFINITY);
+        mx = SD_BLEND(bad, zero, mx);
+        sd_b4d s0 = {0}, s1 = {0};
+        for (int64_t t = 0; t < nt; t++)
+            for (int cc = 0; cc < 8; cc++) {
+                sd_v8f e = SD_VEXP_NEG(SD_BLEND(bad, zero, c[t][cc] - mx));
+                sd_b4f e0 = {e[0], e[1], e[2], e[3]}, e1 = {e[4], e[5], e[6], e[7]};
+                s0 += __builtin_convertvector(e0, sd_b4d);
+                s1 += __builtin_convertvector(e1, sd_b4d);
+                c[t][cc] = e;
+            }
+        sd_v8f zf = {(float)s0[0], (float)s0[1], (float)s0[2], (float)s0[3],
+                     (float)s1[0], (float)s1[1], (float)s1[2], (float)s1[3]};
+        for (int64_t t = 0; t < nt; t++) {
+            if (normalize)
+                for (int cc = 0; cc < 8; cc++) c[t][cc] /= zf;
+            sd_tr8(c[t]);
+        }
+        for (int l = 0; l < 8; l++) {
+            float *r = p + (i0 + l) * S;
+            int64_t live = i0 + l + 1 < S ? i0 + l + 1 : S;
+            if (bad[l]) { /* the reference's rules for this row */
+                for (int64_t q = live; q < S; q++) r[q] = 0;
+                sd_row_f32(r, live, S, &z[i0 + l], &state[i0 + l], normalize);
+                continue;
+            }
+            for (int64_t t = 0; t < nt; t++) memcpy(r + 8 * t, &c[t][l], sizeof(sd_v8f));
+            for (int64_t q = 8 * nt; q < S; q++) r[q] = 0;
+            z[i0 + l] = zf[l];
+            state[i0 + l] = 0;
+        }
+    }
+}
+/* scores_'s choice: the blocks above, else its rows one by one (f64: always) */
+static bool sd_blocks_f32(const sdpa_job *j, float *p, float *z, uint8_t *state, bool normalize) {
+    if (!j->causal || j->mask || !j->tiny || j->E <= 0 || j->L % 8 || j->S % 8) return false;
+    sd_causal_blocks_f32(p, j->L, j->S, z, state, normalize);
+    return true;
+}
+static bool sd_blocks_f64(const sdpa_job *j, double *p, double *z, uint8_t *state, bool normalize) {
+    (void)j, (void)p, (void)z, (void)state, (void)normalize;
+    return false;
+}
+
 #define DEFINE_SOFTMAX(sfx, T)                                                                  \
     static void scores_##sfx(const sdpa_job *j, const int64_t *off, T *p, T *z, uint8_t *state, \
                              bool normalize, T *pack, const T *q, int64_t qrs, int64_t qcs) {   \
         item_gemm_##sfx(j, j->L, j->S, j->E, j->scale, q, qrs, qcs,                             \
                         (const T *)j->k->data + off[1], j->cs[1], j->rs[1], p, pack,            \
                         j->causal && !j->mask ? SD_TRI_C_UPPER : SD_TRI_NONE);                  \
+        if (sd_blocks_##sfx(j, p, z, state, normalize)) return;                                 \
         int32_t br = j->br;                                                                     \
         for (int64_t i = 0; i < j->L; i++) {                                                    \
             T *r = p + i * j->S;                                                                \
@@ -759,10 +921,25 @@ static bool sd_finite_f64(const double *x, int64_t n) {
     return bad == 0;
 }
 
-/* The same over a matrix [rows, cols] with row stride rs and column stride cs. */
-#define DEFINE_SD_FINITE_M(sfx, T)                                                              \
+/* The same over a matrix [rows, cols] with row stride rs and column stride cs. Rows of
+ * contiguous elements: the largest magnitude bits of all of them (a NaN's or inf's are
+ * the largest), one pass that vectorizes. */
+#define DEFINE_SD_FINITE_M(sfx, T, U, MAG, INF)                                                 \
     static bool sd_finite_m_##sfx(const T *x, int64_t rows, int64_t cols, int64_t rs, int64_t cs) { \
         if (cs == 1 && (rs == cols || rows <= 1)) return sd_finite_##sfx(x, rows * cols);       \
+        if (cs == 1) {                                                                          \
+            U mx = 0;                                                                           \
+            for (int64_t r = 0; r < rows; r++) {                                                \
+                const T *xr = x + r * rs;                                                       \
+                SD_SIMD for (int64_t c = 0; c < cols; c++) {                                    \
+                    U u;                                                                        \
+                    memcpy(&u, xr + c, sizeof u);                                               \
+                    u &= MAG;                                                                   \
+                    mx = u > mx ? u : mx;                                                       \
+                }                                                                               \
+            }                                                                                   \
+            return mx < INF;                                                                    \
+        }                                                                                       \
         for (int64_t r = 0; r < rows; r++) {                                                    \
             if (cs == 1) {                                                                      \
                 if (!sd_finite_##sfx(x + r * rs, cols)) return false;                           \
@@ -773,8 +950,8 @@ static bool sd_finite_f64(const double *x, int64_t n) {
         }                                                                                       \
         return true;                                                                            \
     }
-DEFINE_SD_FINITE_M(f32, float)
-DEFINE_SD_FINITE_M(f64, double)
+DEFINE_SD_FINITE_M(f32, float, uint32_t, 0x7fffffffu, 0x7f800000u)
+DEFINE_SD_FINITE_M(f64, double, uint64_t, 0x7fffffffffffffffull, 0x7ff0000000000000ull)
 
 #define DEFINE_SDPA_ITEM(sfx, T)                                                                \
     static void sdpa_item_##sfx(const sdpa_job *j, int64_t b, char *scratch) {                  \
@@ -798,21 +975,16 @@ DEFINE_SD_FINITE_M(f64, double)
         if (pack && !j->bwd && (qcs != 1 || qrs != j->E) && L > 1 && j->E > 0) {                \
             T *qb = pack + j->packn;                                                            \
             for (int64_t i = 0; i < L; i++)                                                     \
-                if (qcs == 1) memcpy(qb + i * j->E, qp + i * qrs, sizeof(T) * (size_t)j->E);     \
+                if (qcs == 1) sd_copy(qb + i * j->E, qp + i * qrs, sizeof(T) * (size_t)j->E);    \
                 else for (int64_t e = 0; e < j->E; e++) qb[i * j->E + e] = qp[i * qrs + e * qcs]; \
             qp = qb, qrs = j->E, qcs = 1;                                                       \
         }                                                                                       \
         if (pack && !j->bwd && (vcs != 1 || vrs != j->Ev) && S > 1 && j->Ev > 0) {              \
             T *vb = pack + j->packn + L * j->E;                                                 \
             for (int64_t c = 0; c < S; c++)                                                     \
-                if (vcs == 1) memcpy(vb + c * j->Ev, v + c * vrs, sizeof(T) * (size_t)j->Ev);    \
+                if (vcs == 1) sd_copy(vb + c * j->Ev, v + c * vrs, sizeof(T) * (size_t)j->Ev);   \
                 else for (int64_t e = 0; e < j->Ev; e++) vb[c * j->Ev + e] = v[c * vrs + e * vcs]; \
             v = vb, vrs = j->Ev, vcs = 1;                                                       \
-        }                                                                                       \
-        if (j->memo) {                                                                          \
-            p = (T *)(j->memo + (size_t)b * j->memo_per);                                       \
-            dp = p + L * S;                                                                     \
-            state = (uint8_t *)(dp + L * S);                                                    \
         }                                                                                       \
         const T *fp = j->fmemo ? (const T *)(j->fmemo + (size_t)b * j->fmemo_per) : NULL;       \
         if (fp && !j->bwd) { /* the forward keeps its weights for the backward */               \
@@ -821,7 +993,7 @@ DEFINE_SD_FINITE_M(f64, double)
             state = (uint8_t *)(z + L);                                                         \
         }                                                                                       \
         T *o = (T *)j->out + b * j->rows * j->cols;                                             \
-        if (!j->memo_ready && fp && j->bwd) {                                                   \
+        if (fp && j->bwd) {                                                                     \
             /* the forward's exp weights over their row sums: what scores_ would give, since  \
              * the normalization is that very division, element by element */                  \
             const T *fz = fp + L * S;                                                           \
@@ -838,7 +1010,7 @@ DEFINE_SD_FINITE_M(f64, double)
                     SD_SIMD for (int64_t c = 0; c < S; c++) pr[c] = fr[c] / zi;                 \
                 }                                                                               \
             }                                                                                   \
-        } else if (!j->memo_ready) {                                                            \
+        } else {                                                                                \
             scores_##sfx(j, off, p, z, state, j->bwd, pack, qp, qrs, qcs);                      \
         }                                                                                       \
         /* causal without a mask, small heads: the products skip the weights' zero triangle */  \
@@ -860,7 +1032,7 @@ DEFINE_SD_FINITE_M(f64, double)
             return;                                                                             \
         }                                                                                       \
         const T *go = (const T *)j->go->data + b * L * j->Ev;                                   \
-        if (!j->memo_ready && (j->which != 2 || j->memo)) {                                     \
+        if (j->which != 2 || j->memo) {                                                         \
             /* dp = go @ v^T; ds = p (dp - sum p dp) scale (into dp) */                         \
             /* causal, finite go and v: dp[i, c > i] is left out and taken as 0 (it is finite \
              * and meets p = 0: ds there is +-0 either way, which no later sum can see) */       \
@@ -883,34 +1055,42 @@ DEFINE_SD_FINITE_M(f64, double)
                 for (int64_t c = 0; c < S; c++) dr[c] = pr[c] * (dr[c] - spd) * sc;             \
             }                                                                                   \
         }                                                                                       \
-        if (j->which == 2) /* dv = p^T @ go */                                                  \
-            item_gemm_##sfx(j, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, o, pack,                \
-                            tri && fin_go ? SD_TRI_A_LOWER : SD_TRI_NONE);                      \
-        /* ds is +-0 above the diagonal when go and v are finite (else it may hold NaN there) */ \
-        else if (j->which == 1) /* dk = ds^T @ q */                                             \
-            item_gemm_##sfx(j, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0],        \
-                            j->rs[0], j->cs[0], o, pack,                                        \
-                            tri && fin_v && fin_go &&                                           \
-                                    sd_finite_m_##sfx((const T *)j->q->data + off[0], L, j->E,  \
-                                                      j->rs[0], j->cs[0])                       \
-                                ? SD_TRI_A_LOWER : SD_TRI_NONE);                                \
-        else /* dq = ds @ k */                                                                  \
-            item_gemm_##sfx(j, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1],        \
-                            j->rs[1], j->cs[1], o, pack,                                        \
-                            tri && fin_v && fin_go &&                                           \
-                                    sd_finite_m_##sfx((const T *)j->k->data + off[1], S, j->E,  \
-                                                      j->rs[1], j->cs[1])                       \
-                                ? SD_TRI_A_UPPER : SD_TRI_NONE);                                \
-        if (j->rows > 0 && (j->Ev == 0 || L == 0 || S == 0 || (j->which == 2 ? L : S) == 0))    \
-            for (int64_t r = 0; r < j->rows * j->cols; r++) o[r] = 0;                           \
-        /* NaN rows: the reference kernel's propagation */                                      \
-        for (int64_t i = 0; i < L; i++) {                                                       \
-            if (state[i] != 2) continue;                                                        \
-            if (j->which == 0) {                                                                \
-                for (int64_t e = 0; e < j->cols; e++) o[i * j->cols + e] = NAN;                 \
-            } else {                                                                            \
-                for (int64_t r = 0; r < j->rows * j->cols; r++) o[r] = NAN;                     \
-                break;                                                                          \
+        /* this node's output into o; with the run's memo (j->memo) the other two as well,  \
+         * into the memo, for their nodes to copy: each product as that node would compute it */ \
+        for (int64_t w = 0; w < 3; w++) {                                                       \
+            if (w != j->which && !j->memo) continue;                                            \
+            int64_t rows = w == 0 ? L : S, cols = w == 2 ? j->Ev : j->E;                        \
+            T *ow = w == j->which ? o                                                           \
+                                  : (T *)(j->memo + (size_t)b * j->memo_per) + sd_memo_off(j, w); \
+            if (w == 2) /* dv = p^T @ go */                                                     \
+                item_gemm_##sfx(j, S, j->Ev, L, 1.0, p, 1, S, go, j->Ev, 1, ow, pack,           \
+                                tri && fin_go ? SD_TRI_A_LOWER : SD_TRI_NONE);                  \
+            /* ds is +-0 above the diagonal when go and v are finite (else it may hold NaN) */  \
+            else if (w == 1) /* dk = ds^T @ q */                                                \
+                item_gemm_##sfx(j, S, j->E, L, 1.0, dp, 1, S, (const T *)j->q->data + off[0],    \
+                                j->rs[0], j->cs[0], ow, pack,                                   \
+                                tri && fin_v && fin_go &&                                       \
+                                        sd_finite_m_##sfx((const T *)j->q->data + off[0], L,    \
+                                                          j->E, j->rs[0], j->cs[0])             \
+                                    ? SD_TRI_A_LOWER : SD_TRI_NONE);                            \
+            else /* dq = ds @ k */                                                              \
+                item_gemm_##sfx(j, L, j->E, S, 1.0, dp, S, 1, (const T *)j->k->data + off[1],    \
+                                j->rs[1], j->cs[1], ow, pack,                                   \
+                                tri && fin_v && fin_go &&                                       \
+                                        sd_finite_m_##sfx((const T *)j->k->data + off[1], S,    \
+                                                          j->E, j->rs[1], j->cs[1])             \
+                                    ? SD_TRI_A_UPPER : SD_TRI_NONE);                            \
+            if (rows > 0 && (j->Ev == 0 || L == 0 || S == 0 || (w == 2 ? L : S) == 0))          \
+                for (int64_t r = 0; r < rows * cols; r++) ow[r] = 0;                            \
+            /* NaN rows: the reference kernel's propagation */                                  \
+            for (int64_t i = 0; i < L; i++) {                                                   \
+                if (state[i] != 2) continue;                                                    \
+                if (w == 0) {                                                                   \
+                    for (int64_t e = 0; e < cols; e++) ow[i * cols + e] = NAN;                  \
+                } else {                                                                        \
+                    for (int64_t r = 0; r < rows * cols; r++) ow[r] = NAN;                      \
+                    break;                                                                      \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
     }
@@ -985,11 +1165,12 @@ static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bsh
 }
 
 /* The three backward nodes of one attention (dq, dk, dv) each need the softmax weights p
- * of every item, and dq and dk also ds: the first of them computes them for all items and
- * keeps them on this thread, keyed by the run (goblin__kctx.run), the operand buffers and
- * the shapes, for the other two (within a run those buffers hold the same values until
- * their last reader is done). At most SD_MEMO_MAX bytes, in a goblin__tl_buf (kept only
- * under the default allocator, released when the thread ends). */
+ * of every item, and dq and dk also ds: the first of them computes all three outputs for
+ * all items (its own into its output, each product as its node would compute it) and
+ * keeps the other two on this thread, keyed by the run (goblin__kctx.run), the operand
+ * buffers and the shapes, for their nodes to copy (within a run those buffers hold the
+ * same values until their last reader is done). At most SD_MEMO_MAX bytes, in a
+ * goblin__tl_buf (kept only under the default allocator, released when the thread ends). */
 #define SD_MEMO_MAX ((size_t)64 << 20)
 
 typedef struct sd_memo {
@@ -1008,7 +1189,7 @@ static _Thread_local sd_memo t_sd;
  * NULL (nothing kept: each node computes its own, as before). */
 static void sd_memo_attach(uint64_t run, sdpa_job *j) {
     sd_memo *m = &t_sd;
-    size_t per = (size_t)(2 * j->L * j->S * j->es + j->L), bytes;
+    size_t per = (size_t)((j->L * j->E + j->S * j->E + j->S * j->Ev) * j->es), bytes;
     per = (per + 63) / 64 * 64;
     if (!run || !goblin__mul_size(per, (size_t)j->batch, &bytes) || bytes > SD_MEMO_MAX) return;
     const void *mask = j->mask ? j->mask->data : NULL;
@@ -1169,7 +1350,16 @@ static goblin_err blis_sdpa(goblin__kctx *k, const goblin__node *node, const gob
     sdf_memo *fslot = NULL;
     if (bwd) {
         sd_memo_attach(k->run, &j);
-        if (!j.memo_ready) sdf_find(k->run, ids, &j);
+        if (j.memo_ready) { /* computed by the first backward node of this attention */
+            size_t ob = (size_t)(j.rows * j.cols * j.es);
+            size_t at = (size_t)(sd_memo_off(&j, j.which) * j.es);
+            for (int64_t b = 0; b < j.batch; b++)
+                memcpy((char *)out->data + (size_t)b * ob,
+                       j.memo + (size_t)b * j.memo_per + at, ob);
+            goblin__free(j.scratch);
+            return GOBLIN_OK;
+        }
+        sdf_find(k->run, ids, &j);
     } else {
         fslot = sdf_reserve(k->run, ids, &j);
     }

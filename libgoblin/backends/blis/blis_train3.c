@@ -14,8 +14,9 @@
  *    (error ~1e-11, then one rounding to f32) elsewhere: within the ops' contracts, not
  *    guaranteed bit-identical to the reference.
  *  - gelu_backward (f32, f64) and layer_norm_backward (f32, f64): see their sections.
- *  - softmax / log_softmax over a non-last axis (f32, f64): the reference's double
- *    arithmetic in its order, with contiguous inner loops: bit-identical.
+ *  - softmax / log_softmax over a non-last axis: f64 the reference's double arithmetic
+ *    in its order, with contiguous inner loops: bit-identical; f32 eight columns at a
+ *    time with the vector exp (within the contract, not the reference's bits).
  *
  * Every other case goes on to the kernel that held the table slot before
  * (registered after blis_threaded.c), so nothing loses its earlier fast path.
@@ -370,29 +371,32 @@ T3_CLONES static void erf_gelu_f32(const float *restrict x, float *restrict y, i
                     float t = x[i] * T3_RSQRT2F;
                     y[i] = 0.5f * x[i] * (1.0f + t3_erf_poly(t));
                 }
+                /* this block's tails (below): a block of the first kind has none */
+                for (int64_t i = i0; i < e; i++) {
+                    float t = x[i] * T3_RSQRT2F;
+                    if ((t <= -1.5f) | (t >= 3.5f) | (t != t)) {
+                        double v = x[i];
+                        y[i] = (float)(0.5 * v * (1.0 + erf_d(v * 0.70710678118654752440)));
+                    }
+                }
             }
         }
-    } else {
-        SIMD for (int64_t i = 0; i < n; i++) y[i] = t3_erf_poly(x[i]);
+        return;
     }
+    SIMD for (int64_t i = 0; i < n; i++) y[i] = t3_erf_poly(x[i]);
     /* the tails (and inf, NaN: the comparisons fail) in double; a vector test per 64 first */
-    const float lo = gelu ? -1.5f : -2.5f, hi = gelu ? 3.5f : 2.5f;
-    const float sc = gelu ? T3_RSQRT2F : 1.0f;
     for (int64_t i0 = 0; i0 < n; i0 += 64) {
         int64_t e = i0 + 64 < n ? i0 + 64 : n;
         int bad = 0;
         T3_SIMD_OR_BAD
         for (int64_t i = i0; i < e; i++) {
-            float t = x[i] * sc;
-            bad |= (t <= lo) | (t >= hi) | (t != t); /* no branches: it vectorizes */
+            float t = x[i];
+            bad |= (t <= -2.5f) | (t >= 2.5f) | (t != t); /* no branches: it vectorizes */
         }
         if (__builtin_expect(!bad, 1)) continue;
         for (int64_t i = i0; i < e; i++) {
-            float t = x[i] * sc;
-            if (!((t <= lo) | (t >= hi) | (t != t))) continue;
-            double v = x[i];
-            y[i] = gelu ? (float)(0.5 * v * (1.0 + erf_d(v * 0.70710678118654752440)))
-                        : (float)erf_d(v);
+            float t = x[i];
+            if ((t <= -2.5f) | (t >= 2.5f) | (t != t)) y[i] = (float)erf_d(x[i]);
         }
     }
 }
@@ -458,10 +462,10 @@ static goblin_err t3_gelu(goblin__kctx *k, const goblin__node *node, const gobli
 }
 
 /* ---- softmax / log_softmax over a non-last axis ----------------------------------------
- * The reference's arithmetic in its order (double; max with NaN sticking, then the sum of
- * exp(x - max) in axis order, then log or division), run for all positions of the trailing
- * dims together so the inner loops are contiguous: the same bits. Last-axis cases go on
- * to blis_reduce.c's kernel. */
+ * f64: the reference's arithmetic in its order (double; max with NaN sticking, then the sum
+ * of exp(x - max) in axis order, then log or division), run for all positions of the
+ * trailing dims together so the inner loops are contiguous: the same bits. f32: sm_cols_f32
+ * below. Last-axis cases go on to blis_reduce.c's kernel. */
 
 static goblin__kernel_fn g_prev_softmax, g_prev_log_softmax;
 
@@ -500,12 +504,82 @@ typedef struct smjob {
         }                                                                                   \
     } while (0)
 
+/* f32: 8 trailing positions (columns l) side by side, each lane its own softmax over the
+ * axis, every operation per lane (a column's bits do not depend on its neighbours, on L,
+ * or on whether it is in a whole vector or the padded tail): max with NaN sticking; exp of
+ * x - max by expf_impl.h's vector form (Cody-Waite, our fitted polynomial, about 1 ulp,
+ * separately rounded operations: the same bits in both clones), summed in axis order in
+ * double; then, as blis_reduce.c's last-axis kernel, log: (x - max) - (float)log(sum),
+ * softmax: exp * (float)(1 / sum). A NaN or an infinite max gives the column NaN (what
+ * the reference's exp(inf - inf) or NaN sum gives). Within the op's contract, not the
+ * reference's bits. */
+typedef float sm_v8f __attribute__((vector_size(32)));
+typedef float sm_v4f __attribute__((vector_size(16)));
+typedef int32_t sm_v8i __attribute__((vector_size(32)));
+typedef double sm_v4d __attribute__((vector_size(32)));
+#define SM_BLEND(m, a, b) ((sm_v8f)(((sm_v8i)(a) & (m)) | ((sm_v8i)(b) & ~(m))))
+
+static inline __attribute__((always_inline)) sm_v8f sm_ld(const float *p, int64_t w) {
+    sm_v8f v = {0};
+    if (w == 8) memcpy(&v, p, sizeof v);
+    else
+        for (int64_t i = 0; i < w; i++) v[i] = p[i];
+    return v;
+}
+
+static inline __attribute__((always_inline)) void sm_st(float *p, sm_v8f v, int64_t w) {
+    if (w == 8) memcpy(p, &v, sizeof v);
+    else
+        for (int64_t i = 0; i < w; i++) p[i] = v[i];
+}
+
+__attribute__((target_clones("avx2", "default"))) static void
+sm_cols_f32(const float *x, float *y, int64_t R, int64_t L, bool lg) {
+    const sm_v8f zero = {0};
+    for (int64_t l0 = 0; l0 < L; l0 += 8) {
+        int64_t w = L - l0 < 8 ? L - l0 : 8;
+        sm_v8f m = zero - INFINITY;
+        sm_v8i bad = {0};
+        for (int64_t r = 0; r < R; r++) {
+            sm_v8f v = sm_ld(x + r * L + l0, w);
+            bad |= v != v;
+            m = SM_BLEND(v > m, v, m);
+        }
+        bad |= (m == INFINITY) | (m == -INFINITY);
+        m = SM_BLEND(bad, zero, m);
+        sm_v4d s0 = {0}, s1 = {0};
+        for (int64_t r = 0; r < R; r++) {
+            sm_v8f d = sm_ld(x + r * L + l0, w) - m;
+            d = SM_BLEND(bad, zero, d);
+            sm_v8f e = GOBLIN__VEXPF_NEG(sm_v8f, sm_v8i, d);
+            sm_v4f lo = {e[0], e[1], e[2], e[3]}, hi = {e[4], e[5], e[6], e[7]};
+            s0 += __builtin_convertvector(lo, sm_v4d);
+            s1 += __builtin_convertvector(hi, sm_v4d);
+            if (!lg) sm_st(y + r * L + l0, e, w);
+        }
+        sm_v8f f; /* lg: (float)log(sum); else (float)(1 / sum) */
+        for (int q = 0; q < 4; q++) {
+            f[q] = lg ? (float)log(s0[q]) : (float)(1.0 / s0[q]);
+            f[q + 4] = lg ? (float)log(s1[q]) : (float)(1.0 / s1[q]);
+        }
+        const sm_v8f nanv = zero + NAN;
+        for (int64_t r = 0; r < R; r++) {
+            sm_v8f o = lg ? (sm_ld(x + r * L + l0, w) - m) - f : sm_ld(y + r * L + l0, w) * f;
+            sm_st(y + r * L + l0, SM_BLEND(bad, nanv, o), w);
+        }
+    }
+}
+
 static void smrun(void *arg, int64_t a) {
     smjob *j = arg;
     int64_t L = j->L;
+    if (!j->f64) {
+        int64_t at = a * j->R * L;
+        sm_cols_f32((const float *)j->x + at, (float *)j->y + at, j->R, L, j->lg);
+        return;
+    }
     double *m = j->work + a * 2 * L, *s = m + L;
-    if (j->f64) SM_BODY(double);
-    else SM_BODY(float);
+    SM_BODY(double);
 }
 
 static goblin_err t3_softmax(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
@@ -527,8 +601,8 @@ static goblin_err t3_softmax(goblin__kctx *k, const goblin__node *node, const go
     if (!ok) return prev ? prev(k, node, in, n_in, out) : GOBLIN_ENOTSUP;
     smjob j = {x->dtype == GOBLIN_DTYPE_F64, lg, x->data, out->data, A, x->shape[ax], L, NULL};
     if (A == 0 || j.R == 0) return GOBLIN_OK;
-    j.work = goblin__alloc((size_t)A * (size_t)L * 2 * sizeof(double));
-    if (!j.work) return goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "softmax: out of memory");
+    if (j.f64 && !(j.work = goblin__alloc((size_t)A * (size_t)L * 2 * sizeof(double))))
+        return goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "softmax: out of memory");
     goblin__parallel_for(k->threads > 0 ? k->threads : 1, A, smrun, &j);
     goblin__free(j.work);
     return GOBLIN_OK;
@@ -556,27 +630,66 @@ __attribute__((noinline)) static double gelu_grad_d(double x, bool tanh_form) {
     return cdf + x * (exp(-0.5 * x * x) * 0.39894228040143267794);
 }
 
+/* t3_erf_poly for |x| < 2.5 only: its first two pieces, the same operations and the
+ * same selection of P1 or P2 by the bits (so the bits of t3_erf_poly there) */
+static inline __attribute__((always_inline)) float t3_erf_mid(float x) {
+    float a = fabsf(x), t = x * x, u2 = a - 1.875f;
+#define T3_H(v, c, k) fmaf((v), (k), (c))
+    const float *c1 = T3_ERF_P1, *c2 = T3_ERF_P2;
+    float p1 = T3_H(t, c1[6], c1[7]);
+    p1 = T3_H(t, c1[5], p1), p1 = T3_H(t, c1[4], p1), p1 = T3_H(t, c1[3], p1);
+    p1 = T3_H(t, c1[2], p1), p1 = T3_H(t, c1[1], p1), p1 = T3_H(t, c1[0], p1);
+    float p2 = T3_H(u2, c2[9], c2[10]);
+    p2 = T3_H(u2, c2[8], p2), p2 = T3_H(u2, c2[7], p2), p2 = T3_H(u2, c2[6], p2);
+    p2 = T3_H(u2, c2[5], p2), p2 = T3_H(u2, c2[4], p2), p2 = T3_H(u2, c2[3], p2);
+    p2 = T3_H(u2, c2[2], p2), p2 = T3_H(u2, c2[1], p2), p2 = T3_H(u2, c2[0], p2);
+#undef T3_H
+    union {
+        float f;
+        int32_t i;
+    } ab = {a}, xb = {x}, nb = {x * p1}, b2 = {p2}, r;
+    int32_t m1 = -(int32_t)(ab.i < 0x3fa00000); /* 1.25f */
+    int32_t far = b2.i | (xb.i & INT32_MIN);
+    r.i = (nb.i & m1) | (far & ~m1);
+    return r.f;
+}
+
+/* gelu_backward's blocks of GELU_BWD_BLK elements, as the forward's: where every |x / sqrt2|
+ * of a block is below 1.25 only P1 is evaluated, else below 2.5 P1 and P2, else all three;
+ * a per-block choice of work, not of result (each element gets t3_erf_poly's bits). */
+#define GELU_BWD_BLK 64
+#define GELU_BWD_ELEM(ERF)                                                                  \
+    do {                                                                                    \
+        float v = x[i];                                                                     \
+        float cdf = fmaf(0.5f, ERF(v * T3_RSQRT2F), 0.5f);                                  \
+        float pdf = t3_expf((v * v) * -0.5f) * 0.398942280401432678f;                       \
+        y[i] = g[i] * fmaf(v, pdf, cdf);                                                    \
+    } while (0)
+
 T3_CLONES static void gelu_bwd_f32(const float *restrict g, const float *restrict x,
                                    float *restrict y, int64_t n) {
-    SIMD for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        float cdf = fmaf(0.5f, t3_erf_poly(v * T3_RSQRT2F), 0.5f);
-        float pdf = t3_expf((v * v) * -0.5f) * 0.398942280401432678f;
-        y[i] = g[i] * fmaf(v, pdf, cdf);
-    }
-    for (int64_t i0 = 0; i0 < n; i0 += 64) {
-        int64_t e = i0 + 64 < n ? i0 + 64 : n;
-        int bad = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += GELU_BWD_BLK) {
+        int64_t e = i0 + GELU_BWD_BLK < n ? i0 + GELU_BWD_BLK : n;
+        int bad = 0; /* some |x / sqrt2| >= 1.25 (or NaN) */
         T3_SIMD_OR_BAD
-        for (int64_t i = i0; i < e; i++) {
-            float t = x[i] * T3_RSQRT2F;
-            bad |= (t <= -3.5f) | (t >= 3.5f) | (t != t);
+        for (int64_t i = i0; i < e; i++) bad |= !(fabsf(x[i] * T3_RSQRT2F) < 1.25f);
+        if (!bad) {
+            SIMD for (int64_t i = i0; i < e; i++) GELU_BWD_ELEM(t3_erf_small);
+            continue;
         }
-        if (__builtin_expect(!bad, 1)) continue;
-        for (int64_t i = i0; i < e; i++) {
-            float t = x[i] * T3_RSQRT2F;
-            if (!((t <= -3.5f) | (t >= 3.5f) | (t != t))) continue;
-            y[i] = (float)((double)g[i] * gelu_grad_d(x[i], false));
+        bad = 0; /* some |x / sqrt2| >= 2.5 (or NaN) */
+        T3_SIMD_OR_BAD
+        for (int64_t i = i0; i < e; i++) bad |= !(fabsf(x[i] * T3_RSQRT2F) < 2.5f);
+        if (!bad) {
+            SIMD for (int64_t i = i0; i < e; i++) GELU_BWD_ELEM(t3_erf_mid);
+        } else {
+            SIMD for (int64_t i = i0; i < e; i++) GELU_BWD_ELEM(t3_erf_poly);
+            /* this block's tails (below): blocks of the first two kinds have none */
+            for (int64_t i = i0; i < e; i++) {
+                float t = x[i] * T3_RSQRT2F;
+                if ((t <= -3.5f) | (t >= 3.5f) | (t != t))
+                    y[i] = (float)((double)g[i] * gelu_grad_d(x[i], false));
+            }
         }
     }
 }
@@ -633,9 +746,11 @@ static goblin_err t3_gelu_bwd(goblin__kctx *k, const goblin__node *node, const g
  * dtype (element i into lane i mod 4*VN, 32 lanes for f32, 16 for f64), the lanes added in
  * lane order in double; mu = (T)(sum / n), rs = (T)(1 / sqrt(sum2 / n + eps)). Then, with
  * xhat = (x - mu) rs and dxhat = grad_out * weight, index 0 gives
- * d x = rs ((dxhat - mean(dxhat)) - xhat mean(dxhat xhat)), the two means summed the same way
- * (dtype lanes folded into double); index 1 gives d weight, each column's sum of
- * grad_out xhat over the rows in row order in double. These clones do not enable FMA (as
+ * d x = rs ((dxhat - mean(dxhat)) - xhat mean(dxhat xhat)), the two means summed in the
+ * same lanes, folded into double as a fixed pairwise tree (ln_fold_tree); index 1 gives
+ * d weight, each column's sum of grad_out xhat over the rows in row order in double. The
+ * statistics are also kept for the run (the lns table below): the forward's are used when
+ * its node ran first, with the same bits. These clones do not enable FMA (as
  * blis_reduce.c's), so the bits do not depend on the CPU; rows (index 0) or columns
  * (index 1) are split among threads, never a sum: the same bits for every thread count. */
 #define LN_CLONES __attribute__((target_clones("avx2", "default")))
@@ -700,6 +815,18 @@ typedef double ln_v4d __attribute__((vector_size(32)));
         }                                                                                       \
         out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;                                     \
     }                                                                                           \
+    /* the lanes of nr <= 4 rows, each folded into double as a fixed pairwise tree (lane j  \
+     * with lane j + L/2, then j + L/4, ...): short chains; for the sums only the backward   \
+     * takes (the statistics keep the forward's order above) */                              \
+    LN_INL void S##_ln_fold_tree(T (*l)[L], int nr, double *out) {                              \
+        for (int r = 0; r < nr; r++) {                                                          \
+            double a[L];                                                                        \
+            for (int q = 0; q < L; q++) a[q] = (double)l[r][q];                                 \
+            for (int h = L / 2; h >= 1; h /= 2)                                                 \
+                for (int q = 0; q < h; q++) a[q] += a[q + h];                                   \
+            out[r] = a[0];                                                                      \
+        }                                                                                       \
+    }                                                                                           \
     /* mu and rs of nr <= 4 rows (row r at x + r n), the forward's bits */                     \
     LN_INL void S##_ln_stats(const T *x, int64_t n, int nr, double eps, T *mu, T *rs) {        \
         T l[4][L];                                                                              \
@@ -752,8 +879,8 @@ typedef double ln_v4d __attribute__((vector_size(32)));
         double da[4], db[4];                                                                    \
         for (int r = 0; r < nr; r++)                                                            \
             S##_ln_dlanes(g + r * n, x + r * n, w, n, mu[r], rs[r], la[r], lb[r]);              \
-        S##_ln_fold(la, nr, da);                                                                \
-        S##_ln_fold(lb, nr, db);                                                                \
+        S##_ln_fold_tree(la, nr, da);                                                           \
+        S##_ln_fold_tree(lb, nr, db);                                                           \
         for (int r = 0; r < nr; r++) {                                                          \
             const T *gr = g + r * n, *xr = x + r * n;                                           \
             T *yr = y + r * n, m = mu[r], s = rs[r];                                            \
@@ -834,39 +961,74 @@ LN_CLONES static void ln_dw_item(void *arg, int64_t item) {
     else LN_DW(float);
 }
 
-/* The d x and d weight nodes of one layer norm read the same x and grad_out and need the
- * same per-row statistics: the first of them computes them and keeps them on this thread,
- * keyed by the run (goblin__kctx.run) and the buffers, for the other (as blis_train2.c's
- * batch norm memo). Within one run x and grad_out stay what they are until their last
- * reader is done, so the key cannot match anything else. */
-typedef struct ln_memo {
-    uint64_t run;
-    const void *x, *go;
+/* The statistics (mu, rs of every row) of a layer norm's x are needed by its forward and
+ * by both backward nodes (d x, d weight): the first of them to run in a run computes them
+ * and keeps them on this thread for the others, in one goblin__tl_buf shared by up to
+ * LNS_SLOTS layer norms of the run, keyed by the run (goblin__kctx.run), the id and the
+ * buffer of x and the shapes. Within a run a node's value never changes, so the key
+ * cannot match anything else; the forward's statistics are the bits the backward would
+ * compute (ln_stats above), so using them changes no bit. When the buffer must grow, the
+ * run's earlier entries are dropped (their nodes then compute their own, as without). */
+#define LNS_SLOTS 8
+
+typedef struct lns_entry {
+    int32_t xid;
+    bool f64, valid;
+    const void *x;
     int64_t rows, len;
     double eps;
-    bool f64;
-    goblin__tl_buf st;
-} ln_memo;
+    size_t off;
+} lns_entry;
 
-static _Thread_local ln_memo t_ln;
+typedef struct lns_table {
+    uint64_t run;
+    int n;
+    size_t used;
+    lns_entry e[LNS_SLOTS];
+    goblin__tl_buf buf;
+} lns_table;
 
-/* the statistics buffer for j in run @p run (*fresh: still to be computed), or NULL when
- * none can be kept */
-static void *ln_memo_get(uint64_t run, const lnjob *j, bool *fresh) {
-    ln_memo *m = &t_ln;
-    if (!run) return NULL;
-    if (m->st.p && m->run == run && m->x == j->x && m->go == j->g && m->rows == j->rows &&
-        m->len == j->len && m->eps == j->eps && m->f64 == j->f64) {
-        *fresh = false;
-        return m->st.p;
+static _Thread_local lns_table t_lns;
+
+static void *lns_find(uint64_t run, int32_t xid, const void *x, int64_t rows, int64_t len,
+                      double eps, bool f64) {
+    lns_table *t = &t_lns;
+    if (!run || t->run != run) return NULL;
+    for (int i = 0; i < t->n; i++) {
+        const lns_entry *e = &t->e[i];
+        if (e->valid && e->xid == xid && e->x == x && e->rows == rows && e->len == len &&
+            e->eps == eps && e->f64 == f64)
+            return (char *)t->buf.p + e->off;
     }
-    m->run = 0; /* the old statistics are gone once the buffer grows */
-    void *st = goblin__tl_buf_reserve(&m->st, (size_t)j->rows * 2 * (j->f64 ? 8 : 4));
-    if (!st) return NULL;
-    m->run = run, m->x = j->x, m->go = j->g, m->rows = j->rows, m->len = j->len;
-    m->eps = j->eps, m->f64 = j->f64;
-    *fresh = true;
-    return st;
+    return NULL;
+}
+
+void *goblin__blis_ln_stats_add(uint64_t run, int32_t xid, const void *x, int64_t rows, int64_t len,
+                                double eps, bool f64, int *slot) {
+    lns_table *t = &t_lns;
+    size_t bytes;
+    *slot = -1;
+    if (!run || xid < 0 || rows <= 0 ||
+        !goblin__mul_size((size_t)rows, 2 * (f64 ? sizeof(double) : sizeof(float)), &bytes) ||
+        bytes > ((size_t)16 << 20))
+        return NULL;
+    bytes = (bytes + 63) / 64 * 64;
+    if (t->run != run) t->run = run, t->n = 0, t->used = 0;
+    if (t->n == LNS_SLOTS) return NULL;
+    if (t->used + bytes > t->buf.cap) { /* growing loses the contents: start over */
+        t->run = 0, t->n = 0;
+        if (!goblin__tl_buf_reserve(&t->buf, 2 * (t->used + bytes))) return NULL;
+        t->run = run, t->used = 0;
+    }
+    lns_entry *e = &t->e[t->n];
+    *e = (lns_entry){xid, f64, false, x, rows, len, eps, t->used};
+    t->used += bytes;
+    *slot = t->n++;
+    return (char *)t->buf.p + e->off;
+}
+
+void goblin__blis_ln_stats_commit(int slot) {
+    if (slot >= 0 && slot < t_lns.n) t_lns.e[slot].valid = true;
 }
 
 static goblin_err t3_ln_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
@@ -891,14 +1053,23 @@ static goblin_err t3_ln_bwd(goblin__kctx *k, const goblin__node *node, const gob
     }
     j.per = BLOCK / j.len > 1 ? BLOCK / j.len : 1;
     int64_t items = (j.rows + j.per - 1) / j.per;
-    bool fresh = true, own = false;
-    j.stats = ln_memo_get(k->run, &j, &fresh);
+    bool fresh = false, own = false;
+    int32_t xid = node->n_inputs > 1 ? node->inputs[1] : -1;
+    int slot = -1;
+    j.stats = lns_find(k->run, xid, j.x, j.rows, j.len, j.eps, j.f64);
+    if (!j.stats) {
+        j.stats = goblin__blis_ln_stats_add(k->run, xid, j.x, j.rows, j.len, j.eps, j.f64, &slot);
+        fresh = true;
+    }
     if (!j.stats && wgrad) { /* no memo: d weight needs its own buffer */
         j.stats = goblin__alloc((size_t)j.rows * 2 * goblin_dtype_size(out->dtype));
         if (!j.stats) return goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "layer_norm_backward: out of memory");
-        own = true;
+        own = fresh = true;
     }
-    if (j.stats && fresh) goblin__parallel_for(th, items, ln_stats_item, &j);
+    if (j.stats && fresh) {
+        goblin__parallel_for(th, items, ln_stats_item, &j);
+        goblin__blis_ln_stats_commit(slot);
+    }
     if (wgrad) goblin__parallel_for(th, (j.len + LN_COLS - 1) / LN_COLS, ln_dw_item, &j);
     else goblin__parallel_for(th, items, ln_dx_item, &j);
     if (own) goblin__free(j.stats);
