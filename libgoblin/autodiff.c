@@ -424,8 +424,18 @@ static void rule(ad_ctx *c, int32_t id, int32_t gy) {
     }
     case GOBLIN_OP_COPY: contrib(c, x, gy); break;
     case GOBLIN_OP_RELU: {
-        int32_t in[3] = {bin(c, GOBLIN_OP_GT, x, K(c, dt, 0)), gy, K(c, dt, 0)};
-        contrib(c, x, add(c, GOBLIN_OP_WHERE, in, 3, NULL, 0));
+        /* the fused RELU_BACKWARD: gy where x > 0, else 0 (where(x > 0, gy, 0) in one pass) */
+        int32_t ins[2] = {gy, x};
+        contrib(c, x, add(c, GOBLIN_OP_RELU_BACKWARD, ins, 2, NULL, 0));
+        break;
+    }
+    case GOBLIN_OP_RELU_BACKWARD: {
+        /* linear in grad_out with the same mask; piecewise constant in x (zero, as where's
+         * condition): double backward through relu */
+        if (nx) {
+            int32_t ins[2] = {gy, b};
+            contrib(c, x, add(c, GOBLIN_OP_RELU_BACKWARD, ins, 2, NULL, 0));
+        }
         break;
     }
     case GOBLIN_OP_SIGMOID: contrib(c, x, MUL(c, gy, MUL(c, id, SUB(c, K(c, dt, 1), id)))); break;
@@ -730,7 +740,7 @@ bool goblin_op_has_backward(goblin_op op) {
     case GOBLIN_OP_AVG_POOL2D: case GOBLIN_OP_ADAPTIVE_AVG_POOL2D: case GOBLIN_OP_SOFTMAX:
     case GOBLIN_OP_LOG_SOFTMAX: case GOBLIN_OP_LAYER_NORM: case GOBLIN_OP_RMS_NORM:
     case GOBLIN_OP_BATCH_NORM: case GOBLIN_OP_NLL_LOSS: case GOBLIN_OP_CROSS_ENTROPY:
-    case GOBLIN_OP_SDPA:
+    case GOBLIN_OP_SDPA: case GOBLIN_OP_RELU_BACKWARD:
         return true;
     default:
         return false;

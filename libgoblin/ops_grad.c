@@ -318,6 +318,17 @@ static goblin_err infer_gelu_bwd(goblin__infer *c) {
     return GOBLIN_OK;
 }
 
+/* RELU_BACKWARD (grad_out, x): grad_out where x > 0, else +0; both of one shape. */
+static goblin_err infer_relu_bwd(goblin__infer *c) {
+    goblin_err e;
+    if ((e = need_float(c, 0, "grad_out")) || (e = need_same(c, 1, "x"))) return e;
+    const goblin__node *go = c->in[0], *x = c->in[1];
+    if (!same_shape(x->rank, x->shape, go->rank, go->shape))
+        return shape_mismatch(c, "grad_out", x->rank, x->shape, go->rank, go->shape);
+    set_out(c, x->dtype, x->rank, x->shape);
+    return GOBLIN_OK;
+}
+
 /* gelu': Phi(x) + x phi(x) cancels near its zero (x ~ -0.75) and 1 + erf cancels for
  * x < 0, so an f32 implementation errs by a few u absolute in gelu' (times |grad_out|):
  * 16u relative + 16u absolute, the absolute part for |grad_out| <= 1. */
@@ -467,4 +478,13 @@ void goblin__ops_register_grad(goblin__op_def *t) {
         .min_inputs = 2, .max_inputs = 2, .dtypes = fl,
         .n_attrs = 1, .attrs = {{GOBLIN_ATTR_APPROXIMATE, false, GOBLIN_GELU_ERF, GOBLIN_GELU_TANH}},
         .infer = infer_gelu_bwd, .contract = contract_gelu_bwd};
+    t[GOBLIN_OP_RELU_BACKWARD] = (goblin__op_def){
+        .defined = true, .group = "backward",
+        .summary = "d relu / d x: (grad_out, x) -> grad_out where x > 0, else 0; x's shape",
+        .semantics = "float dtypes; x > 0 ? grad_out : +0, the value of where(x > 0, grad_out, 0): "
+                     "grad_out's bits (NaN and inf included) where x > 0, +0 where x <= 0 (-0 "
+                     "too) or x is NaN",
+        .contract_text = "exact",
+        .min_inputs = 2, .max_inputs = 2, .dtypes = fl,
+        .infer = infer_relu_bwd};
 }

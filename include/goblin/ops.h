@@ -149,7 +149,8 @@ GOBLIN_BEGIN_DECLS
     X(EMBEDDING_BACKWARD, 208, "embedding_backward")                                \
     X(SDPA_BACKWARD, 209, "scaled_dot_product_attention_backward")                  \
     X(LAYER_NORM_BACKWARD, 210, "layer_norm_backward")                              \
-    X(GELU_BACKWARD, 211, "gelu_backward")
+    X(GELU_BACKWARD, 211, "gelu_backward")                                          \
+    X(RELU_BACKWARD, 212, "relu_backward")
 
 typedef enum goblin_op {
 #define GOBLIN__OP_ENUM(name, value, str) GOBLIN_OP_##name = value,

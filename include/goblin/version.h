@@ -14,6 +14,6 @@
 /* The operator catalogue version. It is part of the wire format: workers and
  * nodes refuse to talk when it differs. Bump it whenever an op is appended or
  * an op's semantics, attributes or numeric contract change. */
-#define GOBLIN_CATALOG_VERSION 3
+#define GOBLIN_CATALOG_VERSION 4
 
 #endif

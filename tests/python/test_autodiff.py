@@ -247,6 +247,32 @@ def test_gelu_and_layer_norm_backward_nonfinite_vs_torch(be, dt):
     np.testing.assert_allclose(got[1], want[1], rtol=TOL[dt], atol=1e-6)
 
 
+@pytest.mark.parametrize("be", BACKENDS)
+@pytest.mark.parametrize("dt", ["f64", "f32"])
+def test_relu_backward_bits_vs_numpy_and_torch(be, dt):
+    """The fused relu_backward is where(x > 0, grad, 0) to the bit (NumPy's where as the
+    reference): grad's NaN and inf pass where x > 0, +0 where x is 0, -0, negative or NaN;
+    away from a NaN x it is also what torch.relu's backward gives."""
+    rng = np.random.default_rng(12)
+    n = 1000
+    x = rng.uniform(-2, 2, n).astype(NPDT[dt])
+    gr = rng.uniform(-2, 2, n).astype(NPDT[dt])
+    x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-300 if dt == "f64" else 1e-40, -1.0, 2.0]
+    gr[:8] = [1.0, np.nan, 3.0, np.nan, np.inf, -0.0, np.nan, -np.inf]
+    gr[8:16] = [np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, np.nan, 1.0]
+    g = Graph()
+    gi, xi = g.input(dt, gr.shape), g.input(dt, x.shape)
+    g.output(g.op("relu_backward", gi, xi))
+    got = g.run([gr, x], backend=be)[0]
+    want = np.where(x > 0, gr, NPDT[dt](0))
+    ui = np.uint64 if dt == "f64" else np.uint32
+    np.testing.assert_array_equal(got.view(ui), want.view(ui))
+    tx = torch.tensor(x, dtype=TDT[dt], requires_grad=True)
+    torch.relu(tx).backward(torch.tensor(gr, dtype=TDT[dt]))
+    ok = ~np.isnan(x)  # torch passes grad where x is NaN (NaN <= 0 is false); we give 0
+    np.testing.assert_array_equal(got[ok], tx.grad.numpy()[ok])
+
+
 def test_backward_error_message():
     g = Graph()
     x = g.input("f64", (3,))
@@ -279,6 +305,7 @@ def _fused_cases(rng):
         ("layer_norm_backward", [r(3, 5), r(3, 5)], dict(index=1)),
         ("gelu_backward", [r(3, 5), 4 * r(3, 5)], dict(approximate=0)),
         ("gelu_backward", [r(3, 5), 4 * r(3, 5)], dict(approximate=1)),
+        ("relu_backward", [r(3, 5), r(3, 5)], dict()),
     ]
 
 

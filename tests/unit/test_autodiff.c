@@ -597,6 +597,252 @@ Test(autodiff, layer_norm_and_gelu_backward_errors_and_nonfinite) {
     }
 }
 
+/* ---- relu: the fused RELU_BACKWARD ------------------------------------------------------
+ * autodiff emits relu_backward(g, x) for relu; its value must be where(x > 0, g, 0), the
+ * expression it replaced, to the bit: g's bits (NaN payloads, inf, -0) where x > 0, +0 where
+ * x <= 0 (-0 included) or x is NaN. Checked against that expression evaluated as a graph
+ * and against the rule applied to the raw bits by hand, on every backend, dtype and a
+ * range of sizes (vector blocks, tails, threaded chunks), 1 and 3 threads. */
+
+/* x > 0 from the raw bits: sign clear, not zero, not NaN */
+static bool positive_bits(goblin_dtype dt, const void *p, int64_t i) {
+    switch (dt) {
+    case GOBLIN_DTYPE_F64: {
+        uint64_t b;
+        memcpy(&b, (const char *)p + 8 * i, 8);
+        return !(b >> 63) && b != 0 && b <= 0x7ff0000000000000ULL;
+    }
+    case GOBLIN_DTYPE_F32: {
+        uint32_t b;
+        memcpy(&b, (const char *)p + 4 * i, 4);
+        return !(b >> 31) && b != 0 && b <= 0x7f800000u;
+    }
+    default: {
+        uint16_t b;
+        memcpy(&b, (const char *)p + 2 * i, 2);
+        uint16_t inf = dt == GOBLIN_DTYPE_F16 ? 0x7c00 : 0x7f80;
+        return !(b >> 15) && b != 0 && b <= inf;
+    }
+    }
+}
+
+/* Fill @p n elements of dtype @p dt with a mix of finite values of both signs, +-0,
+ * +-inf, NaNs of both signs and several payloads, subnormals (as raw bit patterns). */
+static void fill_specials(goblin_dtype dt, void *p, int64_t n, uint64_t *seed) {
+    for (int64_t i = 0; i < n; i++) {
+        double r = gt_rand(seed), v = 4 * gt_rand(seed) - 2;
+        int kind = r < 0.55 ? 0 : (int)((r - 0.55) / 0.45 * 9);
+        uint64_t pay = (uint64_t)(gt_rand(seed) * 1000) + 1;
+        size_t es = goblin_dtype_size(dt);
+        char *d = (char *)p + (size_t)i * es;
+        if (dt == GOBLIN_DTYPE_F64) {
+            uint64_t b = 0;
+            double x = kind == 1 ? 0.0 : kind == 2 ? -0.0 : kind == 3 ? INFINITY : kind == 4 ? -INFINITY
+                                                                                                 : v;
+            memcpy(&b, &x, 8);
+            if (kind == 5) b = 0x7ff8000000000000ULL | pay;        /* quiet NaN, payload */
+            if (kind == 6) b = 0xfff8000000000000ULL | pay;        /* negative NaN */
+            if (kind == 7) b = 0x7ff0000000000000ULL | pay;        /* signalling pattern */
+            if (kind == 8) b = pay | (gt_rand(seed) < 0.5 ? 1ULL << 63 : 0); /* subnormal */
+            memcpy(d, &b, 8);
+        } else if (dt == GOBLIN_DTYPE_F32) {
+            uint32_t b = 0;
+            float x = kind == 1 ? 0.0f : kind == 2 ? -0.0f : kind == 3 ? INFINITY : kind == 4 ? -INFINITY
+                                                                                                : (float)v;
+            memcpy(&b, &x, 4);
+            if (kind == 5) b = 0x7fc00000u | (uint32_t)pay;
+            if (kind == 6) b = 0xffc00000u | (uint32_t)pay;
+            if (kind == 7) b = 0x7f800000u | (uint32_t)pay;
+            if (kind == 8) b = (uint32_t)pay | (gt_rand(seed) < 0.5 ? 1u << 31 : 0);
+            memcpy(d, &b, 4);
+        } else {
+            bool h = dt == GOBLIN_DTYPE_F16;
+            uint16_t inf = h ? 0x7c00 : 0x7f80, q = h ? 0x0200 : 0x0040, pm = (uint16_t)(pay & (q - 1));
+            /* a finite value: sign, then an exponent below inf's and a mantissa */
+            uint16_t b = (uint16_t)((uint16_t)(gt_rand(seed) * (inf - 1)) + 1);
+            if (v < 0) b |= 0x8000;
+            if (kind == 1) b = 0;
+            if (kind == 2) b = 0x8000;
+            if (kind == 3) b = inf;
+            if (kind == 4) b = (uint16_t)(inf | 0x8000);
+            if (kind == 5) b = (uint16_t)(inf | q | pm);
+            if (kind == 6) b = (uint16_t)(0x8000 | inf | q | pm);
+            if (kind == 7) b = (uint16_t)(inf | (pm ? pm : 1));
+            if (kind == 8) b = (uint16_t)((pm ? pm : 1) | (v < 0 ? 0x8000 : 0));
+            memcpy(d, &b, 2);
+        }
+    }
+}
+
+/* where(x > 0, g, 0) as separate gt / where nodes (what autodiff emitted before) */
+static goblin_err run_unfused_relu_bwd(const goblin_tensor *in, goblin_backend_kind be, int32_t threads,
+                                       goblin_tensor *out) {
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int32_t gi, xi, zero, gt, w;
+    cr_assert_eq(goblin_graph_input(g, in[0].dtype, in[0].rank, in[0].shape, &gi), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, in[1].dtype, in[1].rank, in[1].shape, &xi), GOBLIN_OK);
+    int64_t dummy = 0;
+    goblin_attr za[3] = {goblin_attr_ints(GOBLIN_ATTR_SHAPE, &dummy, 0), A_INT(DTYPE, in[1].dtype),
+                         A_FLT(VALUE, 0.0)};
+    zero = must_add(g, GOBLIN_OP_FULL, NULL, 0, za, 3);
+    gt = must_add(g, GOBLIN_OP_GT, (const int32_t[]){xi, zero}, 2, NULL, 0);
+    w = must_add(g, GOBLIN_OP_WHERE, (const int32_t[]){gt, gi, zero}, 3, NULL, 0);
+    cr_assert_eq(goblin_graph_output(g, w), GOBLIN_OK);
+    goblin_exec_params p;
+    goblin_exec_params_default(&p);
+    p.backend = be;
+    p.threads = threads;
+    memset(out, 0, sizeof *out);
+    goblin_err e = goblin_graph_eval(g, &p, in, 2, out, 1);
+    goblin_graph_free(g);
+    return e;
+}
+
+Test(autodiff, relu_backward_bits_match_unfused_where) {
+    static const goblin_dtype dts[4] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64, GOBLIN_DTYPE_F16,
+                                        GOBLIN_DTYPE_BF16};
+    static const int64_t sizes[] = {1, 3, 7, 8, 15, 16, 17, 31, 33, 255, 1001, 40007};
+    goblin_backend_kind be[2];
+    int nb = n_fd_backends(be);
+    uint64_t seed = 0x5eed12345ULL;
+    char msg[256];
+    for (int d = 0; d < 4; d++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            goblin_dtype dt = dts[d];
+            int64_t n = sizes[s], shape[2] = {n % 2 ? 1 : 2, n % 2 ? n : n / 2};
+            size_t es = goblin_dtype_size(dt);
+            void *gv = malloc(es * (size_t)n), *xv = malloc(es * (size_t)n), *want = malloc(es * (size_t)n);
+            fill_specials(dt, gv, n, &seed);
+            fill_specials(dt, xv, n, &seed);
+            for (int64_t i = 0; i < n; i++) {
+                char *wi = (char *)want + i * (int64_t)es;
+                if (positive_bits(dt, xv, i)) memcpy(wi, (char *)gv + i * (int64_t)es, es);
+                else memset(wi, 0, es);
+            }
+            goblin_tensor in[2] = {gt_tensor(dt, 2, shape, gv), gt_tensor(dt, 2, shape, xv)};
+            for (int b = 0; b < nb; b++)
+                for (int32_t th = 1; th <= 3; th += 2) {
+                    goblin_tensor fused, unf;
+                    cr_assert_eq(gt_run1(GOBLIN_OP_RELU_BACKWARD, in, 2, NULL, 0, be[b], th, &fused, msg,
+                                         sizeof msg),
+                                 GOBLIN_OK, "%s", msg);
+                    cr_assert_eq(run_unfused_relu_bwd(in, be[b], th, &unf), GOBLIN_OK);
+                    cr_assert_eq(fused.dtype, dt);
+                    cr_assert_eq(goblin_tensor_numel(&fused), n);
+                    for (int64_t i = 0; i < n; i++) {
+                        const char *f = (const char *)fused.data + i * (int64_t)es;
+                        const char *u = (const char *)unf.data + i * (int64_t)es;
+                        const char *h = (const char *)want + i * (int64_t)es;
+                        cr_assert(memcmp(f, h, es) == 0 && memcmp(u, h, es) == 0,
+                                  "%s n %lld backend %d threads %d: element %lld differs (fused vs hand "
+                                  "%d, where vs hand %d)",
+                                  goblin_dtype_name(dt), (long long)n, (int)be[b], (int)th, (long long)i,
+                                  memcmp(f, h, es) != 0, memcmp(u, h, es) != 0);
+                    }
+                    goblin_buffer_free(fused.data);
+                    goblin_buffer_free(unf.data);
+                }
+            free(gv);
+            free(xv);
+            free(want);
+        }
+}
+
+/* relu inside a small graph: relu(x @ w + b) * tanh(x @ w) + relu(x) summed over a row, relu
+ * used on both sides of its kink (finite differences stay away from it by the ranges) */
+static int32_t build_relu_net(goblin_graph *g, const int32_t *ids, const fwd *f) {
+    (void)f;
+    int32_t h = must_add(g, GOBLIN_OP_MATMUL, (const int32_t[]){ids[0], ids[1]}, 2, NULL, 0);
+    int32_t hb = must_add(g, GOBLIN_OP_ADD, (const int32_t[]){h, ids[2]}, 2, NULL, 0);
+    int32_t r = must_add(g, GOBLIN_OP_RELU, &hb, 1, NULL, 0);
+    int32_t t = must_add(g, GOBLIN_OP_TANH, &h, 1, NULL, 0);
+    int32_t y = must_add(g, GOBLIN_OP_MUL, (const int32_t[]){r, t}, 2, NULL, 0);
+    int32_t rx = must_add(g, GOBLIN_OP_RELU, &ids[0], 1, NULL, 0);
+    goblin_attr ax[2] = {A_INTS(AXES, 1), A_INT(KEEPDIM, 1)};
+    int32_t sx = must_add(g, GOBLIN_OP_SUM, &rx, 1, ax, 2);
+    return must_add(g, GOBLIN_OP_ADD, (const int32_t[]){y, sx}, 2, NULL, 0);
+}
+
+/* double backward: gr = d sum(relu(x)^2) / d x = 2 relu(x) is itself differentiated, which
+ * needs relu_backward's rule (linear in grad_out, zero in x) */
+static int32_t build_relu_grad(goblin_graph *g, const int32_t *ids, const fwd *f) {
+    (void)f;
+    int32_t r = must_add(g, GOBLIN_OP_RELU, &ids[0], 1, NULL, 0);
+    int32_t sq = must_add(g, GOBLIN_OP_MUL, (const int32_t[]){r, r}, 2, NULL, 0);
+    int32_t l = must_add(g, GOBLIN_OP_SUM, &sq, 1, NULL, 0);
+    int32_t gr = -1;
+    cr_assert_eq(goblin_graph_backward(g, l, &ids[0], 1, &gr), GOBLIN_OK, "%s", goblin_graph_error(g));
+    return gr;
+}
+
+Test(autodiff, relu_backward_finite_differences) {
+    goblin_backend_kind be[2];
+    int nb = n_fd_backends(be);
+    for (int b = 0; b < nb; b++) {
+        g_fd_backend = be[b];
+        /* x in [0.1, 1] (relu(x) on its positive side), w of both signs: x @ w + b crosses 0 */
+        gin a[3] = {F64(0.1, 1, 3, 5), F64(-1, 1, 5, 9), F64(-0.4, 0.4, 9)};
+        fwd f = {.build = build_relu_net};
+        fd_check("relu net", a, 3, &f);
+        gin c[1] = {F64(-1, 1, 4, 9)};
+        fwd f2 = {.build = build_relu_grad};
+        fd_check("relu double backward", c, 1, &f2);
+    }
+    g_fd_backend = GOBLIN_BACKEND_REF;
+}
+
+Test(autodiff, relu_emits_fused_backward_and_errors) {
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int32_t x;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, (const int64_t[]){4, 6}, &x), GOBLIN_OK);
+    int32_t r = must_add(g, GOBLIN_OP_RELU, &x, 1, NULL, 0);
+    int32_t loss = must_add(g, GOBLIN_OP_SUM, &r, 1, NULL, 0);
+    int32_t n0 = goblin_graph_node_count(g), gr;
+    cr_assert_eq(goblin_graph_backward(g, loss, &x, 1, &gr), GOBLIN_OK);
+    int rb = 0, other = 0;
+    for (int32_t i = n0; i < goblin_graph_node_count(g); i++) {
+        goblin_op op;
+        goblin_graph_node(g, i, &op, NULL, NULL, NULL);
+        rb += op == GOBLIN_OP_RELU_BACKWARD;
+        other += op == GOBLIN_OP_GT || op == GOBLIN_OP_WHERE;
+    }
+    cr_expect_eq(rb, 1);
+    cr_expect_eq(other, 0);
+    goblin_graph_free(g);
+    cr_expect(goblin_op_has_backward(GOBLIN_OP_RELU_BACKWARD));
+
+    double go[6] = {1, 2, 3, 4, 5, 6}, xv[6] = {1, -1, 0, 2, -2, 3};
+    const int64_t s23[2] = {2, 3}, s32[2] = {3, 2};
+    char msg[256];
+    goblin_tensor bad[2] = {gt_tensor(GOBLIN_DTYPE_F64, 2, s32, go), gt_tensor(GOBLIN_DTYPE_F64, 2, s23, xv)};
+    cr_expect_eq(gt_build1(GOBLIN_OP_RELU_BACKWARD, bad, 2, NULL, 0, NULL, msg, sizeof msg), GOBLIN_ESHAPE,
+                 "%s", msg);
+    float xf[6] = {0};
+    goblin_tensor mixed[2] = {bad[1], gt_tensor(GOBLIN_DTYPE_F32, 2, s23, xf)};
+    cr_expect_eq(gt_build1(GOBLIN_OP_RELU_BACKWARD, mixed, 2, NULL, 0, NULL, msg, sizeof msg), GOBLIN_EDTYPE,
+                 "%s", msg);
+    int64_t gi[6] = {0};
+    goblin_tensor ints[2] = {gt_tensor(GOBLIN_DTYPE_I64, 2, s23, gi), gt_tensor(GOBLIN_DTYPE_I64, 2, s23, gi)};
+    cr_expect_eq(gt_build1(GOBLIN_OP_RELU_BACKWARD, ints, 2, NULL, 0, NULL, msg, sizeof msg), GOBLIN_EDTYPE,
+                 "%s", msg);
+    cr_expect_neq(gt_build1(GOBLIN_OP_RELU_BACKWARD, bad, 1, NULL, 0, NULL, msg, sizeof msg), GOBLIN_OK);
+    /* empty tensors */
+    goblin_tensor out;
+    double dummy[1];
+    goblin_tensor e2[2] = {gt_tensor(GOBLIN_DTYPE_F64, 2, (const int64_t[]){0, 3}, dummy),
+                           gt_tensor(GOBLIN_DTYPE_F64, 2, (const int64_t[]){0, 3}, dummy)};
+    goblin_backend_kind be[2];
+    int nb = n_fd_backends(be);
+    for (int b = 0; b < nb; b++) {
+        cr_assert_eq(gt_run1(GOBLIN_OP_RELU_BACKWARD, e2, 2, NULL, 0, be[b], 1, &out, msg, sizeof msg),
+                     GOBLIN_OK, "%s", msg);
+        cr_expect_eq(goblin_tensor_numel(&out), 0);
+        goblin_buffer_free(out.data);
+    }
+}
+
 Test(autodiff, losses) {
     int64_t t1[4] = {2, 0, -100, 1};
     for (int red = 0; red < 3; red++) {

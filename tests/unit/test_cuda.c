@@ -332,6 +332,7 @@ static const tcase cases[] = {
     {"layer_norm_backward", GOBLIN_OP_LAYER_NORM_BACKWARD, F, 3, {IN(3, 2, 3, 8), IN(3, 2, 3, 8), IN(1, 8)}, 1, {AI(INDEX, 0)}, 8, SC_ONE},
     {"layer_norm_backward_w", GOBLIN_OP_LAYER_NORM_BACKWARD, F, 2, {IN(3, 2, 3, 8), IN(3, 2, 3, 8)}, 2, {AI(INDEX, 1), AI(NORM_NDIM, 2)}, 6, SC_ONE},
     {"gelu_backward", GOBLIN_OP_GELU_BACKWARD, F, 2, {IN(2, 5, 7), IN(2, 5, 7)}, 1, {AI(APPROXIMATE, 0)}, 1, SC_ONE},
+    {"relu_backward", GOBLIN_OP_RELU_BACKWARD, F, 2, {IN(2, 5, 7), IN(2, 5, 7)}, .specials = true},
     /* fused expressions */
     {"formula_float", GOBLIN_OP_FORMULA, F, 4, {IN(2, 3, 4), IN(1, 4), IN(2, 3, 4), IN(0)}, .formula = "a * exp(-b * x) + c", .specials = true},
     {"formula_float2", GOBLIN_OP_FORMULA, F, 2, {IN(2, 5, 6), IN(2, 5, 6)}, .formula = "where(a > b, sqrt(abs(a)) / (1 + b * b), clamp(a - b, -0.5, 0.5)) + max(a, 0.25) ** 2"},

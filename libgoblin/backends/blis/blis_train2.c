@@ -1,10 +1,10 @@
 /* libgoblin/backends/blis/blis_train2.c - more training hot spots on the CPU backend:
  * BATCH_NORM (training and eval) and BATCH_NORM_BACKWARD, MAX_POOL2D and its backward,
- * EMBEDDING_BACKWARD, RELU (f32 and f64; other dtypes return GOBLIN_ENOTSUP so the reference
- * kernel runs), and the pure copies PERMUTE, SLICE, PAD, RESHAPE and COPY (any dtype of
+ * EMBEDDING_BACKWARD, RELU and RELU_BACKWARD (f32 and f64; other dtypes return GOBLIN_ENOTSUP
+ * so the reference kernel runs), and the pure copies PERMUTE, SLICE, PAD, RESHAPE and COPY (any dtype of
  * 1, 2, 4 or 8 bytes).
  *
- * Bits: max pooling, embedding backward, relu and the copies do the reference kernel's
+ * Bits: max pooling, embedding backward, relu, relu backward and the copies do the reference kernel's
  * arithmetic in the same order (f64 accumulators, row-major sums per output cell / per
  * index), so results are the reference's bits. Batch norm gathers each channel's
  * statistics in one pass of shifted sums in fixed double lanes (see below): within the
@@ -973,6 +973,69 @@ static goblin_err blis_relu(goblin__kctx *k, const goblin__node *node, const gob
     return GOBLIN_OK;
 }
 
+/* ---- relu_backward --------------------------------------------------------------- */
+
+/* grad_out where x > 0, else +0 (x <= 0, -0 and NaN included): the value of
+ * where(x > 0, grad_out, 0), as the reference. The compare's all-ones / all-zeros lane mask
+ * ANDs grad_out's bits (NaN payloads kept, +0 where the mask is clear): one pass, exact,
+ * chunked like relu. */
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+
+typedef struct relu_bwd_job {
+    const void *g, *x;
+    void *y;
+    int64_t n, per;
+    bool f64;
+} relu_bwd_job;
+
+static CLONES void relu_bwd_chunk(void *arg, int64_t w) {
+    const relu_bwd_job *j = arg;
+    int64_t i0 = w * j->per, i1 = i0 + j->per, i = i0;
+    if (i1 > j->n) i1 = j->n;
+    if (j->f64) {
+        const double *x = j->x;
+        const int64_t *g = j->g;
+        int64_t *y = j->y;
+        for (; i + 8 <= i1; i += 8) {
+            v4d x0 = LDV(v4d, x + i), x1 = LDV(v4d, x + i + 4);
+            v4l g0 = LDV(v4l, g + i), g1 = LDV(v4l, g + i + 4);
+            STV(y + i, g0 & (x0 > 0.0));
+            STV(y + i + 4, g1 & (x1 > 0.0));
+        }
+        for (; i < i1; i++) y[i] = x[i] > 0.0 ? g[i] : 0;
+    } else {
+        const float *x = j->x;
+        const int32_t *g = j->g;
+        int32_t *y = j->y;
+        for (; i + 16 <= i1; i += 16) {
+            v8f x0 = LDV(v8f, x + i), x1 = LDV(v8f, x + i + 8);
+            v8i g0 = LDV(v8i, g + i), g1 = LDV(v8i, g + i + 8);
+            STV(y + i, g0 & (x0 > 0.0f));
+            STV(y + i + 8, g1 & (x1 > 0.0f));
+        }
+        for (; i < i1; i++) y[i] = x[i] > 0.0f ? g[i] : 0;
+    }
+}
+
+static goblin_err blis_relu_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                                int32_t n_in, goblin_tensor *out) {
+    (void)node;
+    if (n_in != 2 || !f32_or_f64(out->dtype) || in[0].dtype != out->dtype || in[1].dtype != out->dtype ||
+        !goblin_tensor_is_contiguous(&in[0]) || !goblin_tensor_is_contiguous(&in[1]) ||
+        !goblin_tensor_is_contiguous(out) || goblin__numel(&in[0]) != goblin__numel(out) ||
+        goblin__numel(&in[1]) != goblin__numel(out))
+        return GOBLIN_ENOTSUP;
+    relu_bwd_job j = {in[0].data, in[1].data, out->data, goblin__numel(out), 0,
+                      out->dtype == GOBLIN_DTYPE_F64};
+    if (j.n == 0) return GOBLIN_OK;
+    int32_t t = threads_for(k, j.n, j.n);
+    j.per = (j.n + t - 1) / t;
+    goblin__parallel_for(t, (j.n + j.per - 1) / j.per, relu_bwd_chunk, &j);
+    return GOBLIN_OK;
+}
+
 void goblin__blis_register_train2(goblin__kernel_fn *t) {
     t[GOBLIN_OP_BATCH_NORM] = blis_batch_norm;
     t[GOBLIN_OP_BATCH_NORM_BACKWARD] = blis_batch_norm;
@@ -985,4 +1048,5 @@ void goblin__blis_register_train2(goblin__kernel_fn *t) {
     t[GOBLIN_OP_COPY] = blis_view_copy;
     t[GOBLIN_OP_PAD] = blis_pad;
     t[GOBLIN_OP_RELU] = blis_relu;
+    t[GOBLIN_OP_RELU_BACKWARD] = blis_relu_bwd;
 }

@@ -546,7 +546,29 @@ static goblin_err k_gelu_bwd(goblin__kctx *k, const goblin__node *node, const go
     return GOBLIN_OK;
 }
 
+/* RELU_BACKWARD: grad_out where x > 0, else +0 (x NaN or <= 0, -0 included), the value of
+ * where(x > 0, grad_out, 0). x is compared exactly (widened to double); grad_out's element
+ * is moved as raw bits (NaN payloads and signs kept, as where moves them), +0 is all-zero
+ * bytes. */
+static goblin_err k_relu_bwd(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                             int32_t n_in, goblin_tensor *out) {
+    (void)k;
+    (void)node;
+    (void)n_in;
+    const goblin_tensor *go = &in[0], *x = &in[1];
+    size_t es = goblin_dtype_size(out->dtype);
+    int64_t n = goblin__numel(out);
+    const char *g = go->data;
+    char *y = out->data;
+    for (int64_t i = 0; i < n; i++) {
+        if (goblin__load_f64(x->dtype, x->data, i) > 0) memcpy(y + (size_t)i * es, g + (size_t)i * es, es);
+        else memset(y + (size_t)i * es, 0, es);
+    }
+    return GOBLIN_OK;
+}
+
 void goblin__ref_register_grad(goblin__kernel_fn *t) {
+    t[GOBLIN_OP_RELU_BACKWARD] = k_relu_bwd;
     t[GOBLIN_OP_LAYER_NORM_BACKWARD] = k_ln_bwd;
     t[GOBLIN_OP_GELU_BACKWARD] = k_gelu_bwd;
     t[GOBLIN_OP_SDPA_BACKWARD] = k_sdpa_bwd;
