@@ -146,8 +146,9 @@ typedef int64_t i2 __attribute__((vector_size(2 * sizeof(int64_t))));
 #define FV_V3 __attribute__((target("avx2,fma")))
 /* Keep a loaded weight in a register: GCC would fold its load into both rows'
  * FMAs, and the loads, not the FMAs, would then bound the loop. (Clang rejects a
- * 32-byte "x" operand outside AVX code, where this kernel is also parsed.) */
-#if defined(__clang__)
+ * 32-byte "x" operand outside AVX code, where this kernel is also parsed; so does
+ * GCC without optimization, which keeps the baseline variant's dead AVX branch.) */
+#if defined(__clang__) || !defined(__OPTIMIZE__)
 #define FV_IN_REG(t) ((void)0)
 #else
 #define FV_IN_REG(t) __extension__({ __asm__("" : "+x"(t)); })
