@@ -1129,13 +1129,25 @@ static void sdpa_touch(const sdpa_job *j, int64_t b, const char **last) {
     unsigned char acc = 0;
     for (int a = 0; a < 3; a++) {
         int64_t rs = j->rs[a];
-        if (j->cs[a] != 1 || rs <= cols[a] || rs > SD_TOUCH_MAX * cols[a] || rows[a] < 2) continue;
+        if (j->cs[a] != 1 || rs <= cols[a] || rs > SD_TOUCH_MAX * cols[a] || rows[a] < 2 || off[a] < 0) continue;
+        /* Only memory the tensor itself spans may be read: [data, data + hi elements). The
+         * rows' other columns (the other heads) lie inside it except past its last
+         * element, which the block may not pass. */
+        int64_t hi = 1;
+        bool neg = false;
+        for (int32_t d = 0; d < t[a]->rank; d++) {
+            if (t[a]->shape[d] == 0) hi = 0;
+            if (t[a]->strides[d] < 0) neg = true;
+            else hi += (t[a]->shape[d] - 1) * t[a]->strides[d];
+        }
+        if (neg || hi <= 0) continue;
         int64_t o = off[a] - off[a] % rs;
         if (next[a] < o || next[a] >= o + rs) continue; /* item b + 1 is in other rows */
         const char *lo = (const char *)t[a]->data + o * j->es;
         if (lo == last[0] || lo == last[1] || lo == last[2]) continue;
         last[a] = lo;
-        size_t bytes = (size_t)(rows[a] * rs * j->es);
+        int64_t end = o + rows[a] * rs < hi ? o + rows[a] * rs : hi;
+        size_t bytes = end > o ? (size_t)((end - o) * j->es) : 0;
         for (size_t q = 0; q < bytes; q += 64) acc ^= (unsigned char)lo[q];
     }
     g_sd_sink = acc;
