@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
         checks++;
     }
     double nn = (double)n * (double)n;
-    printf("## Freivalds check, f32 %lld^3 job, 4 x 2 tiles, 4 vectors (thread CPU, best of %d)\n\n",
+    printf("### Freivalds check, f32 %lld^3 job, 4 x 2 tiles, 4 vectors (thread CPU, best of %d)\n\n",
            (long long)n, runs);
     printf("| check | CPU | per element read |\n|---|---|---|\n");
     printf("| panels: new (the pass over B) | %.1f ms | %.2f ns |\n", t_new * 1e3, t_new / nn * 1e9);
