@@ -294,23 +294,38 @@ static const float T3_ERF_P1[8] = {1.128379107e+00f, -3.761262894e-01f, 1.128367
 static const float T3_ERF_P2[11] = {9.919900298e-01f, 3.354583308e-02f, -6.289841235e-02f, 6.744083762e-02f, -4.226035252e-02f, 1.146637090e-02f, 4.109880421e-03f, -4.951612558e-03f, 1.409097458e-03f, 4.266961187e-04f, -3.447879280e-04f};
 static const float T3_ERF_P3[10] = {9.999778867e-01f, 1.392536651e-04f, -4.177687224e-04f, 7.890692214e-04f, -1.044130651e-03f, 1.016940339e-03f, -7.407192606e-04f, 3.892347740e-04f, -1.236715470e-04f, 1.213516589e-05f};
 
-static inline __attribute__((always_inline)) float t3_erf_poly(float x) {
-    float a = fabsf(x), t = x * x, u2 = a - 1.875f, u3 = a - 3.0f;
-    /* straight-line Horner (a loop here would keep the caller's loop from vectorizing) */
+/* The three pieces of t3_erf_poly, straight-line Horner (a loop here would keep the
+ * callers' loops from vectorizing); t3_erf_small and t3_erf_mid use the same ones, so
+ * they give t3_erf_poly's bits where they apply. */
 #define T3_H(v, c, k) fmaf((v), (k), (c))
-    const float *c1 = T3_ERF_P1, *c2 = T3_ERF_P2, *c3 = T3_ERF_P3;
+static inline __attribute__((always_inline)) float t3_erf_p1(float t) {
+    const float *c1 = T3_ERF_P1;
     float p1 = T3_H(t, c1[6], c1[7]);
     p1 = T3_H(t, c1[5], p1), p1 = T3_H(t, c1[4], p1), p1 = T3_H(t, c1[3], p1);
     p1 = T3_H(t, c1[2], p1), p1 = T3_H(t, c1[1], p1), p1 = T3_H(t, c1[0], p1);
+    return p1;
+}
+static inline __attribute__((always_inline)) float t3_erf_p2(float u2) {
+    const float *c2 = T3_ERF_P2;
     float p2 = T3_H(u2, c2[9], c2[10]);
     p2 = T3_H(u2, c2[8], p2), p2 = T3_H(u2, c2[7], p2), p2 = T3_H(u2, c2[6], p2);
     p2 = T3_H(u2, c2[5], p2), p2 = T3_H(u2, c2[4], p2), p2 = T3_H(u2, c2[3], p2);
     p2 = T3_H(u2, c2[2], p2), p2 = T3_H(u2, c2[1], p2), p2 = T3_H(u2, c2[0], p2);
+    return p2;
+}
+static inline __attribute__((always_inline)) float t3_erf_p3(float u3) {
+    const float *c3 = T3_ERF_P3;
     float p3 = T3_H(u3, c3[8], c3[9]);
     p3 = T3_H(u3, c3[7], p3), p3 = T3_H(u3, c3[6], p3), p3 = T3_H(u3, c3[5], p3);
     p3 = T3_H(u3, c3[4], p3), p3 = T3_H(u3, c3[3], p3), p3 = T3_H(u3, c3[2], p3);
     p3 = T3_H(u3, c3[1], p3), p3 = T3_H(u3, c3[0], p3);
+    return p3;
+}
 #undef T3_H
+
+static inline __attribute__((always_inline)) float t3_erf_poly(float x) {
+    float a = fabsf(x), t = x * x, u2 = a - 1.875f, u3 = a - 3.0f;
+    float p1 = t3_erf_p1(t), p2 = t3_erf_p2(u2), p3 = t3_erf_p3(u3);
     /* Branch-free: every value is computed, then chosen with integer masks on the bits
      * (|x| compared as an integer; NaN lands in a tail, recomputed anyway), which the
      * compiler vectorizes; float compares and selects kept this loop scalar. */
@@ -331,12 +346,7 @@ static inline __attribute__((always_inline)) float t3_erf_poly(float x) {
  * into a caller's addition: the bits are t3_erf_poly's) */
 static inline __attribute__((always_inline)) float t3_erf_small(float x) {
     float a = fabsf(x), t = x * x;
-#define T3_H(v, c, k) fmaf((v), (k), (c))
-    const float *c1 = T3_ERF_P1;
-    float p1 = T3_H(t, c1[6], c1[7]);
-    p1 = T3_H(t, c1[5], p1), p1 = T3_H(t, c1[4], p1), p1 = T3_H(t, c1[3], p1);
-    p1 = T3_H(t, c1[2], p1), p1 = T3_H(t, c1[1], p1), p1 = T3_H(t, c1[0], p1);
-#undef T3_H
+    float p1 = t3_erf_p1(t);
     union {
         float f;
         int32_t i;
@@ -634,16 +644,7 @@ __attribute__((noinline)) static double gelu_grad_d(double x, bool tanh_form) {
  * same selection of P1 or P2 by the bits (so the bits of t3_erf_poly there) */
 static inline __attribute__((always_inline)) float t3_erf_mid(float x) {
     float a = fabsf(x), t = x * x, u2 = a - 1.875f;
-#define T3_H(v, c, k) fmaf((v), (k), (c))
-    const float *c1 = T3_ERF_P1, *c2 = T3_ERF_P2;
-    float p1 = T3_H(t, c1[6], c1[7]);
-    p1 = T3_H(t, c1[5], p1), p1 = T3_H(t, c1[4], p1), p1 = T3_H(t, c1[3], p1);
-    p1 = T3_H(t, c1[2], p1), p1 = T3_H(t, c1[1], p1), p1 = T3_H(t, c1[0], p1);
-    float p2 = T3_H(u2, c2[9], c2[10]);
-    p2 = T3_H(u2, c2[8], p2), p2 = T3_H(u2, c2[7], p2), p2 = T3_H(u2, c2[6], p2);
-    p2 = T3_H(u2, c2[5], p2), p2 = T3_H(u2, c2[4], p2), p2 = T3_H(u2, c2[3], p2);
-    p2 = T3_H(u2, c2[2], p2), p2 = T3_H(u2, c2[1], p2), p2 = T3_H(u2, c2[0], p2);
-#undef T3_H
+    float p1 = t3_erf_p1(t), p2 = t3_erf_p2(u2);
     union {
         float f;
         int32_t i;
