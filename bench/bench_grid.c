@@ -562,6 +562,9 @@ static void scheduler(int workers, int64_t m_dim, int64_t tasks, int reps) {
 
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
+    /* This process hosts the node (and, for the embedded grid, the workers too): set up
+     * as goblin-node and goblin-worker set themselves up, before any thread starts. */
+    goblin_err tune = goblin_tune_allocator_for_service(0);
     find_worker_bin(argv[0]);
     int reps = env_int("GOBLIN_BENCH_GRID_REPS", 2);
     if (argc >= 3 && strcmp(argv[1], "--procs") == 0)
@@ -583,8 +586,11 @@ int main(int argc, char **argv) {
     printf("Distributed runtime vs direct BLIS (bli_sgemm_ex, per-call rntm_t), f32 square products, best of %d "
            "runs after a warm-up, interleaved. Ratio = direct time / goblin time (higher is better for goblin). "
            "Every goblin job verifies every tile with Freivalds unless stated. Load average at start: %s "
-           "(shared machine, %ld cores online).\n\n",
-           reps, la, sysconf(_SC_NPROCESSORS_ONLN));
+           "(shared machine, %ld cores online). Allocator: %s.\n\n",
+           reps, la, sysconf(_SC_NPROCESSORS_ONLN),
+           tune == GOBLIN_OK ? "this process and the worker processes keep freed message buffers for reuse, as "
+                               "goblin-node and goblin-worker do (goblin_tune_allocator_for_service)"
+                             : "the C library's defaults (goblin_tune_allocator_for_service not available)");
 
     bool sched_only = env_int("GOBLIN_BENCH_GRID_SCHED_ONLY", 0) != 0;
     if (sched_only) goto sched;

@@ -1,6 +1,21 @@
 /* libgoblin/alloc.c - the single allocation hook. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
+/* glibc's own allocator: not under AddressSanitizer, which replaces malloc (and
+ * answers mallopt with a no-op). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GOBLIN__ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define GOBLIN__ASAN 1
+#endif
+#if defined(__GLIBC__) && !defined(GOBLIN__ASAN)
+#define GOBLIN__GLIBC_MALLOC 1
+#include <malloc.h>
+#endif
 #include <string.h>
 #include "alloc.h"
 
@@ -42,6 +57,25 @@ void goblin__free(void *p) {
 }
 
 void goblin_buffer_free(void *p) { goblin__free(p); }
+
+goblin_err goblin_tune_allocator_for_service(size_t retain_bytes) {
+#if defined(GOBLIN__GLIBC_MALLOC)
+    if (retain_bytes == 0) retain_bytes = (size_t)1 << 30;
+    if (retain_bytes > (size_t)INT_MAX) retain_bytes = (size_t)INT_MAX;
+    /* One arena: a block freed by another thread (nng's receive thread allocates a
+     * message, the worker's thread frees it) goes back to the heap it came from, and
+     * the thread arenas' 64 MiB heaps, which give freed pages back to the kernel,
+     * are not used. No mmap'd blocks: those are unmapped on free. mallopt returns 1
+     * on success. */
+    if (mallopt(M_ARENA_MAX, 1) != 1 || mallopt(M_TRIM_THRESHOLD, (int)retain_bytes) != 1 ||
+        mallopt(M_MMAP_MAX, 0) != 1)
+        return GOBLIN_EINVAL;
+    return GOBLIN_OK;
+#else
+    (void)retain_bytes;
+    return GOBLIN_ENOTSUP;
+#endif
+}
 
 bool goblin__alloc_is_default(void) { return g_alloc.alloc == default_alloc && g_alloc.free == default_free; }
 

@@ -93,3 +93,46 @@ Test(alloc_fail, every_allocation_failure_is_clean) {
     g_countdown = -1;
     goblin_set_allocator(NULL);
 }
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#endif
+#if defined(__GLIBC__) && !defined(TEST_ASAN) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+#define TEST_GLIBC_MALLOC 1
+#include <malloc.h>
+#endif
+
+/* goblin_tune_allocator_for_service: after it, a large block freed goes back to the
+ * process's heap (glibc's own accounting says so), not to the kernel. Criterion runs
+ * each test in a process of its own, so the setting stays in this test. */
+Test(alloc_fail, service_allocator_keeps_large_blocks) {
+#if defined(TEST_GLIBC_MALLOC)
+    size_t big = (size_t)48 << 20;
+    struct mallinfo2 before = mallinfo2();
+    cr_assert_eq(goblin_tune_allocator_for_service(0), GOBLIN_OK);
+    char *p = malloc(big);
+    cr_assert_not_null(p);
+    memset(p, 1, big);
+    struct mallinfo2 held = mallinfo2();
+    /* Not an mmap'd block (those are counted in hblkhd and unmapped on free). */
+    cr_assert_eq(held.hblkhd, before.hblkhd, "a 48 MiB block was mmap'd: %zu -> %zu", before.hblkhd, held.hblkhd);
+    cr_assert_geq(held.uordblks, before.uordblks + big);
+    free(p);
+    struct mallinfo2 after = mallinfo2();
+    /* Kept in the heap as free memory, ready for the next message. */
+    cr_assert_geq(after.fordblks, big, "freed 48 MiB, heap keeps %zu free", after.fordblks);
+    cr_assert_geq(after.arena, big);
+    char *q = malloc(big);
+    cr_assert_not_null(q);
+    cr_assert_eq(mallinfo2().arena, after.arena, "the second block did not reuse the first's memory");
+    free(q);
+#else
+    /* ASan's allocator (or another C library): nothing to set, and it says so. */
+    cr_assert_eq(goblin_tune_allocator_for_service(0), GOBLIN_ENOTSUP);
+#endif
+}

@@ -99,6 +99,10 @@ int main(int argc, char **argv) {
     if ((e = set_node_tls(&cli))) return tool_exit_code(e);
     cli.node.insecure_plaintext = cli.insecure_plaintext;
     cli.node.log = tool_log;
+    /* A dedicated process: large message buffers are kept for reuse (alloc.h). */
+    goblin_err te = goblin_tune_allocator_for_service(0);
+    if (te && te != GOBLIN_ENOTSUP)
+        tool_logf(cli.log_level, GOBLIN_LOG_WARN, "allocator settings not applied: %s", goblin_strerror(te));
     cli.gateway.log = tool_log;
 
     struct sigaction sa;

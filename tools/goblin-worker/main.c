@@ -61,6 +61,10 @@ int main(int argc, char **argv) {
                   goblin_misbehave_name(cli.worker.misbehave), cli.worker.misbehave_rate);
     }
     cli.worker.log = tool_log;
+    /* A dedicated process: large message buffers are kept for reuse (alloc.h). */
+    goblin_err te = goblin_tune_allocator_for_service(0);
+    if (te && te != GOBLIN_ENOTSUP)
+        tool_logf(cli.log_level, GOBLIN_LOG_WARN, "allocator settings not applied: %s", goblin_strerror(te));
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
