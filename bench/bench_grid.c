@@ -11,7 +11,9 @@
  *      tile) against bli_sgemm_ex with T threads, f32 N x N (goal >= 0.90);
  *   2. a node in this process + 2 goblin-worker processes (1 thread each) over tcp
  *      loopback, and over tls+tcp with a generated identity (workers pin the
- *      fingerprint), against bli_sgemm_ex with 2 threads (goal >= 0.80);
+ *      fingerprint), against bli_sgemm_ex with 2 threads (goal >= 0.80), with the CPU
+ *      time per job of the node and the workers (/proc/PID/stat): what TLS adds to it
+ *      is the time spent in TLS (encryption and records);
  *   3. verification overhead: the embedded-grid job with Freivalds against the same
  *      job with GOBLIN_VERIFY_POLICY_UNSAFE_NONE (goal <= 2%; best of at least 9
  *      interleaved runs each at n <= 4096, and at 8192 one run each after a warm-up);
@@ -24,7 +26,7 @@
  *
  * Environment: GOBLIN_BENCH_THREADS (T, default 2), GOBLIN_BENCH_GRID_N (default 4096),
  * GOBLIN_BENCH_GRID_BIG=0 skips section 1 at 8192 (run by default: the whole program
- * takes about 2.5 minutes on a loaded 2-core machine, 1 without it), GOBLIN_BENCH_GRID_EMBEDDED_ONLY=1
+ * takes about 3 minutes on a loaded 2-core machine, 1 without it), GOBLIN_BENCH_GRID_EMBEDDED_ONLY=1
  * runs only sections 1 and 3 (the embedded grid and its verification overhead), GOBLIN_BENCH_GRID_REPS
  * (default 2), GOBLIN_BENCH_GRID_SCHED_ONLY=1 runs only section 4 (W up to
  * GOBLIN_BENCH_GRID_SCHED_MAX_W, default 256; GOBLIN_BENCH_GRID_SCHED_W=1,4,... picks the
@@ -206,6 +208,27 @@ typedef struct site {
     wthread *threads;
     int n_threads;
 } site;
+
+/* CPU seconds (user + system) used so far by the site's worker processes, from
+ * /proc/PID/stat (fields 14 and 15, in clock ticks); -1 if unreadable. */
+static double site_workers_cpu(const site *s) {
+    double total = 0, tick = (double)sysconf(_SC_CLK_TCK);
+    for (int i = 0; i < s->n_pids; i++) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)s->pids[i]);
+        FILE *f = fopen(path, "r");
+        if (!f) return -1;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        const char *q = strrchr(buf, ')'); /* after the command name, which may hold spaces */
+        unsigned long long ut = 0, st = 0;
+        if (!q || sscanf(q + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+            return -1;
+        total += (double)(ut + st) / tick;
+    }
+    return total;
+}
 
 /* Start a node listening on scheme://127.0.0.1:PORT (a free port is searched). */
 static int site_node(site *s, const char *scheme, const char *cert, const char *key,
@@ -503,14 +526,21 @@ static void processes(int64_t n, int reps) {
     if (!ok_t) fprintf(stderr, "tcp site failed to start (worker %s)\n", worker_bin);
     if (!ok_l) fprintf(stderr, "tls site failed to start\n");
     double bd = 1e30, bt = 1e30, bl = 1e30, et = -1, el = -1;
+    double ct = 1e30, cl = 1e30; /* CPU per job of the node (this process) and its workers */
     goblin_plan_info pi = {0};
     for (int r = 0; r <= reps; r++) {
         fprintf(stderr, "processes n=%lld rep %d\n", (long long)n, r);
         double td = direct_sgemm(&m, 2);
-        double tt = ok_t ? run_job(st.node, &m, 0, &pi) : -1;
+        double w0 = ok_t ? site_workers_cpu(&st) : -1;
+        double tt = ok_t ? run_job(st.node, &m, 0, &pi) : -1, xt = g_cpu;
+        double w1 = ok_t ? site_workers_cpu(&st) : -1;
         if (ok_t && r == reps) et = rel_err(&m);
-        double tl = ok_l ? run_job(sl.node, &m, 0, &pi) : -1;
+        double v0 = ok_l ? site_workers_cpu(&sl) : -1;
+        double tl = ok_l ? run_job(sl.node, &m, 0, &pi) : -1, xl = g_cpu;
+        double v1 = ok_l ? site_workers_cpu(&sl) : -1;
         if (ok_l && r == reps) el = rel_err(&m);
+        if (r > 0 && tt >= 0 && w0 >= 0 && w1 >= 0 && xt + w1 - w0 < ct) ct = xt + w1 - w0;
+        if (r > 0 && tl >= 0 && v0 >= 0 && v1 >= 0 && xl + v1 - v0 < cl) cl = xl + v1 - v0;
         if (tt < 0) ok_t = false;
         if (tl < 0) ok_l = false;
         if (r == 0) continue;
@@ -521,14 +551,22 @@ static void processes(int64_t n, int reps) {
     char ps[96];
     plan_str(&pi, ps, sizeof ps);
     if (ok_t)
-        printf("| %lld | tcp loopback | %s | %.3f s | %.3f s | **%.3f** | max rel err %.1e |\n", (long long)n, ps,
-               bd, bt, bd / bt, et);
+        printf("| %lld | tcp loopback | %s | %.3f s | %.3f s | **%.3f** | max rel err %.1e; CPU per job (node and "
+               "workers) %.2f s |\n",
+               (long long)n, ps, bd, bt, bd / bt, et, ct < 1e30 ? ct : 0.0);
     else
         printf("| %lld | tcp loopback | failed | | | | |\n", (long long)n);
-    if (ok_l)
+    if (ok_l) {
+        char crypto[256] = "";
+        if (ok_t && ct < 1e30 && cl < 1e30)
+            snprintf(crypto, sizeof crypto,
+                     "; CPU per job (node and workers): %.2f s, tcp %.2f s: %.2f s in TLS (encryption and records, "
+                     "%.0f%% of the job's CPU)",
+                     cl, ct, cl - ct, (cl - ct) / cl * 100.0);
         printf("| %lld | tls+tcp loopback (pinned fingerprint) | %s | %.3f s | %.3f s | **%.3f** | max rel err "
-               "%.1e; tls/tcp time %.3f |\n",
-               (long long)n, ps, bd, bl, bd / bl, el, ok_t ? bl / bt : 0.0);
+               "%.1e; tls/tcp time %.3f%s |\n",
+               (long long)n, ps, bd, bl, bd / bl, el, ok_t ? bl / bt : 0.0, crypto);
+    }
     else
         printf("| %lld | tls+tcp loopback | failed | | | | |\n", (long long)n);
     fflush(stdout);
