@@ -57,7 +57,9 @@ _Static_assert(GID_MEMO % PANEL_MEMO == 0 && 2 * PANEL_MEMO + GID_MEMO < 256, "w
 #define BATCH_MAX 16
 #define BATCH_TASK_BYTES ((size_t)64 << 10)
 
-enum { T_PENDING = 0, T_LEASED = 1, T_DONE = 2 };
+/* T_HELD: a matmul tile whose result is in C, waiting for the check of its whole row
+ * panel (row_panel_check); neither leased again nor done until then. */
+enum { T_PENDING = 0, T_LEASED = 1, T_DONE = 2, T_HELD = 3 };
 
 typedef struct peer {
     nng_pipe pipe;
@@ -175,6 +177,11 @@ struct goblin_job {
      * rejection and at the job's end. fvp_off: the job checks tile by tile. Under node->mu. */
     goblin_freivalds_panels **fvp;
     bool fvp_off;
+    /* Row panels checked at once (docs/verification.md, "A row panel at once"): for a
+     * job of one K-slice and several column panels, the panels object has one panel
+     * spanning all N columns, results are held (T_HELD) in C, and a row panel's tiles
+     * are judged together once all are in. Decided when the job is planned. */
+    bool rowcheck;
     /* Checks prepared ahead (prepare_ahead): tasks before prep_from are leased or done
      * and their row range was prepared; prep_key: the last (grid row, K-slice) prepared. */
     int64_t prep_from, prep_key;
@@ -670,7 +677,7 @@ static void lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why
     if (t->n_leases > 0) t->n_leases--;
     bool miss = why == GOBLIN_ENOTFOUND;
     if (L.peer >= 0 && L.peer < n->n_peers && !miss) n->peers[L.peer].failed++;
-    if (t->state == T_DONE || !j->running) return;
+    if (t->state == T_DONE || t->state == T_HELD || !j->running) return;
     if (!miss) n->st.tasks_reissued++;
     if (counts) t->attempts++;
     if (t->n_leases == 0) {
@@ -1212,6 +1219,7 @@ static void job_drop_panels(goblin_job *j) {
 static goblin_freivalds_panels *job_panels(goblin_node *n, goblin_job *j, int64_t q) {
     if (j->fvp_off || j->kind != JOB_MATMUL) return NULL;
     int64_t s = j->info.k_slices, gc = j->info.grid_cols;
+    if (j->rowcheck) gc = 1; /* one panel: all of N */
     if (!j->fvp) {
         /* B's sums per column panel and K-slice, and A's per row and column panel */
         double bytes = 8.0 * (n->p.freivalds_vectors + 2) * (double)gc *
@@ -1229,6 +1237,7 @@ static goblin_freivalds_panels *job_panels(goblin_node *n, goblin_job *j, int64_
             job_tile(j, c * s + q, &t); /* tiles of grid row 0, slice q */
             cb[c] = t.col0;
         }
+        if (j->rowcheck) cb[0] = 0;
         cb[gc] = j->info.n;
         job_tile(j, q, &t);
         goblin_freivalds_params fp;
@@ -1258,7 +1267,7 @@ static goblin_err check_tile_impl(goblin_node *n, goblin_job *j, int64_t ti, boo
     job_tile(j, ti, &t);
     if (!whole_tile) {
         int64_t s = j->info.k_slices;
-        goblin_freivalds_panels *fp = job_panels(n, j, ti % s);
+        goblin_freivalds_panels *fp = j->rowcheck ? NULL : job_panels(n, j, ti % s);
         if (fp) return goblin_freivalds_panels_check(fp, t.row0, t.rows, (int32_t)((ti / s) % j->info.grid_cols), c, v);
     }
     if (whole_tile) {
@@ -1301,7 +1310,7 @@ static void prepare_ahead(goblin_node *n) {
         int64_t s = j->info.k_slices, gc = j->info.grid_cols;
         while (j->prep_from < j->ntasks && j->tasks[j->prep_from].state != T_PENDING) {
             int64_t ti = j->prep_from++;
-            if (j->tasks[ti].state == T_DONE) continue;
+            if (j->tasks[ti].state == T_DONE || j->tasks[ti].state == T_HELD) continue;
             int64_t key = (ti / (s * gc)) * s + ti % s; /* (grid row, K-slice) */
             if (key == j->prep_key) continue;
             j->prep_key = key;
@@ -1321,6 +1330,170 @@ static void prepare_ahead(goblin_node *n) {
 }
 
 static void quarantine(goblin_node *n, int32_t pi);
+
+/* ---- row panels judged at once (rowcheck jobs) ---------------------------------- *
+ *
+ * A job of one K-slice and several column panels checks a row panel's tiles together:
+ * its panels object has one panel spanning all N columns, so the pass over a row panel
+ * of A computes one product per vector instead of one per column panel, and the row
+ * panel of C, once all its tiles are in, is judged against it as one tile of width N
+ * (Freivalds for C_i = A_i B; the vectors' entries on different tiles' columns are
+ * independent, so a wrong tile is caught as it would be alone, with the tolerance of
+ * width N; docs/verification.md). A result waits in C as T_HELD. A row panel that is
+ * not accepted at once has its held tiles judged one by one, with fresh vectors
+ * (goblin_verify_matmul), so that the wrong ones, and only they, are rejected. */
+
+static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr);
+
+/* Task @p ti's result (contiguous rows x cols at @p data, from peer @p by) goes into C
+ * to be judged with its row panel. */
+static void task_hold(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
+    task *t = &j->tasks[ti];
+    goblin_matmul_tile tl;
+    job_tile(j, ti, &tl);
+    t->state = T_HELD;
+    t->accepted_peer = by;
+    if (t->n_leases > 1) /* a speculative duplicate still out: its result is not needed */
+        for (int64_t i = 0; i < n->n_leases; i++)
+            if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
+    t->n_leases = 0;
+    goblin_tensor v = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
+    unpack(&v, data, j->esz);
+    if (t->leased_at_ms) { /* the task's time, for straggler detection (task_done) */
+        j->sum_task_ms += goblin__now_ms() - t->leased_at_ms;
+        j->n_task_ms++;
+        t->leased_at_ms = 0;
+    }
+    int64_t gc = j->info.grid_cols, gr = ti / gc;
+    for (int64_t c = 0; c < gc; c++) {
+        uint8_t st = j->tasks[gr * gc + c].state;
+        if (st != T_HELD && st != T_DONE) return;
+    }
+    row_panel_check(n, j, gr);
+}
+
+/* Held task @p ti passed: count it for its worker and complete it. */
+static void accept_held(goblin_node *n, goblin_job *j, int64_t ti) {
+    task *t = &j->tasks[ti];
+    t->state = T_DONE;
+    if (t->accepted_peer >= 0 && t->accepted_peer < n->n_peers) n->peers[t->accepted_peer].accepted++;
+    n->st.results_accepted++;
+    task_done(n, j, ti);
+}
+
+/* Held task @p ti failed verdict @p v: counted as a rejected result, its worker is
+ * quarantined and the task goes back to be leased again (what lease_failed does for a
+ * result rejected as it arrives). */
+static void reject_held(goblin_node *n, goblin_job *j, int64_t ti, const goblin_verdict *v) {
+    task *t = &j->tasks[ti];
+    int32_t pi = t->accepted_peer;
+    peer *p = pi >= 0 && pi < n->n_peers ? &n->peers[pi] : NULL;
+    n->st.results_rejected++;
+    n->st.rejected_by_reason[v->reason < GOBLIN_VERIFY_REASON_COUNT ? v->reason : 0]++;
+    nlog(n, GOBLIN_LOG_WARN, "rejected result of task %lld from worker %llu: %s (worst ratio %.3g)", (long long)ti,
+         p ? (unsigned long long)p->session_id : 0ull, goblin_verify_reason_name(v->reason), v->worst_ratio);
+    /* The worker may learn that it was rejected: the job's vectors are drawn anew. */
+    job_drop_panels(j);
+    t->state = T_PENDING;
+    t->accepted_peer = -1;
+    if (ti < j->scan_from) j->scan_from = ti;
+    n->st.tasks_reissued++;
+    t->attempts++;
+    if (p) {
+        p->rejected++;
+        p->failed++;
+    }
+    if (t->attempts > n->p.max_retries) {
+        goblin_matmul_tile tl;
+        job_tile(j, ti, &tl);
+        nlog(n, GOBLIN_LOG_ERROR, "job %llu failed: task %lld failed %d times (last: result rejected)",
+             (unsigned long long)j->id, (long long)ti, (int)t->attempts);
+        job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ELIMIT,
+                   "task %lld (rows %lld..%lld, cols %lld..%lld) failed %d times; last failure: result rejected "
+                   "(%s)",
+                   (long long)ti, (long long)tl.row0, (long long)(tl.row0 + tl.rows), (long long)tl.col0,
+                   (long long)(tl.col0 + tl.cols), (int)t->attempts, goblin_verify_reason_name(v->reason));
+    }
+    if (p) quarantine(n, pi);
+}
+
+/* Peer @p pi was quarantined: its results still waiting for their row panel's check
+ * are dropped, unjudged, like its later results and its graph results waiting for a
+ * replica (drop_held): the tasks are leased again, and their rows of C overwritten. */
+static void drop_held_tiles(goblin_node *n, int32_t pi) {
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running || j->kind != JOB_MATMUL || !j->rowcheck) continue;
+        for (int64_t i = 0; i < j->ntasks; i++) {
+            task *t = &j->tasks[i];
+            if (t->state != T_HELD || t->accepted_peer != pi) continue;
+            t->state = T_PENDING;
+            t->accepted_peer = -1;
+            if (i < j->scan_from) j->scan_from = i;
+            n->st.tasks_reissued++;
+        }
+    }
+}
+
+/* Judge held task @p ti alone (its tile in C, fresh vectors). */
+static void judge_held_alone(goblin_node *n, goblin_job *j, int64_t ti) {
+    goblin_matmul_tile tl;
+    job_tile(j, ti, &tl);
+    goblin_tensor cv = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
+    goblin_verdict v;
+    goblin_err e = check_tile(n, j, ti, false, &cv, &v);
+    if (e) {
+        nlog(n, GOBLIN_LOG_ERROR, "cannot verify task: %s", goblin_strerror(e));
+        v.kind = GOBLIN_VERDICT_ESCALATE;
+    }
+    if (v.kind == GOBLIN_VERDICT_ACCEPT) {
+        accept_held(n, j, ti);
+    } else if (v.kind == GOBLIN_VERDICT_ESCALATE) {
+        /* Inconclusive: recompute on the node and keep the node's tile. */
+        n->st.results_escalated++;
+        void *mine = goblin__alloc((size_t)(tl.rows * tl.cols) * j->esz);
+        e = mine ? node_compute(n, j, ti, mine) : GOBLIN_ENOMEM;
+        if (e) job_finish(j, GOBLIN_JOB_FAILED, e, "recomputing an escalated task failed: %s", goblin_strerror(e));
+        else task_accept(n, j, ti, mine, -1);
+        goblin__free(mine);
+    } else {
+        reject_held(n, j, ti, &v);
+    }
+}
+
+/* All tiles of grid row @p gr are in C: judge them together. */
+static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr) {
+    int64_t gc = j->info.grid_cols;
+    goblin_matmul_tile tl;
+    job_tile(j, gr * gc, &tl);
+    goblin_verdict v;
+    memset(&v, 0, sizeof v);
+    v.kind = GOBLIN_VERDICT_ESCALATE;
+    int64_t t0 = goblin__now_ns();
+    goblin_freivalds_panels *fp = job_panels(n, j, 0);
+    goblin_err e = GOBLIN_ENOTSUP;
+    if (fp) {
+        goblin_tensor cv = view2(&j->c, tl.row0, tl.rows, 0, j->info.n, j->esz);
+        e = goblin_freivalds_panels_check(fp, tl.row0, tl.rows, 0, &cv, &v);
+        n->st.freivalds_row_panels++;
+    }
+    n->st.verify_ns += goblin__now_ns() - t0;
+    if (e == GOBLIN_OK && v.kind == GOBLIN_VERDICT_ACCEPT) {
+        for (int64_t c = 0; c < gc && j->running; c++)
+            if (j->tasks[gr * gc + c].state == T_HELD) accept_held(n, j, gr * gc + c);
+        return;
+    }
+    if (fp) {
+        n->st.freivalds_row_fallbacks++;
+        nlog(n, GOBLIN_LOG_INFO, "job %llu: rows %lld..%lld not accepted together (%s): judging their tiles one by one",
+             (unsigned long long)j->id, (long long)tl.row0, (long long)(tl.row0 + tl.rows),
+             e ? goblin_strerror(e) : goblin_verify_reason_name(v.reason));
+    }
+    /* A rejection quarantines a worker, which judges its other held tiles at once
+     * (recheck_peer): those are no longer held when the loop reaches them. */
+    for (int64_t c = 0; c < gc && j->running; c++)
+        if (j->tasks[gr * gc + c].state == T_HELD) judge_held_alone(n, j, gr * gc + c);
+}
 
 static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r);
 
@@ -1373,6 +1546,19 @@ static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
                 nlog(n, GOBLIN_LOG_ERROR, "cannot recompute task: %s", goblin_strerror(e));
                 v.kind = GOBLIN_VERDICT_ESCALATE;
             }
+        } else if (j->rowcheck) {
+            /* Kept in C and judged with its row panel (row_panel_check); a result of the
+             * wrong type or shape is rejected now, as the check would. */
+            bool dt_ok = c->dtype == j->dt;
+            bool shape_ok = c->rank == 2 && c->shape[0] == t.rows && c->shape[1] == t.cols &&
+                            (c->data || t.rows * t.cols == 0);
+            if (dt_ok && shape_ok) {
+                remove_lease(n, li);
+                lease_msg_done(n, &L);
+                task_hold(n, j, L.task, c->data, pi);
+                return;
+            }
+            v.reason = dt_ok ? GOBLIN_VERIFY_SHAPE : GOBLIN_VERIFY_DTYPE;
         } else {
             goblin_err e = check_tile(n, j, L.task, false, c, &v);
             if (e) {
@@ -1487,6 +1673,7 @@ static void quarantine(goblin_node *n, int32_t pi) {
          "its earlier results are rechecked", (unsigned long long)p->session_id);
     fail_peer_leases(n, pi, false, GOBLIN_EVERIFY, "worker quarantined");
     drop_held(n, pi);
+    drop_held_tiles(n, pi);
     recheck_peer(n, pi);
 }
 
@@ -1970,6 +2157,8 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
         }
         goblin_plan_get_info(j->plan, &j->info);
         j->ntasks = goblin_plan_tile_count(j->plan);
+        j->rowcheck = n->p.verify == GOBLIN_VERIFY_POLICY_FREIVALDS && !n->p.freivalds_tile_by_tile &&
+                      j->info.k_slices == 1 && j->info.grid_cols > 1;
         j->prep_key = -1;
         j->tasks = goblin__calloc((size_t)j->ntasks, sizeof(task));
         if (j->info.k_slices > 1)

@@ -59,6 +59,10 @@ typedef struct goblin_node_params {
     int32_t max_retries;          /* failed leases per task before the job fails (default 4) */
     goblin_verify_policy verify;  /* default FREIVALDS */
     int32_t freivalds_vectors;    /* 1 .. GOBLIN_FREIVALDS_MAX_VECTORS (default 4) */
+    bool freivalds_tile_by_tile;  /* judge each matmul tile alone as it arrives (default false:
+                                     a row panel's tiles together once all are in, one product
+                                     per vector in the pass over A instead of one per column
+                                     panel; docs/verification.md) */
     uint64_t recv_max_bytes;      /* largest message accepted (also NNG_OPT_RECVMAXSZ; default 1 GiB) */
     goblin_backend_kind recompute_backend; /* node-side recomputation (default: BLIS when built) */
     int32_t recompute_threads;    /* 0 = all cores */
@@ -314,6 +318,9 @@ typedef struct goblin_node_stats {
                                      while the worker computed the task */
     int64_t panels_in_place;   /* inputs lent to in-process workers in place (inproc://: no copy
                                   into the TASK; matmul panels, graph-job inputs; docs/runtime.md) */
+    int64_t freivalds_row_panels;   /* matmul row panels whose tiles were judged together */
+    int64_t freivalds_row_fallbacks;/* of which not accepted at once: their tiles were then
+                                       judged one by one, with fresh vectors */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

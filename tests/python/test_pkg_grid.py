@@ -148,6 +148,9 @@ def test_embedded_stats_after_a_job():
     assert s["workers_connected"] == 2 and len(s["workers"]) == 2
     assert sum(w["accepted"] for w in s["workers"]) == total
     assert set(s["rejected_by_reason"]) >= {"exceeds_bound", "nonfinite", "shape"}
+    # 8 tiles of one K-slice in several column panels: judged a row panel at a time, all
+    # accepted at once (docs/verification.md, "A row panel's tiles at once").
+    assert s["freivalds_row_panels"] >= 2 and s["freivalds_row_fallbacks"] == 0
 
 
 def test_repr_context_manager_and_closed_grid():

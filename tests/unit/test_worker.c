@@ -17,6 +17,7 @@ typedef struct outcome {
 } outcome;
 
 static goblin_verify_policy test_policy = GOBLIN_VERIFY_POLICY_FREIVALDS;
+static bool test_tile_by_tile = false; /* goblin_node_params.freivalds_tile_by_tile */
 
 /* Two honest workers and one with @p mode at @p rate; a product with many tasks. */
 static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt, outcome *o) {
@@ -25,6 +26,7 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
     np.lease_ms = 400; /* SILENT leases expire quickly */
     np.max_retries = 8;
     np.verify = test_policy;
+    np.freivalds_tile_by_tile = test_tile_by_tile;
     goblin_worker_params wp[3];
     for (int i = 0; i < 3; i++) {
         goblin_worker_params_default(&wp[i]);
@@ -62,6 +64,14 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
     int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
     goblin_node_stats_get(g.node, &o->st);
     cr_assert_eq(o->st.tasks_completed, tasks);
+    /* One K-slice, several column panels: under Freivalds a row panel's tiles are
+     * judged together (each row panel at least once), unless asked tile by tile. */
+    cr_assert_eq(info.k_slices, 1);
+    cr_assert_gt(info.grid_cols, 1);
+    if (test_policy == GOBLIN_VERIFY_POLICY_FREIVALDS && !test_tile_by_tile)
+        cr_assert_geq(o->st.freivalds_row_panels, info.grid_rows);
+    else
+        cr_assert_eq(o->st.freivalds_row_panels, 0);
     /* Which session is the cheater: the worker whose misbehave counter moved, or
      * for silent mode the one with failed leases; match by HELLO order is not fixed,
      * so identify it through the node's per-worker counters and the worker's own. */
@@ -102,6 +112,10 @@ static void expect_caught(goblin_misbehave mode, goblin_dtype dt, goblin_verify_
     cr_assert_eq(o.st.recheck_failed, 0);
     cr_assert_eq(o.st.rejected_by_reason[reason], 1, "%s: reason %s", goblin_misbehave_name(mode),
                  goblin_verify_reason_name(reason));
+    /* A wrong tile of the right shape fails its row panel's check, whose tiles are then
+     * judged one by one (a wrong shape is rejected as it arrives). */
+    if (test_policy == GOBLIN_VERIFY_POLICY_FREIVALDS && !test_tile_by_tile && reason != GOBLIN_VERIFY_SHAPE)
+        cr_assert_geq(o.st.freivalds_row_fallbacks, 1, "%s", goblin_misbehave_name(mode));
     fprintf(stderr, "misbehave %-8s %s: bad results sent %lld (some after quarantine, discarded unread), caught %lld, "
             "good results wrongly rejected %d\n", goblin_misbehave_name(mode), goblin_dtype_name(dt), (long long)o.misbehaved,
             (long long)o.st.results_rejected, honest_rejected);
@@ -452,6 +466,13 @@ Test(worker, reconnects_when_the_node_comes_back) {
 
 Test(worker, recompute_policy_catches_cheater) {
     test_policy = GOBLIN_VERIFY_POLICY_RECOMPUTE;
+    expect_caught(GOBLIN_MISBEHAVE_SCALE, GOBLIN_DTYPE_F64, GOBLIN_VERIFY_EXCEEDS_BOUND);
+}
+
+Test(worker, tile_by_tile_catches_cheater) {
+    /* goblin_node_params.freivalds_tile_by_tile: each tile judged alone as it arrives. */
+    test_tile_by_tile = true;
+    expect_caught(GOBLIN_MISBEHAVE_WRONG, GOBLIN_DTYPE_F32, GOBLIN_VERIFY_EXCEEDS_BOUND);
     expect_caught(GOBLIN_MISBEHAVE_SCALE, GOBLIN_DTYPE_F64, GOBLIN_VERIFY_EXCEEDS_BOUND);
 }
 
