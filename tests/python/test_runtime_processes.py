@@ -358,6 +358,33 @@ OTHER = ["silent", "slow", "crash"]
 TALLY = {"caught": 0, "wrongly_rejected": 0}
 
 
+def test_row_panels_and_tile_by_tile(tmp):
+    """A lying worker among honest ones, with the node judging a row panel's tiles
+    together (default) and tile by tile (--freivalds-tile-by-tile): the product is right
+    either way, the liar is caught and quarantined, no honest result is rejected."""
+    for by_tile in (False, True):
+        extra = ("--freivalds-tile-by-tile",) if by_tile else ()
+        g = Grid(tmp, node_args=("--lease-ms", "1500", *extra))
+        try:
+            g.add_worker("--misbehave", "wrong:1", memory="256M")
+            g.wait_workers(1)
+            g.add_worker(memory="256M")
+            g.wait_workers(2)
+            a, b = operands(600, 500, 700, np.float32, 9)
+            c, st = g.matmul(a, b, timeout=60)
+            ok, err, _ = contract_ok(c, a, b)
+            assert ok, f"tile by tile {by_tile}: wrong product, max error {err}"
+            cheater, honest = st["workers"][0], st["workers"][1]
+            assert cheater["rejected"] == 1 and cheater["quarantined"], st
+            assert honest["rejected"] == 0 and not honest["quarantined"], st
+            if by_tile:
+                assert st["freivalds_row_panels"] == 0, st
+            else:
+                assert st["freivalds_row_panels"] >= 1 and st["freivalds_row_fallbacks"] >= 1, st
+        finally:
+            g.close()
+
+
 @pytest.mark.parametrize("mode", CHEATS + OTHER)
 def test_misbehave_modes(tmp, mode):
     g = Grid(tmp, node_args=("--lease-ms", "1500"))

@@ -53,13 +53,14 @@ static goblin_err print_stats(goblin_client *c, double seconds) {
            "\"tasks_reissued\": %lld, \"tasks_speculative\": %lld, \"panel_cache_hits\": %lld, "
            "\"panel_cache_misses\": %lld, \"rechecked\": %lld, \"recheck_failed\": %lld, "
            "\"peers_dropped\": %lld, \"workers_refused\": %lld, \"workers_connected\": %lld, "
-           "\"workers_quarantined\": %lld, \"workers_seen\": %lld, \"workers\": [",
+           "\"workers_quarantined\": %lld, \"workers_seen\": %lld, \"freivalds_row_panels\": %lld, "
+           "\"freivalds_row_fallbacks\": %lld, \"workers\": [",
            (long long)s.results_escalated, (long long)s.results_duplicate,
            (long long)s.results_late, (long long)s.tasks_reissued, (long long)s.tasks_speculative,
            (long long)s.panel_cache_hits, (long long)s.panel_cache_misses, (long long)s.rechecked,
            (long long)s.recheck_failed, (long long)s.peers_dropped, (long long)s.workers_refused,
            (long long)s.workers_connected, (long long)s.workers_quarantined,
-           (long long)s.workers_seen);
+           (long long)s.workers_seen, (long long)s.freivalds_row_panels, (long long)s.freivalds_row_fallbacks);
     for (int64_t i = 0; i < nw && i < 256; i++)
         printf("%s{\"session_id\": %llu, \"connected\": %s, \"quarantined\": %s, \"threads\": %d, "
                "\"memory_bytes\": %llu, \"issued\": %lld, \"accepted\": %lld, \"rejected\": %lld, "

@@ -26,6 +26,8 @@ void node_cli_usage(FILE *f) {
         "                          line revokes that token for new connections)\n"
         "  --insecure-plaintext    allow plain tcp:// on a non-loopback address\n"
         "  --verify MODE           freivalds (default) | recompute | unsafe-none\n"
+        "  --freivalds-tile-by-tile  judge each matmul tile alone as it arrives (default:\n"
+        "                          a row panel's tiles together, less node CPU)\n"
         "  --lease-ms N            lease duration (default 30000)\n"
         "  --max-retries N         failed leases per task before its job fails (default 4)\n"
         "  --min-tasks N           client jobs: cut into at least N tasks (default: 4 per\n"
@@ -121,6 +123,8 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
             else if (strcmp(v, "recompute") == 0) cli->node.verify = GOBLIN_VERIFY_POLICY_RECOMPUTE;
             else if (strcmp(v, "unsafe-none") == 0) cli->node.verify = GOBLIN_VERIFY_POLICY_UNSAFE_NONE;
             else return bad("unknown --verify mode '%s'", v);
+        } else if (strcmp(a, "--freivalds-tile-by-tile") == 0) {
+            cli->node.freivalds_tile_by_tile = true;
         } else if (strcmp(a, "--lease-ms") == 0) {
             NEEDV();
             int64_t n;

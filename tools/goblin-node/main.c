@@ -67,7 +67,8 @@ static void log_stats(goblin_node *node, goblin_log_level max) {
     tool_logf(max, GOBLIN_LOG_INFO,
               "counters: issued %lld completed %lld accepted %lld rejected %lld reissued %lld "
               "speculative %lld duplicate %lld late %lld escalated %lld rechecked %lld "
-              "workers connected %lld seen %lld quarantined %lld refused %lld peers dropped %lld",
+              "workers connected %lld seen %lld quarantined %lld refused %lld peers dropped %lld "
+              "row panels judged at once %lld (not accepted at once %lld)",
               (long long)s.tasks_issued, (long long)s.tasks_completed,
               (long long)s.results_accepted, (long long)s.results_rejected,
               (long long)s.tasks_reissued, (long long)s.tasks_speculative,
@@ -75,7 +76,8 @@ static void log_stats(goblin_node *node, goblin_log_level max) {
               (long long)s.results_escalated, (long long)s.rechecked,
               (long long)s.workers_connected, (long long)s.workers_seen,
               (long long)s.workers_quarantined, (long long)s.workers_refused,
-              (long long)s.peers_dropped);
+              (long long)s.peers_dropped, (long long)s.freivalds_row_panels,
+              (long long)s.freivalds_row_fallbacks);
 }
 
 int main(int argc, char **argv) {
