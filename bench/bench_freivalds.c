@@ -9,6 +9,10 @@
  *     both column panels at once) and 8 checks (the passes over the tiles of C);
  *   - one goblin_verify_matmul of a tile (n/4 x n x n/2), which makes all three
  *     passes for that tile;
+ *   - the same job judged a row panel at a time, as the node does by default for
+ *     jobs of one K-slice: a panels object with one panel of width n, 4 prepares,
+ *     4 checks of n/4 x n row panels (docs/verification.md, "A row panel's tiles at
+ *     once"), interleaved with the runs above;
  * with 4 vectors (the default), and prints the time per element read. Every tile
  * must be accepted (the run fails otherwise). Prints Markdown on stdout. */
 #include <goblin/goblin.h>
@@ -67,6 +71,7 @@ int main(int argc, char **argv) {
 
     int64_t rows = n / 4, cols = n / 2, cb[3] = {0, cols, n};
     double t_new = 1e30, t_prep = 1e30, t_check = 1e30, t_tile = 1e30;
+    double r_new = 1e30, r_prep = 1e30, r_check = 1e30; /* one panel of width n */
     int accepted = 0, checks = 0;
     for (int run = 0; run < runs; run++) {
         goblin_freivalds_params p;
@@ -107,9 +112,31 @@ int main(int argc, char **argv) {
         keep_min(&t_tile, cpu_s() - t0);
         accepted += v.kind == GOBLIN_VERDICT_ACCEPT;
         checks++;
+        /* a row panel at a time: one panel spanning all n columns */
+        int64_t cb1[2] = {0, n};
+        t0 = cpu_s();
+        if (goblin_freivalds_panels_new(&ta, &tb, 1, cb1, &p, &fp)) return 1;
+        t1 = cpu_s();
+        for (int r = 0; r < 4; r++)
+            if (goblin_freivalds_panels_prepare(fp, r * rows, rows)) return 1;
+        t2 = cpu_s();
+        for (int r = 0; r < 4; r++) {
+            goblin_tensor t = tc;
+            t.shape[0] = rows;
+            t.data = c + r * rows * n;
+            if (goblin_freivalds_panels_check(fp, r * rows, rows, 0, &t, &v)) return 1;
+            accepted += v.kind == GOBLIN_VERDICT_ACCEPT;
+            checks++;
+        }
+        t3 = cpu_s();
+        goblin_freivalds_panels_free(fp);
+        keep_min(&r_new, t1 - t0);
+        keep_min(&r_prep, t2 - t1);
+        keep_min(&r_check, t3 - t2);
     }
     double nn = (double)n * (double)n;
-    printf("### Freivalds check, f32 %lld^3 job, 4 x 2 tiles, 4 vectors (thread CPU, best of %d)\n\n",
+    printf("### Freivalds check, f32 %lld^3 job, 4 x 2 tiles, 4 vectors (thread CPU, best of %d)\n\n"
+           "Judged tile by tile (panels: ...), and a row panel at a time (row panels at once: ...).\n\n",
            (long long)n, runs);
     printf("| check | CPU | per element read |\n|---|---|---|\n");
     printf("| panels: new (the pass over B) | %.1f ms | %.2f ns |\n", t_new * 1e3, t_new / nn * 1e9);
@@ -122,6 +149,14 @@ int main(int argc, char **argv) {
     double tile_elems = (double)rows * (double)n + (double)n * (double)cols + (double)rows * cols;
     printf("| one tile, goblin_verify_matmul | %.1f ms | %.2f ns |\n", t_tile * 1e3,
            t_tile / tile_elems * 1e9);
+    printf("| row panels at once: new (the pass over B) | %.1f ms | %.2f ns |\n", r_new * 1e3, r_new / nn * 1e9);
+    printf("| row panels at once: 4 prepares (the passes over A, one panel of width n) | %.1f ms | %.2f ns |\n",
+           r_prep * 1e3, r_prep / nn * 1e9);
+    printf("| row panels at once: 4 checks (the passes over C, n/4 x n each) | %.1f ms | %.2f ns |\n",
+           r_check * 1e3, r_check / nn * 1e9);
+    double rjob = r_new + r_prep + r_check;
+    printf("| row panels at once: the whole job (the node's default) | %.1f ms | %.2f ns |\n", rjob * 1e3,
+           rjob / (3 * nn) * 1e9);
     printf("\n%d of %d checks accepted\n", accepted, checks);
     free(a);
     free(b);
