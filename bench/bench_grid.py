@@ -7,13 +7,14 @@ with 1 thread each over tcp loopback, every tile verified with Freivalds. Dask: 
 LocalCluster of 2 worker processes x 1 thread, the inputs starting as NumPy arrays in
 this process, chunked exactly like goblin's plan (A in tile_rows x tile_k blocks, B in
 tile_k x tile_cols blocks), result gathered back as one NumPy array. Each time is the
-best of GOBLIN_BENCH_GRID_REPS (default 2) runs after a warm-up, the two
+best of GOBLIN_BENCH_GRID_REPS (default 4 here) runs after a warm-up, the two
 sides alternating. goblin keeps its node and workers up between runs (idle, they use
 under 1% of a core). Dask's cluster does not stay up during goblin's runs: an idle
 LocalCluster with its client uses about 10% of a core, which would be charged to
 goblin's time (both idle figures are measured and printed). Each Dask run therefore gets a fresh
 cluster, warmed up with one untimed run of the same product, and is closed before
-goblin's run. Goal: goblin >= 1.6x faster. Markdown on stdout, progress on stderr.
+goblin's run; goblin's run starts once the cluster's processes have exited (their
+teardown, freeing a few GB, used to overlap goblin's job). Goal: goblin >= 1.6x faster. Markdown on stdout, progress on stderr.
 
 Environment: GOBLIN_BENCH_GRID_N (default 4096), GOBLIN_BENCH_GRID_BIN (the C program;
 default build/bench/bench_grid next to GOBLIN_LIB's build directory),
@@ -26,7 +27,7 @@ import sys
 import time
 
 N = int(os.environ.get("GOBLIN_BENCH_GRID_N", "4096"))
-REPS = int(os.environ.get("GOBLIN_BENCH_GRID_REPS", "2"))
+REPS = int(os.environ.get("GOBLIN_BENCH_GRID_REPS", "4"))
 
 
 def log(*a):
@@ -77,6 +78,28 @@ def idle_cpu_share(pid=None, seconds=2.0):
     t0 = {p.pid: cpu(p) for p in procs}
     time.sleep(seconds)
     return sum(cpu(p) - t0[p.pid] for p in procs) / seconds
+
+
+def wait_children_gone(keep, timeout=10.0):
+    """Wait until this process has no child processes but @p keep (the Dask cluster's
+    worker and nanny processes exiting), then a moment for the system to settle."""
+    try:
+        import psutil
+    except ImportError:
+        time.sleep(1.0)
+        return
+    t0 = time.perf_counter()
+    me = psutil.Process()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            left = [c for c in me.children(recursive=True) if c.pid != keep and c.ppid() != keep]
+        except psutil.Error:
+            left = []
+        left = [c for c in left if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
 
 
 def main():
@@ -141,6 +164,7 @@ def main():
                 if rep == 1:
                     idle = idle_cpu_share()
             if rep > 0:
+                wait_children_gone(proc.pid)
                 proc.stdin.write("run\n")
                 tg = float(goblin_line()[0])
                 if tg < 0:
