@@ -14,7 +14,9 @@ LocalCluster with its client uses about 10% of a core, which would be charged to
 goblin's time (both idle figures are measured and printed). Each Dask run therefore gets a fresh
 cluster, warmed up with one untimed run of the same product, and is closed before
 goblin's run; goblin's run starts once the cluster's processes have exited (their
-teardown, freeing a few GB, used to overlap goblin's job). Goal: goblin >= 1.6x faster. Markdown on stdout, progress on stderr.
+teardown, freeing a few GB, used to overlap goblin's job). goblin's node and workers
+stay up, as a running service would, and are warmed up with two jobs (the first jobs
+after workers join also grow their panel caches and message buffers). Goal: goblin >= 1.6x faster. Markdown on stdout, progress on stderr.
 
 Environment: GOBLIN_BENCH_GRID_N (default 4096), GOBLIN_BENCH_GRID_BIN (the C program;
 default build/bench/bench_grid next to GOBLIN_LIB's build directory),
