@@ -15,7 +15,7 @@
  *      time per job of the node and the workers (/proc/PID/stat): what TLS adds to it
  *      is the time spent in TLS (encryption and records);
  *   3. verification overhead: the embedded-grid job with Freivalds against the same
- *      job with GOBLIN_VERIFY_POLICY_UNSAFE_NONE (goal <= 2%; best of at least 9
+ *      job with GOBLIN_VERIFY_POLICY_UNSAFE_NONE (goal <= 2%; best of at least 15
  *      interleaved runs each at n <= 4096, and at 8192 one run each after a warm-up);
  *   4. scheduler throughput: a matmul cut into tiny tiles (the node has no other task
  *      type) through a node with W in-process workers dialing tcp loopback (the real
@@ -668,7 +668,7 @@ int main(int argc, char **argv) {
     printf("| n | threads | plan | direct BLIS | grid | ratio | verification |\n|---|---|---|---|---|---|---|\n");
     /* The verification overhead is a difference of two jobs' times: more interleaved
      * runs (best of each) keep this machine's noise out of it. */
-    embedded(n, threads, n <= 4096 && reps < 9 ? 9 : reps, true);
+    embedded(n, threads, n <= 4096 && reps < 15 ? 15 : reps, true);
     /* The check is O(n^2) against the product's O(n^3): its share halves when n doubles. */
     if (big)
         embedded(8192, threads, 3, true);
@@ -677,7 +677,7 @@ int main(int argc, char **argv) {
         printf("Times: best of %d interleaved runs at 4096, of 3 at 8192, after a warm-up; the verification "
                "overhead is the median of the paired ratios (GOBLIN_BENCH_GRID_BIG=0 skips 8192: about 3 minutes "
                "on 2 cores).\n\n",
-               reps < 9 ? 9 : reps);
+               reps < 15 ? 15 : reps);
     else
         printf("8192 not run (GOBLIN_BENCH_GRID_BIG=0).\n\n");
     if (env_int("GOBLIN_BENCH_GRID_EMBEDDED_ONLY", 0)) {
