@@ -1112,21 +1112,28 @@ static void job_progress_cb(goblin_job *j) {
 static void task_done(goblin_node *n, goblin_job *j, int64_t ti);
 static goblin_err graph_combine(goblin_job *j);
 
-/* Task @p ti's result (contiguous rows x cols at @p data) is final. */
-static void task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
+/* Task @p ti has a result from peer @p by (-1: the node) and goes to @p state (T_DONE,
+ * or T_HELD for its row panel's check): its other leases, if any, are moot. */
+static void task_settle(goblin_node *n, goblin_job *j, int64_t ti, uint8_t state, int32_t by) {
     task *t = &j->tasks[ti];
-    goblin_matmul_tile tl;
-    job_tile(j, ti, &tl);
-    t->state = T_DONE;
+    t->state = state;
     t->accepted_peer = by;
-    int64_t s = j->info.k_slices;
-    /* n_leases counts the task's live leases, the accepted one included (already
+    /* n_leases counts the task's live leases, the one answered included (already
      * removed by the caller, or by recheck/escalation paths that hold none): only a
      * task with another live lease (a speculative duplicate) has any to mark. */
     if (t->n_leases > 1 || by < 0)
         for (int64_t i = 0; i < n->n_leases; i++)
             if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
     t->n_leases = 0;
+}
+
+/* Task @p ti's result (contiguous rows x cols at @p data) is final. */
+static void task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
+    task *t = &j->tasks[ti];
+    goblin_matmul_tile tl;
+    job_tile(j, ti, &tl);
+    task_settle(n, j, ti, T_DONE, by);
+    int64_t s = j->info.k_slices;
     size_t bytes = (size_t)(tl.rows * tl.cols) * j->esz;
     if (s == 1) {
         goblin_tensor v = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
@@ -1351,12 +1358,7 @@ static void task_hold(goblin_node *n, goblin_job *j, int64_t ti, const void *dat
     task *t = &j->tasks[ti];
     goblin_matmul_tile tl;
     job_tile(j, ti, &tl);
-    t->state = T_HELD;
-    t->accepted_peer = by;
-    if (t->n_leases > 1) /* a speculative duplicate still out: its result is not needed */
-        for (int64_t i = 0; i < n->n_leases; i++)
-            if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
-    t->n_leases = 0;
+    task_settle(n, j, ti, T_HELD, by);
     goblin_tensor v = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
     unpack(&v, data, j->esz);
     if (t->leased_at_ms) { /* the task's time, for straggler detection (task_done) */
