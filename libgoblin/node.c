@@ -356,6 +356,7 @@ void goblin_node_params_default(goblin_node_params *p) {
     p->max_retries = 4;
     p->verify = GOBLIN_VERIFY_POLICY_FREIVALDS;
     p->freivalds_vectors = 4;
+    p->verify_threads = 2;
     p->recv_max_bytes = (uint64_t)1 << 30;
     p->recompute_backend =
         goblin_backend_available(GOBLIN_BACKEND_BLIS) == GOBLIN_OK ? GOBLIN_BACKEND_BLIS
@@ -375,6 +376,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     if (p->n_listen < 1 || p->n_listen > GOBLIN_NODE_MAX_LISTEN || p->lease_ms < 1 ||
         p->max_retries < 0 || (unsigned)p->verify >= GOBLIN_VERIFY_POLICY_COUNT ||
         p->freivalds_vectors < 1 || p->freivalds_vectors > GOBLIN_FREIVALDS_MAX_VECTORS ||
+        p->verify_threads < 1 || p->verify_threads > 2 ||
         p->recv_max_bytes < GOBLIN_WIRE_HEADER_SIZE ||
         p->recv_max_bytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES ||
         (unsigned)p->recompute_backend >= GOBLIN_BACKEND_COUNT ||
@@ -1251,6 +1253,7 @@ static goblin_freivalds_panels *job_panels(goblin_node *n, goblin_job *j, int64_
         goblin_freivalds_params_default(&fp);
         fp.seed = goblin__secret_u64();
         fp.vectors = n->p.freivalds_vectors;
+        fp.threads = n->p.verify_threads;
         fp.k0 = t.k0;
         fp.kn = t.kn;
         goblin_err e = goblin_freivalds_panels_new(&j->a, &j->b, (int32_t)gc, cb, &fp, &j->fvp[q]);
@@ -1287,6 +1290,7 @@ static goblin_err check_tile_impl(goblin_node *n, goblin_job *j, int64_t ti, boo
     goblin_freivalds_params_default(&fp);
     fp.seed = goblin__secret_u64();
     fp.vectors = n->p.freivalds_vectors;
+    fp.threads = n->p.verify_threads;
     return goblin_verify_matmul(&a, &b, c, &fp, v);
 }
 

@@ -8,6 +8,7 @@
 #include <goblin/verify.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include "alloc.h"
@@ -100,6 +101,7 @@ void goblin_freivalds_params_default(goblin_freivalds_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
     p->seed = 0;
+    p->threads = 1;
     p->vectors = 4;
     p->tight_sigmas = 6.0;
     p->bound_sigmas = 10.0;
@@ -400,6 +402,10 @@ struct goblin_freivalds_panels {
     int64_t M, N, K;
     int64_t nv, ng;     /* vectors, groups of LANES vectors */
     int32_t np;         /* column panels */
+    int32_t threads;    /* 1, or 2: the passes over A and C of a long row range in halves */
+    void *twin_block;   /* the second thread's scratch (acc2, xb2, buf2), made at first use */
+    v4 *acc2;
+    double *xb2, *buf2;
     bool v3;            /* the AVX2+FMA passes */
     const char *a0;     /* A at (0, k0); NULL if K = 0 */
     int64_t as0, as1;
@@ -540,9 +546,9 @@ FV_INLINE void pass_b_impl(fvp *f, bool sanitize, bool vb) {
 /* zt = A (B r) and pt = |A| (|B| m) of every column panel and the row norms of A
  * over the rows of @p r, one pass over them: each chunk of a block of rows meets the
  * weights of every panel while it is in L1. */
-FV_INLINE void pass_a_impl(fvp *f, fv_range *r, bool vb) {
+FV_INLINE void pass_a_impl(fvp *f, fv_range *r, int64_t ib, int64_t ie, bool vb) {
     int64_t m = r->rows, K = f->K, np = f->np, ng = f->ng, nw = ng * LANES, ks = f->ks;
-    for (int64_t i0 = 0; i0 < m; i0 += FV_ROWS) {
+    for (int64_t i0 = ib; i0 < ie; i0 += FV_ROWS) {
         int rows = m - i0 < FV_ROWS ? (int)(m - i0) : FV_ROWS;
         v4 sq[FV_ROWS], ab[FV_ROWS];
         memset(f->acc, 0, (size_t)(np * ng) * 5 * FV_ROWS * sizeof(v4));
@@ -634,14 +640,14 @@ static void row_c(const fvp *f, const fv_tile *t, const double *row, v4 wq[][FV_
 
 #if FV_HAVE_V3
 FV_V3 static void pass_b_v3(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, false); }
-FV_V3 static void pass_a_v3(fvp *f, fv_range *r) { pass_a_impl(f, r, false); }
+FV_V3 static void pass_a_v3(fvp *f, fv_range *r, int64_t ib, int64_t ie) { pass_a_impl(f, r, ib, ie, false); }
 FV_V3 static void pass_c_v3(fvp *f, const fv_tile *t, int64_t i0, int rows, v4 wq[][FV_ROWS],
                             double *qs) {
     pass_c_impl(f, t, i0, rows, wq, qs, false);
 }
 #endif
 static void pass_b_base(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, true); }
-static void pass_a_base(fvp *f, fv_range *r) { pass_a_impl(f, r, true); }
+static void pass_a_base(fvp *f, fv_range *r, int64_t ib, int64_t ie) { pass_a_impl(f, r, ib, ie, true); }
 static void pass_c_base(fvp *f, const fv_tile *t, int64_t i0, int rows, v4 wq[][FV_ROWS],
                         double *qs) {
     pass_c_impl(f, t, i0, rows, wq, qs, true);
@@ -865,6 +871,7 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
     f->nv = nv;
     f->ng = ng;
     f->np = np;
+    f->threads = x->p.threads >= 2 ? 2 : 1;
     f->v3 = fv_v3();
     f->as0 = a->strides[0];
     f->as1 = a->strides[1];
@@ -956,6 +963,66 @@ static fv_range *fv_find(fvp *f, int64_t row0, int64_t rows) {
 
 /* The prepared range (row0, rows), computed now if it is not yet (one pass over
  * those rows of A). Arguments already checked. */
+/* ---- two threads (goblin_freivalds_params.threads = 2) ------------------------ *
+ *
+ * The passes over A (a prepared row range) and over C (a check) split their rows in
+ * two at a multiple of FV_ROWS: the calling thread takes the first half, a second
+ * thread the rest, each with its own scratch (a copy of the object whose acc, xb and
+ * buf point elsewhere). Every row is computed by the same code on the same blocks of
+ * FV_ROWS rows as with one thread, so the sums and the verdict are the same bits; the
+ * two halves write disjoint rows of the range, and the check's tallies are merged in
+ * row order. Worth it where the checking thread shares its cores with busy ones (an
+ * embedded grid): its work then falls on both cores instead of one (docs/verification.md). */
+#define FV_SPLIT_ELEMS ((double)(1 << 18)) /* a pass this small stays on one thread */
+
+/* Passes run in two halves so far (tests: that the two-thread path ran). */
+static atomic_llong fv_splits;
+long long goblin__freivalds_splits(void);
+long long goblin__freivalds_splits(void) { return atomic_load(&fv_splits); }
+
+/* *twin: @p f with scratch of its own; false if @p f runs on one thread or no memory. */
+static bool fv_twin(fvp *f, fvp *twin) {
+    if (f->threads < 2) return false;
+    if (!f->twin_block) {
+        int64_t wmax = 0;
+        for (int32_t p = 0; p < f->np; p++)
+            if (f->cb[p + 1] - f->cb[p] > wmax) wmax = f->cb[p + 1] - f->cb[p];
+        size_t n_acc = (size_t)f->np * (size_t)f->ng * 5 * FV_ROWS;
+        size_t n_dbl = (size_t)FV_ROWS * FV_CHUNK + (size_t)wmax;
+        void *b = goblin__alloc(n_acc * sizeof(v4) + n_dbl * sizeof(double));
+        if (!b) return false;
+        f->twin_block = b;
+        f->acc2 = b;
+        f->xb2 = (double *)(f->acc2 + n_acc);
+        f->buf2 = f->xb2 + FV_ROWS * FV_CHUNK;
+    }
+    *twin = *f;
+    twin->acc = f->acc2;
+    twin->xb = f->xb2;
+    twin->buf = f->buf2;
+    return true;
+}
+
+/* The row where a pass of @p rows rows (of @p elems elements each) splits: a multiple
+ * of FV_ROWS, or 0 to stay on one thread. */
+static int64_t fv_split(const fvp *f, int64_t rows, double elems) {
+    if (f->threads < 2 || rows < 4 * FV_ROWS || (double)rows * elems < FV_SPLIT_ELEMS) return 0;
+    return rows / 2 / FV_ROWS * FV_ROWS;
+}
+
+typedef struct fv_pa_job {
+    fvp *f;
+    fv_range *r;
+    int64_t ib, ie;
+} fv_pa_job;
+
+static void *fv_pa_main(void *arg) {
+    fv_pa_job *j = arg;
+    if (j->f->v3) pass_a_v3(j->f, j->r, j->ib, j->ie);
+    else pass_a_base(j->f, j->r, j->ib, j->ie);
+    return NULL;
+}
+
 static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out) {
     fv_range *r = fv_find(f, row0, rows);
     if (r) {
@@ -986,8 +1053,15 @@ static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out)
     r->pt = (double *)(r->zt + (int64_t)f->np * f->ng * rows);
     r->asq = r->pt + (int64_t)f->np * rows;
     r->a1 = r->asq + rows;
-    if (f->v3) pass_a_v3(f, r);
-    else pass_a_base(f, r);
+    int64_t h = fv_split(f, rows, (double)f->K * f->np);
+    fvp twin;
+    pthread_t th;
+    fv_pa_job pj = {&twin, r, h, rows};
+    bool two = h > 0 && fv_twin(f, &twin) && pthread_create(&th, NULL, fv_pa_main, &pj) == 0;
+    if (two) atomic_fetch_add(&fv_splits, 1);
+    if (f->v3) pass_a_v3(f, r, 0, two ? h : rows);
+    else pass_a_base(f, r, 0, two ? h : rows);
+    if (two) pthread_join(th, NULL);
     f->n_ranges++;
     *out = r;
     return GOBLIN_OK;
@@ -1016,24 +1090,36 @@ void goblin_freivalds_panels_free(goblin_freivalds_panels *fp) {
     if (!fp) return;
     for (int32_t q = 0; q < fp->n_ranges; q++) goblin__free(fp->ranges[q].zt);
     if (fp->ranges != fp->inline_ranges) goblin__free(fp->ranges);
+    goblin__free(fp->twin_block);
     goblin__free(fp); /* and its arrays */
 }
 
-/* Judge tile @p c (shape and dtype checked) of panel @p p over the prepared range @p r. */
-static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *c,
-                     goblin_verdict *out) {
+/* The rows [@p ib, @p ie) of a check: their tallies into *acc. */
+typedef struct fv_jacc {
+    fv_tally t;
+    int64_t unchecked, nonfinite;
+    bool reject_nonfinite;
+} fv_jacc;
+
+typedef struct fv_judge_job {
+    fvp *f;
+    const fv_range *r;
+    int32_t p;
+    const fv_tile *tile;
+    int64_t ib, ie;
+    fv_jacc acc;
+} fv_judge_job;
+
+static void fv_judge_rows(fvp *f, const fv_range *r, int32_t p, const fv_tile *tp, int64_t ib, int64_t ie,
+                          fv_jacc *acc) {
     const fv_levels *L = &f->lv[p];
     int64_t col0 = f->cb[p], n = f->cb[p + 1] - col0, m = r->rows, nv = f->nv;
     goblin_dtype dt = f->dt;
-    fv_tile tile = {(const char *)c->data, c->strides[0], c->strides[1], m, n,
-                    f->rw + col0,         f->mw + col0, L->n_bad == 0};
+    fv_tile tile = *tp;
     const v4 *zt = r->zt + (int64_t)p * f->ng * m;
     const double *pt = r->pt + (int64_t)p * m;
     double maxf = max_finite(dt);
-    int64_t unchecked = 0, nonfinite = 0;
-    fv_tally t = {0, 0, 0, -1, 0, 0};
-    bool reject_nonfinite = false;
-    for (int64_t i0 = 0; i0 < m; i0 += FV_ROWS) {
+    for (int64_t i0 = ib; i0 < ie; i0 += FV_ROWS) {
         int rows = m - i0 < FV_ROWS ? (int)(m - i0) : FV_ROWS;
         v4 wq[FV_MAXG][FV_ROWS];
         double qs[FV_ROWS];
@@ -1054,8 +1140,8 @@ static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *
                 for (int64_t j = 0; j < n && finite; j++) finite = isfinite(f->buf[j]);
             }
             if (finite) {
-                if (!row_ok) unchecked++;
-                else judge_row(L, zt, m, pt[i], qs[q], r->a1[i], i, na, wq, q, &t);
+                if (!row_ok) acc->unchecked++;
+                else judge_row(L, zt, m, pt[i], qs[q], r->a1[i], i, na, wq, q, &acc->t);
                 continue;
             }
             /* NaN/inf in C (f->buf holds the row): impossible for an honest result when
@@ -1071,30 +1157,73 @@ static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *
                                                  L->abs_c
                                            : INFINITY;
                 if (cap < maxf) {
-                    nonfinite++;
+                    acc->nonfinite++;
                     row_nonfinite = true;
                 } else {
                     row_unsure = true;
                 }
             }
             if (row_nonfinite) {
-                reject_nonfinite = true;
-                if (t.worst != INFINITY) {
-                    t.worst = t.worst_tight = INFINITY;
-                    t.worst_row = i;
+                acc->reject_nonfinite = true;
+                if (acc->t.worst != INFINITY) {
+                    acc->t.worst = acc->t.worst_tight = INFINITY;
+                    acc->t.worst_row = i;
                 }
                 continue;
             }
             if (row_unsure) {
-                unchecked++;
+                acc->unchecked++;
                 continue;
             }
             v4 wr[FV_MAXG][FV_ROWS];
             double qr;
             row_c(f, &tile, f->buf, wr, &qr);
-            judge_row(L, zt, m, pt[i], qr, r->a1[i], i, na, wr, 0, &t);
+            judge_row(L, zt, m, pt[i], qr, r->a1[i], i, na, wr, 0, &acc->t);
         }
     }
+}
+
+static void *fv_judge_main(void *arg) {
+    fv_judge_job *j = arg;
+    fv_judge_rows(j->f, j->r, j->p, j->tile, j->ib, j->ie, &j->acc);
+    return NULL;
+}
+
+/* Judge tile @p c (shape and dtype checked) of panel @p p over the prepared range @p r. */
+static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *c,
+                     goblin_verdict *out) {
+    const fv_levels *L = &f->lv[p];
+    int64_t col0 = f->cb[p], n = f->cb[p + 1] - col0, m = r->rows;
+    fv_tile tile = {(const char *)c->data, c->strides[0], c->strides[1], m, n,
+                    f->rw + col0,         f->mw + col0, L->n_bad == 0};
+    fv_jacc a = {{0, 0, 0, -1, 0, 0}, 0, 0, false};
+    int64_t h = fv_split(f, m, (double)n);
+    fvp twin;
+    pthread_t th;
+    fv_judge_job jj = {&twin, r, p, &tile, h, m, {{0, 0, 0, -1, 0, 0}, 0, 0, false}};
+    bool two = h > 0 && fv_twin(f, &twin) && pthread_create(&th, NULL, fv_judge_main, &jj) == 0;
+    if (two) atomic_fetch_add(&fv_splits, 1);
+    fv_judge_rows(f, r, p, &tile, 0, two ? h : m, &a);
+    if (two) {
+        pthread_join(th, NULL);
+        /* merged as if one thread had gone on: counts add, and the worst row is the
+         * first with the largest ratio */
+        const fv_jacc *b = &jj.acc;
+        a.t.checked += b->t.checked;
+        a.t.above_tight += b->t.above_tight;
+        a.t.above_bound += b->t.above_bound;
+        if (b->t.worst_row >= 0 && (b->t.worst > a.t.worst || (a.t.worst_row < 0 && b->t.worst >= a.t.worst))) {
+            a.t.worst = b->t.worst;
+            a.t.worst_row = b->t.worst_row;
+        }
+        if (b->t.worst_tight > a.t.worst_tight) a.t.worst_tight = b->t.worst_tight;
+        a.unchecked += b->unchecked;
+        a.nonfinite += b->nonfinite;
+        a.reject_nonfinite = a.reject_nonfinite || b->reject_nonfinite;
+    }
+    fv_tally t = a.t;
+    int64_t unchecked = a.unchecked, nonfinite = a.nonfinite;
+    bool reject_nonfinite = a.reject_nonfinite;
     out->checked = t.checked;
     out->above_tight = t.above_tight;
     out->above_bound = t.above_bound;

@@ -59,6 +59,10 @@ typedef struct goblin_node_params {
     int32_t max_retries;          /* failed leases per task before the job fails (default 4) */
     goblin_verify_policy verify;  /* default FREIVALDS */
     int32_t freivalds_vectors;    /* 1 .. GOBLIN_FREIVALDS_MAX_VECTORS (default 4) */
+    int32_t verify_threads;       /* 1 or 2 (default 2): threads of a Freivalds pass over a long
+                                     row range (goblin_freivalds_params.threads; the same
+                                     verdicts), so that on cores shared with busy workers the
+                                     node's checks fall on two cores instead of one */
     bool freivalds_tile_by_tile;  /* judge each matmul tile alone as it arrives (default false:
                                      a row panel's tiles together once all are in, one product
                                      per vector in the pass over A instead of one per column

@@ -1410,6 +1410,76 @@ Test(freivalds_panels, one_panel_equals_verify_matmul) {
     }
 }
 
+/* goblin_freivalds_params.threads = 2: the passes over A and C of long row ranges run
+ * in two halves on two threads. Every verdict must equal the one-thread object's,
+ * field for field and bit for bit, for honest and wrong results (a wrong element, a
+ * NaN and an inf in either half, a scaled row panel, a swapped pair of rows across the
+ * halves), f32 and f64, row ranges long enough to split and short ones that do not. */
+long long goblin__freivalds_splits(void);
+
+Test(freivalds_panels, two_threads_give_the_same_verdicts) {
+    static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    /* long enough to split: the pass over A from 64 rows (2 panels x 2048), a check of a
+     * 530-column panel from 495 rows */
+    int64_t m = 600, k = 2048, n = 1100;
+    int64_t cb[3] = {0, 530, n};
+    long long splits0 = goblin__freivalds_splits();
+    for (size_t d = 0; d < 2; d++) {
+        sm_state = 900 + d;
+        goblin_tensor a = mat_new(dts[d], m, k), b = mat_new(dts[d], k, n);
+        fill(&a, DIST_SIGNED);
+        fill(&b, DIST_SIGNED);
+        goblin_tensor c = matmul_on(fast_backend(), &a, &b);
+        static const int64_t ranges[][2] = {{0, 600}, {0, 512}, {17, 500}, {590, 10}};
+        for (int variant = 0; variant < 6; variant++) {
+            goblin_tensor w = copy_of(&c);
+            if (variant == 1) set(&w, 550, 600, get(&w, 550, 600) + 100.0); /* second half of [0, 600) */
+            if (variant == 2) set(&w, 3, 10, NAN);
+            if (variant == 3) set(&w, 580, 1000, INFINITY);
+            if (variant == 4)
+                for (int64_t i = 0; i < 300; i++)
+                    for (int64_t j = 0; j < n; j++) set(&w, i, j, get(&w, i, j) * (1 + 1e-3));
+            if (variant == 5)
+                for (int64_t j = 0; j < n; j++) {
+                    double x = get(&w, 10, j);
+                    set(&w, 10, j, get(&w, 590, j));
+                    set(&w, 590, j, x);
+                }
+            goblin_freivalds_params p;
+            goblin_freivalds_params_default(&p);
+            p.seed = 4242 + (uint64_t)variant;
+            goblin_freivalds_panels *one = NULL, *two = NULL;
+            cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, cb, &p, &one), GOBLIN_OK);
+            p.threads = 2;
+            cr_assert_eq(goblin_freivalds_panels_new(&a, &b, 2, cb, &p, &two), GOBLIN_OK);
+            for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++)
+                for (int32_t q = 0; q < 2; q++) {
+                    int64_t r0 = ranges[r][0], rn = ranges[r][1];
+                    goblin_tensor wv = sub(&w, r0, rn, cb[q], cb[q + 1] - cb[q]);
+                    goblin_verdict v1 = panels_check(one, r0, rn, q, &wv);
+                    goblin_verdict v2 = panels_check(two, r0, rn, q, &wv);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s variant %d rows [%lld, +%lld) panel %d",
+                             goblin_dtype_name(dts[d]), variant, (long long)r0, (long long)rn, q);
+                    expect_same_verdict(&v2, &v1, what);
+                    if (variant == 0) cr_assert_eq(v1.kind, GOBLIN_VERDICT_ACCEPT, "%s", what);
+                    if (r == 0 && variant > 0 && (variant != 1 || q == 1) && (variant != 2 || q == 0) &&
+                        (variant != 3 || q == 1))
+                        cr_assert_neq(v1.kind, GOBLIN_VERDICT_ACCEPT, "%s: %s", what,
+                                      goblin_verdict_name(v1.kind));
+                }
+            goblin_freivalds_panels_free(one);
+            goblin_freivalds_panels_free(two);
+            free(w.data);
+        }
+        free(a.data);
+        free(b.data);
+        free(c.data);
+    }
+    /* prepares and checks of [0, 600), [0, 512) and [17, +500) went to two threads */
+    cr_assert_geq(goblin__freivalds_splits() - splits0, 2 * 6 * 3);
+}
+
 enum { PC_ELEMENT, PC_SCALE, PC_ROW_SWAP, PC_OTHER, PC_NAN, PC_ZEROS, PC_TRANSPOSE, PC_COUNT };
 static const char *pc_name[] = {"element", "scale", "row-swap", "other-tile", "nan", "zeros",
                                 "transposed"};

@@ -412,6 +412,11 @@ Test(worker, params_and_names) {
     np.freivalds_vectors = 0;
     cr_assert_eq(goblin_node_new(&n, &np), GOBLIN_EINVAL);
     np.freivalds_vectors = 4;
+    np.verify_threads = 0;
+    cr_assert_eq(goblin_node_new(&n, &np), GOBLIN_EINVAL);
+    np.verify_threads = 3;
+    cr_assert_eq(goblin_node_new(&n, &np), GOBLIN_EINVAL);
+    np.verify_threads = 2;
     cr_assert_eq(goblin_node_new(&n, &np), GOBLIN_OK);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 2, 2, 1, true);
     goblin_job *job;
