@@ -331,6 +331,10 @@ static int raw_dial(nng_socket *s, const char *url) {
     int rv = nng_pair1_open(s);
     if (rv) return rv;
     nng_socket_set_ms(*s, NNG_OPT_RECVTIMEO, 3000);
+    /* No redial once the node drops this peer: nng 1.5 leaks a connection still being
+     * set up when its socket is closed (ASan saw it now and then under load). */
+    nng_socket_set_ms(*s, NNG_OPT_RECONNMINT, 600000);
+    nng_socket_set_ms(*s, NNG_OPT_RECONNMAXT, 600000);
     return nng_dial(*s, url, NULL, 0);
 }
 
