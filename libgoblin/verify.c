@@ -419,6 +419,7 @@ struct goblin_freivalds_panels {
     double *mw;         /* [ns]: the envelope m: 1, or 0 in masked columns */
     double *ys;         /* [np][4 ng + 1][ks]: B r per panel, then |B| m in row 4 ng */
     double *colsq;      /* [N] sum b^2 per column of B (0 in masked columns) */
+    double *colsq2;     /* [N] the second half's sums, before they are added (fv_pass_b) */
     double *xb;         /* [FV_ROWS][FV_CHUNK] converted chunks */
     double *buf;        /* [widest panel] one row of C */
     unsigned char *bad; /* [N] column of B holds NaN/inf or overflows */
@@ -473,15 +474,16 @@ static inline int rows_next(int64_t r0, int64_t total) {
     return left <= 0 ? 0 : left < FV_ROWS ? (int)left : FV_ROWS;
 }
 
-/* ys = B r and ss = |B| m of every column panel and the column norms of B, one pass
- * over B by rows (a block of rows meets every panel before the next block is read).
+/* ys = B r and ss = |B| m of every column panel over the rows [@p lb, @p le) of B,
+ * and those rows' column sums of squares into @p colsq (N, zeroed here), one pass by
+ * rows (a block of rows meets every panel before the next block is read).
  * @p sanitize: read NaN/inf as 0 (their columns are masked: r_j = m_j = 0 there). */
-FV_INLINE void pass_b_impl(fvp *f, bool sanitize, bool vb) {
-    int64_t N = f->N, K = f->K, ng = f->ng, nw = ng * LANES, ns = f->ns, ks = f->ks;
-    memset(f->colsq, 0, (size_t)N * sizeof(double));
-    for (int64_t l0 = 0; l0 < K; l0 += FV_ROWS) {
-        int rows = K - l0 < FV_ROWS ? (int)(K - l0) : FV_ROWS;
-        int next = rows_next(l0, K);
+FV_INLINE void pass_b_impl(fvp *f, bool sanitize, int64_t lb, int64_t le, double *colsq, bool vb) {
+    int64_t N = f->N, ng = f->ng, nw = ng * LANES, ns = f->ns, ks = f->ks;
+    memset(colsq, 0, (size_t)N * sizeof(double));
+    for (int64_t l0 = lb; l0 < le; l0 += FV_ROWS) {
+        int rows = le - l0 < FV_ROWS ? (int)(le - l0) : FV_ROWS;
+        int next = rows_next(l0, le);
         const char *base = f->b0 + l0 * f->bs0 * (int64_t)f->es;
         for (int32_t p = 0; p < f->np; p++) {
             v4 acc[FV_MAXG][5 * FV_ROWS];
@@ -493,7 +495,7 @@ FV_INLINE void pass_b_impl(fvp *f, bool sanitize, bool vb) {
                 fv_pf pfs;
                 const fv_pf *pf = block_rows(f, base, f->bs0, f->bs1, rows, j0, len, sanitize,
                                              next, x, &xf, &pfs, vb);
-                double *cs = f->colsq + j0;
+                double *cs = colsq + j0;
                 int64_t j = 0;
                 if (rows == FV_ROWS && vb) /* f64 rows (xf is false) */
                     for (; j + 2 <= len; j += 2) {
@@ -639,14 +641,18 @@ static void row_c(const fvp *f, const fv_tile *t, const double *row, v4 wq[][FV_
 }
 
 #if FV_HAVE_V3
-FV_V3 static void pass_b_v3(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, false); }
+FV_V3 static void pass_b_v3(fvp *f, bool sanitize, int64_t lb, int64_t le, double *colsq) {
+    pass_b_impl(f, sanitize, lb, le, colsq, false);
+}
 FV_V3 static void pass_a_v3(fvp *f, fv_range *r, int64_t ib, int64_t ie) { pass_a_impl(f, r, ib, ie, false); }
 FV_V3 static void pass_c_v3(fvp *f, const fv_tile *t, int64_t i0, int rows, v4 wq[][FV_ROWS],
                             double *qs) {
     pass_c_impl(f, t, i0, rows, wq, qs, false);
 }
 #endif
-static void pass_b_base(fvp *f, bool sanitize) { pass_b_impl(f, sanitize, true); }
+static void pass_b_base(fvp *f, bool sanitize, int64_t lb, int64_t le, double *colsq) {
+    pass_b_impl(f, sanitize, lb, le, colsq, true);
+}
 static void pass_a_base(fvp *f, fv_range *r, int64_t ib, int64_t ie) { pass_a_impl(f, r, ib, ie, true); }
 static void pass_c_base(fvp *f, const fv_tile *t, int64_t i0, int rows, v4 wq[][FV_ROWS],
                         double *qs) {
@@ -830,6 +836,8 @@ static void fv_levels_init(fvp *f, int32_t p, const fv_args *x) {
     L->rel_finite = isfinite(L->rel_c);
 }
 
+static void fv_pass_b(fvp *f, bool sanitize);
+
 /* The object for validated arguments @p x and checked bounds. */
 static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const fv_args *x,
                          int32_t np, const int64_t *cb, fvp **out) {
@@ -848,6 +856,7 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
     uint64_t nw = (uint64_t)ng * LANES, n_dbl = 0;
     bool ok = size_mac(&n_v4, (uint64_t)np * (uint64_t)ng, 5 * FV_ROWS) &&
               size_mac(&n_dbl, nw + 1, (uint64_t)ns) && size_mac(&n_dbl, 1, (uint64_t)N) &&
+              size_mac(&n_dbl, 1, (uint64_t)N) &&
               size_mac(&n_dbl, (uint64_t)np * (nw + 1), (uint64_t)ks) &&
               size_mac(&n_dbl, 1, FV_ROWS * FV_CHUNK + (uint64_t)wmax) &&
               size_mac(&bytes, n_v4, sizeof(v4)) && size_mac(&bytes, np, sizeof(fv_levels)) &&
@@ -888,7 +897,8 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
     f->mw = f->rw + (int64_t)nw * ns;
     f->ys = f->mw + ns;
     f->colsq = f->ys + (int64_t)np * (int64_t)(nw + 1) * ks;
-    f->xb = f->colsq + N;
+    f->colsq2 = f->colsq + N;
+    f->xb = f->colsq2 + N;
     f->buf = f->xb + FV_ROWS * FV_CHUNK;
     f->cb = (int64_t *)(f->buf + wmax);
     f->bad = (unsigned char *)(f->cb + np + 1);
@@ -912,8 +922,7 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
             f->rw[v * ns + j] = (r[2] & 1u) ? -mag : mag;
         }
 
-    if (f->v3) pass_b_v3(f, false);
-    else pass_b_base(f, false);
+    fv_pass_b(f, false);
     /* Columns of B with NaN/inf (or squares overflowing f64) cannot be checked
      * algebraically: mask them out of every vector and of the envelope (r_j = m_j = 0)
      * and redo the pass. */
@@ -926,8 +935,7 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
             for (int64_t v = 0; v < (int64_t)nw; v++) f->rw[v * ns + j] = 0;
         }
     if (n_bad) {
-        if (f->v3) pass_b_v3(f, true);
-        else pass_b_base(f, true);
+        fv_pass_b(f, true);
         for (int64_t j = 0; j < N; j++)
             if (f->bad[j]) f->colsq[j] = 0;
     }
@@ -1008,6 +1016,44 @@ static bool fv_twin(fvp *f, fvp *twin) {
 static int64_t fv_split(const fvp *f, int64_t rows, double elems) {
     if (f->threads < 2 || rows < 4 * FV_ROWS || (double)rows * elems < FV_SPLIT_ELEMS) return 0;
     return rows / 2 / FV_ROWS * FV_ROWS;
+}
+
+/* The pass over B (pass_b_impl) of a long B in two halves of rows, whatever the
+ * threads: the second half's column sums of squares go to colsq2 and are then added
+ * to the first's, so that one and two threads give the same bits. With two threads
+ * the second half runs on its own thread. */
+typedef struct fv_pb_job {
+    fvp *f;
+    bool sanitize;
+    int64_t lb, le;
+    double *colsq;
+} fv_pb_job;
+
+static void *fv_pb_main(void *arg) {
+    fv_pb_job *j = arg;
+    if (j->f->v3) pass_b_v3(j->f, j->sanitize, j->lb, j->le, j->colsq);
+    else pass_b_base(j->f, j->sanitize, j->lb, j->le, j->colsq);
+    return NULL;
+}
+
+static void fv_pass_b(fvp *f, bool sanitize) {
+    int64_t K = f->K, h = 0;
+    if (K >= 4 * FV_ROWS && (double)K * (double)f->N >= FV_SPLIT_ELEMS) h = K / 2 / FV_ROWS * FV_ROWS;
+    fvp twin;
+    pthread_t th;
+    fv_pb_job second = {f, sanitize, h, K, f->colsq2}, first = {f, sanitize, 0, h ? h : K, f->colsq};
+    bool two = h > 0 && fv_twin(f, &twin);
+    if (two) second.f = &twin;
+    two = two && pthread_create(&th, NULL, fv_pb_main, &second) == 0;
+    if (two) atomic_fetch_add(&fv_splits, 1);
+    fv_pb_main(&first);
+    if (two) pthread_join(th, NULL);
+    else if (h) {
+        second.f = f;
+        fv_pb_main(&second);
+    }
+    if (h)
+        for (int64_t j = 0; j < f->N; j++) f->colsq[j] += f->colsq2[j];
 }
 
 typedef struct fv_pa_job {
