@@ -428,11 +428,23 @@ static double median(double *x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* The 95% confidence interval of the median of @p n sorted values, distribution-free:
+ * the order statistics l and n + 1 - l (1-based) with l from the normal approximation
+ * of Binomial(n, 1/2). */
+static void median_ci(const double *sorted, int n, double *lo, double *hi) {
+    int l = (int)floor((n - 1.96 * sqrt((double)n)) / 2);
+    if (l < 1) l = 1;
+    *lo = sorted[l - 1];
+    *hi = sorted[n - l];
+}
+
 /* Section 1 and 3: the embedded grid with and without verification, interleaved with
- * direct BLIS. The overhead is also given as the median of paired ratios: each run
- * with verification against the run without it next to it (their order alternating),
- * so that a slow spell of this shared machine falls on both sides of a pair. */
-static void embedded(int64_t n, int32_t threads, int reps, bool with_unsafe) {
+ * direct BLIS. The overhead is given as the median of paired ratios: each run with
+ * verification against the run without it next to it (their order alternating), so
+ * that a slow spell of this shared machine falls on both sides of a pair. After the
+ * @p reps runs with BLIS, pairs alone until there are @p pairs of them: the check
+ * costs about 1.3% of a 4096² job's CPU, and single jobs vary by several percent. */
+static void embedded(int64_t n, int32_t threads, int reps, int pairs, bool with_unsafe) {
     mats m;
     if (mats_new(&m, n) != 0) {
         printf("| %lld | (out of memory) | | | | |\n", (long long)n);
@@ -454,12 +466,14 @@ static void embedded(int64_t n, int32_t threads, int reps, bool with_unsafe) {
     wait_workers(goblin_grid_node(gf), threads, 10);
     if (gu) wait_workers(goblin_grid_node(gu), threads, 10);
     double bd = 1e30, bf = 1e30, bu = 1e30, cd = 1e30, cf = 1e30, cu = 1e30;
-    double pw[64], pc[64]; /* paired ratios: wall, CPU */
+    double pw[128], pc[128]; /* paired ratios: wall, CPU */
     int np = 0;
+    if (pairs > 128) pairs = 128;
     goblin_plan_info pi = {0};
     bool failed = false;
-    for (int r = 0; r <= reps && !failed; r++) {
-        double td = direct_sgemm(&m, threads), xd = g_cpu;
+    for (int r = 0; (r <= reps || (gu && np < pairs)) && !failed; r++) {
+        bool with_blis = r <= reps;
+        double td = with_blis ? direct_sgemm(&m, threads) : 0, xd = g_cpu;
         double tf, xf, tu = 0, xu = 0;
         if (gu && r % 2) { /* the unverified job first every other time */
             tu = run_job(goblin_grid_node(gu), &m, 0, NULL), xu = g_cpu;
@@ -472,10 +486,11 @@ static void embedded(int64_t n, int32_t threads, int reps, bool with_unsafe) {
                 (long long)n, r, td, tf, tu, xd, xf, gu ? xu : 0.0);
         if (tf < 0 || tu < 0) failed = true;
         if (r == 0) continue; /* warm-up */
-        if (gu && np < 64 && tu > 0 && xu > 0) {
+        if (gu && np < 128 && tu > 0 && xu > 0) {
             pw[np] = tf / tu;
             pc[np++] = xf / xu;
         }
+        if (!with_blis) continue;
         if (td < bd) bd = td;
         if (tf < bf) bf = tf;
         if (gu && tu < bu) bu = tu;
@@ -485,7 +500,8 @@ static void embedded(int64_t n, int32_t threads, int reps, bool with_unsafe) {
     }
     /* The last job written into C may be the unsafe one; check the verified one. */
     if (!failed && gu) run_job(goblin_grid_node(gf), &m, 0, NULL);
-    double mw = median(pw, np), mc = median(pc, np);
+    double mw = median(pw, np), mc = median(pc, np), lw = 1, hw = 1;
+    if (np) median_ci(pw, np, &lw, &hw); /* pw sorted by median() */
     double err = rel_err(&m);
     goblin_node_stats st;
     goblin_node_stats_get(goblin_grid_node(gf), &st);
@@ -502,10 +518,11 @@ static void embedded(int64_t n, int32_t threads, int reps, bool with_unsafe) {
                (long long)st.results_accepted, (long long)st.results_rejected, err, cf, cd, cd / cf);
         if (gu)
             printf("| %lld | verification overhead | UNSAFE_NONE %.3f s | Freivalds %.3f s | | **%+.1f%%** "
-                   "| median of %d paired ratios (Freivalds / none, runs side by side); best of each: %+.1f%%; "
+                   "| median of %d paired ratios (Freivalds / none, runs side by side), 95%% interval of the "
+                   "median %+.1f%% to %+.1f%%; best of each: %+.1f%%; "
                    "CPU per job: paired median %+.1f%%, best of each %.3f s vs %.3f s (%+.1f%%) |\n",
-                   (long long)n, bu, bf, (mw - 1) * 100.0, np, (bf - bu) / bu * 100.0, (mc - 1) * 100.0, cf, cu,
-                   (cf - cu) / cu * 100.0);
+                   (long long)n, bu, bf, (mw - 1) * 100.0, np, (lw - 1) * 100.0, (hw - 1) * 100.0,
+                   (bf - bu) / bu * 100.0, (mc - 1) * 100.0, cf, cu, (cf - cu) / cu * 100.0);
     }
     fflush(stdout);
     goblin_grid_free(gf);
@@ -668,16 +685,18 @@ int main(int argc, char **argv) {
     printf("| n | threads | plan | direct BLIS | grid | ratio | verification |\n|---|---|---|---|---|---|---|\n");
     /* The verification overhead is a difference of two jobs' times: more interleaved
      * runs (best of each) keep this machine's noise out of it. */
-    embedded(n, threads, n <= 4096 && reps < 15 ? 15 : reps, true);
+    int pairs = env_int("GOBLIN_BENCH_GRID_PAIRS", 41);
+    embedded(n, threads, n <= 4096 && reps < 15 ? 15 : reps, n <= 4096 ? pairs : 0, true);
     /* The check is O(n^2) against the product's O(n^3): its share halves when n doubles. */
     if (big)
-        embedded(8192, threads, 3, true);
+        embedded(8192, threads, 3, 0, true);
     printf("\n");
     if (big)
         printf("Times: best of %d interleaved runs at 4096, of 3 at 8192, after a warm-up; the verification "
-               "overhead is the median of the paired ratios (GOBLIN_BENCH_GRID_BIG=0 skips 8192: about 3 minutes "
-               "on 2 cores).\n\n",
-               reps < 15 ? 15 : reps);
+               "overhead is the median of the paired ratios, at 4096 over %d pairs (GOBLIN_BENCH_GRID_PAIRS; the "
+               "runs with BLIS, then pairs alone); GOBLIN_BENCH_GRID_BIG=0 skips 8192: about 3 minutes "
+               "on 2 cores.\n\n",
+               reps < 15 ? 15 : reps, pairs);
     else
         printf("8192 not run (GOBLIN_BENCH_GRID_BIG=0).\n\n");
     if (env_int("GOBLIN_BENCH_GRID_EMBEDDED_ONLY", 0)) {
