@@ -467,6 +467,8 @@ static void embedded(int64_t n, int32_t threads, int reps, int pairs, bool with_
     if (gu) wait_workers(goblin_grid_node(gu), threads, 10);
     double bd = 1e30, bf = 1e30, bu = 1e30, cd = 1e30, cf = 1e30, cu = 1e30;
     double pw[128], pc[128]; /* paired ratios: wall, CPU */
+    double vcpu = 0, jcpu = 0;  /* the node's verification CPU and the verified jobs' CPU */
+    int nvj = 0;
     int np = 0;
     if (pairs > 128) pairs = 128;
     goblin_plan_info pi = {0};
@@ -475,12 +477,21 @@ static void embedded(int64_t n, int32_t threads, int reps, int pairs, bool with_
         bool with_blis = r <= reps;
         double td = with_blis ? direct_sgemm(&m, threads) : 0, xd = g_cpu;
         double tf, xf, tu = 0, xu = 0;
+        goblin_node_stats s0, s1;
         if (gu && r % 2) { /* the unverified job first every other time */
             tu = run_job(goblin_grid_node(gu), &m, 0, NULL), xu = g_cpu;
+            goblin_node_stats_get(goblin_grid_node(gf), &s0);
             tf = run_job(goblin_grid_node(gf), &m, 0, &pi), xf = g_cpu;
         } else {
+            goblin_node_stats_get(goblin_grid_node(gf), &s0);
             tf = run_job(goblin_grid_node(gf), &m, 0, &pi), xf = g_cpu;
             if (gu) tu = run_job(goblin_grid_node(gu), &m, 0, NULL), xu = g_cpu;
+        }
+        goblin_node_stats_get(goblin_grid_node(gf), &s1);
+        if (r > 0 && tf > 0) {
+            vcpu += (double)(s1.verify_cpu_ns - s0.verify_cpu_ns) * 1e-9;
+            jcpu += xf;
+            nvj++;
         }
         fprintf(stderr, "embedded n=%lld rep %d: wall BLIS %.3f grid %.3f unverified %.3f; CPU %.3f %.3f %.3f\n",
                 (long long)n, r, td, tf, tu, xd, xf, gu ? xu : 0.0);
@@ -520,9 +531,11 @@ static void embedded(int64_t n, int32_t threads, int reps, int pairs, bool with_
             printf("| %lld | verification overhead | UNSAFE_NONE %.3f s | Freivalds %.3f s | | **%+.1f%%** "
                    "| median of %d paired ratios (Freivalds / none, runs side by side), 95%% interval of the "
                    "median %+.1f%% to %+.1f%%; best of each: %+.1f%%; "
-                   "CPU per job: paired median %+.1f%%, best of each %.3f s vs %.3f s (%+.1f%%) |\n",
+                   "CPU per job: paired median %+.1f%%, best of each %.3f s vs %.3f s (%+.1f%%); "
+                   "the node's verifying (verify_cpu_ns): %.1f ms of CPU per job, %.2f%% of the verified jobs' CPU |\n",
                    (long long)n, bu, bf, (mw - 1) * 100.0, np, (lw - 1) * 100.0, (hw - 1) * 100.0,
-                   (bf - bu) / bu * 100.0, (mc - 1) * 100.0, cf, cu, (cf - cu) / cu * 100.0);
+                   (bf - bu) / bu * 100.0, (mc - 1) * 100.0, cf, cu, (cf - cu) / cu * 100.0,
+                   nvj ? vcpu / nvj * 1e3 : 0.0, jcpu > 0 ? vcpu / jcpu * 100.0 : 0.0);
     }
     fflush(stdout);
     goblin_grid_free(gf);

@@ -287,6 +287,12 @@ int64_t goblin__now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t goblin__thread_cpu_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 uint64_t goblin__secret_u64(void) {
     /* Drawn from the kernel in batches (one getrandom per 32 values, per thread):
      * a syscall per verified task showed in the tiny-task profile. */
@@ -632,11 +638,28 @@ static goblin_err node_compute_impl(goblin_node *n, goblin_job *j, int64_t i, vo
     return e;
 }
 
+/* The node's verification clocks (goblin_node_stats.verify_ns and verify_cpu_ns):
+ * wall time on the node's thread, and CPU time of that thread and of the checks'
+ * second threads (goblin_freivalds_params.threads). */
+typedef struct vclock {
+    int64_t wall, cpu;
+} vclock;
+
+static vclock verify_begin(void) {
+    goblin__freivalds_take_helper_cpu_ns(); /* nothing of before */
+    return (vclock){goblin__now_ns(), goblin__thread_cpu_ns()};
+}
+
+static void verify_end(goblin_node *n, vclock t0) {
+    n->st.verify_ns += goblin__now_ns() - t0.wall;
+    n->st.verify_cpu_ns += goblin__thread_cpu_ns() - t0.cpu + goblin__freivalds_take_helper_cpu_ns();
+}
+
 /* node_compute, with its time added to the node's verification clock (goblin_node_stats.verify_ns). */
 static goblin_err node_compute(goblin_node *n, goblin_job *j, int64_t i, void *dst) {
-    int64_t t0 = goblin__now_ns();
+    vclock t0 = verify_begin();
     goblin_err r = node_compute_impl(n, j, i, dst);
-    n->st.verify_ns += goblin__now_ns() - t0;
+    verify_end(n, t0);
     return r;
 }
 
@@ -1297,9 +1320,9 @@ static goblin_err check_tile_impl(goblin_node *n, goblin_job *j, int64_t ti, boo
 /* check_tile, with its time added to the node's verification clock (goblin_node_stats.verify_ns). */
 static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
                              const goblin_tensor *c, goblin_verdict *v) {
-    int64_t t0 = goblin__now_ns();
+    vclock t0 = verify_begin();
     goblin_err r = check_tile_impl(n, j, ti, whole_tile, c, v);
-    n->st.verify_ns += goblin__now_ns() - t0;
+    verify_end(n, t0);
     return r;
 }
 
@@ -1325,7 +1348,7 @@ static void prepare_ahead(goblin_node *n) {
             int64_t key = (ti / (s * gc)) * s + ti % s; /* (grid row, K-slice) */
             if (key == j->prep_key) continue;
             j->prep_key = key;
-            int64_t t0 = goblin__now_ns();
+            vclock t0 = verify_begin();
             goblin_freivalds_panels *fp = job_panels(n, j, ti % s);
             if (fp) {
                 goblin_matmul_tile t;
@@ -1334,7 +1357,7 @@ static void prepare_ahead(goblin_node *n) {
                 if (e) nlog(n, GOBLIN_LOG_DEBUG, "job %llu: preparing a check: %s", (unsigned long long)j->id,
                             goblin_strerror(e)); /* the check prepares it again, or fails there */
             }
-            n->st.verify_ns += goblin__now_ns() - t0;
+            verify_end(n, t0);
             return;
         }
     }
@@ -1475,7 +1498,7 @@ static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr) {
     goblin_verdict v;
     memset(&v, 0, sizeof v);
     v.kind = GOBLIN_VERDICT_ESCALATE;
-    int64_t t0 = goblin__now_ns();
+    vclock t0 = verify_begin();
     goblin_freivalds_panels *fp = job_panels(n, j, 0);
     goblin_err e = GOBLIN_ENOTSUP;
     if (fp) {
@@ -1483,7 +1506,7 @@ static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr) {
         e = goblin_freivalds_panels_check(fp, tl.row0, tl.rows, 0, &cv, &v);
         n->st.freivalds_row_panels++;
     }
-    n->st.verify_ns += goblin__now_ns() - t0;
+    verify_end(n, t0);
     if (e == GOBLIN_OK && v.kind == GOBLIN_VERDICT_ACCEPT) {
         for (int64_t c = 0; c < gc && j->running; c++)
             if (j->tasks[gr * gc + c].state == T_HELD) accept_held(n, j, gr * gc + c);
@@ -2363,9 +2386,9 @@ fail:
 
 /* graph_compute, with its time added to the node's verification clock (goblin_node_stats.verify_ns). */
 static goblin_err graph_compute(goblin_node *n, goblin_job *j, int64_t ti, void ***out) {
-    int64_t t0 = goblin__now_ns();
+    vclock t0 = verify_begin();
     goblin_err r = graph_compute_impl(n, j, ti, out);
-    n->st.verify_ns += goblin__now_ns() - t0;
+    verify_end(n, t0);
     return r;
 }
 
@@ -2425,9 +2448,9 @@ static bool graph_agrees_impl(goblin_node *n, const goblin_job *j, int64_t ti, c
 /* graph_agrees, with its time added to the node's verification clock (goblin_node_stats.verify_ns). */
 static bool graph_agrees(goblin_node *n, const goblin_job *j, int64_t ti, const goblin_tensor *res,
                          void **mine, goblin_verify_reason *why) {
-    int64_t t0 = goblin__now_ns();
+    vclock t0 = verify_begin();
     bool r = graph_agrees_impl(n, j, ti, res, mine, why);
-    n->st.verify_ns += goblin__now_ns() - t0;
+    verify_end(n, t0);
     return r;
 }
 
@@ -2765,7 +2788,7 @@ static void spot_prepare(goblin_node *n) {
                 t->spot_state = SPOT_TRUSTED;
                 continue;
             }
-            int64_t t0 = goblin__now_ns();
+            vclock t0 = verify_begin();
             int64_t *idx = goblin__alloc((size_t)G->spot_k * sizeof *idx);
             void **mine = NULL;
             if (idx) {
@@ -2778,7 +2801,7 @@ static void spot_prepare(goblin_node *n) {
                 }
             }
             goblin__free(idx); /* failed: decided again when the result arrives */
-            n->st.verify_ns += goblin__now_ns() - t0;
+            verify_end(n, t0);
             return;
         }
     }
@@ -2802,9 +2825,9 @@ static void graph_spot(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, co
     }
     bool decide = true, ok = false;
     if (gvar(j, ti)->rows > G->spot_k) {
-        int64_t t0 = goblin__now_ns();
+        vclock t0 = verify_begin();
         ok = spot_agrees(n, j, ti, res, &decide);
-        n->st.verify_ns += goblin__now_ns() - t0;
+        verify_end(n, t0);
     }
     if (ok) {
         count_accept(n, pi, true);
@@ -2860,9 +2883,9 @@ static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_w
         graph_spot(n, j, ti, pi, res0, data);
     } else if (t->holder) {
         int32_t h = t->holder - 1;
-        int64_t t0 = goblin__now_ns();
+        vclock t0 = verify_begin();
         bool same = graph_bit_equal(j, ti, r->outputs, t->held);
-        n->st.verify_ns += goblin__now_ns() - t0;
+        verify_end(n, t0);
         if (same) {
             n->st.replicas_agreed++;
             count_accept(n, h, true);

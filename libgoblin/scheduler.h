@@ -14,6 +14,11 @@
 int64_t goblin__now_ms(void);
 /** Monotonic nanoseconds. */
 int64_t goblin__now_ns(void);
+/** CPU time of the calling thread, nanoseconds. */
+int64_t goblin__thread_cpu_ns(void);
+/** CPU time that the Freivalds checks called by this thread spent on their second
+ *  threads (goblin_freivalds_params.threads = 2) since the last call; resets it. */
+int64_t goblin__freivalds_take_helper_cpu_ns(void);
 /** A secret random number (getrandom), for Freivalds seeds. */
 uint64_t goblin__secret_u64(void);
 /** Format and deliver a log line if @p fn is set and @p lvl <= @p max. */

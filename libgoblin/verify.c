@@ -15,6 +15,7 @@
 #include "graph_impl.h"
 #include "kernel_util.h"
 #include "random.h"
+#include "scheduler.h"
 
 /* Philox streams of our draws, outside the catalogue's range (the random ops use
  * their op value as stream), so no op output can ever equal a secret vector. */
@@ -983,6 +984,43 @@ static fv_range *fv_find(fvp *f, int64_t row0, int64_t rows) {
  * embedded grid): its work then falls on both cores instead of one (docs/verification.md). */
 #define FV_SPLIT_ELEMS ((double)(1 << 18)) /* a pass this small stays on one thread */
 
+/* A pass's second thread, with its CPU time: the caller adds it, once joined, to
+ * its own thread's tally, which the node reads (goblin_node_stats.verify_cpu_ns). */
+typedef struct fv_helper {
+    void *(*fn)(void *);
+    void *arg;
+    int64_t cpu_ns;
+    pthread_t th;
+} fv_helper;
+
+static _Thread_local int64_t fv_helper_cpu_ns;
+
+int64_t goblin__freivalds_take_helper_cpu_ns(void) {
+    int64_t x = fv_helper_cpu_ns;
+    fv_helper_cpu_ns = 0;
+    return x;
+}
+
+static void *fv_helper_main(void *arg) {
+    fv_helper *h = arg;
+    int64_t t0 = goblin__thread_cpu_ns();
+    h->fn(h->arg);
+    h->cpu_ns = goblin__thread_cpu_ns() - t0;
+    return NULL;
+}
+
+static bool fv_spawn(fv_helper *h, void *(*fn)(void *), void *arg) {
+    h->fn = fn;
+    h->arg = arg;
+    h->cpu_ns = 0;
+    return pthread_create(&h->th, NULL, fv_helper_main, h) == 0;
+}
+
+static void fv_join(fv_helper *h) {
+    pthread_join(h->th, NULL);
+    fv_helper_cpu_ns += h->cpu_ns;
+}
+
 /* Passes run in two halves so far (tests: that the two-thread path ran). */
 static atomic_llong fv_splits;
 long long goblin__freivalds_splits(void);
@@ -1040,14 +1078,14 @@ static void fv_pass_b(fvp *f, bool sanitize) {
     int64_t K = f->K, h = 0;
     if (K >= 4 * FV_ROWS && (double)K * (double)f->N >= FV_SPLIT_ELEMS) h = K / 2 / FV_ROWS * FV_ROWS;
     fvp twin;
-    pthread_t th;
+    fv_helper hp;
     fv_pb_job second = {f, sanitize, h, K, f->colsq2}, first = {f, sanitize, 0, h ? h : K, f->colsq};
     bool two = h > 0 && fv_twin(f, &twin);
     if (two) second.f = &twin;
-    two = two && pthread_create(&th, NULL, fv_pb_main, &second) == 0;
+    two = two && fv_spawn(&hp, fv_pb_main, &second);
     if (two) atomic_fetch_add(&fv_splits, 1);
     fv_pb_main(&first);
-    if (two) pthread_join(th, NULL);
+    if (two) fv_join(&hp);
     else if (h) {
         second.f = f;
         fv_pb_main(&second);
@@ -1101,13 +1139,13 @@ static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out)
     r->a1 = r->asq + rows;
     int64_t h = fv_split(f, rows, (double)f->K * f->np);
     fvp twin;
-    pthread_t th;
+    fv_helper hp;
     fv_pa_job pj = {&twin, r, h, rows};
-    bool two = h > 0 && fv_twin(f, &twin) && pthread_create(&th, NULL, fv_pa_main, &pj) == 0;
+    bool two = h > 0 && fv_twin(f, &twin) && fv_spawn(&hp, fv_pa_main, &pj);
     if (two) atomic_fetch_add(&fv_splits, 1);
     if (f->v3) pass_a_v3(f, r, 0, two ? h : rows);
     else pass_a_base(f, r, 0, two ? h : rows);
-    if (two) pthread_join(th, NULL);
+    if (two) fv_join(&hp);
     f->n_ranges++;
     *out = r;
     return GOBLIN_OK;
@@ -1245,13 +1283,13 @@ static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *
     fv_jacc a = {{0, 0, 0, -1, 0, 0}, 0, 0, false};
     int64_t h = fv_split(f, m, (double)n);
     fvp twin;
-    pthread_t th;
+    fv_helper hp;
     fv_judge_job jj = {&twin, r, p, &tile, h, m, {{0, 0, 0, -1, 0, 0}, 0, 0, false}};
-    bool two = h > 0 && fv_twin(f, &twin) && pthread_create(&th, NULL, fv_judge_main, &jj) == 0;
+    bool two = h > 0 && fv_twin(f, &twin) && fv_spawn(&hp, fv_judge_main, &jj);
     if (two) atomic_fetch_add(&fv_splits, 1);
     fv_judge_rows(f, r, p, &tile, 0, two ? h : m, &a);
     if (two) {
-        pthread_join(th, NULL);
+        fv_join(&hp);
         /* merged as if one thread had gone on: counts add, and the worst row is the
          * first with the largest ratio */
         const fv_jacc *b = &jj.acc;

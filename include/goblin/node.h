@@ -325,6 +325,10 @@ typedef struct goblin_node_stats {
     int64_t freivalds_row_panels;   /* matmul row panels whose tiles were judged together */
     int64_t freivalds_row_fallbacks;/* of which not accepted at once: their tiles were then
                                        judged one by one, with fresh vectors */
+    int64_t verify_cpu_ns;     /* CPU time of that verifying (nanoseconds): the node's
+                                  thread and the Freivalds checks' second threads
+                                  (verify_threads); not a recomputation's other BLIS
+                                  threads (recompute_threads) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

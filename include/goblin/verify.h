@@ -102,8 +102,9 @@ typedef struct goblin_freivalds_params {
     /** Split-K: C claims A[:, k0 : k0 + kn] . B[k0 : k0 + kn, :]. Defaults k0 = 0,
      *  kn = -1 (to the end of K). */
     int64_t k0, kn;
-    /** 1 (default) or 2: a panels object's passes over a long row range of A and of C
-     *  run in two halves on two threads (the same bits and verdicts as one thread). */
+    /** 1 (default) or 2: a panels object's pass over a long B and its passes over a
+     *  long row range of A and of C run in two halves on two threads (the same bits and
+     *  verdicts as one thread). */
     int32_t threads;
 } goblin_freivalds_params;
 

@@ -1035,6 +1035,7 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
     F(spot_checks_prepared);
     F(freivalds_row_panels);
     F(freivalds_row_fallbacks);
+    F(verify_cpu_ns);
     F(panels_in_place);
 #undef F
     bad = bad || set_int(d, "jobs_submitted", self->jobs_submitted) < 0 ||

@@ -151,6 +151,9 @@ def test_embedded_stats_after_a_job():
     # 8 tiles of one K-slice in several column panels: judged a row panel at a time, all
     # accepted at once (docs/verification.md, "A row panel's tiles at once").
     assert s["freivalds_row_panels"] >= 2 and s["freivalds_row_fallbacks"] == 0
+    # The checks' CPU: some, and at most the node thread's and one second thread's
+    # (verify_threads = 2) for as long as the node's thread was verifying.
+    assert 0 < s["verify_cpu_ns"] <= 2 * s["verify_ns"] + 20_000_000, (s["verify_cpu_ns"], s["verify_ns"])
 
 
 def test_repr_context_manager_and_closed_grid():

@@ -1416,6 +1416,7 @@ Test(freivalds_panels, one_panel_equals_verify_matmul) {
  * NaN and an inf in either half, a scaled row panel, a swapped pair of rows across the
  * halves), f32 and f64, row ranges long enough to split and short ones that do not. */
 long long goblin__freivalds_splits(void);
+int64_t goblin__freivalds_take_helper_cpu_ns(void);
 
 Test(freivalds_panels, two_threads_give_the_same_verdicts) {
     static const goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
@@ -1455,9 +1456,14 @@ Test(freivalds_panels, two_threads_give_the_same_verdicts) {
             goblin_freivalds_params_default(&p);
             p.seed = 4242 + (uint64_t)variant;
             goblin_freivalds_panels *one = NULL, *two = NULL;
+            goblin__freivalds_take_helper_cpu_ns();
             cr_assert_eq(goblin_freivalds_panels_new(&a, bp, 2, cb, &p, &one), GOBLIN_OK);
+            cr_assert_eq(goblin__freivalds_take_helper_cpu_ns(), 0); /* one thread: no second one */
             p.threads = 2;
             cr_assert_eq(goblin_freivalds_panels_new(&a, bp, 2, cb, &p, &two), GOBLIN_OK);
+            /* the second half of the pass over B ran on a second thread, its CPU told */
+            cr_assert_gt(goblin__freivalds_take_helper_cpu_ns(), 0);
+            cr_assert_eq(goblin__freivalds_take_helper_cpu_ns(), 0); /* and reset */
             for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++)
                 for (int32_t q = 0; q < 2; q++) {
                     int64_t r0 = ranges[r][0], rn = ranges[r][1];

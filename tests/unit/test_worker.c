@@ -72,6 +72,16 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
         cr_assert_geq(o->st.freivalds_row_panels, info.grid_rows);
     else
         cr_assert_eq(o->st.freivalds_row_panels, 0);
+    /* The verification clocks: nothing under the unsafe mode; else some CPU, and no more
+     * than the node's thread and one second thread can spend while the node's thread
+     * verifies (10 ms for the clocks' granularity). */
+    if (test_policy == GOBLIN_VERIFY_POLICY_UNSAFE_NONE) {
+        cr_assert_eq(o->st.verify_cpu_ns, 0);
+    } else {
+        cr_assert_gt(o->st.verify_cpu_ns, 0, "%s", goblin_misbehave_name(mode));
+        cr_assert_leq(o->st.verify_cpu_ns, 2 * o->st.verify_ns + 10000000, "%s: CPU %lld ns, wall %lld ns",
+                      goblin_misbehave_name(mode), (long long)o->st.verify_cpu_ns, (long long)o->st.verify_ns);
+    }
     /* Which session is the cheater: the worker whose misbehave counter moved, or
      * for silent mode the one with failed leases; match by HELLO order is not fixed,
      * so identify it through the node's per-worker counters and the worker's own. */

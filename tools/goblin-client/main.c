@@ -54,13 +54,14 @@ static goblin_err print_stats(goblin_client *c, double seconds) {
            "\"panel_cache_misses\": %lld, \"rechecked\": %lld, \"recheck_failed\": %lld, "
            "\"peers_dropped\": %lld, \"workers_refused\": %lld, \"workers_connected\": %lld, "
            "\"workers_quarantined\": %lld, \"workers_seen\": %lld, \"freivalds_row_panels\": %lld, "
-           "\"freivalds_row_fallbacks\": %lld, \"workers\": [",
+           "\"freivalds_row_fallbacks\": %lld, \"verify_ns\": %lld, \"verify_cpu_ns\": %lld, \"workers\": [",
            (long long)s.results_escalated, (long long)s.results_duplicate,
            (long long)s.results_late, (long long)s.tasks_reissued, (long long)s.tasks_speculative,
            (long long)s.panel_cache_hits, (long long)s.panel_cache_misses, (long long)s.rechecked,
            (long long)s.recheck_failed, (long long)s.peers_dropped, (long long)s.workers_refused,
            (long long)s.workers_connected, (long long)s.workers_quarantined,
-           (long long)s.workers_seen, (long long)s.freivalds_row_panels, (long long)s.freivalds_row_fallbacks);
+           (long long)s.workers_seen, (long long)s.freivalds_row_panels, (long long)s.freivalds_row_fallbacks,
+           (long long)s.verify_ns, (long long)s.verify_cpu_ns);
     for (int64_t i = 0; i < nw && i < 256; i++)
         printf("%s{\"session_id\": %llu, \"connected\": %s, \"quarantined\": %s, \"threads\": %d, "
                "\"memory_bytes\": %llu, \"issued\": %lld, \"accepted\": %lld, \"rejected\": %lld, "

@@ -68,7 +68,8 @@ static void log_stats(goblin_node *node, goblin_log_level max) {
               "counters: issued %lld completed %lld accepted %lld rejected %lld reissued %lld "
               "speculative %lld duplicate %lld late %lld escalated %lld rechecked %lld "
               "workers connected %lld seen %lld quarantined %lld refused %lld peers dropped %lld "
-              "row panels judged at once %lld (not accepted at once %lld)",
+              "row panels judged at once %lld (not accepted at once %lld) "
+              "verifying %.3f s (CPU %.3f s)",
               (long long)s.tasks_issued, (long long)s.tasks_completed,
               (long long)s.results_accepted, (long long)s.results_rejected,
               (long long)s.tasks_reissued, (long long)s.tasks_speculative,
@@ -77,7 +78,7 @@ static void log_stats(goblin_node *node, goblin_log_level max) {
               (long long)s.workers_connected, (long long)s.workers_seen,
               (long long)s.workers_quarantined, (long long)s.workers_refused,
               (long long)s.peers_dropped, (long long)s.freivalds_row_panels,
-              (long long)s.freivalds_row_fallbacks);
+              (long long)s.freivalds_row_fallbacks, (double)s.verify_ns * 1e-9, (double)s.verify_cpu_ns * 1e-9);
 }
 
 int main(int argc, char **argv) {
