@@ -98,6 +98,7 @@ struct goblin_worker {
     uint32_t ix_cap;                     /* a power of two, or 0 */
     size_t cache_used;
     uint64_t use_clock;
+    int64_t last_task_ms;                /* when the last TASK came (cache_idle_ms) */
     gcache gc[GRAPH_CACHE];
     kept_set first, prev; /* honest outputs kept for STALE / SWAP */
     uint64_t rng;
@@ -141,6 +142,7 @@ void goblin_worker_params_default(goblin_worker_params *p) {
     p->threads = 0;
     p->memory_bytes = (uint64_t)1 << 30;
     p->cache_bytes = p->memory_bytes / 4;
+    p->cache_idle_ms = 30000;
     p->slots = 2;
     p->reconnect_min_ms = 100;
     p->reconnect_max_ms = 5000;
@@ -292,6 +294,36 @@ void goblin_worker_stats_get(goblin_worker *w, goblin_worker_stats *out) {
         (w)->st.field++;                    \
         pthread_mutex_unlock(&(w)->st_mu);  \
     } while (0)
+
+/* The cache gauges of goblin_worker_stats, from the loop thread. */
+static void cache_gauges(goblin_worker *w) {
+    int64_t n = w->n_cache, bytes = (int64_t)w->cache_used;
+    pthread_mutex_lock(&w->st_mu);
+    w->st.cached_inputs = n;
+    w->st.cached_bytes = bytes;
+    pthread_mutex_unlock(&w->st_mu);
+}
+
+/* Does the worker keep inputs or compiled graphs for reuse? */
+static bool cache_held(const goblin_worker *w) {
+    bool held = w->n_cache > 0;
+    for (int32_t i = 0; i < GRAPH_CACHE; i++) held = held || w->gc[i].blob;
+    return held;
+}
+
+/* Idle for cache_idle_ms with inputs kept: drop them (and the compiled graphs). */
+static void cache_expire(goblin_worker *w) {
+    if (!w->p.cache_idle_ms || !cache_held(w)) return;
+    int64_t idle = goblin__now_ms() - w->last_task_ms;
+    if (idle < (int64_t)w->p.cache_idle_ms) return;
+    int32_t n = w->n_cache;
+    size_t bytes = w->cache_used;
+    cache_clear(w);
+    BUMP(w, cache_expiries);
+    cache_gauges(w);
+    wlog(w, GOBLIN_LOG_INFO, "no task for %.1f s: dropped the %d input(s) (%zu bytes) kept for reuse",
+         (double)idle / 1000.0, (int)n, bytes);
+}
 
 static uint64_t rng_next(goblin_worker *w) {
     uint64_t z = (w->rng += 0x9E3779B97F4A7C15ull);
@@ -1057,6 +1089,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
     }
     int seen_added = 0, seen_removed = 0;
     goblin_err result = GOBLIN_OK;
+    w->last_task_ms = goblin__now_ms();
     atomic_store(&w->hb_ms, 0);
     atomic_store(&w->hb_quit, false);
     pthread_t hb_th;
@@ -1076,6 +1109,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             wlog(w, GOBLIN_LOG_INFO, "connection to the node lost; redialing");
             /* Panel ids are per node session: a new connection starts clean. */
             cache_clear(w);
+            cache_gauges(w);
             w->node_batch = false; /* until the next HELLO_ACK says so */
         }
         int added = atomic_load(&w->pipes_added);
@@ -1084,12 +1118,19 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             BUMP(w, connects);
             send_hello(w);
         }
+        cache_expire(w);
         nng_msg *nm = NULL;
         int rv;
         if (rx) {
             /* Waiting while leases are asked for: wake after RESYNC_MS to ask again (see
-             * below). With none asked for, nothing is owed: wait without a timer. */
-            nng_aio_set_timeout(rx, w->credit > 0 ? RESYNC_MS : NNG_DURATION_INFINITE);
+             * below). With none asked for, nothing is owed: wait without a timer, or
+             * until kept inputs are due to be dropped (cache_expire). */
+            nng_duration to = w->credit > 0 ? RESYNC_MS : NNG_DURATION_INFINITE;
+            if (to == NNG_DURATION_INFINITE && w->p.cache_idle_ms && cache_held(w)) {
+                int64_t left = (int64_t)w->p.cache_idle_ms - (goblin__now_ms() - w->last_task_ms);
+                to = left < 1 ? 1 : left > INT32_MAX ? INT32_MAX : (nng_duration)left;
+            }
+            nng_aio_set_timeout(rx, to);
             nng_recv_aio(w->sock, rx);
             /* An event that came before the receive started found nothing to abort. */
             if (atomic_load(&w->stop) || atomic_load(&w->pipes_removed) != seen_removed ||
@@ -1193,10 +1234,12 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                     sched_yield();
                     yielded = true;
                 }
+                w->last_task_ms = goblin__now_ms();
                 if (!run_task(w, &m->body.task, nm, &ref)) {
                     result = GOBLIN_ECLOSED;
                     keep_going = false;
                 }
+                w->last_task_ms = goblin__now_ms(); /* idle from the end of a long task */
                 break;
             case GOBLIN_WIRE_TYPE_ABANDON:
             case GOBLIN_WIRE_TYPE_HEARTBEAT:
@@ -1210,6 +1253,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         } while (keep_going && off < blen);
         ob_flush(w); /* also before a CRASH: what ran before it was answered */
         w->ob_on = false;
+        cache_gauges(w);
         if (!ref) {
             nng_msg_free(nm);
         } else if (--ref->refs == 0) {

@@ -48,6 +48,10 @@ typedef struct goblin_worker_params {
     int32_t threads;                /* kernel threads; 0 = all cores (advertised as >= 1) */
     uint64_t memory_bytes;          /* budget advertised for tasks (default 1 GiB) */
     uint64_t cache_bytes;           /* panel cache bound (default memory_bytes / 4; 0 disables) */
+    /** Drop every input kept for reuse once no TASK has come for this long (default
+     *  30000 ms; 0 keeps them until evicted or the connection ends), so that a job's
+     *  numbers do not stay in a volunteer's memory after the work is done. */
+    uint32_t cache_idle_ms;
     int32_t slots;                  /* tasks asked for in flight (default 2; a node keeps at most 2) */
     const uint8_t *join_token;      /* presented in HELLO (copied) */
     uint32_t token_len;
@@ -102,6 +106,10 @@ typedef struct goblin_worker_stats {
     /** Inputs computed on in place: a node of this process (inproc://) lent them instead
      *  of copying them into the TASK. */
     int64_t inputs_in_place;
+    /** Times the kept inputs were dropped after cache_idle_ms without a TASK. */
+    int64_t cache_expiries;
+    /** Inputs kept for reuse now, and their bytes (as of the last message handled). */
+    int64_t cached_inputs, cached_bytes;
 } goblin_worker_stats;
 
 GOBLIN_API void goblin_worker_stats_get(goblin_worker *w, goblin_worker_stats *out);

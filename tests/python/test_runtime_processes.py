@@ -12,6 +12,7 @@ product on disk.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -206,6 +207,32 @@ def test_cuda_worker_without_device_offers_cpu(tmp):
             assert "CUDA backend unavailable" not in log
         else:
             assert "CUDA backend unavailable" in log and "offering the CPU" in log, log[-1000:]
+    finally:
+        g.close()
+
+
+def test_worker_keep_inputs(tmp):
+    """--keep-inputs SECONDS: a worker drops the inputs it kept for reuse once idle that
+    long, and says so; a bad value is a usage error."""
+    for bad in ("-1", "x", "4000001"):
+        r = subprocess.run([WORKER, "--connect", "tcp://127.0.0.1:9", "--keep-inputs", bad],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and "bad --keep-inputs" in r.stderr, (bad, r.returncode, r.stderr)
+    g = Grid(tmp)
+    try:
+        g.add_worker("--keep-inputs", "1")
+        g.wait_workers(1)
+        a, b = operands(300, 400, 500, np.float64, 7)
+        c, st = g.matmul(a, b, name="keep")
+        assert contract_ok(c, a, b)[0]
+        deadline = time.time() + 20
+        while "kept for reuse" not in g.worker_log(0) and time.time() < deadline:
+            time.sleep(0.1)
+        assert re.search(r"no task for [0-9.]+ s: dropped the [1-9][0-9]* input\(s\) \([1-9][0-9]* bytes\) "
+                         r"kept for reuse", g.worker_log(0)), g.worker_log(0)[-2000:]
+        # Still serving: a second job is right.
+        c, st = g.matmul(a, b, name="keep2")
+        assert contract_ok(c, a, b)[0]
     finally:
         g.close()
 

@@ -22,6 +22,8 @@ void worker_cli_usage(FILE *f) {
         "  --backend cpu|cuda   compute backend (default cpu)\n"
         "  --threads N          kernel threads (default: all cores)\n"
         "  --memory BYTES       memory budget advertised for tasks, e.g. 2G (default 1G)\n"
+        "  --keep-inputs S      drop the inputs kept in memory for reuse after S seconds\n"
+        "                       without a task (default 30; 0: until evicted)\n"
         "  --token T            join token the node asks for\n"
         "  --list-ops           print the catalogue this worker computes and exit\n"
         "  -v, --verbose        more logging (repeatable); --log-level LEVEL sets it:\n"
@@ -110,6 +112,10 @@ goblin_err worker_cli_parse(int argc, char **argv, worker_cli *cli) {
             if (!tool_parse_bytes(v, &cli->worker.memory_bytes) || cli->worker.memory_bytes == 0)
                 return bad("bad --memory '%s' (bytes, with an optional K/M/G/T suffix)", v);
             cli->worker.cache_bytes = cli->worker.memory_bytes / 4;
+        } else if (strcmp(a, "--keep-inputs") == 0) {
+            NEEDV();
+            if (!tool_parse_i64(v, 0, 4000000, &n)) return bad("bad --keep-inputs '%s' (seconds, 0 .. 4000000)", v);
+            cli->worker.cache_idle_ms = (uint32_t)(n * 1000);
         } else if (strcmp(a, "--token") == 0) {
             NEEDV();
             if (!*v || strlen(v) > GOBLIN_TOKEN_MAX_BYTES) return bad("bad --token length%s", "");
