@@ -270,7 +270,8 @@ static goblin_grid *grid3(int n) {
 /* Node and @p n workers over ipc:// (@p tag makes the path unique): inputs travel in
  * TASKs and the workers' caches, as between machines (over inproc:// the node lends
  * them in place instead). */
-static void grid_ipc(rt_grid *g, int n, const char *tag) {
+/* @p idle_ms: the workers' cache_idle_ms (0: their default). */
+static void grid_ipc_idle(rt_grid *g, int n, const char *tag, uint32_t idle_ms) {
     goblin_node_params np;
     goblin_node_params_default(&np);
     np.log_level = GOBLIN_LOG_ERROR;
@@ -279,12 +280,15 @@ static void grid_ipc(rt_grid *g, int n, const char *tag) {
         goblin_worker_params_default(&wp[i]);
         wp[i].threads = 1;
         wp[i].log_level = GOBLIN_LOG_ERROR;
+        if (idle_ms) wp[i].cache_idle_ms = idle_ms;
     }
     char url[128];
     snprintf(url, sizeof url, "ipc:///tmp/goblin-test-gj-%s-%d", tag, (int)getpid());
     cr_assert_eq(rt_grid_start(g, url, &np, wp, n), GOBLIN_OK);
     cr_assert(rt_wait_workers(g->node, n));
 }
+
+static void grid_ipc(rt_grid *g, int n, const char *tag) { grid_ipc_idle(g, n, tag, 0); }
 
 Test(graph_job, outputs_equal_direct_eval_f32) {
     goblin_grid *grid = grid3(3);
@@ -387,6 +391,54 @@ Test(graph_job, broadcast_inputs_cached_across_jobs) {
     cr_assert_eq(b.panel_cache_hits - a.panel_cache_hits, 2 * issued,
                  "every task of the second job went without W and b (%lld hits, %lld tasks)",
                  (long long)(b.panel_cache_hits - a.panel_cache_hits), (long long)issued);
+    check_outputs(&m, &io);
+    goblin_job_free(job);
+    io_free(&io);
+    goblin_graph_free(m.g);
+    rt_grid_stop(&grid);
+}
+
+/* Workers that dropped their kept inputs when idle (cache_idle_ms): the node, which
+ * believes they hold W and b, leaves them out; a worker answers ERROR(ENOTFOUND) for
+ * the tasks it holds then, and gets them again with W and b (panel_cache_misses); the
+ * outputs are right. */
+Test(graph_job, broadcast_inputs_resent_after_idle_drop, .timeout = 60) {
+    rt_grid grid;
+    grid_ipc_idle(&grid, 2, "idle", 300);
+    goblin_node *node = grid.node;
+    mlp m = mlp_new(GOBLIN_DTYPE_F32, 40, 6, 5);
+    job_io io = io_new(&m, 300);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    uint64_t ids[3] = {0, 0xabd1, 0xabd2};
+    jp.cache_ids = ids;
+    jp.job.min_tasks = 8;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    for (int i = 0; i < 2; i++) { /* both took part, and both drop W and b within 10 s */
+        goblin_worker_stats ws;
+        goblin_worker_stats_get(grid.w[i], &ws);
+        cr_assert(ws.tasks_done > 0, "worker %d took part in the first job", i);
+        for (int t = 0; t < 500 && ws.cache_expiries == 0; t++) {
+            usleep(20000);
+            goblin_worker_stats_get(grid.w[i], &ws);
+        }
+        cr_assert_eq(ws.cache_expiries, 1, "worker %d", i);
+        cr_assert_eq(ws.cached_inputs, 0);
+    }
+    goblin_node_stats a, b;
+    goblin_node_stats_get(node, &a);
+    fill(m.dt, io.x, m.B * m.D, 302);
+    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_node_stats_get(node, &b);
+    cr_assert_geq(b.panel_cache_misses - a.panel_cache_misses, 1, "a task named a dropped input");
+    /* at most once per task a worker already had when its ERROR reached the node: two
+     * slots each */
+    cr_assert_leq(b.panel_cache_misses - a.panel_cache_misses, 4, "%lld misses",
+                  (long long)(b.panel_cache_misses - a.panel_cache_misses));
     check_outputs(&m, &io);
     goblin_job_free(job);
     io_free(&io);

@@ -173,7 +173,9 @@ Test(node, over_tcp_with_worker_threads) {
 static goblin_worker *victim;
 static void stop_victim(void *user, int64_t done, int64_t total) {
     (void)user, (void)total;
-    if (done == 3) goblin_worker_stop(victim);
+    /* >= 3, not == 3: progress may move by a row panel's tiles at once (and stopping
+     * twice is harmless) */
+    if (done >= 3) goblin_worker_stop(victim);
 }
 
 Test(node, worker_stopped_mid_job) {
