@@ -358,32 +358,52 @@ Test(graph_job, strided_inputs_outputs_f64_fixed_chunks) {
     goblin_grid_free(grid);
 }
 
+/* An MLP over 300 rows whose W and b are BROADCAST inputs cached under ids. */
+typedef struct bcast {
+    mlp m;
+    job_io io;
+    uint64_t ids[3];
+    goblin_graph_job_params jp;
+} bcast;
+
+/* Run @p t's job on @p node (at least 8 tasks) and wait for it. */
+static goblin_job *bcast_run(goblin_node *node, bcast *t) {
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, t->m.g, t->io.in, 3, t->io.out, 5, &t->jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    return job;
+}
+
+/* Make @p t (W and b under @p id_w, @p id_b) and run its job once on @p g's two
+ * workers; both take part. */
+static void bcast_first(rt_grid *g, bcast *t, uint64_t id_w, uint64_t id_b) {
+    t->m = mlp_new(GOBLIN_DTYPE_F32, 40, 6, 5);
+    t->io = io_new(&t->m, 300);
+    goblin_graph_job_params_default(&t->jp);
+    t->ids[0] = 0, t->ids[1] = id_w, t->ids[2] = id_b;
+    t->jp.cache_ids = t->ids;
+    t->jp.job.min_tasks = 8;
+    goblin_job_free(bcast_run(g->node, t));
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_stats ws;
+        goblin_worker_stats_get(g->w[i], &ws);
+        cr_assert(ws.tasks_done > 0, "worker %d took part in the first job", i);
+    }
+}
+
 Test(graph_job, broadcast_inputs_cached_across_jobs) {
     rt_grid grid;
     grid_ipc(&grid, 2, "bcast");
     goblin_node *node = grid.node;
-    mlp m = mlp_new(GOBLIN_DTYPE_F32, 40, 6, 5);
-    job_io io = io_new(&m, 300);
-    goblin_graph_job_params jp;
-    goblin_graph_job_params_default(&jp);
-    uint64_t ids[3] = {0, 0xabc1, 0xabc2};
-    jp.cache_ids = ids;
-    jp.job.min_tasks = 8;
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
-    goblin_job_free(job);
-    for (int i = 0; i < 2; i++) {
-        goblin_worker_stats ws;
-        goblin_worker_stats_get(grid.w[i], &ws);
-        cr_assert(ws.tasks_done > 0, "worker %d took part in the first job", i);
-    }
+    bcast t;
+    bcast_first(&grid, &t, 0xabc1, 0xabc2);
+    mlp m = t.m;
+    job_io io = t.io;
     goblin_node_stats a, b;
     goblin_node_stats_get(node, &a);
     /* Same parameters (same ids), new activations. */
     fill(m.dt, io.x, m.B * m.D, 301);
-    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = bcast_run(node, &t);
     goblin_node_stats_get(node, &b);
     int64_t issued = b.tasks_issued - a.tasks_issued;
     cr_assert(issued >= 8);
@@ -406,33 +426,24 @@ Test(graph_job, broadcast_inputs_resent_after_idle_drop, .timeout = 60) {
     rt_grid grid;
     grid_ipc_idle(&grid, 2, "idle", 300);
     goblin_node *node = grid.node;
-    mlp m = mlp_new(GOBLIN_DTYPE_F32, 40, 6, 5);
-    job_io io = io_new(&m, 300);
-    goblin_graph_job_params jp;
-    goblin_graph_job_params_default(&jp);
-    uint64_t ids[3] = {0, 0xabd1, 0xabd2};
-    jp.cache_ids = ids;
-    jp.job.min_tasks = 8;
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
-    goblin_job_free(job);
-    for (int i = 0; i < 2; i++) { /* both took part, and both drop W and b within 10 s */
+    bcast t;
+    bcast_first(&grid, &t, 0xabd1, 0xabd2);
+    for (int i = 0; i < 2; i++) { /* both drop W and b within 10 s */
         goblin_worker_stats ws;
         goblin_worker_stats_get(grid.w[i], &ws);
-        cr_assert(ws.tasks_done > 0, "worker %d took part in the first job", i);
-        for (int t = 0; t < 500 && ws.cache_expiries == 0; t++) {
+        for (int k = 0; k < 500 && ws.cache_expiries == 0; k++) {
             usleep(20000);
             goblin_worker_stats_get(grid.w[i], &ws);
         }
         cr_assert_eq(ws.cache_expiries, 1, "worker %d", i);
         cr_assert_eq(ws.cached_inputs, 0);
     }
+    mlp m = t.m;
+    job_io io = t.io;
     goblin_node_stats a, b;
     goblin_node_stats_get(node, &a);
     fill(m.dt, io.x, m.B * m.D, 302);
-    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = bcast_run(node, &t);
     goblin_node_stats_get(node, &b);
     cr_assert_geq(b.panel_cache_misses - a.panel_cache_misses, 1, "a task named a dropped input");
     /* at most once per task a worker already had when its ERROR reached the node: two
