@@ -5,6 +5,7 @@
 #include "api.h"
 #include "version.h"
 #include "error.h"
+#include "log.h"
 #include "alloc.h"
 #include "dtype.h"
 #include "tensor.h"

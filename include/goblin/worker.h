@@ -16,7 +16,7 @@
 #include "api.h"
 #include "error.h"
 #include "exec.h"
-#include "node.h"
+#include "log.h"
 
 GOBLIN_BEGIN_DECLS
 

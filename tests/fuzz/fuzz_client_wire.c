@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_wire.h"
+#include "proto/client_wire.h"
 #include "fuzz.h"
 
 static const goblin__cw_limits LIMITS = {(uint64_t)1 << 30, GOBLIN_MAX_NUMEL};

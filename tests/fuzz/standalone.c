@@ -20,7 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "client_wire.h"
+#include "proto/client_wire.h"
 #include "fuzz.h"
 
 typedef struct target {

@@ -7,7 +7,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
-#include "kernel_util.h"
+#include "backends/kernel_util.h"
 #include "testutil.h"
 
 #define A_INT(k, v) goblin_attr_int(GOBLIN_ATTR_##k, (v))

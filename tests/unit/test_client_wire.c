@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "client_wire.h"
+#include "proto/client_wire.h"
 
 static goblin__cw_limits lim(void) {
     goblin__cw_limits l = {1u << 26, (int64_t)1 << 24};

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernel_util.h" /* goblin__load_f64 / goblin__load_i64 for comparisons */
+#include "backends/kernel_util.h" /* goblin__load_f64 / goblin__load_i64 for comparisons */
 #include "testutil.h"
 #ifdef GOBLIN_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"

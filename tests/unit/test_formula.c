@@ -11,9 +11,9 @@
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include "expf_impl.h"
-#include "formula_impl.h"
-#include "kernel_util.h"
+#include "kernels/expf.h"
+#include "backends/ref/formula_eval.h"
+#include "backends/kernel_util.h"
 #include "testutil.h"
 
 #define SH(...) ((int64_t[]){__VA_ARGS__})

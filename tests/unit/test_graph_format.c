@@ -293,7 +293,7 @@ Test(graph_format, encoded_shape_must_match_inference) {
 
 /* The format's CRC-32 against the standard check value and a bit-at-a-time
  * reference, over every length 0..300 at every alignment 0..7 and split points. */
-#include "crc32.h"
+#include "base/crc32.h"
 
 
 Test(graph_format, crc32_matches_reference) {

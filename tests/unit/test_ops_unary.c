@@ -7,8 +7,8 @@
 #include <criterion/criterion.h>
 #include <float.h>
 #include <stdlib.h>
-#include "kernel_util.h" /* f16/bf16 bit conversions of the test data */
-#include "random.h"
+#include "backends/kernel_util.h" /* f16/bf16 bit conversions of the test data */
+#include "kernels/random.h"
 #include "testutil.h"
 
 #define REF GOBLIN_BACKEND_REF

@@ -23,7 +23,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include <goblin/goblin.h>
-#include "tls_impl.h"
+#include "net/tls_impl.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 

@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "random.h" /* only for the forged-result test: what a worker knowing the seed could do */
+#include "kernels/random.h" /* only for the forged-result test: what a worker knowing the seed could do */
 #include "testutil.h"
 
 /* ---- data ----------------------------------------------------------------- */

@@ -1137,9 +1137,9 @@ Test(wire, type_names) {
 
 /* ---- internal: layout encoding (a worker computes its RESULT in place) and the
  * transport's timed receive ------------------------------------------------------- */
-#include "transport.h" /* nng.h first: pair.h needs it */
+#include "net/transport.h" /* nng.h first: pair.h needs it */
 #include <nng/protocol/pair1/pair.h>
-#include "wire_impl.h"
+#include "proto/wire_impl.h"
 
 Test(wire, layout_encoding_matches_the_plain_encoder_once_filled) {
     float a[6] = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -0.5f}; /* 24 bytes: no padding after */

@@ -12,7 +12,7 @@
  * OpenMP). Work is split into fixed 64K-element blocks, so the result does not
  * depend on the thread count. */
 #include "blis_impl.h"
-#include "scalar_ops.h"
+#include "kernels/scalar_ops.h"
 
 #if defined(_OPENMP)
 #define SIMD _Pragma("omp simd")

@@ -3,7 +3,7 @@
  * element is computed by the same code as on the reference backend, so the
  * result does not depend on the thread count. */
 #include "blis_impl.h"
-#include "formula_impl.h"
+#include "backends/ref/formula_eval.h"
 
 static goblin_err blis_formula(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                                int32_t n_in, goblin_tensor *out) {

@@ -19,7 +19,7 @@
 #include <blis.h>
 #include "blis_conv.h"
 #include "blis_impl.h"
-#include "ops_nn.h"
+#include "ops/nn.h"
 
 /* m * n * k at or below which sup on one thread beats the conventional path on
  * two (measured: 64^3 88 vs 22 GF/s; 128^3 100 vs 136; 64x1024x27 43 vs 83). */

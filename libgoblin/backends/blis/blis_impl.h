@@ -10,7 +10,7 @@
 #ifndef GOBLIN__BLIS_IMPL_H
 #define GOBLIN__BLIS_IMPL_H
 
-#include "kernel_util.h"
+#include "backends/kernel_util.h"
 
 typedef struct goblin__blis_ctx {
     int32_t threads;

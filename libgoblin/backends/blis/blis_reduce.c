@@ -18,7 +18,7 @@
 #include <math.h>
 #include <string.h>
 #include "blis_impl.h"
-#include "expf_impl.h"
+#include "kernels/expf.h"
 
 #define CLONES __attribute__((target_clones("avx2", "default")))
 #define INL static inline __attribute__((always_inline))

@@ -15,11 +15,11 @@
 #include <blis.h>
 #include <math.h>
 #include <string.h>
-#include "alloc.h"
+#include "base/alloc.h"
 #include "blis_conv.h"
 #include "blis_impl.h"
-#include "expf_impl.h"
-#include "ops_nn.h"
+#include "kernels/expf.h"
+#include "ops/nn.h"
 
 #define SMALL_WORK ((double)(1 << 20))
 #define COL_BUDGET ((int64_t)32 << 20)

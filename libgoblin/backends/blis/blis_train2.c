@@ -14,9 +14,9 @@
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <math.h>
 #include <string.h>
-#include "alloc.h"
+#include "base/alloc.h"
 #include "blis_impl.h"
-#include "ops_nn.h"
+#include "ops/nn.h"
 
 #define MIN_PARALLEL_ELEMS 32768
 

@@ -24,10 +24,10 @@
  * so they are the same bits for every thread count. */
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <string.h>
-#include "alloc.h"
+#include "base/alloc.h"
 #include "blis_impl.h"
-#include "scalar_ops.h"
-#include "expf_impl.h"
+#include "kernels/scalar_ops.h"
+#include "kernels/expf.h"
 
 #if defined(_OPENMP)
 #define SIMD _Pragma("omp simd")

@@ -15,8 +15,8 @@
 #include "cuda_scalar.h"
 
 extern "C" {
-#include "expf_impl.h"
-#include "formula_impl.h"
+#include "kernels/expf.h"
+#include "core/formula_prog.h"
 }
 
 /* Stack depth D and elements per thread FV are template parameters: the

@@ -10,7 +10,7 @@
 #include "cuda_scalar.h"
 
 extern "C" {
-#include "ops_nn.h"
+#include "ops/nn.h"
 }
 
 #define GRID_LOOP(i, n)                                                              \

@@ -28,7 +28,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "backend_impl.h"
+#include "backends/backend.h"
 }
 
 /* ---- cuBLAS, loaded at run time ------------------------------------------

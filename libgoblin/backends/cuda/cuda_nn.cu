@@ -13,7 +13,7 @@
 #include "cuda_scalar.h"
 
 extern "C" {
-#include "ops_nn.h"
+#include "ops/nn.h"
 }
 
 /* ---- our GEMM kernel -----------------------------------------------------------

@@ -10,8 +10,8 @@
 #define GOBLIN__CUDA_SCALAR_H
 
 #include "cuda_impl.h"
-#include "scalar_ops.h"
-#include "random.h" /* goblin__f64_to_f32_odd, goblin__i64_to_f32_odd */
+#include "kernels/scalar_ops.h"
+#include "kernels/random.h" /* goblin__f64_to_f32_odd, goblin__i64_to_f32_odd */
 
 #define GC_OV_D __device__ __forceinline__
 

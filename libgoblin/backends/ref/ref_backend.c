@@ -2,7 +2,7 @@
  * single-threaded C loops for every op. It is the oracle every other backend
  * is tested against, and the fallback for ops another backend lacks. */
 #include <pthread.h>
-#include "kernel_util.h"
+#include "backends/kernel_util.h"
 
 static goblin__kernel_fn g_kernels[GOBLIN_OP_COUNT];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -4,8 +4,8 @@
  * the output is contiguous. Each element is computed by the scalar function of
  * scalar_ops.h for its C type; f16/bf16 go through f32 and are rounded once on
  * store. */
-#include "kernel_util.h"
-#include "scalar_ops.h"
+#include "backends/kernel_util.h"
+#include "kernels/scalar_ops.h"
 
 /* ---- iteration setup ----------------------------------------------------------- */
 

@@ -3,7 +3,7 @@
  * The evaluator (formula_eval.c) is already a plain loop per instruction over
  * blocks; the reference backend runs it on one thread. The BLIS backend runs the
  * very same code over several threads, so the two agree bit for bit. */
-#include "formula_impl.h"
+#include "formula_eval.h"
 
 static goblin_err ref_formula(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                               int32_t n_in, goblin_tensor *out) {

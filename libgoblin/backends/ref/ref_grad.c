@@ -6,9 +6,9 @@
  * forward output), so results are deterministic. */
 #include <math.h>
 #include <string.h>
-#include "../../backend_impl.h"
-#include "../../kernel_util.h"
-#include "../../ops_nn.h"
+#include "backends/backend.h"
+#include "backends/kernel_util.h"
+#include "ops/nn.h"
 
 static double *zeros(int64_t n) {
     return goblin__calloc((size_t)(n > 0 ? n : 1), sizeof(double));

@@ -7,8 +7,8 @@
  * uint64 wrapping modulo 2^64 and then to the output width. Pooling and
  * attention compute every float dtype in f64 and round once on store. */
 #include <math.h>
-#include "kernel_util.h"
-#include "ops_nn.h"
+#include "backends/kernel_util.h"
+#include "ops/nn.h"
 
 static bool is_half(goblin_dtype dt) { return dt == GOBLIN_DTYPE_F16 || dt == GOBLIN_DTYPE_BF16; }
 

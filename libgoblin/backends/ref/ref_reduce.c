@@ -7,7 +7,7 @@
  * dtype. Integer sums and products wrap modulo 2^64 in unsigned arithmetic (no C
  * undefined behaviour) and come out as i64. Inputs are contiguous (none of these
  * ops takes strided inputs). */
-#include "kernel_util.h"
+#include "backends/kernel_util.h"
 
 /* A reduction seen as two nested iterations: the kept dims (row-major, which is
  * also the order of the contiguous output) and the reduced dims. */

@@ -7,7 +7,7 @@
  * order, so the first bad one is reported whatever the rest of the data, and
  * then move or accumulate elements in row-major order of the index, which makes
  * colliding writes deterministic. */
-#include "kernel_util.h"
+#include "backends/kernel_util.h"
 
 /* A strided view: element offset of its first element, shape and strides. */
 typedef struct view {

@@ -9,8 +9,8 @@
  * rounded once on store: that makes the oracle within ~u of exact for f32,
  * f16 and bf16 (f64 gets libm's accuracy). The rules the doc strings of
  * ops_unary.c promise are implemented here and in random.h. */
-#include "kernel_util.h"
-#include "random.h"
+#include "backends/kernel_util.h"
+#include "kernels/random.h"
 
 #define BLK 256
 

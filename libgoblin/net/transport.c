@@ -1,0 +1,187 @@
+/* libgoblin/net/transport.c - socket setup for node and worker (see transport.h). */
+#include "transport.h"
+#include "tls_impl.h"
+
+#include <nng/protocol/pair1/pair.h>
+#include <nng/supplemental/util/platform.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+goblin_err goblin__transport_err(int rv) {
+    switch (rv) {
+    case 0: return GOBLIN_OK;
+    case NNG_ENOMEM: return GOBLIN_ENOMEM;
+    case NNG_ETIMEDOUT: return GOBLIN_ETIMEDOUT;
+    case NNG_ECLOSED: return GOBLIN_ECLOSED;
+    case NNG_ECONNREFUSED: return GOBLIN_ECONNREFUSED;
+    case NNG_ENOTSUP: return GOBLIN_ENOTSUP;
+    case NNG_EADDRINVAL: case NNG_EINVAL: return GOBLIN_EINVAL;
+    case NNG_EPEERAUTH: case NNG_EPERM: return GOBLIN_EAUTH;
+    case NNG_ECRYPTO: return GOBLIN_ECRYPTO;
+    case NNG_EMSGSIZE: return GOBLIN_ELIMIT;
+    default: return GOBLIN_EIO;
+    }
+}
+
+static goblin_err fail(int rv, const char *what, const char *url, char *msg, size_t cap) {
+    if (msg && cap) snprintf(msg, cap, "%s%s%s: %s", what, url ? " " : "", url ? url : "",
+                             nng_strerror(rv));
+    return goblin__transport_err(rv);
+}
+
+static goblin_err open_common(nng_socket *s, bool poly, uint64_t recv_max, char *msg, size_t cap) {
+    int rv = poly ? nng_pair1_open_poly(s) : nng_pair1_open(s);
+    if (rv) return fail(rv, "cannot open socket", NULL, msg, cap);
+    /* nng's default is unlimited: a peer could make us allocate anything. */
+    size_t lim = (size_t)recv_max;
+    if ((rv = nng_socket_set_size(*s, NNG_OPT_RECVMAXSZ, lim)) != 0) {
+        nng_close(*s);
+        return fail(rv, "cannot set receive limit", NULL, msg, cap);
+    }
+    return GOBLIN_OK;
+}
+
+goblin_err goblin__transport_open_node(nng_socket *s, uint64_t recv_max, char *msg, size_t cap) {
+    return open_common(s, true, recv_max, msg, cap);
+}
+
+goblin_err goblin__transport_open_worker(nng_socket *s, uint64_t recv_max, char *msg, size_t cap) {
+    return open_common(s, false, recv_max, msg, cap);
+}
+
+bool goblin__transport_url_is_tls(const char *url) { return strncmp(url, "tls+", 4) == 0; }
+
+bool goblin__transport_url_is_plain_tcp(const char *url) {
+    return strncmp(url, "tcp://", 6) == 0 || strncmp(url, "tcp4://", 7) == 0 ||
+           strncmp(url, "tcp6://", 7) == 0;
+}
+
+bool goblin__transport_url_is_local(const char *url) {
+    if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0) return true;
+    const char *h = strstr(url, "://");
+    if (!h) return false;
+    h += 3;
+    return strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost:", 10) == 0 ||
+           strncmp(h, "[::1]:", 6) == 0;
+}
+
+goblin_err goblin__transport_listen(nng_socket s, const char *url, const char *cert_file,
+                                    const char *key_file, char *msg, size_t cap) {
+    bool tls = goblin__transport_url_is_tls(url);
+    if (tls && (!cert_file || !key_file)) {
+        if (msg && cap)
+            snprintf(msg, cap, "cannot listen on %s: TLS needs a certificate and a key file", url);
+        return GOBLIN_EINVAL;
+    }
+    nng_listener l;
+    int rv = nng_listener_create(&l, s, url);
+    if (rv) return fail(rv, "cannot listen on", url, msg, cap);
+    if (tls) {
+        char why[384];
+        goblin_err e = goblin__tls_listener_setup(l, cert_file, key_file, why, sizeof why);
+        if (e) {
+            nng_listener_close(l);
+            if (msg && cap) snprintf(msg, cap, "cannot listen on %s: %s", url, why);
+            return e;
+        }
+    }
+    if ((rv = nng_listener_start(l, 0)) != 0) {
+        nng_listener_close(l);
+        return fail(rv, "cannot listen on", url, msg, cap);
+    }
+    return GOBLIN_OK;
+}
+
+/* Errors that mean "the node is not (yet) there": worth another try. */
+static bool transient(goblin_err e) {
+    return e == GOBLIN_ECONNREFUSED || e == GOBLIN_ETIMEDOUT || e == GOBLIN_EIO ||
+           e == GOBLIN_ECLOSED;
+}
+
+goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms, uint32_t max_ms,
+                                  const goblin__transport_trust *trust,
+                                  goblin__transport_stop_fn stop, void *stop_user, char *msg,
+                                  size_t cap) {
+    bool tls = goblin__transport_url_is_tls(url);
+    if (tls && (!trust || (!trust->ca_file == !trust->fingerprint))) {
+        if (msg && cap)
+            snprintf(msg, cap, "cannot dial %s: TLS needs exactly one of a CA file and a pinned "
+                     "fingerprint", url);
+        return GOBLIN_EINVAL;
+    }
+    nng_dialer d;
+    int rv = nng_dialer_create(&d, s, url);
+    if (rv) return fail(rv, "cannot dial", url, msg, cap);
+    nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, (nng_duration)min_ms);
+    nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, (nng_duration)max_ms);
+    if (tls) {
+        goblin__tls_client_opts o = {.ca_file = trust->ca_file, .fingerprint = trust->fingerprint,
+                                     .server_name = trust->server_name, .timeout_ms = 0};
+        uint32_t wait_ms = min_ms ? min_ms : 100;
+        char why[512];
+        for (;;) {
+            goblin_err e = goblin__tls_dialer_setup(d, url, &o, why, sizeof why);
+            if (e == GOBLIN_OK) break;
+            /* Only pinned mode probes the node; CA-mode errors are never transient. */
+            if (!trust->fingerprint || !transient(e)) {
+                nng_dialer_close(d);
+                if (msg && cap) snprintf(msg, cap, "cannot dial %s: %s", url, why);
+                return e;
+            }
+            for (uint32_t t = 0; t < wait_ms; t += 10) {
+                if (stop && stop(stop_user)) {
+                    nng_dialer_close(d);
+                    if (msg && cap) snprintf(msg, cap, "cannot dial %s: stopped while waiting for "
+                                             "the node (%s)", url, why);
+                    return GOBLIN_ECANCELED;
+                }
+                nng_msleep(10);
+            }
+            if (max_ms && wait_ms < max_ms) wait_ms = wait_ms * 2 > max_ms ? max_ms : wait_ms * 2;
+        }
+    }
+    /* Non-blocking: a node that is not up yet is redialed in the background
+     * instead of failing here (a blocking start fails with ECONNREFUSED). */
+    if ((rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
+        nng_dialer_close(d);
+        return fail(rv, "cannot dial", url, msg, cap);
+    }
+    return GOBLIN_OK;
+}
+
+int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms) {
+    if (wake_fd < 0) return goblin__transport_recv(s, fd, msg, timeout_ms);
+    int rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    if (rv != NNG_EAGAIN || timeout_ms <= 0) return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+    if (*fd < 0 && nng_socket_get_int(s, NNG_OPT_RECVFD, fd) != 0) {
+        *fd = -1;
+        return goblin__transport_recv(s, fd, msg, timeout_ms); /* no pollable descriptor */
+    }
+    struct pollfd p[2] = {{.fd = *fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
+    if (poll(p, 2, timeout_ms) < 0 && errno != EINTR) return NNG_EINTERNAL;
+    if (p[1].revents & POLLIN) {
+        char junk[64];
+        while (read(wake_fd, junk, sizeof junk) > 0) {
+        }
+    }
+    rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+}
+
+int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms) {
+    int rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    if (rv != NNG_EAGAIN || timeout_ms <= 0) return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+    if (*fd < 0 && (rv = nng_socket_get_int(s, NNG_OPT_RECVFD, fd)) != 0) {
+        /* No pollable descriptor (never on pair1): the timed receive. */
+        *fd = -1;
+        nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms);
+        return nng_recvmsg(s, msg, 0);
+    }
+    struct pollfd p = {.fd = *fd, .events = POLLIN};
+    if (poll(&p, 1, timeout_ms) < 0 && errno != EINTR) return NNG_EINTERNAL;
+    rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+}

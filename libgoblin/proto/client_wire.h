@@ -1,0 +1,130 @@
+/* libgoblin/proto/client_wire.h - the client <-> node-gateway protocol (pure encode/decode).
+ *
+ * Every message: a 24-byte header then a body, little-endian:
+ *   "GBLC"  u16 version (GOBLIN__CW_VERSION)  u8 type  u8 flags(0)  u64 request id  u64 body length
+ * Bodies (offsets from the body start; tensors and strings padded to 8 bytes):
+ *   SUBMIT_MATMUL        tensor A, tensor B
+ *   SUBMIT_MATMUL_FILES  u32 len_a, len_b, len_c, u32 0, then the three paths (no NUL)
+ *   SUBMIT_GRAPH         u32 n_inputs, u32 n_outputs, u8 verify, u8 have (bit 0 split, bit 1
+ *                        combine, bit 2 cache ids), u16 spot_rows, u8 0 x4, f64 min_replication,
+ *                        f64 trust_halflife, i64 chunk_rows, u64 task_memory_bytes,
+ *                        i64 min_tasks, u64 graph_len, graph (pad 8), [u8 split[n_inputs]
+ *                        (pad 8)], [u8 combine[n_outputs] (pad 8)], [u64 cache_ids[n_inputs]],
+ *                        tensor[n_inputs]
+ *   STATUS/CANCEL/FETCH/RELEASE  u64 job id
+ *   STATS                (empty)
+ *   AUTH                 u32 len (1 .. GOBLIN__CW_MAX_TOKEN), u32 0, token bytes (pad 8)
+ *   SUBMITTED            u64 job id, i64 total tasks
+ *   JOB_STATUS           u64 job, u8 status, u8 0 x3, i32 error, i64 done, i64 total, u32 len, u32 0, text
+ *   RESULT               u64 job, u8 has_tensor, u8 0 x7, [tensor]
+ *   OUTPUTS              u64 job, u32 n, u32 0, tensor[n]      (FETCH of a graph job)
+ *   STATS_REPLY          u32 n_counters, u32 n_workers, i64 counters[n], workers[n] (56 bytes each)
+ *   ERROR                i32 code, u32 len, text
+ *   OK                   u64 job id
+ * tensor: u8 dtype, u8 rank, u16 0, u32 0, i64 shape[rank], data (numel * size), pad to 8.
+ * The decoder treats every byte as hostile: each read is bounds-checked, lengths are
+ * checked against the limits and the bytes left, padding must be zero, trailing bytes
+ * are an error, text is printable ASCII. Decoded tensors point into the buffer. */
+#ifndef GOBLIN__CLIENT_WIRE_H
+#define GOBLIN__CLIENT_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "goblin/error.h"
+#include "goblin/node.h"
+#include "goblin/tensor.h"
+#include "goblin/wire.h"
+
+#define GOBLIN__CW_VERSION 1
+#define GOBLIN__CW_HEADER_SIZE 24
+#define GOBLIN__CW_MAX_PATH 4096
+#define GOBLIN__CW_MAX_TEXT 512
+#define GOBLIN__CW_MAX_WORKERS 65536
+#define GOBLIN__CW_MAX_COUNTERS 256
+#define GOBLIN__CW_WORKER_RECORD 56
+#define GOBLIN__CW_MAX_IO GOBLIN_GRAPH_JOB_MAX_IO /* tensors of one graph job, each way */
+#define GOBLIN__CW_GRAPH_FIXED 64                 /* SUBMIT_GRAPH bytes before the graph */
+#define GOBLIN__CW_MAX_TOKEN GOBLIN_WIRE_MAX_TOKEN_BYTES /* AUTH token bytes */
+
+typedef enum goblin__cw_type {
+    GOBLIN__CW_SUBMIT_MATMUL = 1,
+    GOBLIN__CW_SUBMIT_MATMUL_FILES = 2,
+    GOBLIN__CW_STATUS = 3,
+    GOBLIN__CW_CANCEL = 4,
+    GOBLIN__CW_FETCH = 5,
+    GOBLIN__CW_RELEASE = 6,
+    GOBLIN__CW_STATS = 7,
+    GOBLIN__CW_SUBMIT_GRAPH = 8,
+    GOBLIN__CW_AUTH = 9,
+    GOBLIN__CW_SUBMITTED = 64,
+    GOBLIN__CW_JOB_STATUS = 65,
+    GOBLIN__CW_RESULT = 66,
+    GOBLIN__CW_STATS_REPLY = 67,
+    GOBLIN__CW_ERROR = 68,
+    GOBLIN__CW_OK = 69,
+    GOBLIN__CW_OUTPUTS = 70,
+} goblin__cw_type;
+
+/* One message. Encoding borrows every pointer; decoding points tensors into the
+ * decoded buffer and copies paths and text into the struct. */
+typedef struct goblin__cw_msg {
+    uint8_t type;
+    uint64_t request_id;
+    uint64_t job_id;
+    goblin_tensor tensors[2]; /* SUBMIT_MATMUL: A, B; RESULT: [0] if has_tensor */
+    bool has_tensor;
+    char paths[3][GOBLIN__CW_MAX_PATH + 1]; /* SUBMIT_MATMUL_FILES */
+    uint8_t status;           /* JOB_STATUS: a goblin_job_status */
+    int32_t code;             /* JOB_STATUS error / ERROR code */
+    int64_t done, total;      /* JOB_STATUS; SUBMITTED uses total */
+    char text[GOBLIN__CW_MAX_TEXT + 1];
+    /* STATS_REPLY */
+    goblin_node_stats stats;
+    uint32_t n_workers;
+    goblin_node_worker_stats *workers; /* decode: allocated (goblin__cw_msg_clear) */
+    /* SUBMIT_GRAPH (and OUTPUTS: job_id, n_io, io). Encoding borrows the arrays, and
+     * the SUBMIT_GRAPH inputs may have any strides (packed while encoding); decoding
+     * allocates io, split, combine and cache_ids in one block (goblin__cw_msg_clear)
+     * and points graph and the tensors' data into the buffer. */
+    const uint8_t *graph;
+    uint64_t graph_len;
+    uint32_t n_io;            /* inputs (SUBMIT_GRAPH) or outputs (OUTPUTS) */
+    uint32_t n_outputs;       /* SUBMIT_GRAPH: the graph's output count (combine's length) */
+    goblin_tensor *io;
+    uint8_t *split;           /* NULL or n_io goblin_split values */
+    uint8_t *combine;         /* NULL or n_outputs goblin_combine values */
+    uint64_t *cache_ids;      /* NULL or n_io */
+    uint8_t verify;           /* a goblin_graph_verify */
+    uint16_t spot_rows;
+    double min_replication, trust_halflife;
+    int64_t chunk_rows, min_tasks;
+    uint64_t task_memory_bytes;
+    void *owned;              /* decode: the block behind io/split/combine/cache_ids */
+    /* AUTH (copied both ways) */
+    uint32_t token_len;
+    uint8_t token[GOBLIN__CW_MAX_TOKEN];
+} goblin__cw_msg;
+
+typedef struct goblin__cw_limits {
+    uint64_t max_message_bytes; /* header + body */
+    int64_t max_numel;          /* per tensor */
+} goblin__cw_limits;
+
+/* Name of a type for logs ("SUBMIT_MATMUL") or NULL. */
+const char *goblin__cw_type_name(uint8_t type);
+/* Exact encoded size; GOBLIN_EINVAL for a field out of range (non-contiguous tensor
+ * where one must be contiguous, bad dtype, path empty/too long, text too long, a graph
+ * job's counts, enums or parameters out of range). */
+goblin_err goblin__cw_encoded_size(const goblin__cw_msg *m, size_t *out);
+/* Encode into @p buf (@p cap bytes). */
+goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t cap, size_t *out_len);
+/* Decode @p buf (borrowed, and referenced by tensors in @p out afterwards) into @p out.
+ * GOBLIN_EFORMAT, GOBLIN_EPROTO (unknown type/flags), GOBLIN_EVERSION, GOBLIN_ELIMIT,
+ * GOBLIN_ENOMEM; @p msg says why and where. On failure @p out holds nothing to free. */
+goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_limits *lim,
+                             goblin__cw_msg *out, char *msg, size_t cap);
+/* Free what decode allocated (workers, the graph job arrays); the struct is then reusable. */
+void goblin__cw_msg_clear(goblin__cw_msg *m);
+
+#endif

@@ -1,0 +1,676 @@
+/* libgoblin/service/client.c - the client side of the gateway protocol (goblin/client.h). */
+#include <goblin/client.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "base/alloc.h"
+#include "proto/client_wire.h"
+#include "net/tls_impl.h"
+
+struct goblin_client {
+    goblin_client_params p;
+    nng_socket sock;
+    pthread_mutex_t mu;
+    uint64_t next_rid;
+    char err[600];
+    bool node_eauth;                   /* the last request was answered ERROR EAUTH */
+    bool transport_failed;             /* the last request got no reply (connection lost) */
+    uint8_t token[GOBLIN__CW_MAX_TOKEN]; /* c->p.token points here (token_len bytes) */
+};
+
+void goblin_client_params_default(goblin_client_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->timeout_ms = 120000;
+    p->connect_timeout_ms = 10000;
+    p->poll_ms = 100;
+    p->recv_max_bytes = (uint64_t)16 << 30;
+}
+
+static goblin_err cerr(goblin_client *c, goblin_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static goblin_err cerr(goblin_client *c, goblin_err e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+    return e;
+}
+
+const char *goblin_client_error(const goblin_client *c) { return c ? c->err : "NULL client"; }
+
+static goblin_err nng_to_err(int rv) {
+    switch (rv) {
+    case 0: return GOBLIN_OK;
+    case NNG_ECONNREFUSED: return GOBLIN_ECONNREFUSED;
+    case NNG_ETIMEDOUT: return GOBLIN_ETIMEDOUT;
+    case NNG_ECLOSED: return GOBLIN_ECLOSED;
+    case NNG_ENOMEM: return GOBLIN_ENOMEM;
+    case NNG_EINVAL: case NNG_EADDRINVAL: return GOBLIN_EINVAL;
+    default: return goblin__tls_nng_err(rv);
+    }
+}
+
+/* The first connection, made by a blocking nng_dialer_start in a helper thread so that
+ * a refusal is seen as such, while the caller waits at most @p timeout_ms (0: no
+ * limit) on every transport: a host that never answers (or a listener that never
+ * accepts) would otherwise hold the caller for the operating system's TCP timeout. */
+typedef struct dial_wait {
+    nng_dialer d;
+    int rv;
+    bool done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} dial_wait;
+
+static void *dial_thread(void *arg) {
+    dial_wait *w = arg;
+    int rv = nng_dialer_start(w->d, 0);
+    pthread_mutex_lock(&w->mu);
+    w->rv = rv;
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static goblin_err dial_bounded(goblin_client *c, nng_dialer d, const char *url,
+                               uint32_t timeout_ms, char *why, size_t cap) {
+    int rv;
+    if (timeout_ms == 0) {
+        if ((rv = nng_dialer_start(d, 0)) != 0) {
+            snprintf(why, cap, "cannot connect to %s: %s", url, nng_strerror(rv));
+            return nng_to_err(rv);
+        }
+        return GOBLIN_OK;
+    }
+    dial_wait w = {.d = d};
+    pthread_condattr_t ca;
+    bool ok = pthread_condattr_init(&ca) == 0;
+    ok = ok && pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0;
+    if (!ok || pthread_mutex_init(&w.mu, NULL) != 0) {
+        snprintf(why, cap, "cannot create a condition variable");
+        return GOBLIN_ENOMEM;
+    }
+    if (pthread_cond_init(&w.cv, &ca) != 0) {
+        pthread_mutex_destroy(&w.mu);
+        snprintf(why, cap, "cannot create a condition variable");
+        return GOBLIN_ENOMEM;
+    }
+    pthread_condattr_destroy(&ca);
+    pthread_t t;
+    if (pthread_create(&t, NULL, dial_thread, &w) != 0) {
+        pthread_cond_destroy(&w.cv);
+        pthread_mutex_destroy(&w.mu);
+        snprintf(why, cap, "cannot start a thread");
+        return GOBLIN_ENOMEM;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&w.mu);
+    while (!w.done)
+        if (pthread_cond_timedwait(&w.cv, &w.mu, &dl) == ETIMEDOUT) break;
+    bool done = w.done;
+    pthread_mutex_unlock(&w.mu);
+    /* Closing the socket aborts a dial still in progress; the thread then ends. */
+    if (!done) nng_close(c->sock);
+    pthread_join(t, NULL);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    if (!done) {
+        snprintf(why, cap, "no connection to %s within %u ms (connect_timeout_ms): nobody "
+                 "answered", url, timeout_ms);
+        return GOBLIN_ETIMEDOUT;
+    }
+    if (w.rv) {
+        snprintf(why, cap, "cannot connect to %s: %s", url, nng_strerror(w.rv));
+        return nng_to_err(w.rv);
+    }
+    return GOBLIN_OK;
+}
+
+static goblin_err send_auth(goblin_client *c);
+
+goblin_err goblin_client_connect(goblin_client **out, const char *url,
+                                 const goblin_client_params *p, char *err_msg, size_t err_cap) {
+    goblin_client_params dp;
+    if (!p) {
+        goblin_client_params_default(&dp);
+        p = &dp;
+    }
+    if (err_msg && err_cap) err_msg[0] = 0;
+#define FAIL(e, ...) \
+    do { if (err_msg && err_cap) snprintf(err_msg, err_cap, __VA_ARGS__); return (e); } while (0)
+    if (!out || !url) FAIL(GOBLIN_EINVAL, "NULL argument");
+    bool tls = strncmp(url, "tls+", 4) == 0;
+    if (tls && !!p->ca_file == !!p->fingerprint)
+        FAIL(GOBLIN_EINVAL, "%s needs exactly one of a CA file and a fingerprint", url);
+    if (p->token_len > GOBLIN__CW_MAX_TOKEN || (p->token_len && !p->token))
+        FAIL(GOBLIN_EINVAL, "a client token must have 1 to %d bytes", GOBLIN__CW_MAX_TOKEN);
+    goblin_client *c = goblin__calloc(1, sizeof *c);
+    if (!c) FAIL(GOBLIN_ENOMEM, "out of memory");
+    c->p = *p;
+    c->p.ca_file = c->p.fingerprint = c->p.server_name = NULL; /* used during connect only */
+    if (p->token_len) memcpy(c->token, p->token, p->token_len);
+    c->p.token = p->token_len ? c->token : NULL;
+    c->next_rid = 1;
+    int rv = nng_req0_open(&c->sock);
+    if (rv) {
+        goblin__free(c);
+        FAIL(nng_to_err(rv), "cannot open socket: %s", nng_strerror(rv));
+    }
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        nng_close(c->sock);
+        goblin__free(c);
+        FAIL(GOBLIN_ENOMEM, "cannot create a mutex");
+    }
+    /* A request is never resent by nng on a timer: a resent SUBMIT would start a
+     * second job. */
+    nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, (size_t)p->recv_max_bytes);
+    nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, (nng_duration)p->timeout_ms);
+    nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, (nng_duration)p->timeout_ms);
+    nng_dialer d;
+    goblin_err e = GOBLIN_OK;
+    char why[512] = "";
+    if ((rv = nng_dialer_create(&d, c->sock, url)) != 0) {
+        e = nng_to_err(rv);
+        snprintf(why, sizeof why, "cannot dial %s: %s", url, nng_strerror(rv));
+    } else if (tls) {
+        goblin__tls_client_opts o = {p->ca_file, p->fingerprint, p->server_name,
+                                     (int)p->connect_timeout_ms};
+        e = goblin__tls_dialer_setup(d, url, &o, why, sizeof why);
+    }
+    if (!e) {
+        nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 100);
+        nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 2000);
+        e = dial_bounded(c, d, url, p->connect_timeout_ms, why, sizeof why);
+    }
+    if (!e && c->p.token_len) {
+        e = send_auth(c);
+        if (e == GOBLIN_EAUTH && c->node_eauth)
+            snprintf(why, sizeof why, "the node at %s refused the client token", url);
+        else if (e)
+            snprintf(why, sizeof why, "cannot present the client token to %s: %.300s", url, c->err);
+    }
+    if (e) {
+        nng_close(c->sock);
+        pthread_mutex_destroy(&c->mu);
+        memset(c->token, 0, sizeof c->token);
+        goblin__free(c);
+        FAIL(e, "%s", why);
+    }
+#undef FAIL
+    c->err[0] = 0;
+    *out = c;
+    return GOBLIN_OK;
+}
+
+void goblin_client_free(goblin_client *c) {
+    if (!c) return;
+    nng_close(c->sock);
+    pthread_mutex_destroy(&c->mu);
+    memset(c->token, 0, sizeof c->token);
+    goblin__free(c);
+}
+
+/* One request/reply. On success *reply is decoded from *keep (free it with
+ * nng_msg_free after using the reply's tensors); an ERROR reply becomes its code. */
+static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
+                                 nng_msg **keep) {
+    c->node_eauth = false;
+    c->transport_failed = false;
+    req->request_id = c->next_rid++;
+    size_t sz;
+    goblin_err e = goblin__cw_encoded_size(req, &sz);
+    if (e) return cerr(c, e, "request not encodable (non-contiguous tensor or bad path?)");
+    nng_msg *m;
+    if (nng_msg_alloc(&m, sz) != 0) return cerr(c, GOBLIN_ENOMEM, "out of memory for a %zu-byte request", sz);
+    size_t len;
+    goblin__cw_encode_into(req, nng_msg_body(m), sz, &len);
+    int rv = nng_sendmsg(c->sock, m, 0);
+    if (rv) {
+        nng_msg_free(m);
+        c->transport_failed = rv != NNG_ETIMEDOUT;
+        return cerr(c, nng_to_err(rv), "cannot send the request: %s", nng_strerror(rv));
+    }
+    nng_msg *in;
+    if ((rv = nng_recvmsg(c->sock, &in, 0)) != 0) {
+        c->transport_failed = rv != NNG_ETIMEDOUT;
+        return cerr(c, nng_to_err(rv), "no reply from the node: %s", nng_strerror(rv));
+    }
+    goblin__cw_limits lim = {c->p.recv_max_bytes, GOBLIN_MAX_NUMEL};
+    char why[256];
+    e = goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, reply, why, sizeof why);
+    if (e) {
+        nng_msg_free(in);
+        return cerr(c, e, "malformed reply from the node: %s", why);
+    }
+    if (reply->request_id != req->request_id) {
+        goblin__cw_msg_clear(reply);
+        nng_msg_free(in);
+        return cerr(c, GOBLIN_EPROTO, "reply to another request");
+    }
+    if (reply->type == GOBLIN__CW_ERROR) {
+        goblin_err code = reply->code > 0 && reply->code < 65536 ? (goblin_err)reply->code
+                                                                 : GOBLIN_EPROTO;
+        cerr(c, code, "node: %s", reply->text);
+        c->node_eauth = code == GOBLIN_EAUTH;
+        nng_msg_free(in);
+        return code;
+    }
+    *keep = in;
+    return GOBLIN_OK;
+}
+
+/* roundtrip_once; a request the node answered EAUTH is sent again once after the
+ * token was presented again (the connection may have been redialed, and a new one
+ * starts unauthenticated). An EAUTH answer means the node did nothing with it, so
+ * sending it again cannot start a second job. */
+static goblin_err roundtrip(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
+                            nng_msg **keep) {
+    goblin_err e = roundtrip_once(c, req, reply, keep);
+    /* The connection dropped under a request (the node restarted, say): nng redials by
+     * itself. A request that changes nothing on the node (STATS, STATUS, AUTH) is sent
+     * once more on the new connection; SUBMIT, FETCH, CANCEL and RELEASE are not, since
+     * the node may have acted on them before the reply was lost. */
+    if (e && c->transport_failed &&
+        (req->type == GOBLIN__CW_STATS || req->type == GOBLIN__CW_STATUS || req->type == GOBLIN__CW_AUTH)) {
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+        if (c->p.token_len && req->type != GOBLIN__CW_AUTH) {
+            goblin_err ea = send_auth(c);
+            if (ea) return ea;
+        }
+        e = roundtrip_once(c, req, reply, keep);
+    }
+    if (e == GOBLIN_EAUTH && c->node_eauth && c->p.token_len && req->type != GOBLIN__CW_AUTH) {
+        goblin_err ea = send_auth(c);
+        if (ea) return ea;
+        e = roundtrip_once(c, req, reply, keep);
+    }
+    return e;
+}
+
+/* Present the client token: AUTH, answered OK (or ERROR EAUTH). */
+static goblin_err send_auth(goblin_client *c) {
+    goblin__cw_msg *p = goblin__calloc(2, sizeof *p);
+    if (!p) return cerr(c, GOBLIN_ENOMEM, "out of memory");
+    p[0].type = GOBLIN__CW_AUTH;
+    p[0].token_len = c->p.token_len;
+    memcpy(p[0].token, c->token, c->p.token_len);
+    nng_msg *keep = NULL;
+    goblin_err e = roundtrip_once(c, &p[0], &p[1], &keep);
+    if (e == GOBLIN_EAUTH && c->node_eauth)
+        cerr(c, e, "the node refused the client token");
+    else if (!e && p[1].type != GOBLIN__CW_OK)
+        e = cerr(c, GOBLIN_EPROTO, "node answered %s to AUTH", goblin__cw_type_name(p[1].type));
+    memset(p[0].token, 0, sizeof p[0].token);
+    goblin__cw_msg_clear(&p[1]);
+    if (keep) nng_msg_free(keep);
+    goblin__free(p);
+    return e;
+}
+
+/* Runs @p fn with a zeroed request and reply pair under the client's lock. */
+typedef struct pair {
+    goblin__cw_msg req, rep;
+} pair;
+
+static pair *pair_new(goblin_client *c) {
+    pair *p = goblin__calloc(1, sizeof *p);
+    if (!p) cerr(c, GOBLIN_ENOMEM, "out of memory");
+    return p;
+}
+
+static goblin_err expect(goblin_client *c, const goblin__cw_msg *rep, uint8_t type) {
+    if (rep->type != type)
+        return cerr(c, GOBLIN_EPROTO, "node answered %s where %s was expected",
+                    goblin__cw_type_name(rep->type), goblin__cw_type_name(type));
+    return GOBLIN_OK;
+}
+
+static goblin_err submit_common(goblin_client *c, pair *p, uint64_t *job_id) {
+    nng_msg *keep = NULL;
+    goblin_err e = roundtrip(c, &p->req, &p->rep, &keep);
+    if (!e && !(e = expect(c, &p->rep, GOBLIN__CW_SUBMITTED))) {
+        *job_id = p->rep.job_id;
+        c->err[0] = 0;
+    }
+    goblin__cw_msg_clear(&p->rep);
+    if (keep) nng_msg_free(keep);
+    return e;
+}
+
+goblin_err goblin_client_submit_matmul(goblin_client *c, const goblin_tensor *a,
+                                       const goblin_tensor *b, uint64_t *job_id) {
+    if (!c || !a || !b || !job_id) return GOBLIN_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    pair *p = pair_new(c);
+    goblin_err e = GOBLIN_ENOMEM;
+    if (p) {
+        p->req.type = GOBLIN__CW_SUBMIT_MATMUL;
+        p->req.tensors[0] = *a;
+        p->req.tensors[1] = *b;
+        e = submit_common(c, p, job_id);
+    }
+    goblin__free(p);
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_path,
+                                             const char *b_path, const char *c_path,
+                                             uint64_t *job_id) {
+    if (!c || !a_path || !b_path || !c_path || !job_id) return GOBLIN_EINVAL;
+    const char *paths[3] = {a_path, b_path, c_path};
+    for (int i = 0; i < 3; i++) {
+        size_t l = strlen(paths[i]);
+        if (l == 0 || l > GOBLIN__CW_MAX_PATH) return cerr(c, GOBLIN_EINVAL, "path %d empty or too long", i);
+    }
+    pthread_mutex_lock(&c->mu);
+    pair *p = pair_new(c);
+    goblin_err e = GOBLIN_ENOMEM;
+    if (p) {
+        p->req.type = GOBLIN__CW_SUBMIT_MATMUL_FILES;
+        for (int i = 0; i < 3; i++) snprintf(p->req.paths[i], sizeof p->req.paths[i], "%s", paths[i]);
+        e = submit_common(c, p, job_id);
+    }
+    goblin__free(p);
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+static goblin_err job_request(goblin_client *c, uint8_t type, uint64_t job_id,
+                              goblin_client_job_info *info) {
+    pthread_mutex_lock(&c->mu);
+    pair *p = pair_new(c);
+    goblin_err e = GOBLIN_ENOMEM;
+    if (p) {
+        p->req.type = type;
+        p->req.job_id = job_id;
+        nng_msg *keep = NULL;
+        e = roundtrip(c, &p->req, &p->rep, &keep);
+        if (!e && !(e = expect(c, &p->rep, GOBLIN__CW_JOB_STATUS))) {
+            if (info) {
+                info->status = (goblin_job_status)p->rep.status;
+                info->error = (goblin_err)p->rep.code;
+                info->done = p->rep.done;
+                info->total = p->rep.total;
+                snprintf(info->message, sizeof info->message, "%s", p->rep.text);
+            }
+            c->err[0] = 0;
+        }
+        goblin__cw_msg_clear(&p->rep);
+        if (keep) nng_msg_free(keep);
+    }
+    goblin__free(p);
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+goblin_err goblin_client_job_status(goblin_client *c, uint64_t job_id, goblin_client_job_info *out) {
+    if (!c || !out) return GOBLIN_EINVAL;
+    return job_request(c, GOBLIN__CW_STATUS, job_id, out);
+}
+
+goblin_err goblin_client_cancel(goblin_client *c, uint64_t job_id) {
+    if (!c) return GOBLIN_EINVAL;
+    return job_request(c, GOBLIN__CW_CANCEL, job_id, NULL);
+}
+
+/* A copy of a decoded tensor (which points into the reply) in a new buffer. */
+static goblin_err copy_out(goblin_client *c, const goblin_tensor *t, goblin_tensor *out) {
+    size_t bytes = (size_t)goblin_tensor_numel(t) * goblin_dtype_size(t->dtype);
+    void *data = bytes ? goblin__alloc(bytes) : NULL;
+    if (bytes && !data) return cerr(c, GOBLIN_ENOMEM, "out of memory for a %zu-byte result", bytes);
+    if (bytes) memcpy(data, t->data, bytes);
+    goblin_tensor_init(out, t->dtype, t->rank, t->shape, data);
+    return GOBLIN_OK;
+}
+
+/* FETCH @p job_id: a matmul job answers RESULT (at most one tensor), a graph job
+ * OUTPUTS. @p outs (NULL: only release the job) receives the reply's tensors in new
+ * buffers: exactly @p n_outs of them, or with @p any_count at most that many (a file
+ * job's RESULT has none, and leaves @p outs untouched). */
+static goblin_err fetch(goblin_client *c, uint64_t job_id, goblin_tensor *outs, int32_t n_outs,
+                        bool any_count) {
+    pthread_mutex_lock(&c->mu);
+    pair *p = pair_new(c);
+    goblin_err e = GOBLIN_ENOMEM;
+    if (p) {
+        p->req.type = GOBLIN__CW_FETCH;
+        p->req.job_id = job_id;
+        nng_msg *keep = NULL;
+        e = roundtrip(c, &p->req, &p->rep, &keep);
+        const goblin_tensor *ts = NULL;
+        uint32_t nt = 0;
+        if (!e) {
+            if (p->rep.type == GOBLIN__CW_RESULT) {
+                ts = p->rep.tensors;
+                nt = p->rep.has_tensor ? 1 : 0;
+            } else if (!(e = expect(c, &p->rep, GOBLIN__CW_OUTPUTS))) {
+                ts = p->rep.io;
+                nt = p->rep.n_io;
+            }
+        }
+        if (!e && outs) {
+            if (any_count ? nt > (uint32_t)n_outs : nt != (uint32_t)n_outs) {
+                e = cerr(c, GOBLIN_EINVAL, "job %llu has %u output(s), %d expected (job released)",
+                         (unsigned long long)job_id, nt, n_outs);
+            } else {
+                int32_t k = 0;
+                for (; k < n_outs && k < (int32_t)nt && !e; k++) e = copy_out(c, &ts[k], &outs[k]);
+                if (e)
+                    for (int32_t i = 0; i < k - 1; i++) {
+                        goblin__free(outs[i].data);
+                        outs[i].data = NULL;
+                    }
+            }
+        }
+        if (!e) c->err[0] = 0;
+        goblin__cw_msg_clear(&p->rep);
+        if (keep) nng_msg_free(keep);
+    }
+    goblin__free(p);
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+goblin_err goblin_client_fetch_result(goblin_client *c, uint64_t job_id, goblin_tensor *out) {
+    if (!c) return GOBLIN_EINVAL;
+    /* A file job has no tensor: *out untouched. A graph job with one output is fine. */
+    return fetch(c, job_id, out, out ? 1 : 0, true);
+}
+
+goblin_err goblin_client_fetch_outputs(goblin_client *c, uint64_t job_id, goblin_tensor *outputs,
+                                       int32_t n_outputs) {
+    if (!c || n_outputs < 0 || n_outputs > GOBLIN__CW_MAX_IO || (n_outputs && !outputs))
+        return GOBLIN_EINVAL;
+    return fetch(c, job_id, outputs, n_outputs, false);
+}
+
+static void sleep_ms(uint32_t ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* Poll job @p id until it ends, then fetch its @p n_outs outputs into @p outs (a
+ * matmul job: at most one, and a file job none). */
+static goblin_err follow_n(goblin_client *c, uint64_t id, goblin_tensor *outs, int32_t n_outs,
+                           bool any_count, goblin_client_progress_fn progress, void *user) {
+    goblin_client_job_info info;
+    for (;;) {
+        goblin_err e = goblin_client_job_status(c, id, &info);
+        if (e) return e;
+        if (progress && !progress(user, info.done, info.total)) {
+            goblin_client_cancel(c, id);
+            fetch(c, id, NULL, 0, true); /* releases the job on the node */
+            return cerr(c, GOBLIN_ECANCELED, "canceled by the progress callback");
+        }
+        if (info.status != GOBLIN_JOB_RUNNING) break;
+        sleep_ms(c->p.poll_ms ? c->p.poll_ms : 100);
+    }
+    return fetch(c, id, outs, n_outs, any_count);
+}
+
+static goblin_err follow(goblin_client *c, uint64_t id, goblin_tensor *out,
+                         goblin_client_progress_fn progress, void *user) {
+    return follow_n(c, id, out, out ? 1 : 0, true, progress, user);
+}
+
+goblin_err goblin_client_matmul(goblin_client *c, const goblin_tensor *a, const goblin_tensor *b,
+                                goblin_tensor *out, goblin_client_progress_fn progress, void *user) {
+    uint64_t id;
+    goblin_err e = goblin_client_submit_matmul(c, a, b, &id);
+    return e ? e : follow(c, id, out, progress, user);
+}
+
+goblin_err goblin_client_matmul_files(goblin_client *c, const char *a_path, const char *b_path,
+                                      const char *c_path, goblin_client_progress_fn progress,
+                                      void *user) {
+    uint64_t id;
+    goblin_err e = goblin_client_submit_matmul_files(c, a_path, b_path, c_path, &id);
+    return e ? e : follow(c, id, NULL, progress, user);
+}
+
+goblin_err goblin_client_stats(goblin_client *c, goblin_node_stats *out,
+                               goblin_node_worker_stats *workers, int64_t cap, int64_t *n_workers) {
+    if (!c || !out || cap < 0 || (cap > 0 && !workers)) return GOBLIN_EINVAL;
+    pthread_mutex_lock(&c->mu);
+    pair *p = pair_new(c);
+    goblin_err e = GOBLIN_ENOMEM;
+    if (p) {
+        p->req.type = GOBLIN__CW_STATS;
+        nng_msg *keep = NULL;
+        e = roundtrip(c, &p->req, &p->rep, &keep);
+        if (!e && !(e = expect(c, &p->rep, GOBLIN__CW_STATS_REPLY))) {
+            *out = p->rep.stats;
+            for (int64_t i = 0; i < cap && i < (int64_t)p->rep.n_workers; i++)
+                workers[i] = p->rep.workers[i];
+            if (n_workers) *n_workers = p->rep.n_workers;
+            c->err[0] = 0;
+        }
+        goblin__cw_msg_clear(&p->rep);
+        if (keep) nng_msg_free(keep);
+    }
+    goblin__free(p);
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+/* ---- graph jobs ------------------------------------------------------------- */
+
+goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
+                                      const goblin_tensor *inputs, int32_t n_inputs,
+                                      const goblin_graph_job_params *jp, uint64_t *job_id) {
+    if (!c || !g || !job_id || n_inputs < 0 || (n_inputs && !inputs)) return GOBLIN_EINVAL;
+    int32_t gi = goblin_graph_input_count(g), go = goblin_graph_output_count(g);
+    if (n_inputs != gi)
+        return cerr(c, GOBLIN_EINVAL, "%d inputs for a graph of %d", n_inputs, gi);
+    if (gi > GOBLIN__CW_MAX_IO || go > GOBLIN__CW_MAX_IO || go < 0)
+        return cerr(c, GOBLIN_EINVAL, "a graph job takes at most %d inputs and outputs",
+                    GOBLIN__CW_MAX_IO);
+    goblin_graph_job_params dp;
+    if (!jp) {
+        goblin_graph_job_params_default(&dp);
+        jp = &dp;
+    }
+    if (jp->verify < 0 || jp->verify >= GOBLIN_GRAPH_VERIFY_COUNT)
+        return cerr(c, GOBLIN_EINVAL, "unknown verify mode %d", (int)jp->verify);
+    if (jp->spot_rows < 0 || jp->spot_rows > 65535)
+        return cerr(c, GOBLIN_EINVAL, "spot_rows %d outside 0..65535", (int)jp->spot_rows);
+    uint8_t *split = NULL, *combine = NULL;
+    /* One block for both enum arrays as bytes (+1: never a zero-size allocation). */
+    uint8_t *arrays = goblin__alloc((size_t)gi + (size_t)go + 1);
+    if (!arrays) return cerr(c, GOBLIN_ENOMEM, "out of memory");
+    if (jp->split) {
+        split = arrays;
+        for (int32_t i = 0; i < gi; i++) {
+            if (jp->split[i] != GOBLIN_SPLIT_BROADCAST && jp->split[i] != GOBLIN_SPLIT_BATCH) {
+                goblin__free(arrays);
+                return cerr(c, GOBLIN_EINVAL, "input %d: unknown split %d", i, (int)jp->split[i]);
+            }
+            split[i] = (uint8_t)jp->split[i];
+        }
+    }
+    if (jp->combine) {
+        combine = arrays + gi;
+        for (int32_t i = 0; i < go; i++) {
+            if (jp->combine[i] < 0 || jp->combine[i] >= GOBLIN_COMBINE_COUNT) {
+                goblin__free(arrays);
+                return cerr(c, GOBLIN_EINVAL, "output %d: unknown combine %d", i, (int)jp->combine[i]);
+            }
+            combine[i] = (uint8_t)jp->combine[i];
+        }
+    }
+    uint8_t *blob = NULL;
+    size_t blob_len = 0;
+    goblin_err e = goblin_graph_serialize(g, &blob, &blob_len);
+    if (e) {
+        goblin__free(arrays);
+        return cerr(c, e, "cannot serialize the graph: %s", goblin_strerror(e));
+    }
+    pthread_mutex_lock(&c->mu);
+    pair *p = pair_new(c);
+    e = GOBLIN_ENOMEM;
+    if (p) {
+        goblin__cw_msg *m = &p->req;
+        m->type = GOBLIN__CW_SUBMIT_GRAPH;
+        m->graph = blob;
+        m->graph_len = blob_len;
+        m->n_io = (uint32_t)gi;
+        m->n_outputs = (uint32_t)go;
+        m->io = (goblin_tensor *)(uintptr_t)inputs; /* encoding only reads it */
+        m->split = split;
+        m->combine = combine;
+        m->cache_ids = (uint64_t *)(uintptr_t)jp->cache_ids;
+        m->verify = (uint8_t)jp->verify;
+        m->min_replication = jp->min_replication;
+        m->trust_halflife = jp->trust_halflife;
+        m->chunk_rows = jp->chunk_rows;
+        m->spot_rows = (uint16_t)jp->spot_rows;
+        m->task_memory_bytes = jp->job.task_memory_bytes;
+        m->min_tasks = jp->job.min_tasks;
+        size_t sz;
+        if (goblin__cw_encoded_size(m, &sz) != GOBLIN_OK)
+            e = cerr(c, GOBLIN_EINVAL, "graph job not encodable: a parameter is negative or not "
+                     "finite, or an input has a bad dtype or shape");
+        else
+            e = submit_common(c, p, job_id);
+    }
+    goblin__free(p);
+    pthread_mutex_unlock(&c->mu);
+    goblin_buffer_free(blob);
+    goblin__free(arrays);
+    return e;
+}
+
+goblin_err goblin_client_run_graph(goblin_client *c, const goblin_graph *g,
+                                   const goblin_tensor *inputs, int32_t n_inputs,
+                                   const goblin_graph_job_params *jp, goblin_tensor *outputs,
+                                   int32_t n_outputs, goblin_client_progress_fn progress,
+                                   void *user) {
+    if (!c || !g || n_outputs < 0 || (n_outputs && !outputs)) return GOBLIN_EINVAL;
+    if (n_outputs != goblin_graph_output_count(g))
+        return cerr(c, GOBLIN_EINVAL, "%d outputs for a graph of %d", n_outputs,
+                    goblin_graph_output_count(g));
+    uint64_t id;
+    goblin_err e = goblin_client_submit_graph(c, g, inputs, n_inputs, jp, &id);
+    return e ? e : follow_n(c, id, outputs, n_outputs, false, progress, user);
+}

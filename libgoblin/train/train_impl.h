@@ -1,0 +1,122 @@
+/* libgoblin/train/train_impl.h - the trainer's internals shared by train.c (rounds, execution,
+ * checkpoints) and train_plan.c (model analysis, partitioner, stage and tile graphs).
+ * docs/training.md describes the design. */
+#ifndef GOBLIN__TRAIN_IMPL_H
+#define GOBLIN__TRAIN_IMPL_H
+
+#include <goblin/goblin.h>
+#include "graph/graph_impl.h"
+
+/* What the analysis knows about one node of the model (ids as in the model). */
+typedef struct tr_node {
+    uint8_t is_param;   /* an input holding a parameter */
+    uint8_t is_data;    /* an input holding batch data */
+    uint8_t batch_dep;  /* depends on a data input */
+    uint8_t row_shaped; /* batch_dep and its leading dim is the batch rows */
+    uint8_t needs_grad; /* float and depends on a parameter (autodiff reaches it) */
+    uint8_t live;       /* an ancestor of the loss (or the loss) */
+    int32_t param_index;   /* is_param: which parameter; else -1 */
+    int32_t last_use;      /* largest id of a live batch-dependent consumer; -1 if none */
+    double flops_row, flops_fixed; /* forward flops: per batch row, and independent of rows */
+    double bytes_row, bytes_fixed; /* output bytes: likewise */
+} tr_node;
+
+/* Graph IO roles of a task graph's inputs and outputs. */
+typedef enum tr_io_kind {
+    TR_IO_PARAM = 0, /* input: parameter ref (whole, or the stage's tile of it) */
+    TR_IO_NODE = 1,  /* input: model node ref's value for the micro-batch (data or activation) */
+    TR_IO_SEED = 2,  /* input: gradient of the loss wrt model node ref (or its tile) */
+    TR_IO_LOSS = 3,  /* output: the micro-batch's loss */
+    TR_IO_PGRAD = 4, /* output: gradient wrt parameter ref (or its tile) */
+    TR_IO_XGRAD = 5, /* output: gradient wrt model node ref (stage input; a partial sum for tiles) */
+    TR_IO_ACT = 6    /* output: model node ref's value (or its tile) */
+} tr_io_kind;
+
+typedef struct tr_io {
+    tr_io_kind kind;
+    int32_t ref;
+} tr_io;
+
+typedef enum tr_task_kind {
+    TR_TASK_FWD = 0,  /* stage forward: activations out */
+    TR_TASK_LAST = 1, /* the last (or only) stage: forward + loss + backward from the loss */
+    TR_TASK_BWD = 2   /* stage forward recomputed + backward seeded by later stages */
+} tr_task_kind;
+
+/* One task graph: built for an exact row count (backward graphs bake 1/rows into
+ * MEAN rules, so a graph is never re-instantiated for another row count). */
+typedef struct tr_task_graph {
+    goblin_graph *g;
+    int32_t n_in, n_out;
+    tr_io *in, *out;
+} tr_task_graph;
+
+typedef struct tr_stage {
+    int32_t a, b;        /* positions in the sequence of compute nodes [a, b] */
+    int32_t first, last; /* model node ids of seq[a], seq[b] */
+    int32_t tiles;       /* 1, or the tile count of its one tiled layer */
+    int32_t tile_node;   /* the tiled MATMUL / CONV2D node, or -1 */
+    int32_t n_params;
+    int32_t *params;     /* parameter indices used, ascending */
+    int32_t n_in;
+    int32_t *in_nodes;   /* data inputs and earlier stages' nodes it consumes, ascending ids */
+    int32_t n_out;
+    int32_t *out_nodes;  /* its nodes that later stages consume, ascending ids */
+    uint64_t fwd_bytes, bwd_bytes;
+    double flops_row;
+    /* task graphs, built lazily: [rows slot: full micro-batch, remainder][task kind],
+     * each an array of `tiles` graphs */
+    tr_task_graph **graphs[2][3];
+    int64_t graph_rows[2];
+} tr_stage;
+
+typedef struct tr_plan {
+    bool valid;
+    int64_t batch, micro, n_micro;
+    int32_t n_stages;
+    tr_stage stages[GOBLIN_TRAIN_MAX_STAGES];
+    uint64_t budget;
+    int64_t tasks_per_round;
+} tr_plan;
+
+typedef struct tr_model {
+    goblin_graph *g;      /* the trainer's copy (ids of the user's model) */
+    int32_t n_params, n_data;
+    int64_t batch0;       /* the model's own batch size (leading dim of the data inputs) */
+    int32_t loss_id;
+    tr_node *nodes;       /* per node id */
+    int32_t n_seq;
+    int32_t *seq;         /* live batch-dependent non-input nodes, ascending (the compute nodes) */
+    uint8_t *cut_ok;      /* cut_ok[k]: a stage may end after seq[k] */
+} tr_model;
+
+/* ---- train_plan.c ---------------------------------------------------------- */
+
+/* Copy of @p g whose data inputs (index >= n_params) have @p rows rows; a RESHAPE,
+ * EXPAND or creation node whose SHAPE attribute leads with @p batch0 gets @p rows.
+ * Node ids are preserved. */
+goblin_err goblin__train_instance(const goblin_graph *g, int32_t n_params, int64_t batch0,
+                                  int64_t rows, goblin_graph **out, char *msg, size_t cap);
+/* Analyse @p g (already validated by the trainer). */
+goblin_err goblin__train_analyse(tr_model *m, char *msg, size_t cap);
+void goblin__train_model_clear(tr_model *m);
+/* The plan for @p batch rows under @p budget (micro_batch 0 = largest that fits). */
+goblin_err goblin__train_make_plan(const tr_model *m, int64_t batch, int64_t micro_batch,
+                                   uint64_t budget, int32_t max_stages, tr_plan *out, char *msg,
+                                   size_t cap);
+void goblin__train_plan_clear(tr_plan *p);
+/* Build the task graph of @p kind for stage @p s at @p rows rows (tile @p tile). */
+goblin_err goblin__train_task_graph(const tr_model *m, const tr_plan *p, int32_t s,
+                                    tr_task_kind kind, int64_t rows, int32_t tile,
+                                    tr_task_graph **out, char *msg, size_t cap);
+void goblin__train_task_graph_free(tr_task_graph *tg);
+/* The tile's slice of the tiled layer: output features [lo, hi) of @p total. */
+void goblin__train_tile_range(int64_t total, int32_t tiles, int32_t k, int64_t *lo, int64_t *hi);
+/* For a tiled stage: the model's tiled parameter dims. *w_axis: the weight's axis cut;
+ * *out_axis: the output's axis; *features: its size; *bias_param: the parameter index of
+ * the bias (or -1); *w_param: the weight's. */
+void goblin__train_tile_layout(const tr_model *m, const tr_stage *st, int32_t *w_param,
+                               int32_t *w_axis, int32_t *bias_param, int32_t *out_axis,
+                               int64_t *features);
+
+#endif

@@ -1,0 +1,887 @@
+/* libgoblin/train/train_plan.c - the trainer's view of a model: which nodes depend on the
+ * batch and on the parameters, cost estimates, the stage partitioner (fewest stages
+ * that fit the memory budget, then min-max balanced by compute), tiles for a layer
+ * whose weight alone exceeds the budget, and the task graphs of each stage. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "train_impl.h"
+
+#define ERRF(e, ...) (snprintf(msg, cap, __VA_ARGS__), (e))
+
+static int64_t node_numel(const goblin__node *n) {
+    int64_t c = 1;
+    for (int32_t d = 0; d < n->rank; d++) c *= n->shape[d];
+    return c;
+}
+
+/* Room for the closure walk's stack: every edge may be pushed once. */
+static size_t stack_len(const goblin_graph *g) {
+    size_t e = 64;
+    for (int32_t i = 0; i < g->n_nodes; i++) e += (size_t)g->nodes[i].n_inputs;
+    return e;
+}
+
+static double node_bytes(const goblin__node *n) {
+    return (double)node_numel(n) * (double)goblin_dtype_size(n->dtype);
+}
+
+/* ---- model instances at another batch size ----------------------------------- */
+
+goblin_err goblin__train_instance(const goblin_graph *g, int32_t n_params, int64_t batch0,
+                                  int64_t rows, goblin_graph **out, char *msg, size_t cap) {
+    goblin_graph *ng = NULL;
+    goblin_err e = goblin_graph_new(&ng);
+    if (e) return ERRF(e, "out of memory");
+    int32_t input_index = 0;
+    for (int32_t id = 0; id < g->n_nodes; id++) {
+        goblin__node p = g->nodes[id];
+        goblin_attr attrs[GOBLIN__MAX_OP_ATTRS];
+        if (p.op == GOBLIN_OP_INPUT) {
+            if (input_index++ >= n_params && p.rank >= 1) p.shape[0] = rows;
+        } else if (rows != batch0 && p.n_attrs > 0 && p.n_attrs <= GOBLIN__MAX_OP_ATTRS) {
+            memcpy(attrs, p.attrs, sizeof(goblin_attr) * (size_t)p.n_attrs);
+            for (int32_t k = 0; k < p.n_attrs; k++)
+                if (attrs[k].key == GOBLIN_ATTR_SHAPE && attrs[k].count >= 1 &&
+                    attrs[k].v.ints[0] == batch0)
+                    attrs[k].v.ints[0] = rows;
+            p.attrs = attrs;
+        }
+        int32_t nid;
+        e = goblin__graph_add_node(ng, &p, &nid);
+        if (e) {
+            snprintf(msg, cap, "the model at %lld rows: %s", (long long)rows, goblin_graph_error(ng));
+            goblin_graph_free(ng);
+            return e;
+        }
+    }
+    for (int32_t i = 0; i < g->n_outputs; i++) goblin_graph_output(ng, g->output_ids[i]);
+    *out = ng;
+    return GOBLIN_OK;
+}
+
+/* ---- analysis ------------------------------------------------------------------- */
+
+static double op_flops(const goblin_graph *g, const goblin__node *n) {
+    double out = (double)node_numel(n);
+    switch (n->op) {
+    case GOBLIN_OP_MATMUL: {
+        const goblin__node *a = &g->nodes[n->inputs[0]];
+        int64_t k = a->rank == 1 ? a->shape[0]
+                    : goblin__attr_i(n, GOBLIN_ATTR_TRANS_A, 0) ? a->shape[a->rank - 2]
+                                                                : a->shape[a->rank - 1];
+        return 2.0 * out * (double)k;
+    }
+    case GOBLIN_OP_CONV2D: {
+        const goblin__node *w = &g->nodes[n->inputs[1]];
+        double per = w->shape[0] > 0 ? (double)node_numel(w) / (double)w->shape[0] : 0;
+        return 2.0 * out * per;
+    }
+    case GOBLIN_OP_SDPA: {
+        const goblin__node *q = &g->nodes[n->inputs[0]], *k = &g->nodes[n->inputs[1]];
+        double lk = k->rank >= 2 ? (double)k->shape[k->rank - 2] : 1;
+        return 4.0 * (double)node_numel(q) * lk;
+    }
+    default: {
+        double s = out;
+        for (int32_t i = 0; i < n->n_inputs; i++) {
+            double x = (double)node_numel(&g->nodes[n->inputs[i]]);
+            if (x > s) s = x;
+        }
+        return s;
+    }
+    }
+}
+
+void goblin__train_model_clear(tr_model *m) {
+    goblin_graph_free(m->g);
+    goblin__free(m->nodes);
+    goblin__free(m->seq);
+    goblin__free(m->cut_ok);
+    memset(m, 0, sizeof *m);
+}
+
+goblin_err goblin__train_analyse(tr_model *m, char *msg, size_t cap) {
+    const goblin_graph *g = m->g;
+    int32_t n = g->n_nodes;
+    m->nodes = goblin__calloc((size_t)n, sizeof *m->nodes);
+    m->seq = goblin__calloc((size_t)n + 1, sizeof *m->seq);
+    m->cut_ok = goblin__calloc((size_t)n + 1, 1);
+    int32_t *pos = goblin__calloc((size_t)n + 1, sizeof *pos);
+    int32_t *bad = goblin__calloc((size_t)n + 2, sizeof *bad);
+    goblin_graph *g2 = NULL;
+    if (!m->nodes || !m->seq || !m->cut_ok || !pos || !bad) {
+        goblin__free(pos);
+        goblin__free(bad);
+        return ERRF(GOBLIN_ENOMEM, "out of memory");
+    }
+    for (int32_t i = 0; i < g->n_inputs; i++) {
+        tr_node *t = &m->nodes[g->input_ids[i]];
+        if (i < m->n_params) {
+            t->is_param = 1;
+            t->param_index = i;
+        } else {
+            t->is_data = 1;
+        }
+    }
+    for (int32_t id = 0; id < n; id++) {
+        tr_node *t = &m->nodes[id];
+        const goblin__node *nd = &g->nodes[id];
+        if (!t->is_param) t->param_index = -1;
+        t->last_use = -1;
+        t->batch_dep = t->is_data;
+        bool grad = t->is_param;
+        for (int32_t k = 0; k < nd->n_inputs; k++) {
+            t->batch_dep |= m->nodes[nd->inputs[k]].batch_dep;
+            grad |= m->nodes[nd->inputs[k]].needs_grad;
+        }
+        t->needs_grad = grad && goblin_dtype_is_float(nd->dtype);
+    }
+    m->nodes[m->loss_id].live = 1;
+    for (int32_t id = m->loss_id; id >= 0; id--) {
+        if (!m->nodes[id].live) continue;
+        const goblin__node *nd = &g->nodes[id];
+        for (int32_t k = 0; k < nd->n_inputs; k++) m->nodes[nd->inputs[k]].live = 1;
+    }
+    /* Row-shaped: the leading dim follows the batch at two batch sizes. */
+    int64_t r2 = m->batch0 + 1;
+    char tmp[256];
+    if (goblin__train_instance(g, m->n_params, m->batch0, r2, &g2, tmp, sizeof tmp)) g2 = NULL;
+    for (int32_t id = 0; id < n; id++) {
+        tr_node *t = &m->nodes[id];
+        const goblin__node *nd = &g->nodes[id];
+        bool rs = t->batch_dep && nd->rank >= 1 && nd->shape[0] == m->batch0;
+        if (rs && g2) rs = g2->nodes[id].rank >= 1 && g2->nodes[id].shape[0] == r2;
+        t->row_shaped = rs;
+        double bytes = node_bytes(nd), fl = nd->op == GOBLIN_OP_INPUT || nd->op == GOBLIN_OP_CONSTANT
+                                                  ? 0
+                                                  : op_flops(g, nd);
+        double b0 = (double)(m->batch0 > 0 ? m->batch0 : 1);
+        if (rs) t->bytes_row = bytes / b0;
+        else t->bytes_fixed = bytes;
+        if (t->batch_dep) t->flops_row = fl / b0;
+        else t->flops_fixed = fl;
+    }
+    goblin_graph_free(g2);
+    m->n_seq = 0;
+    for (int32_t id = 0; id < n; id++) {
+        pos[id] = -1;
+        tr_node *t = &m->nodes[id];
+        if (t->live && t->batch_dep && g->nodes[id].op != GOBLIN_OP_INPUT) {
+            pos[id] = m->n_seq;
+            m->seq[m->n_seq++] = id;
+            const goblin__node *nd = &g->nodes[id];
+            for (int32_t k = 0; k < nd->n_inputs; k++) {
+                tr_node *u = &m->nodes[nd->inputs[k]];
+                if (u->last_use < id) u->last_use = id;
+            }
+        }
+    }
+    /* A cut after seq[k] is invalid while a non-row-shaped batch tensor crosses it. */
+    for (int32_t k = 0; k < m->n_seq; k++) {
+        int32_t id = m->seq[k];
+        tr_node *t = &m->nodes[id];
+        if (t->row_shaped || t->last_use <= id) continue;
+        bad[k] += 1;
+        bad[pos[t->last_use]] -= 1;
+    }
+    int32_t run = 0;
+    for (int32_t k = 0; k < m->n_seq; k++) {
+        run += bad[k];
+        m->cut_ok[k] = run == 0;
+    }
+    if (m->n_seq > 0) m->cut_ok[m->n_seq - 1] = 1;
+    goblin__free(pos);
+    goblin__free(bad);
+    return GOBLIN_OK;
+}
+
+/* ---- stage measurement ---------------------------------------------------------- */
+
+typedef struct tr_measure {
+    double pbytes, act_row, act_fixed, flops_row, flops_fixed;
+} tr_measure;
+
+typedef struct tr_scratch {
+    int32_t *stamp;
+    int32_t cur;
+    int32_t *stack;
+} tr_scratch;
+
+/* Visit the closure of stage [a, b]: parameters, inputs from outside, copied
+ * batch-independent nodes. @p fn (if not NULL) gets each visited node and its role. */
+typedef void (*tr_visit_fn)(void *user, int32_t id, int role);
+enum { ROLE_PARAM = 0, ROLE_INPUT = 1, ROLE_COPY = 2, ROLE_STAGE = 3 };
+
+static void closure(const tr_model *m, tr_scratch *s, int32_t a, int32_t b, tr_measure *out,
+                    tr_visit_fn fn, void *user) {
+    const goblin_graph *g = m->g;
+    memset(out, 0, sizeof *out);
+    int32_t st = ++s->cur;
+    int32_t first = m->seq[a], last = m->seq[b];
+    for (int32_t k = a; k <= b; k++) s->stamp[m->seq[k]] = st;
+    int32_t sp = 0;
+    for (int32_t k = a; k <= b; k++) {
+        int32_t id = m->seq[k];
+        const tr_node *t = &m->nodes[id];
+        out->act_row += t->bytes_row;
+        out->act_fixed += t->bytes_fixed;
+        out->flops_row += t->flops_row;
+        out->flops_fixed += t->flops_fixed;
+        const goblin__node *nd = &g->nodes[id];
+        for (int32_t i = 0; i < nd->n_inputs; i++) s->stack[sp++] = nd->inputs[i];
+        while (sp > 0) {
+            int32_t j = s->stack[--sp];
+            if (s->stamp[j] == st) continue;
+            s->stamp[j] = st;
+            const tr_node *u = &m->nodes[j];
+            if (u->is_param) {
+                out->pbytes += u->bytes_fixed + u->bytes_row;
+                if (fn) fn(user, j, ROLE_PARAM);
+            } else if (u->batch_dep && (u->is_data || j < first || j > last)) {
+                out->act_row += u->bytes_row;
+                out->act_fixed += u->bytes_fixed;
+                if (fn) fn(user, j, ROLE_INPUT);
+            } else if (!u->batch_dep) {
+                out->act_fixed += u->bytes_fixed;
+                out->flops_fixed += u->flops_fixed;
+                if (fn) fn(user, j, ROLE_COPY);
+                const goblin__node *nj = &g->nodes[j];
+                for (int32_t i = 0; i < nj->n_inputs; i++) s->stack[sp++] = nj->inputs[i];
+            }
+        }
+    }
+    if (fn)
+        for (int32_t k = a; k <= b; k++) fn(user, m->seq[k], ROLE_STAGE);
+}
+
+static double mem_fwd(const tr_measure *x, int64_t r) {
+    return x->pbytes + (double)r * x->act_row + x->act_fixed;
+}
+static double mem_bwd(const tr_measure *x, int64_t r) {
+    return 2.0 * x->pbytes + 2.0 * ((double)r * x->act_row + x->act_fixed);
+}
+/* Largest row count whose backward task fits @p budget (0 if none). */
+static int64_t max_rows(const tr_measure *x, double budget) {
+    double fixed = 2.0 * x->pbytes + 2.0 * x->act_fixed;
+    if (fixed + 2.0 * x->act_row > budget) return 0;
+    if (x->act_row <= 0) return INT64_MAX / 4;
+    double r = floor((budget - fixed) / (2.0 * x->act_row));
+    return r > 1e15 ? (int64_t)1e15 : (int64_t)r;
+}
+
+/* ---- tiles ------------------------------------------------------------------------- */
+
+static bool tile_layout(const tr_model *m, int32_t id, int32_t *w_param, int32_t *w_axis,
+                        int32_t *bias_param, int32_t *out_axis, int64_t *features) {
+    const goblin_graph *g = m->g;
+    const goblin__node *n = &g->nodes[id];
+    if (!m->nodes[id].row_shaped || n->n_inputs < 2) return false;
+    int32_t x = n->inputs[0], w = n->inputs[1], c = n->n_inputs > 2 ? n->inputs[2] : -1;
+    const goblin__node *wn = &g->nodes[w];
+    if (!m->nodes[x].batch_dep || !m->nodes[w].is_param || m->nodes[w].batch_dep) return false;
+    if (n->op == GOBLIN_OP_MATMUL) {
+        if (wn->rank != 2 || g->nodes[x].rank < 2 || goblin__attr_i(n, GOBLIN_ATTR_TRANS_A, 0))
+            return false;
+        *w_axis = goblin__attr_i(n, GOBLIN_ATTR_TRANS_B, 0) ? 0 : 1;
+        *out_axis = n->rank - 1;
+    } else if (n->op == GOBLIN_OP_CONV2D) {
+        if (wn->rank != 4 || goblin__attr_i(n, GOBLIN_ATTR_GROUPS, 1) != 1) return false;
+        *w_axis = 0;
+        *out_axis = 1;
+    } else {
+        return false;
+    }
+    *features = wn->shape[*w_axis];
+    if (*features < 2 || n->shape[*out_axis] != *features) return false;
+    *w_param = m->nodes[w].param_index;
+    *bias_param = -1;
+    if (c >= 0) {
+        const goblin__node *cn = &g->nodes[c];
+        if (!m->nodes[c].is_param || cn->rank < 1 || node_numel(cn) != *features ||
+            cn->shape[cn->rank - 1] != *features || c == w)
+            return false;
+        if (n->op == GOBLIN_OP_MATMUL && goblin__attr_f(n, GOBLIN_ATTR_BETA, 1.0) == 0.0) return false;
+        *bias_param = m->nodes[c].param_index;
+    }
+    return true;
+}
+
+void goblin__train_tile_layout(const tr_model *m, const tr_stage *st, int32_t *w_param,
+                               int32_t *w_axis, int32_t *bias_param, int32_t *out_axis,
+                               int64_t *features) {
+    tile_layout(m, st->tile_node, w_param, w_axis, bias_param, out_axis, features);
+}
+
+void goblin__train_tile_range(int64_t total, int32_t tiles, int32_t k, int64_t *lo, int64_t *hi) {
+    *lo = total * k / tiles;
+    *hi = total * (k + 1) / tiles;
+}
+
+/* Memory of one tile task of node @p id cut into @p T tiles, @p r rows (backward). */
+static double tile_bwd(const tr_model *m, int32_t id, int32_t T, int64_t r) {
+    const goblin__node *n = &m->g->nodes[id];
+    double p = 0;
+    for (int32_t i = 1; i < n->n_inputs; i++) p += node_bytes(&m->g->nodes[n->inputs[i]]);
+    double x_row = m->nodes[n->inputs[0]].bytes_row, y_row = m->nodes[id].bytes_row;
+    return 2.0 * ceil(p / T) + 2.0 * (double)r * (x_row + ceil(y_row / T));
+}
+
+/* ---- the partitioner --------------------------------------------------------------- */
+
+typedef struct tr_part {
+    const tr_model *m;
+    tr_scratch s;
+    double budget;
+    int64_t rows;
+    int32_t *forced; /* per seq position: tile count > 1 of a tiled single-node stage, else 0 */
+    int32_t *ends;
+} tr_part;
+
+/* Fewest stages with compute <= @p cap each; -1 if something does not fit. */
+static int32_t greedy(tr_part *P, double cap, int32_t *ends) {
+    const tr_model *m = P->m;
+    int32_t i = 0, n = 0;
+    while (i < m->n_seq) {
+        if (P->forced[i]) {
+            ends[n++] = i++;
+            continue;
+        }
+        int32_t best = -1;
+        for (int32_t j = i; j < m->n_seq && !P->forced[j]; j++) {
+            tr_measure x;
+            closure(m, &P->s, i, j, &x, NULL, NULL);
+            if (mem_bwd(&x, P->rows) > P->budget) break;
+            if (j > i && x.flops_row * (double)P->rows + x.flops_fixed > cap) break;
+            if (m->cut_ok[j]) best = j;
+        }
+        if (best < 0) return -1;
+        ends[n++] = best;
+        i = best + 1;
+    }
+    return n;
+}
+
+void goblin__train_plan_clear(tr_plan *p) {
+    for (int32_t s = 0; s < p->n_stages; s++) {
+        tr_stage *st = &p->stages[s];
+        goblin__free(st->params);
+        goblin__free(st->in_nodes);
+        goblin__free(st->out_nodes);
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++) {
+                for (int32_t k = 0; st->graphs[a][b] && k < st->tiles; k++)
+                    goblin__train_task_graph_free(st->graphs[a][b][k]);
+                goblin__free(st->graphs[a][b]);
+            }
+    }
+    memset(p, 0, sizeof *p);
+}
+
+typedef struct fill_ctx {
+    tr_stage *st;
+    const tr_model *m;
+    goblin_err e;
+} fill_ctx;
+
+static bool push_i32(int32_t **arr, int32_t *n, int32_t v) {
+    int32_t *a = goblin__alloc(sizeof(int32_t) * (size_t)(*n + 1));
+    if (!a) return false;
+    if (*n) memcpy(a, *arr, sizeof(int32_t) * (size_t)*n);
+    int32_t k = *n;
+    while (k > 0 && a[k - 1] > v) {
+        a[k] = a[k - 1];
+        k--;
+    }
+    a[k] = v;
+    goblin__free(*arr);
+    *arr = a;
+    (*n)++;
+    return true;
+}
+
+static void fill_visit(void *user, int32_t id, int role) {
+    fill_ctx *c = user;
+    if (c->e) return;
+    bool ok = true;
+    if (role == ROLE_PARAM) ok = push_i32(&c->st->params, &c->st->n_params, c->m->nodes[id].param_index);
+    else if (role == ROLE_INPUT) ok = push_i32(&c->st->in_nodes, &c->st->n_in, id);
+    if (!ok) c->e = GOBLIN_ENOMEM;
+}
+
+goblin_err goblin__train_make_plan(const tr_model *m, int64_t batch, int64_t micro_batch,
+                                   uint64_t budget, int32_t max_stages, tr_plan *out, char *msg,
+                                   size_t cap) {
+    memset(out, 0, sizeof *out);
+    int32_t N = m->n_seq;
+    if (N < 1) return ERRF(GOBLIN_EINVAL, "the loss does not depend on the data");
+    tr_part P = {.m = m, .budget = (double)budget};
+    int32_t nn = m->g->n_nodes;
+    P.s.stamp = goblin__calloc((size_t)nn, sizeof(int32_t));
+    P.s.stack = goblin__alloc(sizeof(int32_t) * stack_len(m->g));
+    P.forced = goblin__calloc((size_t)N, sizeof(int32_t));
+    P.ends = goblin__calloc((size_t)N + 1, sizeof(int32_t));
+    int32_t *ends2 = goblin__calloc((size_t)N + 1, sizeof(int32_t));
+    goblin_err e = GOBLIN_OK;
+    if (!P.s.stamp || !P.s.stack || !P.forced || !P.ends || !ends2) {
+        e = ERRF(GOBLIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    tr_measure whole;
+    closure(m, &P.s, 0, N - 1, &whole, NULL, NULL);
+    int64_t micro = 0;
+    int32_t n_st = 0;
+    bool staged = false;
+    if (micro_batch > 0) {
+        micro = micro_batch < batch ? micro_batch : batch;
+        staged = mem_bwd(&whole, micro) > P.budget;
+    } else {
+        int64_t r = max_rows(&whole, P.budget);
+        staged = r < 1;
+        micro = r < batch ? r : batch;
+    }
+    if (!staged) {
+        n_st = 1;
+        P.ends[0] = N - 1;
+    } else {
+        P.rows = micro_batch > 0 ? micro : 1;
+        /* forced single-node stages: layers that do not fit alone, cut into tiles */
+        for (int32_t k = 0; k < N; k++) {
+            tr_measure x;
+            closure(m, &P.s, k, k, &x, NULL, NULL);
+            if (mem_bwd(&x, P.rows) <= P.budget) continue;
+            int32_t id = m->seq[k], wp, wa, bp, oa;
+            int64_t feat;
+            const char *opn = goblin_op_name(m->g->nodes[id].op);
+            if (!tile_layout(m, id, &wp, &wa, &bp, &oa, &feat)) {
+                e = ERRF(GOBLIN_ERANGE,
+                         "node %d (%s) needs %.0f bytes for %lld row(s) (parameters %.0f), over the "
+                         "task budget of %llu bytes, and cannot be cut into tiles",
+                         (int)id, opn, mem_bwd(&x, P.rows), (long long)P.rows, x.pbytes,
+                         (unsigned long long)budget);
+                goto done;
+            }
+            int32_t T = 2;
+            while (T <= feat && tile_bwd(m, id, T, P.rows) > P.budget) T++;
+            if (T > feat) {
+                e = ERRF(GOBLIN_ERANGE,
+                         "node %d (%s): even %lld tiles of one feature need %.0f bytes for %lld "
+                         "row(s), over the task budget of %llu bytes",
+                         (int)id, opn, (long long)feat, tile_bwd(m, id, (int32_t)feat, P.rows),
+                         (long long)P.rows, (unsigned long long)budget);
+                goto done;
+            }
+            if ((k > 0 && !m->cut_ok[k - 1]) || !m->cut_ok[k]) {
+                e = ERRF(GOBLIN_ERANGE,
+                         "node %d (%s) must be tiled but the model cannot be cut around it (a "
+                         "tensor that is not batched crosses the cut)",
+                         (int)id, opn);
+                goto done;
+            }
+            P.forced[k] = T;
+        }
+        n_st = greedy(&P, INFINITY, P.ends);
+        if (n_st < 0) {
+            e = ERRF(GOBLIN_ERANGE,
+                     "the model cannot be cut into stages whose tasks fit %llu bytes at %lld "
+                     "row(s) (one node with its inputs needs more, or no valid cut exists)",
+                     (unsigned long long)budget, (long long)P.rows);
+            goto done;
+        }
+        if (n_st > max_stages) {
+            e = ERRF(GOBLIN_ERANGE, "the model needs %d stages to fit %llu bytes per task, over "
+                     "max_stages = %d", (int)n_st, (unsigned long long)budget, (int)max_stages);
+            goto done;
+        }
+        if (n_st > 1) {
+            /* min-max balance: the smallest compute cap that still needs only n_st stages */
+            double lo = 0, hi = whole.flops_row * (double)P.rows + whole.flops_fixed;
+            for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; it++) {
+                double mid = 0.5 * (lo + hi);
+                int32_t c = greedy(&P, mid, ends2);
+                if (c >= 0 && c <= n_st) hi = mid;
+                else lo = mid;
+            }
+            int32_t c = greedy(&P, hi, ends2);
+            if (c >= 1 && c <= n_st) {
+                n_st = c;
+                memcpy(P.ends, ends2, sizeof(int32_t) * (size_t)c);
+            }
+        }
+    }
+    out->batch = batch;
+    out->budget = budget;
+    out->n_stages = n_st;
+    int32_t a = 0;
+    for (int32_t s = 0; s < n_st; s++) {
+        tr_stage *st = &out->stages[s];
+        st->a = a;
+        st->b = P.ends[s];
+        st->first = m->seq[st->a];
+        st->last = m->seq[st->b];
+        st->tiles = staged && P.forced[st->a] ? P.forced[st->a] : 1;
+        st->tile_node = st->tiles > 1 ? st->first : -1;
+        fill_ctx fc = {st, m, GOBLIN_OK};
+        tr_measure x;
+        closure(m, &P.s, st->a, st->b, &x, fill_visit, &fc);
+        if (fc.e) {
+            e = ERRF(GOBLIN_ENOMEM, "out of memory");
+            goto done;
+        }
+        for (int32_t k = st->a; k <= st->b && s < n_st - 1; k++) {
+            int32_t id = m->seq[k];
+            if (m->nodes[id].last_use > st->last && !push_i32(&st->out_nodes, &st->n_out, id)) {
+                e = ERRF(GOBLIN_ENOMEM, "out of memory");
+                goto done;
+            }
+        }
+        st->flops_row = x.flops_row + x.flops_fixed / (double)(batch > 0 ? batch : 1);
+        a = st->b + 1;
+    }
+    /* micro-batch rows when staged with micro_batch 0: the largest every stage fits */
+    if (staged && micro_batch <= 0) {
+        int64_t r = batch;
+        for (int32_t s = 0; s < n_st; s++) {
+            tr_stage *st = &out->stages[s];
+            int64_t rs;
+            if (st->tiles > 1) {
+                rs = 1;
+                while (rs < r && tile_bwd(m, st->tile_node, st->tiles, rs + 1) <= P.budget) rs++;
+            } else {
+                tr_measure x;
+                closure(m, &P.s, st->a, st->b, &x, NULL, NULL);
+                rs = max_rows(&x, P.budget);
+            }
+            if (rs < r) r = rs;
+        }
+        micro = r < 1 ? 1 : r;
+    }
+    out->micro = micro;
+    out->n_micro = (batch + micro - 1) / micro;
+    int64_t per_mb = 0;
+    for (int32_t s = 0; s < n_st; s++) {
+        tr_stage *st = &out->stages[s];
+        if (st->tiles > 1) {
+            double pb = 0;
+            const goblin__node *n = &m->g->nodes[st->tile_node];
+            for (int32_t i = 1; i < n->n_inputs; i++) pb += node_bytes(&m->g->nodes[n->inputs[i]]);
+            double xr = m->nodes[n->inputs[0]].bytes_row, yr = m->nodes[st->tile_node].bytes_row;
+            st->fwd_bytes = (uint64_t)(ceil(pb / st->tiles) + (double)micro * (xr + ceil(yr / st->tiles)));
+            st->bwd_bytes = (uint64_t)tile_bwd(m, st->tile_node, st->tiles, micro);
+        } else {
+            tr_measure x;
+            closure(m, &P.s, st->a, st->b, &x, NULL, NULL);
+            st->fwd_bytes = (uint64_t)mem_fwd(&x, micro);
+            st->bwd_bytes = (uint64_t)mem_bwd(&x, micro);
+        }
+        per_mb += s == n_st - 1 ? st->tiles : 2 * st->tiles;
+    }
+    out->tasks_per_round = per_mb * out->n_micro;
+    out->valid = true;
+done:
+    goblin__free(P.s.stamp);
+    goblin__free(P.s.stack);
+    goblin__free(P.forced);
+    goblin__free(P.ends);
+    goblin__free(ends2);
+    if (e) goblin__train_plan_clear(out);
+    return e;
+}
+
+/* ---- task graphs -------------------------------------------------------------------- */
+
+void goblin__train_task_graph_free(tr_task_graph *tg) {
+    if (!tg) return;
+    goblin_graph_free(tg->g);
+    goblin__free(tg->in);
+    goblin__free(tg->out);
+    goblin__free(tg);
+}
+
+typedef struct tg_build {
+    tr_task_graph *tg;
+    int32_t cap_in, cap_out;
+} tg_build;
+
+static bool io_push(tr_io **arr, int32_t *n, tr_io_kind k, int32_t ref) {
+    tr_io *a = goblin__alloc(sizeof(tr_io) * (size_t)(*n + 1));
+    if (!a) return false;
+    if (*n) memcpy(a, *arr, sizeof(tr_io) * (size_t)*n);
+    a[*n] = (tr_io){k, ref};
+    goblin__free(*arr);
+    *arr = a;
+    (*n)++;
+    return true;
+}
+
+typedef struct mark_ctx {
+    uint8_t *role; /* per node: 0 none, 1 + ROLE_* */
+} mark_ctx;
+
+static void mark_visit(void *user, int32_t id, int role) {
+    mark_ctx *c = user;
+    c->role[id] = (uint8_t)(1 + role);
+}
+
+static goblin_err add_input_like(goblin_graph *g, const goblin__node *n, int32_t rank,
+                                 const int64_t *shape, int32_t *id) {
+    return goblin_graph_input(g, n->dtype, rank, shape ? shape : n->shape, id);
+}
+
+/* Backward part shared by LAST and BWD: gradients wrt the parameter inputs and the
+ * stage inputs that carry a gradient, marked as outputs. */
+static goblin_err add_grads(const tr_model *m, tr_task_graph *tg, const tr_stage *st,
+                            const int32_t *map, int32_t target, int32_t seed, char *msg,
+                            size_t cap) {
+    goblin_graph *g = tg->g;
+    int32_t nw = 0;
+    int32_t *wrt = goblin__alloc(sizeof(int32_t) * (size_t)(st->n_params + st->n_in + 1));
+    int32_t *grads = goblin__alloc(sizeof(int32_t) * (size_t)(st->n_params + st->n_in + 1));
+    tr_io *roles = goblin__alloc(sizeof(tr_io) * (size_t)(st->n_params + st->n_in + 1));
+    goblin_err e = GOBLIN_OK;
+    if (!wrt || !grads || !roles) {
+        e = ERRF(GOBLIN_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int32_t i = 0; i < st->n_params; i++) {
+        int32_t pid = goblin_graph_input_id(m->g, st->params[i]);
+        roles[nw] = (tr_io){TR_IO_PGRAD, st->params[i]};
+        wrt[nw++] = map[pid];
+    }
+    for (int32_t i = 0; i < st->n_in; i++) {
+        int32_t j = st->in_nodes[i];
+        if (m->nodes[j].is_data || !m->nodes[j].needs_grad) continue;
+        roles[nw] = (tr_io){TR_IO_XGRAD, j};
+        wrt[nw++] = map[j];
+    }
+    e = seed >= 0 ? goblin_graph_backward_seeded(g, target, seed, wrt, nw, grads)
+                  : goblin_graph_backward(g, target, wrt, nw, grads);
+    if (e) {
+        snprintf(msg, cap, "%s", goblin_graph_error(g));
+        goto out;
+    }
+    for (int32_t i = 0; i < nw && !e; i++) {
+        e = goblin_graph_output(g, grads[i]);
+        if (!e && !io_push(&tg->out, &tg->n_out, roles[i].kind, roles[i].ref)) e = GOBLIN_ENOMEM;
+    }
+    if (e) snprintf(msg, cap, "building the backward graph: %s", goblin_strerror(e));
+out:
+    goblin__free(wrt);
+    goblin__free(grads);
+    goblin__free(roles);
+    return e;
+}
+
+static goblin_err tile_graph(const tr_model *m, const tr_stage *st, tr_task_kind kind,
+                             const goblin_graph *inst, int32_t tile, tr_task_graph *tg, char *msg,
+                             size_t cap) {
+    int32_t wp, wa, bp, oa;
+    int64_t feat, lo, hi;
+    tile_layout(m, st->tile_node, &wp, &wa, &bp, &oa, &feat);
+    goblin__train_tile_range(feat, st->tiles, tile, &lo, &hi);
+    const goblin__node *n = &inst->nodes[st->tile_node];
+    goblin_graph *g = tg->g;
+    goblin_err e = GOBLIN_OK;
+    int32_t ids[3], y, seed = -1;
+    int32_t x = n->inputs[0];
+    /* inputs in the generic order: parameters by index, then nodes, then seeds */
+    int32_t order[2] = {wp, bp};
+    if (bp >= 0 && bp < wp) {
+        order[0] = bp;
+        order[1] = wp;
+    }
+    for (int i = 0; i < 2; i++) {
+        int32_t p = order[i];
+        if (p < 0) continue;
+        const goblin__node *pn = &inst->nodes[goblin_graph_input_id(inst, p)];
+        int64_t shp[GOBLIN_MAX_RANK];
+        memcpy(shp, pn->shape, sizeof shp);
+        int32_t axis = p == wp ? wa : pn->rank - 1;
+        shp[axis] = hi - lo;
+        int32_t id;
+        if ((e = add_input_like(g, pn, pn->rank, shp, &id))) goto fail;
+        if (p == wp) ids[1] = id;
+        else ids[2] = id;
+        if (!io_push(&tg->in, &tg->n_in, TR_IO_PARAM, p)) goto oom;
+    }
+    if ((e = add_input_like(g, &inst->nodes[x], inst->nodes[x].rank, NULL, &ids[0]))) goto fail;
+    if (!io_push(&tg->in, &tg->n_in, TR_IO_NODE, x)) goto oom;
+    if (kind == TR_TASK_BWD) {
+        int64_t shp[GOBLIN_MAX_RANK];
+        memcpy(shp, n->shape, sizeof shp);
+        shp[oa] = hi - lo;
+        if ((e = add_input_like(g, n, n->rank, shp, &seed))) goto fail;
+        if (!io_push(&tg->in, &tg->n_in, TR_IO_SEED, st->tile_node)) goto oom;
+    }
+    e = goblin_graph_add(g, n->op, ids, bp >= 0 ? 3 : 2, n->attrs, n->n_attrs, &y);
+    if (e) goto fail;
+    if (kind == TR_TASK_FWD) {
+        if ((e = goblin_graph_output(g, y))) goto fail;
+        if (!io_push(&tg->out, &tg->n_out, TR_IO_ACT, st->tile_node)) goto oom;
+        return GOBLIN_OK;
+    }
+    int32_t wrt[3] = {ids[1], bp >= 0 ? ids[2] : -1, ids[0]}, grads[3];
+    tr_io roles[3] = {{TR_IO_PGRAD, wp}, {TR_IO_PGRAD, bp}, {TR_IO_XGRAD, x}};
+    int32_t nw = 0, w2[3];
+    tr_io r2[3];
+    for (int i = 0; i < 3; i++) {
+        if (wrt[i] < 0) continue;
+        if (i == 2 && (m->nodes[x].is_data || !m->nodes[x].needs_grad)) continue;
+        w2[nw] = wrt[i];
+        r2[nw++] = roles[i];
+    }
+    if (bp >= 0 && bp < wp && nw >= 2) { /* outputs in parameter-index order */
+        int32_t t = w2[0];
+        w2[0] = w2[1];
+        w2[1] = t;
+        tr_io tt = r2[0];
+        r2[0] = r2[1];
+        r2[1] = tt;
+    }
+    e = goblin_graph_backward_seeded(g, y, seed, w2, nw, grads);
+    if (e) goto fail;
+    for (int32_t i = 0; i < nw; i++) {
+        if ((e = goblin_graph_output(g, grads[i]))) goto fail;
+        if (!io_push(&tg->out, &tg->n_out, r2[i].kind, r2[i].ref)) goto oom;
+    }
+    return GOBLIN_OK;
+oom:
+    return ERRF(GOBLIN_ENOMEM, "out of memory");
+fail:
+    snprintf(msg, cap, "tile graph of node %d: %s", (int)st->tile_node, goblin_graph_error(g));
+    return e;
+}
+
+goblin_err goblin__train_task_graph(const tr_model *m, const tr_plan *p, int32_t s,
+                                    tr_task_kind kind, int64_t rows, int32_t tile,
+                                    tr_task_graph **out, char *msg, size_t cap) {
+    const tr_stage *st = &p->stages[s];
+    goblin_graph *inst = NULL;
+    goblin_err e = goblin__train_instance(m->g, m->n_params, m->batch0, rows, &inst, msg, cap);
+    if (e) return e;
+    tr_task_graph *tg = goblin__calloc(1, sizeof *tg);
+    int32_t nn = m->g->n_nodes;
+    int32_t *map = goblin__alloc(sizeof(int32_t) * (size_t)nn);
+    uint8_t *role = goblin__calloc((size_t)nn, 1);
+    int32_t *stamp = goblin__calloc((size_t)nn, sizeof(int32_t));
+    int32_t *stack = goblin__alloc(sizeof(int32_t) * stack_len(m->g));
+    int32_t *ins = NULL;
+    if (!tg || !map || !role || !stamp || !stack || goblin_graph_new(&tg->g)) {
+        e = ERRF(GOBLIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (st->tiles > 1) {
+        e = tile_graph(m, st, kind, inst, tile, tg, msg, cap);
+        goto done;
+    }
+    for (int32_t i = 0; i < nn; i++) map[i] = -1;
+    tr_scratch sc = {stamp, 0, stack};
+    mark_ctx mc = {role};
+    tr_measure x;
+    closure(m, &sc, st->a, st->b, &x, mark_visit, &mc);
+    for (int32_t i = 0; i < st->n_params && !e; i++) {
+        int32_t pid = goblin_graph_input_id(inst, st->params[i]);
+        e = add_input_like(tg->g, &inst->nodes[pid], inst->nodes[pid].rank, NULL, &map[pid]);
+        if (!e && !io_push(&tg->in, &tg->n_in, TR_IO_PARAM, st->params[i])) e = GOBLIN_ENOMEM;
+    }
+    for (int32_t i = 0; i < st->n_in && !e; i++) {
+        int32_t j = st->in_nodes[i];
+        e = add_input_like(tg->g, &inst->nodes[j], inst->nodes[j].rank, NULL, &map[j]);
+        if (!e && !io_push(&tg->in, &tg->n_in, TR_IO_NODE, j)) e = GOBLIN_ENOMEM;
+    }
+    int32_t n_seeds = 0, seed_ids[2] = {-1, -1}, seed_out[2] = {-1, -1};
+    int32_t *seeds = NULL;
+    if (!e && kind == TR_TASK_BWD) {
+        seeds = goblin__alloc(sizeof(int32_t) * (size_t)(st->n_out + 1));
+        if (!seeds) e = GOBLIN_ENOMEM;
+        for (int32_t i = 0; i < st->n_out && !e; i++) {
+            int32_t j = st->out_nodes[i];
+            if (!m->nodes[j].needs_grad) continue;
+            e = add_input_like(tg->g, &inst->nodes[j], inst->nodes[j].rank, NULL, &seeds[n_seeds]);
+            if (!e && !io_push(&tg->in, &tg->n_in, TR_IO_SEED, j)) e = GOBLIN_ENOMEM;
+            if (!e && n_seeds < 2) {
+                seed_ids[n_seeds] = seeds[n_seeds];
+                seed_out[n_seeds] = j;
+            }
+            n_seeds++;
+        }
+    }
+    if (e) {
+        goblin__free(seeds);
+        if (e == GOBLIN_ENOMEM) snprintf(msg, cap, "out of memory");
+        else snprintf(msg, cap, "%s", goblin_graph_error(tg->g));
+        goto done;
+    }
+    ins = goblin__alloc(sizeof(int32_t) * GOBLIN_GRAPH_MAX_INPUTS_PER_NODE);
+    if (!ins) {
+        goblin__free(seeds);
+        e = ERRF(GOBLIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int32_t id = 0; id < nn && !e; id++) {
+        if (role[id] != 1 + ROLE_COPY && role[id] != 1 + ROLE_STAGE) continue;
+        goblin__node pr = inst->nodes[id];
+        for (int32_t k = 0; k < pr.n_inputs; k++) ins[k] = map[pr.inputs[k]];
+        pr.inputs = ins;
+        e = goblin__graph_add_node(tg->g, &pr, &map[id]);
+        if (e) snprintf(msg, cap, "stage %d: %s", (int)s, goblin_graph_error(tg->g));
+    }
+    if (e) {
+        goblin__free(seeds);
+        goto done;
+    }
+    if (kind == TR_TASK_FWD) {
+        for (int32_t i = 0; i < st->n_out && !e; i++) {
+            e = goblin_graph_output(tg->g, map[st->out_nodes[i]]);
+            if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_ACT, st->out_nodes[i])) e = GOBLIN_ENOMEM;
+        }
+        if (e) snprintf(msg, cap, "stage %d outputs: %s", (int)s, goblin_strerror(e));
+    } else if (kind == TR_TASK_LAST) {
+        e = goblin_graph_output(tg->g, map[m->loss_id]);
+        if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_LOSS, m->loss_id)) e = GOBLIN_ENOMEM;
+        if (e) snprintf(msg, cap, "stage %d loss: %s", (int)s, goblin_strerror(e));
+        else e = add_grads(m, tg, st, map, map[m->loss_id], -1, msg, cap);
+    } else if (n_seeds == 1) {
+        e = add_grads(m, tg, st, map, map[seed_out[0]], seed_ids[0], msg, cap);
+    } else if (n_seeds > 1) {
+        /* several outputs: one scalar z = sum_i sum(out_i * seed_i) (in the first
+         * output's dtype); dz/d out_i = seed_i exactly, so the gradients are the sum of
+         * the vector-Jacobian products in one backward pass */
+        int32_t z = -1;
+        goblin_dtype dt0 = inst->nodes[st->out_nodes[0]].dtype;
+        int32_t k = 0;
+        for (int32_t i = 0; i < st->n_out && !e; i++) {
+            int32_t j = st->out_nodes[i];
+            if (!m->nodes[j].needs_grad) continue;
+            int32_t pr[2] = {map[j], seeds[k++]}, prod, sm;
+            e = goblin_graph_add(tg->g, GOBLIN_OP_MUL, pr, 2, NULL, 0, &prod);
+            if (!e) e = goblin_graph_add(tg->g, GOBLIN_OP_SUM, &prod, 1, NULL, 0, &sm);
+            if (!e && inst->nodes[j].dtype != dt0) {
+                goblin_attr a = goblin_attr_int(GOBLIN_ATTR_DTYPE, dt0);
+                e = goblin_graph_add(tg->g, GOBLIN_OP_CAST, &sm, 1, &a, 1, &sm);
+            }
+            if (!e && z >= 0) {
+                int32_t pz[2] = {z, sm};
+                e = goblin_graph_add(tg->g, GOBLIN_OP_ADD, pz, 2, NULL, 0, &z);
+            } else if (!e) {
+                z = sm;
+            }
+        }
+        if (e) snprintf(msg, cap, "stage %d seeds: %s", (int)s, goblin_graph_error(tg->g));
+        else e = add_grads(m, tg, st, map, z, -1, msg, cap);
+    }
+    goblin__free(seeds);
+done:
+    goblin__free(ins);
+    goblin__free(map);
+    goblin__free(role);
+    goblin__free(stamp);
+    goblin__free(stack);
+    goblin_graph_free(inst);
+    if (e) {
+        goblin__train_task_graph_free(tg);
+        return e;
+    }
+    *out = tg;
+    return GOBLIN_OK;
+}
