@@ -15,7 +15,7 @@
  *      time per job of the node and the workers (/proc/PID/stat): what TLS adds to it
  *      is the time spent in TLS (encryption and records);
  *   3. verification overhead: the embedded-grid job with Freivalds against the same
- *      job with GOBLIN_VERIFY_POLICY_UNSAFE_NONE (goal <= 2%; best of at least 15
+ *      job with GOBLIN_VERIFY_UNSAFE_NONE (goal <= 2%; best of at least 15
  *      interleaved runs each at n <= 4096, and at 8192 one run each after a warm-up);
  *   4. scheduler throughput: a matmul cut into tiny tiles (the node has no other task
  *      type) through a node with W in-process workers dialing tcp loopback (the real
@@ -232,7 +232,7 @@ static double site_workers_cpu(const site *s) {
 
 /* Start a node listening on scheme://127.0.0.1:PORT (a free port is searched). */
 static int site_node(site *s, const char *scheme, const char *cert, const char *key,
-                     goblin_verify_policy verify) {
+                     goblin_verify verify) {
     memset(s, 0, sizeof *s);
     for (int attempt = 0; attempt < 20; attempt++) {
         int base = env_int("GOBLIN_BENCH_GRID_PORT", 0); /* first port to try, else random */
@@ -370,7 +370,7 @@ static int procs_mode(int64_t n, bool tls, bool serve, int reps) {
     if (tls && make_identity(&id, dir, sizeof dir) != 0) return 1;
     site s;
     if (site_node(&s, tls ? "tls+tcp" : "tcp", tls ? id.cert_path : NULL, tls ? id.key_path : NULL,
-                  GOBLIN_VERIFY_POLICY_FREIVALDS) != 0 ||
+                  GOBLIN_VERIFY_FREIVALDS) != 0 ||
         site_spawn(&s, worker_bin, 2, tls ? id.fingerprint : NULL) != 0)
         return 1;
     goblin_plan_info pi = {0};
@@ -460,7 +460,7 @@ static void embedded(int64_t n, int32_t threads, int reps, int pairs, bool with_
         return;
     }
     if (with_unsafe) {
-        gp.node.verify = GOBLIN_VERIFY_POLICY_UNSAFE_NONE;
+        gp.node.verify = GOBLIN_VERIFY_UNSAFE_NONE;
         if (goblin_grid_local(threads, &gp, &gu) != GOBLIN_OK) gu = NULL;
     }
     wait_workers(goblin_grid_node(gf), threads, 10);
@@ -551,10 +551,10 @@ static void processes(int64_t n, int reps) {
     char dir[PATH_MAX];
     bool have_tls = make_identity(&id, dir, sizeof dir) == 0;
     site st, sl;
-    bool ok_t = site_node(&st, "tcp", NULL, NULL, GOBLIN_VERIFY_POLICY_FREIVALDS) == 0 &&
+    bool ok_t = site_node(&st, "tcp", NULL, NULL, GOBLIN_VERIFY_FREIVALDS) == 0 &&
                 site_spawn(&st, worker_bin, 2, NULL) == 0;
     bool ok_l = have_tls &&
-                site_node(&sl, "tls+tcp", id.cert_path, id.key_path, GOBLIN_VERIFY_POLICY_FREIVALDS) == 0 &&
+                site_node(&sl, "tls+tcp", id.cert_path, id.key_path, GOBLIN_VERIFY_FREIVALDS) == 0 &&
                 site_spawn(&sl, worker_bin, 2, id.fingerprint) == 0;
     if (!ok_t) fprintf(stderr, "tcp site failed to start (worker %s)\n", worker_bin);
     if (!ok_l) fprintf(stderr, "tls site failed to start\n");
@@ -629,7 +629,7 @@ static void scheduler(int workers, int64_t m_dim, int64_t tasks, int reps) {
     goblin_tensor_init(&m.tb, GOBLIN_DTYPE_F32, 2, sb, m.b);
     goblin_tensor_init(&m.tc, GOBLIN_DTYPE_F32, 2, sc, m.c);
     site s;
-    if (site_node(&s, "tcp", NULL, NULL, GOBLIN_VERIFY_POLICY_FREIVALDS) != 0 || site_threads(&s, workers) != 0) {
+    if (site_node(&s, "tcp", NULL, NULL, GOBLIN_VERIFY_FREIVALDS) != 0 || site_threads(&s, workers) != 0) {
         printf("| %d | failed to start | | | |\n", workers);
         if (s.node) site_free(&s);
         free(m.a); free(m.b); free(m.c);

@@ -106,6 +106,22 @@ GOBLIN_API goblin_err goblin_graph_deserialize(const uint8_t *buf, size_t len,
                                                goblin_graph **out, char *err_msg,
                                                size_t err_cap);
 
+/* ---- re-instantiating a graph for another batch size ----------------- */
+
+/** How a graph job cuts an input (goblin_graph_job_params.split, node.h). */
+typedef enum goblin_split {
+    GOBLIN_SPLIT_BROADCAST = 0, /* whole tensor to every task */
+    GOBLIN_SPLIT_BATCH = 1      /* cut along dim 0 */
+} goblin_split;
+
+/** The re-instantiation the node uses for chunks: a copy of @p g whose BATCH inputs
+ *  (split as for goblin_graph_job_params; NULL = the default rule) have @p rows rows
+ *  instead of their original leading size. GOBLIN_ESHAPE (with goblin_graph_error(g)
+ *  unchanged and @p err_msg saying which node) if the graph cannot take that batch size. */
+GOBLIN_API goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split,
+                                           int64_t rows, goblin_graph **out, char *err_msg,
+                                           size_t err_cap);
+
 GOBLIN_END_DECLS
 
 #endif

@@ -28,20 +28,12 @@ GOBLIN_BEGIN_DECLS
 
 #define GOBLIN_NODE_MAX_LISTEN 8
 
-/** How matmul results are checked. There is no "off" except the named unsafe mode. */
-typedef enum goblin_verify_policy {
-    GOBLIN_VERIFY_POLICY_FREIVALDS = 0, /* every tile: Freivalds with a fresh secret seed (default) */
-    GOBLIN_VERIFY_POLICY_RECOMPUTE = 1, /* every tile recomputed on the node and compared (slow; tests) */
-    GOBLIN_VERIFY_POLICY_UNSAFE_NONE = 2, /* no check at all: benchmarks only */
-    GOBLIN_VERIFY_POLICY_COUNT
-} goblin_verify_policy;
-
 typedef struct goblin_node_params {
     const char *listen[GOBLIN_NODE_MAX_LISTEN]; /* URLs (borrowed during _new; copied) */
     int32_t n_listen;                           /* 1 .. GOBLIN_NODE_MAX_LISTEN */
     uint32_t lease_ms;            /* a lease lasts this long (default 30000) */
     int32_t max_retries;          /* failed leases per task before the job fails (default 4) */
-    goblin_verify_policy verify;  /* default FREIVALDS */
+    goblin_verify verify;  /* default FREIVALDS */
     int32_t freivalds_vectors;    /* 1 .. GOBLIN_FREIVALDS_MAX_VECTORS (default 4) */
     int32_t verify_threads;       /* 1 or 2 (default 2): threads of a Freivalds pass over a long
                                      row range (goblin_freivalds_params.threads; the same
@@ -151,6 +143,7 @@ GOBLIN_API goblin_err goblin_job_plan_info(goblin_job *job, goblin_plan_info *ou
 /** Cancel if running and free. NULL is a no-op. */
 GOBLIN_API void goblin_job_free(goblin_job *job);
 
+
 /* ---- graph jobs ------------------------------------------------------------
  *
  * A graph job evaluates a graph over inputs that may be far larger than any worker's
@@ -200,11 +193,6 @@ GOBLIN_API void goblin_job_free(goblin_job *job);
  * same adaptive trust as REPLICATE (min_replication, trust_halflife); a caught worker is
  * quarantined and its unchecked or spot-checked results in running jobs recomputed. */
 
-typedef enum goblin_split {
-    GOBLIN_SPLIT_BROADCAST = 0, /* whole tensor to every task */
-    GOBLIN_SPLIT_BATCH = 1      /* cut along dim 0 */
-} goblin_split;
-
 typedef enum goblin_combine {
     GOBLIN_COMBINE_AUTO = 0,
     GOBLIN_COMBINE_CONCAT = 1,
@@ -214,14 +202,6 @@ typedef enum goblin_combine {
     GOBLIN_COMBINE_MIN = 5,
     GOBLIN_COMBINE_COUNT
 } goblin_combine;
-
-typedef enum goblin_graph_verify {
-    GOBLIN_GRAPH_VERIFY_REPLICATE = 0, /* default: adaptive replication, see above */
-    GOBLIN_GRAPH_VERIFY_RECOMPUTE = 1,
-    GOBLIN_GRAPH_VERIFY_UNSAFE_NONE = 2,
-    GOBLIN_GRAPH_VERIFY_SPOT = 3,      /* node recomputes a few secret rows, see above */
-    GOBLIN_GRAPH_VERIFY_COUNT
-} goblin_graph_verify;
 
 #define GOBLIN_GRAPH_JOB_MAX_IO 1024
 
@@ -236,7 +216,7 @@ typedef struct goblin_graph_job_params {
     const uint64_t *cache_ids;     /* per input, or NULL: a non-zero id names a BROADCAST
                                       input's content; the same id must always mean the same
                                       bytes (workers keep it in their cache across jobs) */
-    goblin_graph_verify verify;    /* default REPLICATE */
+    goblin_verify verify;    /* default REPLICATE */
     double min_replication;        /* (0, 1]; default 0.25: the least share of a trusted
                                       worker's tasks replicated (REPLICATE) or spot-checked (SPOT) */
     double trust_halflife;         /* agreements that halve the replication rate; default 20 */
@@ -263,13 +243,6 @@ GOBLIN_API goblin_err goblin_node_submit_graph(goblin_node *node, const goblin_g
                                                const goblin_graph_job_params *jp,
                                                goblin_job **out);
 
-/** The re-instantiation the node uses for chunks: a copy of @p g whose BATCH inputs
- *  (split as for goblin_graph_job_params; NULL = the default rule) have @p rows rows
- *  instead of their original leading size. GOBLIN_ESHAPE (with goblin_graph_error(g)
- *  unchanged and @p err_msg saying which node) if the graph cannot take that batch size. */
-GOBLIN_API goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split,
-                                           int64_t rows, goblin_graph **out, char *err_msg,
-                                           size_t err_cap);
 
 /* ---- counters --------------------------------------------------------------- */
 

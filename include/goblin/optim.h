@@ -19,14 +19,14 @@
 GOBLIN_BEGIN_DECLS
 
 /** torch.optim.SGD's hyper-parameters. */
-typedef struct goblin_sgd_options {
+typedef struct goblin_sgd_params {
     double lr;           /* >= 0 (default 1e-3) */
     double momentum;     /* >= 0 (default 0) */
     double dampening;    /* default 0 */
     double weight_decay; /* >= 0 (default 0), L2: added to the gradient */
     bool nesterov;       /* needs momentum > 0 and dampening == 0 */
     bool maximize;
-} goblin_sgd_options;
+} goblin_sgd_params;
 
 /** Per-parameter SGD state. momentum_buffer (n elements of dt) is needed when momentum
  *  != 0; initialized is false until the first step writes it (torch's None). */
@@ -35,22 +35,22 @@ typedef struct goblin_sgd_state {
     bool initialized;
 } goblin_sgd_state;
 
-GOBLIN_API void goblin_sgd_options_default(goblin_sgd_options *o);
+GOBLIN_API void goblin_sgd_params_default(goblin_sgd_params *o);
 
 /** One SGD step on @p param (updated in place) with gradient @p grad.
  *  GOBLIN_EINVAL (bad options, NULL buffers, n < 0), GOBLIN_EDTYPE (not f32/f64). */
-GOBLIN_API goblin_err goblin_sgd_step(const goblin_sgd_options *o, goblin_dtype dt, int64_t n,
+GOBLIN_API goblin_err goblin_sgd_step(const goblin_sgd_params *o, goblin_dtype dt, int64_t n,
                                       void *param, const void *grad, goblin_sgd_state *st);
 
 /** torch.optim.AdamW's hyper-parameters. */
-typedef struct goblin_adamw_options {
+typedef struct goblin_adamw_params {
     double lr;           /* >= 0 (default 1e-3) */
     double beta1, beta2; /* in [0, 1) (defaults 0.9, 0.999) */
     double eps;          /* >= 0 (default 1e-8) */
     double weight_decay; /* >= 0 (default 1e-2), decoupled: param *= 1 - lr * wd */
     bool amsgrad;
     bool maximize;
-} goblin_adamw_options;
+} goblin_adamw_params;
 
 /** Per-parameter AdamW state: step starts at 0; exp_avg and exp_avg_sq (and
  *  max_exp_avg_sq with amsgrad) are n zeroed elements of dt, caller-owned. */
@@ -61,11 +61,11 @@ typedef struct goblin_adamw_state {
     void *max_exp_avg_sq;
 } goblin_adamw_state;
 
-GOBLIN_API void goblin_adamw_options_default(goblin_adamw_options *o);
+GOBLIN_API void goblin_adamw_params_default(goblin_adamw_params *o);
 
 /** One AdamW step: increments st->step and updates @p param and the moments in place.
  *  GOBLIN_EINVAL (bad options, NULL buffers, n < 0), GOBLIN_EDTYPE (not f32/f64). */
-GOBLIN_API goblin_err goblin_adamw_step(const goblin_adamw_options *o, goblin_dtype dt, int64_t n,
+GOBLIN_API goblin_err goblin_adamw_step(const goblin_adamw_params *o, goblin_dtype dt, int64_t n,
                                         void *param, const void *grad, goblin_adamw_state *st);
 
 /** torch.nn.utils.clip_grad_norm_: the total norm of @p n_tensors gradients (grads[i]

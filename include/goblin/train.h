@@ -53,15 +53,15 @@ typedef struct goblin_trainer_params {
     const goblin_graph *model;   /* borrowed during _new (the trainer keeps its own copy) */
     int32_t n_params;            /* >= 1 */
     goblin_optimizer optimizer;  /* default ADAMW */
-    goblin_sgd_options sgd;      /* defaults of optim.h */
-    goblin_adamw_options adamw;
+    goblin_sgd_params sgd;      /* defaults of optim.h */
+    goblin_adamw_params adamw;
     goblin_lr_schedule schedule; /* kind CONSTANT (default): the optimizer's lr every round */
     double clip_norm;            /* > 0: clip the gradients' global 2-norm to this; 0: off */
     int64_t micro_batch;         /* rows per task; 0 = the largest that fits the budget */
     uint64_t task_memory_bytes;  /* one task's budget; 0 = the smallest memory the
                                     connected workers advertise (256 MiB if none) */
     int32_t max_stages;          /* upper bound for the partitioner (default 64) */
-    goblin_graph_verify verify;  /* default REPLICATE */
+    goblin_verify verify;  /* default REPLICATE */
     double min_replication;      /* default 1.0: every training task is replicated, so a
                                     cheating worker cannot change the trajectory */
     goblin_log_fn log;

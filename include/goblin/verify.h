@@ -35,6 +35,27 @@
 
 GOBLIN_BEGIN_DECLS
 
+/** How a job's results are checked: one policy enum for every kind of job.
+ *  goblin_node_params.verify (matmul jobs) takes FREIVALDS (its default),
+ *  RECOMPUTE or UNSAFE_NONE; goblin_graph_job_params.verify and
+ *  goblin_trainer_params.verify take REPLICATE (their default), SPOT, RECOMPUTE
+ *  or UNSAFE_NONE. A policy that does not apply to the job is GOBLIN_EINVAL.
+ *  There is no "off" except the named unsafe mode. Values are on the client wire:
+ *  explicit and append-only. */
+typedef enum goblin_verify {
+    GOBLIN_VERIFY_FREIVALDS = 0,   /* matmul: every tile by Freivalds' check, fresh secret vectors */
+    GOBLIN_VERIFY_RECOMPUTE = 1,   /* every task recomputed on the node and compared (slow; tests) */
+    GOBLIN_VERIFY_UNSAFE_NONE = 2, /* no check at all: benchmarks only */
+    GOBLIN_VERIFY_SPOT = 3,        /* graph jobs: the node recomputes a few secret rows */
+    GOBLIN_VERIFY_REPLICATE = 4,   /* graph jobs: adaptive replication on another worker */
+    GOBLIN_VERIFY_COUNT
+} goblin_verify;
+
+/** "freivalds", "recompute", "unsafe-none", "spot", "replicate"; NULL if out of range. */
+GOBLIN_API const char *goblin_verify_name(goblin_verify v);
+/** The policy named @p name (as goblin_verify_name gives it) into *out; GOBLIN_EINVAL. */
+GOBLIN_API goblin_err goblin_verify_from_name(const char *name, goblin_verify *out);
+
 /* Values are explicit and append-only: they may be logged and sent in reports. */
 typedef enum goblin_verdict_kind {
     GOBLIN_VERDICT_ACCEPT = 0,   /* consistent with an honest computation */

@@ -15,13 +15,13 @@
 #include <math.h>
 #include <string.h>
 
-void goblin_sgd_options_default(goblin_sgd_options *o) {
+void goblin_sgd_params_default(goblin_sgd_params *o) {
     if (!o) return;
     memset(o, 0, sizeof *o);
     o->lr = 1e-3;
 }
 
-void goblin_adamw_options_default(goblin_adamw_options *o) {
+void goblin_adamw_params_default(goblin_adamw_params *o) {
     if (!o) return;
     memset(o, 0, sizeof *o);
     o->lr = 1e-3;
@@ -53,7 +53,7 @@ void goblin_adamw_options_default(goblin_adamw_options *o) {
 #pragma GCC optimize("O3") /* -O2's cost model leaves these loops scalar */
 
 #define DEFINE_SGD(T, FMA, NAME)                                                                    \
-    static OPT_CLONES void NAME(const goblin_sgd_options *o, int64_t n, T *restrict p,         \
+    static OPT_CLONES void NAME(const goblin_sgd_params *o, int64_t n, T *restrict p,         \
                                 const T *restrict g, T *restrict buf, bool first) {            \
         const T wd = (T)o->weight_decay, mom = (T)o->momentum;                                 \
         const T damp1 = (T)(1 - o->dampening), neglr = (T)(-o->lr);                            \
@@ -75,14 +75,14 @@ DEFINE_SGD(float, fmaf, sgd_f32)
 DEFINE_SGD(double, fma, sgd_f64)
 #pragma GCC pop_options
 
-static bool sgd_ok(const goblin_sgd_options *o) {
+static bool sgd_ok(const goblin_sgd_params *o) {
     if (!(o->lr >= 0) || !(o->momentum >= 0) || !(o->weight_decay >= 0) || !isfinite(o->dampening))
         return false;
     if (o->nesterov && (o->momentum <= 0 || o->dampening != 0)) return false;
     return true;
 }
 
-goblin_err goblin_sgd_step(const goblin_sgd_options *o, goblin_dtype dt, int64_t n, void *param,
+goblin_err goblin_sgd_step(const goblin_sgd_params *o, goblin_dtype dt, int64_t n, void *param,
                            const void *grad, goblin_sgd_state *st) {
     if (!o || !st || n < 0 || (n > 0 && (!param || !grad)) || !sgd_ok(o)) return GOBLIN_EINVAL;
     if (dt != GOBLIN_DTYPE_F32 && dt != GOBLIN_DTYPE_F64) return GOBLIN_EDTYPE;
@@ -97,7 +97,7 @@ goblin_err goblin_sgd_step(const goblin_sgd_options *o, goblin_dtype dt, int64_t
 #pragma GCC push_options
 #pragma GCC optimize("O3")
 #define DEFINE_ADAMW(T, SQRT, FMA, NAME)                                                            \
-    static OPT_CLONES void NAME(const goblin_adamw_options *o, int64_t n, T *restrict p,       \
+    static OPT_CLONES void NAME(const goblin_adamw_params *o, int64_t n, T *restrict p,       \
                                 const T *restrict g, T *restrict m, T *restrict v,             \
                                 T *restrict vmax, int64_t step) {                              \
         const T decay = (T)(1 - o->lr * o->weight_decay), w1 = (T)(1 - o->beta1);              \
@@ -142,7 +142,7 @@ DEFINE_ADAMW(float, sqrtf, fmaf, adamw_f32)
 DEFINE_ADAMW(double, sqrt, fma, adamw_f64)
 #pragma GCC pop_options
 
-goblin_err goblin_adamw_step(const goblin_adamw_options *o, goblin_dtype dt, int64_t n, void *param,
+goblin_err goblin_adamw_step(const goblin_adamw_params *o, goblin_dtype dt, int64_t n, void *param,
                              const void *grad, goblin_adamw_state *st) {
     if (!o || !st || n < 0 || st->step < 0) return GOBLIN_EINVAL;
     if (!(o->lr >= 0) || !(o->eps >= 0) || !(o->weight_decay >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) ||

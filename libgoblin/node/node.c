@@ -146,7 +146,7 @@ typedef struct gjob {
     int64_t batch, rows, nchunks;
     gvariant v[2];
     int32_t nv;
-    goblin_graph_verify verify;
+    goblin_verify verify;
     double min_rep, halflife;
     const goblin__hoisted *hoist; /* the graph whose constants are inputs here, or NULL */
     int64_t spot_k;               /* SPOT: rows recomputed per check */
@@ -315,7 +315,7 @@ void goblin_node_params_default(goblin_node_params *p) {
     memset(p, 0, sizeof *p);
     p->lease_ms = 30000;
     p->max_retries = 4;
-    p->verify = GOBLIN_VERIFY_POLICY_FREIVALDS;
+    p->verify = GOBLIN_VERIFY_FREIVALDS;
     p->freivalds_vectors = 4;
     p->verify_threads = 2;
     p->recv_max_bytes = (uint64_t)1 << 30;
@@ -335,7 +335,8 @@ void goblin_job_params_default(goblin_job_params *p) {
 goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     if (!out || !p) return GOBLIN_EINVAL;
     if (p->n_listen < 1 || p->n_listen > GOBLIN_NODE_MAX_LISTEN || p->lease_ms < 1 ||
-        p->max_retries < 0 || (unsigned)p->verify >= GOBLIN_VERIFY_POLICY_COUNT ||
+        p->max_retries < 0 || (p->verify != GOBLIN_VERIFY_FREIVALDS && p->verify != GOBLIN_VERIFY_RECOMPUTE &&
+         p->verify != GOBLIN_VERIFY_UNSAFE_NONE) ||
         p->freivalds_vectors < 1 || p->freivalds_vectors > GOBLIN_FREIVALDS_MAX_VECTORS ||
         p->verify_threads < 1 || p->verify_threads > 2 ||
         p->recv_max_bytes < GOBLIN_WIRE_HEADER_SIZE ||
@@ -814,7 +815,7 @@ static double rand_u01(void);
  * worker cannot tell whether its lease has a twin. */
 static void decide_replication(goblin_job *j, int64_t ti, const peer *p) {
     task *t = &j->tasks[ti];
-    if (j->kind != JOB_GRAPH || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE || t->rep != REP_UNDECIDED)
+    if (j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_REPLICATE || t->rep != REP_UNDECIDED)
         return;
     double rate = 1.0 / (1.0 + (double)p->agreements / j->g->halflife);
     if (rate < j->g->min_rep) rate = j->g->min_rep;
@@ -903,7 +904,7 @@ static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, boo
     /* Graph jobs verified by replication decide each task's replication from the
      * worker's trust when it is first leased: their tasks go one per message, so a
      * new worker is not handed a batch of leases before it has earned any trust. */
-    bool batchable = may_batch && (j->kind == JOB_MATMUL || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE);
+    bool batchable = may_batch && (j->kind == JOB_MATMUL || j->g->verify != GOBLIN_VERIFY_REPLICATE);
     int rv = batch_add(n, pi, &m, batchable, &mid);
     if (rv) {
         if (rv != NNG_EAGAIN)
@@ -973,7 +974,7 @@ static bool assign_one(goblin_node *n, int32_t pi) {
      * other than the one running it. */
     for (int32_t k = 0; k < n->n_jobs; k++) {
         goblin_job *j = n->jobs[k];
-        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE) continue;
+        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_REPLICATE) continue;
         while (j->rep_from < j->ntasks) {
             const task *t = &j->tasks[j->rep_from];
             if (t->state == T_DONE || t->rep == REP_SINGLE || (t->rep == REP_TWICE && t->n_leases >= 2)) {
@@ -1292,7 +1293,7 @@ static goblin_err check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool who
 static void spot_prepare(goblin_node *n);
 
 static void prepare_ahead(goblin_node *n) {
-    if (n->p.verify != GOBLIN_VERIFY_POLICY_FREIVALDS) return;
+    if (n->p.verify != GOBLIN_VERIFY_FREIVALDS) return;
     for (int32_t k = 0; k < n->n_jobs; k++) {
         goblin_job *j = n->jobs[k];
         if (!j->running || j->kind != JOB_MATMUL || j->fvp_off) continue;
@@ -1509,11 +1510,11 @@ static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
     const goblin_tensor *c = r->n_outputs == 1 ? &r->outputs[0] : NULL;
     void *mine = NULL;
     if (c) {
-        if (n->p.verify == GOBLIN_VERIFY_POLICY_UNSAFE_NONE) {
+        if (n->p.verify == GOBLIN_VERIFY_UNSAFE_NONE) {
             bool shape_ok = c->dtype == j->dt && c->rank == 2 && c->shape[0] == t.rows && c->shape[1] == t.cols;
             v.kind = shape_ok ? GOBLIN_VERDICT_ACCEPT : GOBLIN_VERDICT_REJECT;
             v.reason = shape_ok ? GOBLIN_VERIFY_OK : GOBLIN_VERIFY_SHAPE;
-        } else if (n->p.verify == GOBLIN_VERIFY_POLICY_RECOMPUTE) {
+        } else if (n->p.verify == GOBLIN_VERIFY_RECOMPUTE) {
             mine = goblin__alloc((size_t)(t.rows * t.cols) * j->esz);
             goblin_err e = mine ? node_compute(n, j, L.task, mine) : GOBLIN_ENOMEM;
             if (e == GOBLIN_OK) {
@@ -2141,7 +2142,7 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
         }
         goblin_plan_get_info(j->plan, &j->info);
         j->ntasks = goblin_plan_tile_count(j->plan);
-        j->rowcheck = n->p.verify == GOBLIN_VERIFY_POLICY_FREIVALDS && !n->p.freivalds_tile_by_tile &&
+        j->rowcheck = n->p.verify == GOBLIN_VERIFY_FREIVALDS && !n->p.freivalds_tile_by_tile &&
                       j->info.k_slices == 1 && j->info.grid_cols > 1;
         j->prep_key = -1;
         j->tasks = goblin__calloc((size_t)j->ntasks, sizeof(task));
@@ -2728,7 +2729,7 @@ static double spot_rate(const gjob *G, const peer *p) {
 static void spot_prepare(goblin_node *n) {
     for (int32_t q = 0; q < n->n_jobs; q++) {
         goblin_job *j = n->jobs[q];
-        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_GRAPH_VERIFY_SPOT) continue;
+        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_SPOT) continue;
         gjob *G = j->g;
         while (j->prep_from < j->ntasks && j->tasks[j->prep_from].state != T_PENDING) {
             int64_t ti = j->prep_from++;
@@ -2829,12 +2830,12 @@ static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_w
     }
     for (int32_t o = 0; o < G->n_out; o++) data[o] = r->outputs[o].data;
     const goblin_tensor *res0 = r->outputs;
-    if (G->verify == GOBLIN_GRAPH_VERIFY_UNSAFE_NONE) {
+    if (G->verify == GOBLIN_VERIFY_UNSAFE_NONE) {
         count_accept(n, pi, false);
         graph_task_accept(n, j, ti, data, pi, false);
-    } else if (G->verify == GOBLIN_GRAPH_VERIFY_RECOMPUTE) {
+    } else if (G->verify == GOBLIN_VERIFY_RECOMPUTE) {
         graph_decide(n, j, ti, 1, &pi, &res0);
-    } else if (G->verify == GOBLIN_GRAPH_VERIFY_SPOT) {
+    } else if (G->verify == GOBLIN_VERIFY_SPOT) {
         graph_spot(n, j, ti, pi, res0, data);
     } else if (t->holder) {
         int32_t h = t->holder - 1;
@@ -2903,7 +2904,7 @@ static void resolve_orphans(goblin_node *n) {
     if (eligible != 1) return;
     for (int32_t q = 0; q < n->n_jobs; q++) {
         goblin_job *j = n->jobs[q];
-        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_GRAPH_VERIFY_REPLICATE) continue;
+        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_REPLICATE) continue;
         for (int64_t i = 0; i < j->ntasks && j->running; i++) {
             task *t = &j->tasks[i];
             if (t->holder != only + 1 || t->state != T_PENDING) continue;
@@ -3033,7 +3034,7 @@ void goblin_graph_job_params_default(goblin_graph_job_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
     goblin_job_params_default(&p->job);
-    p->verify = GOBLIN_GRAPH_VERIFY_REPLICATE;
+    p->verify = GOBLIN_VERIFY_REPLICATE;
     p->min_replication = 0.25;
     p->trust_halflife = 20.0;
 }
@@ -3277,7 +3278,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         if (rows < 1) rows = 1;
         /* 4 tasks per worker by default (2 under SPOT: each checked task costs the node a
          * recomputation of at least one row, so fewer, larger chunks check less of the work) */
-        int64_t per = G->verify == GOBLIN_GRAPH_VERIFY_SPOT ? 2 : 4;
+        int64_t per = G->verify == GOBLIN_VERIFY_SPOT ? 2 : 4;
         int64_t mt = jp->job.min_tasks > 0 ? jp->job.min_tasks : per * (int64_t)(workers > 0 ? workers : 1);
         if ((B + rows - 1) / rows < mt) {
             int64_t r2 = B / mt;
@@ -3315,7 +3316,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         int64_t r2 = (int64_t)((double)rows * (double)mem / (double)G->v[0].bytes);
         rows = r2 < rows ? (r2 < 1 ? 1 : r2) : rows - 1;
     }
-    if (G->verify == GOBLIN_GRAPH_VERIFY_SPOT) {
+    if (G->verify == GOBLIN_VERIFY_SPOT) {
         for (int32_t o = 0; o < no; o++)
             if (G->comb[o] != GOBLIN_COMBINE_CONCAT) {
                 snprintf(msg, cap, "output %d is combined by %s over the chunks: a spot-check recomputes rows, "
@@ -3350,7 +3351,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
              (int)ni, (int)no, (int)n_inputs, (int)n_outputs);
         return GOBLIN_EINVAL;
     }
-    if ((unsigned)jp->verify >= GOBLIN_GRAPH_VERIFY_COUNT || !(jp->min_replication > 0.0 && jp->min_replication <= 1.0) ||
+    if ((unsigned)jp->verify >= GOBLIN_VERIFY_COUNT || jp->verify == GOBLIN_VERIFY_FREIVALDS || !(jp->min_replication > 0.0 && jp->min_replication <= 1.0) ||
         !(jp->trust_halflife > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0 || jp->spot_rows < 0 ||
         jp->spot_rows > 65535) {
         nlog(n, GOBLIN_LOG_ERROR, "cannot submit graph job: bad parameters (verify, min_replication in (0, 1], "

@@ -75,7 +75,7 @@ static bool finite_nonneg(double v) { return isfinite(v) && v >= 0; }
 /* The SUBMIT_GRAPH fields both directions agree on (the decoder checks the same). */
 static goblin_err graph_fields_ok(const goblin__cw_msg *m) {
     if (m->n_io > GOBLIN__CW_MAX_IO || m->n_outputs > GOBLIN__CW_MAX_IO ||
-        m->verify >= GOBLIN_GRAPH_VERIFY_COUNT || !finite_nonneg(m->min_replication) ||
+        m->verify >= GOBLIN_VERIFY_COUNT || !finite_nonneg(m->min_replication) ||
         !finite_nonneg(m->trust_halflife) || m->chunk_rows < 0 || m->min_tasks < 0 ||
         !m->graph || m->graph_len == 0 || (m->n_io && !m->io))
         return GOBLIN_EINVAL;
@@ -483,7 +483,7 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
         return cw_err(r->msg, r->cap, GOBLIN_ELIMIT, "%u inputs / %u outputs over the limit of %d",
                       ni, no, GOBLIN__CW_MAX_IO);
     uint8_t have = p[9];
-    if (p[8] >= GOBLIN_GRAPH_VERIFY_COUNT || (have & ~7u) || !zeros(p + 12, 4))
+    if (p[8] >= GOBLIN_VERIFY_COUNT || (have & ~7u) || !zeros(p + 12, 4))
         return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "bad verify mode %u or flags %u", p[8], have);
     m->n_io = ni;
     m->n_outputs = no;

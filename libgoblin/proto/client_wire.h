@@ -95,7 +95,7 @@ typedef struct goblin__cw_msg {
     uint8_t *split;           /* NULL or n_io goblin_split values */
     uint8_t *combine;         /* NULL or n_outputs goblin_combine values */
     uint64_t *cache_ids;      /* NULL or n_io */
-    uint8_t verify;           /* a goblin_graph_verify */
+    uint8_t verify;           /* a goblin_verify */
     uint16_t spot_rows;
     double min_replication, trust_halflife;
     int64_t chunk_rows, min_tasks;

@@ -591,8 +591,8 @@ goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
         goblin_graph_job_params_default(&dp);
         jp = &dp;
     }
-    if (jp->verify < 0 || jp->verify >= GOBLIN_GRAPH_VERIFY_COUNT)
-        return cerr(c, GOBLIN_EINVAL, "unknown verify mode %d", (int)jp->verify);
+    if (jp->verify < 0 || jp->verify >= GOBLIN_VERIFY_COUNT || jp->verify == GOBLIN_VERIFY_FREIVALDS)
+        return cerr(c, GOBLIN_EINVAL, "verify mode %d does not apply to graph jobs", (int)jp->verify);
     if (jp->spot_rows < 0 || jp->spot_rows > 65535)
         return cerr(c, GOBLIN_EINVAL, "spot_rows %d outside 0..65535", (int)jp->spot_rows);
     uint8_t *split = NULL, *combine = NULL;

@@ -623,7 +623,7 @@ static void handle_submit_graph(goblin_gateway *g, goblin__cw_msg *m, goblin__cw
     if (m->min_tasks) jp.job.min_tasks = m->min_tasks;
     jp.chunk_rows = m->chunk_rows;
     jp.spot_rows = m->spot_rows;
-    jp.verify = (goblin_graph_verify)m->verify;
+    jp.verify = (goblin_verify)m->verify;
     jp.min_replication = m->min_replication;
     jp.trust_halflife = m->trust_halflife;
     for (uint32_t i = 0; m->split && i < m->n_io; i++) arr->split[i] = (goblin_split)m->split[i];

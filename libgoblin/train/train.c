@@ -107,12 +107,12 @@ void goblin_trainer_params_default(goblin_trainer_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
     p->optimizer = GOBLIN_OPTIMIZER_ADAMW;
-    goblin_sgd_options_default(&p->sgd);
-    goblin_adamw_options_default(&p->adamw);
+    goblin_sgd_params_default(&p->sgd);
+    goblin_adamw_params_default(&p->adamw);
     p->schedule.kind = GOBLIN_LR_CONSTANT;
     p->schedule.warmup_start_factor = 1.0 / 3.0;
     p->max_stages = GOBLIN_TRAIN_MAX_STAGES;
-    p->verify = GOBLIN_GRAPH_VERIFY_REPLICATE;
+    p->verify = GOBLIN_VERIFY_REPLICATE;
     p->min_replication = 1.0;
     p->log_level = GOBLIN_LOG_WARN;
 }
@@ -219,8 +219,8 @@ goblin_err goblin_trainer_new(goblin_trainer **out, goblin_node *node, goblin_cl
     if (!(p->clip_norm >= 0) || isinf(p->clip_norm))
         NEWFAIL(GOBLIN_EINVAL, "clip_norm %g: needs a finite value >= 0", p->clip_norm);
     if (p->micro_batch < 0) NEWFAIL(GOBLIN_EINVAL, "micro_batch %lld < 0", (long long)p->micro_batch);
-    if ((unsigned)p->verify >= GOBLIN_GRAPH_VERIFY_COUNT)
-        NEWFAIL(GOBLIN_EINVAL, "unknown verify mode %d", (int)p->verify);
+    if ((unsigned)p->verify >= GOBLIN_VERIFY_COUNT || p->verify == GOBLIN_VERIFY_FREIVALDS)
+        NEWFAIL(GOBLIN_EINVAL, "verify mode %d does not apply to training", (int)p->verify);
     if (p->schedule.kind != GOBLIN_LR_CONSTANT) {
         goblin_lr_schedule s = p->schedule;
         if (!(s.base_lr > 0)) s.base_lr = p->optimizer == GOBLIN_OPTIMIZER_SGD ? p->sgd.lr : p->adamw.lr;
@@ -994,11 +994,11 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
     for (int32_t i = 0; i < np && !e; i++) {
         int64_t n = tnumel(&grads[i]);
         if (t->p.optimizer == GOBLIN_OPTIMIZER_SGD) {
-            goblin_sgd_options o = t->p.sgd;
+            goblin_sgd_params o = t->p.sgd;
             o.lr = lr;
             e = goblin_sgd_step(&o, t->pdt, n, t->params[i].data, grads[i].data, &t->sgd[i]);
         } else {
-            goblin_adamw_options o = t->p.adamw;
+            goblin_adamw_params o = t->p.adamw;
             o.lr = lr;
             e = goblin_adamw_step(&o, t->pdt, n, t->params[i].data, grads[i].data, &t->adam[i]);
         }

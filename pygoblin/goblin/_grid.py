@@ -23,7 +23,7 @@ from . import _dtypes
 
 _SPLIT = {"broadcast": 0, "batch": 1}
 _COMBINE = {"auto": 0, "concat": 1, "sum": 2, "mean": 3, "max": 4, "min": 5}
-_VERIFY = {"replicate": 0, "recompute": 1, "none": 2, "unsafe-none": 2, "spot": 3}
+_VERIFY = {"replicate": 4, "recompute": 1, "none": 2, "unsafe-none": 2, "spot": 3}
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 

@@ -105,11 +105,11 @@ static PyObject *grid_local(PyTypeObject *type, PyObject *args, PyObject *kw)
         p.worker.cache_bytes = memory / 4;
     }
     if (strcmp(verify, "freivalds") == 0)
-        p.node.verify = GOBLIN_VERIFY_POLICY_FREIVALDS;
+        p.node.verify = GOBLIN_VERIFY_FREIVALDS;
     else if (strcmp(verify, "recompute") == 0)
-        p.node.verify = GOBLIN_VERIFY_POLICY_RECOMPUTE;
+        p.node.verify = GOBLIN_VERIFY_RECOMPUTE;
     else if (strcmp(verify, "unsafe-none") == 0)
-        p.node.verify = GOBLIN_VERIFY_POLICY_UNSAFE_NONE;
+        p.node.verify = GOBLIN_VERIFY_UNSAFE_NONE;
     else
         return pygoblin_raise(GOBLIN_EINVAL, "verify must be 'freivalds', 'recompute' or 'unsafe-none'");
     if (backend_o && backend_o != Py_None && pygoblin_backend_from_py(backend_o, &p.worker.backend) < 0)
@@ -728,7 +728,7 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
     PyObject *gobj, *inputs_o, *split_o = Py_None, *combine_o = Py_None, *progress = Py_None;
     long long chunk_rows = 0, min_tasks = 0;
     unsigned long long task_memory = 0;
-    int verify = GOBLIN_GRAPH_VERIFY_REPLICATE;
+    int verify = GOBLIN_VERIFY_REPLICATE;
     double min_rep = -1, halflife = -1;
     int spot_rows = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|OOLiOLKddi:run", kwlist, &pygoblin_graph_type, &gobj,
@@ -737,7 +737,7 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
         return NULL;
     if (check_open(self) < 0)
         return NULL;
-    if (verify < 0 || verify >= GOBLIN_GRAPH_VERIFY_COUNT)
+    if (verify < 0 || verify >= GOBLIN_VERIFY_COUNT)
         return pygoblin_raise(GOBLIN_EINVAL, "run: unknown verification mode");
     if (chunk_rows < 0)
         return pygoblin_raise(GOBLIN_EINVAL, "run: chunk_rows must be positive (or None: as many as fit)");
@@ -832,7 +832,7 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
     jp.chunk_rows = chunk_rows;
     jp.split = split;
     jp.combine = combine;
-    jp.verify = (goblin_graph_verify)verify;
+    jp.verify = (goblin_verify)verify;
     jp.spot_rows = spot_rows;
     if (min_rep >= 0)
         jp.min_replication = min_rep;

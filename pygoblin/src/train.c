@@ -172,11 +172,11 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             return NULL;
     }
     if (strcmp(verify, "replicate") == 0)
-        p.verify = GOBLIN_GRAPH_VERIFY_REPLICATE;
+        p.verify = GOBLIN_VERIFY_REPLICATE;
     else if (strcmp(verify, "recompute") == 0)
-        p.verify = GOBLIN_GRAPH_VERIFY_RECOMPUTE;
+        p.verify = GOBLIN_VERIFY_RECOMPUTE;
     else if (strcmp(verify, "unsafe-none") == 0)
-        p.verify = GOBLIN_GRAPH_VERIFY_UNSAFE_NONE;
+        p.verify = GOBLIN_VERIFY_UNSAFE_NONE;
     else
         return pygoblin_raise(GOBLIN_EINVAL, "verify must be 'replicate', 'recompute' or 'unsafe-none'");
     int64_t sched_kind = 0, task_mem = 0, max_stages = 0;

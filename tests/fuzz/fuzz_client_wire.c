@@ -233,7 +233,7 @@ void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx) {
         m->n_io = 3;
         m->n_outputs = 2;
         m->io = ts;
-        m->verify = GOBLIN_GRAPH_VERIFY_REPLICATE;
+        m->verify = GOBLIN_VERIFY_REPLICATE;
         m->min_replication = 0.25;
         m->trust_halflife = 20;
         emit_cw(m, emit, ctx); /* defaults: no arrays */
@@ -243,7 +243,7 @@ void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx) {
         m->chunk_rows = 2;
         m->task_memory_bytes = 1 << 20;
         m->min_tasks = 3;
-        m->verify = GOBLIN_GRAPH_VERIFY_RECOMPUTE;
+        m->verify = GOBLIN_VERIFY_RECOMPUTE;
         emit_cw(m, emit, ctx);
         goblin_buffer_free(gb.buf);
     }

@@ -49,10 +49,10 @@ def _sig(name, res, *args):
     f.restype, f.argtypes = res, list(args)
 
 
-_sig("goblin_sgd_options_default", None, C.POINTER(SgdOptions))
+_sig("goblin_sgd_params_default", None, C.POINTER(SgdOptions))
 _sig("goblin_sgd_step", C.c_int, C.POINTER(SgdOptions), C.c_int, C.c_int64, C.c_void_p, C.c_void_p,
      C.POINTER(SgdState))
-_sig("goblin_adamw_options_default", None, C.POINTER(AdamwOptions))
+_sig("goblin_adamw_params_default", None, C.POINTER(AdamwOptions))
 _sig("goblin_adamw_step", C.c_int, C.POINTER(AdamwOptions), C.c_int, C.c_int64, C.c_void_p,
      C.c_void_p, C.POINTER(AdamwState))
 _sig("goblin_clip_grad_norm", C.c_int, C.c_int, C.c_int32, C.POINTER(C.c_void_p),
@@ -100,7 +100,7 @@ def test_sgd_matches_torch(dt, case):
     p0 = rng.standard_normal((7, 3)).astype(NP[dt])
     grads = grad_seq(dt, STEPS, p0.shape, 20 + case)
     o = SgdOptions()
-    lib.goblin_sgd_options_default(C.byref(o))
+    lib.goblin_sgd_params_default(C.byref(o))
     for k, v in kw.items():
         setattr(o, k, v)
     p = p0.copy()
@@ -131,7 +131,7 @@ def test_adamw_matches_torch(dt, case):
     p0 = rng.standard_normal((5, 4)).astype(NP[dt])
     grads = grad_seq(dt, STEPS, p0.shape, 40 + case)
     o = AdamwOptions()
-    lib.goblin_adamw_options_default(C.byref(o))
+    lib.goblin_adamw_params_default(C.byref(o))
     for k, v in kw.items():
         if k == "betas":
             o.beta1, o.beta2 = v
@@ -155,12 +155,12 @@ def test_adamw_matches_torch(dt, case):
 
 def test_defaults_match_torch():
     o = AdamwOptions()
-    lib.goblin_adamw_options_default(C.byref(o))
+    lib.goblin_adamw_params_default(C.byref(o))
     d = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))]).defaults
     assert (o.lr, (o.beta1, o.beta2), o.eps, o.weight_decay, o.amsgrad) == (
         d["lr"], d["betas"], d["eps"], d["weight_decay"], d["amsgrad"])
     s = SgdOptions()
-    lib.goblin_sgd_options_default(C.byref(s))
+    lib.goblin_sgd_params_default(C.byref(s))
     d = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))]).defaults
     assert (s.lr, s.momentum, s.dampening, s.weight_decay, s.nesterov) == (
         d["lr"], d["momentum"], d["dampening"], d["weight_decay"], d["nesterov"])
@@ -168,7 +168,7 @@ def test_defaults_match_torch():
 
 def test_bad_arguments():
     o = SgdOptions()
-    lib.goblin_sgd_options_default(C.byref(o))
+    lib.goblin_sgd_params_default(C.byref(o))
     p = np.zeros(3, np.float32)
     st = SgdState(None, False)
     o.nesterov = True  # needs momentum > 0
@@ -181,7 +181,7 @@ def test_bad_arguments():
     pi = np.zeros(3, np.int32)
     assert lib.goblin_sgd_step(C.byref(o), DT["i32"], 3, ptr(pi), ptr(pi), C.byref(st)) != 0
     a = AdamwOptions()
-    lib.goblin_adamw_options_default(C.byref(a))
+    lib.goblin_adamw_params_default(C.byref(a))
     a.beta1 = 1.0
     z = np.zeros(3, np.float64)
     ast = AdamwState(0, ptr(z), ptr(z), None)

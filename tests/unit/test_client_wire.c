@@ -262,7 +262,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     m->split = split;
     m->combine = combine;
     m->cache_ids = cache;
-    m->verify = GOBLIN_GRAPH_VERIFY_RECOMPUTE;
+    m->verify = GOBLIN_VERIFY_RECOMPUTE;
     m->min_replication = 0.5;
     m->trust_halflife = 7;
     m->chunk_rows = 2;
@@ -278,7 +278,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     const uint8_t *p = buf + 24;
     cr_assert_eq(p[0], 3);
     cr_assert_eq(p[4], 4);
-    cr_assert_eq(p[8], GOBLIN_GRAPH_VERIFY_RECOMPUTE);
+    cr_assert_eq(p[8], GOBLIN_VERIFY_RECOMPUTE);
     cr_assert_eq(p[9], 7); /* split, combine and cache ids present */
     double mr;
     memcpy(&mr, p + 16, 8);
@@ -298,7 +298,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     cr_assert_eq(d->n_outputs, 4);
     cr_assert_eq(d->graph_len, blen);
     cr_assert(memcmp(d->graph, blob, blen) == 0);
-    cr_assert_eq(d->verify, GOBLIN_GRAPH_VERIFY_RECOMPUTE);
+    cr_assert_eq(d->verify, GOBLIN_VERIFY_RECOMPUTE);
     cr_assert_eq(d->trust_halflife, 7);
     cr_assert_eq(d->chunk_rows, 2);
     cr_assert_eq(d->spot_rows, 300);
@@ -339,7 +339,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     }
     /* Field by field: each bad value is refused with EFORMAT or ELIMIT. */
     struct { size_t off; uint8_t v; goblin_err want; } bad[] = {
-        {24 + 8, GOBLIN_GRAPH_VERIFY_COUNT, GOBLIN_EFORMAT}, /* verify mode */
+        {24 + 8, GOBLIN_VERIFY_COUNT, GOBLIN_EFORMAT}, /* verify mode */
         {24 + 9, 8, GOBLIN_EFORMAT},                         /* unknown flag */
         {24 + 12, 1, GOBLIN_EFORMAT},                        /* reserved byte */
         {24 + 23, 0xff, GOBLIN_EFORMAT},                     /* min_replication NaN */

@@ -566,7 +566,7 @@ Test(graph_job, recompute_and_unsafe_none_policies) {
     job_io io = io_new(&m, 500);
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
-    jp.verify = GOBLIN_GRAPH_VERIFY_RECOMPUTE;
+    jp.verify = GOBLIN_VERIFY_RECOMPUTE;
     jp.chunk_rows = 4;
     goblin_job *job = NULL;
     cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
@@ -580,7 +580,7 @@ Test(graph_job, recompute_and_unsafe_none_policies) {
     cr_assert_eq(a.results_accepted, 8);
 
     memset(io.h, 0, (size_t)(30 * 3) * sizeof(double));
-    jp.verify = GOBLIN_GRAPH_VERIFY_UNSAFE_NONE;
+    jp.verify = GOBLIN_VERIFY_UNSAFE_NONE;
     cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
     cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
     goblin_job_free(job);
@@ -792,7 +792,7 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
     jp.chunk_rows = 2;
-    jp.verify = GOBLIN_GRAPH_VERIFY_RECOMPUTE;
+    jp.verify = GOBLIN_VERIFY_RECOMPUTE;
     goblin_job *job = NULL;
     cr_assert_eq(goblin_node_submit_graph(g.node, mm.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
     goblin_wire_msg *task = raw_recv(s, GOBLIN_WIRE_TYPE_TASK);
@@ -857,7 +857,7 @@ Test(graph_job, repeated_jobs_never_reuse_a_stale_graph) {
         memset(y, 0, sizeof(double) * B * H);
         goblin_graph_job_params jp;
         goblin_graph_job_params_default(&jp);
-        jp.verify = GOBLIN_GRAPH_VERIFY_UNSAFE_NONE; /* nothing on the node to mask a stale graph */
+        jp.verify = GOBLIN_VERIFY_UNSAFE_NONE; /* nothing on the node to mask a stale graph */
         jp.chunk_rows = 7;                           /* two chunk shapes: 7 rows and 5 */
         goblin_job *job = NULL;
         cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), g, &in, 1, &out, 1, &jp, &job), GOBLIN_OK);
@@ -1064,7 +1064,7 @@ Test(graph_job, spot_checks_every_task_of_new_workers) {
     rowwise r = rowwise_new(256, 16, 12, 700);
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
-    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.verify = GOBLIN_VERIFY_SPOT;
     jp.job.min_tasks = 8;         /* 32 rows a task: min(4, 32 / 16) = 2 rows checked */
     jp.trust_halflife = 1e9;      /* trust never builds: every task is checked */
     goblin_job *job = NULL;
@@ -1086,7 +1086,7 @@ Test(graph_job, spot_checks_every_task_of_new_workers) {
         goblin_node_stats_get(node, &s0);
         goblin_graph_job_params dj;
         goblin_graph_job_params_default(&dj);
-        dj.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+        dj.verify = GOBLIN_VERIFY_SPOT;
         dj.trust_halflife = 1e9;
         memset(r.y, 0, sizeof(float) * 256 * 12);
         cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &dj, &job), GOBLIN_OK);
@@ -1118,7 +1118,7 @@ Test(graph_job, spot_checks_every_task_of_new_workers) {
     jp.spot_rows = 0;
     cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_EINVAL);
     jp.spot_rows = -1;
-    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.verify = GOBLIN_VERIFY_SPOT;
     cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_EINVAL);
     io_free(&io);
     goblin_graph_free(m.g);
@@ -1134,7 +1134,7 @@ static void spot_cheater(goblin_misbehave mode, double rate, const char *url) {
     rowwise r = rowwise_new(480, 8, 6, 800 + (uint64_t)mode);
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
-    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.verify = GOBLIN_VERIFY_SPOT;
     jp.job.min_tasks = 30;
     jp.min_replication = 1.0;
     goblin_node_stats st;
@@ -1194,7 +1194,7 @@ Test(graph_job, spot_prepared_rows_catch_a_lone_cheater) {
     rowwise r = rowwise_new(96, 8, 6, 1201);
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
-    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.verify = GOBLIN_VERIFY_SPOT;
     jp.job.min_tasks = 1;
     jp.min_replication = 1.0;
     goblin_job *job = NULL;
@@ -1233,7 +1233,7 @@ Test(graph_job, spot_on_a_graph_not_row_by_row_never_rejects) {
     goblin_tensor_init(&out, GOBLIN_DTYPE_F64, 2, sx, y);
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
-    jp.verify = GOBLIN_GRAPH_VERIFY_SPOT;
+    jp.verify = GOBLIN_VERIFY_SPOT;
     jp.chunk_rows = R;
     jp.trust_halflife = 1e9;
     goblin_job *job = NULL;

@@ -8,8 +8,8 @@
 #include <goblin/goblin.h>
 
 Test(optim, sgd_momentum_nesterov_by_hand) {
-    goblin_sgd_options o;
-    goblin_sgd_options_default(&o);
+    goblin_sgd_params o;
+    goblin_sgd_params_default(&o);
     o.lr = 0.5;
     o.momentum = 0.5;
     o.weight_decay = 0.25;
@@ -44,8 +44,8 @@ Test(optim, sgd_momentum_nesterov_by_hand) {
 Test(optim, adamw_first_step_closed_form) {
     /* After one step m_hat = g and v_hat = g^2, so p -= lr * g / (|g| + eps): a step
      * of almost exactly lr per element (less where |g| is near eps). */
-    goblin_adamw_options o;
-    goblin_adamw_options_default(&o);
+    goblin_adamw_params o;
+    goblin_adamw_params_default(&o);
     o.lr = 0.1;
     o.weight_decay = 0.5;
     double p[3] = {1, -2, 3}, g[3] = {0.5, -4, 1e-3}, m[3] = {0}, v[3] = {0}, vm[3] = {0};
@@ -104,8 +104,8 @@ Test(optim, lr_schedule_endpoints) {
 }
 
 Test(optim, argument_errors) {
-    goblin_sgd_options o;
-    goblin_sgd_options_default(&o);
+    goblin_sgd_params o;
+    goblin_sgd_params_default(&o);
     double p[2] = {0}, g[2] = {0};
     goblin_sgd_state st = {NULL, false};
     cr_expect_eq(goblin_sgd_step(NULL, GOBLIN_DTYPE_F64, 2, p, g, &st), GOBLIN_EINVAL);
@@ -121,8 +121,8 @@ Test(optim, argument_errors) {
     cr_expect_eq(goblin_sgd_step(&o, GOBLIN_DTYPE_F64, 0, NULL, NULL, &st), GOBLIN_EINVAL);
     o.nesterov = false;
     cr_expect_eq(goblin_sgd_step(&o, GOBLIN_DTYPE_F64, 0, NULL, NULL, &st), GOBLIN_OK);
-    goblin_adamw_options a;
-    goblin_adamw_options_default(&a);
+    goblin_adamw_params a;
+    goblin_adamw_params_default(&a);
     goblin_adamw_state as = {0, NULL, NULL, NULL};
     cr_expect_eq(goblin_adamw_step(&a, GOBLIN_DTYPE_F64, 2, p, g, &as), GOBLIN_EINVAL);
     cr_expect_eq(as.step, 0);

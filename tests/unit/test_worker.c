@@ -17,7 +17,7 @@ typedef struct outcome {
     int64_t unsafe_bad; /* wrong elements of C under UNSAFE_NONE */
 } outcome;
 
-static goblin_verify_policy test_policy = GOBLIN_VERIFY_POLICY_FREIVALDS;
+static goblin_verify test_policy = GOBLIN_VERIFY_FREIVALDS;
 static bool test_tile_by_tile = false; /* goblin_node_params.freivalds_tile_by_tile */
 
 /* Two honest workers and one with @p mode at @p rate; a product with many tasks. */
@@ -56,7 +56,7 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
     goblin_err e = goblin_job_wait(job, 40000);
     cr_assert_eq(e, GOBLIN_OK, "%s: %s (%s)", goblin_misbehave_name(mode), goblin_strerror(e),
                  goblin_job_error(job));
-    if (test_policy != GOBLIN_VERIFY_POLICY_UNSAFE_NONE)
+    if (test_policy != GOBLIN_VERIFY_UNSAFE_NONE)
         cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0, "mode %s", goblin_misbehave_name(mode));
     else
         o->unsafe_bad = rt_check_product(&a.t, &b.t, &c.t);
@@ -69,14 +69,14 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
      * judged together (each row panel at least once), unless asked tile by tile. */
     cr_assert_eq(info.k_slices, 1);
     cr_assert_gt(info.grid_cols, 1);
-    if (test_policy == GOBLIN_VERIFY_POLICY_FREIVALDS && !test_tile_by_tile)
+    if (test_policy == GOBLIN_VERIFY_FREIVALDS && !test_tile_by_tile)
         cr_assert_geq(o->st.freivalds_row_panels, info.grid_rows);
     else
         cr_assert_eq(o->st.freivalds_row_panels, 0);
     /* The verification clocks: nothing under the unsafe mode; else some CPU, and no more
      * than the node's thread and one second thread can spend while the node's thread
      * verifies (10 ms for the clocks' granularity). */
-    if (test_policy == GOBLIN_VERIFY_POLICY_UNSAFE_NONE) {
+    if (test_policy == GOBLIN_VERIFY_UNSAFE_NONE) {
         cr_assert_eq(o->st.verify_cpu_ns, 0);
     } else {
         cr_assert_gt(o->st.verify_cpu_ns, 0, "%s", goblin_misbehave_name(mode));
@@ -125,7 +125,7 @@ static void expect_caught(goblin_misbehave mode, goblin_dtype dt, goblin_verify_
                  goblin_verify_reason_name(reason));
     /* A wrong tile of the right shape fails its row panel's check, whose tiles are then
      * judged one by one (a wrong shape is rejected as it arrives). */
-    if (test_policy == GOBLIN_VERIFY_POLICY_FREIVALDS && !test_tile_by_tile && reason != GOBLIN_VERIFY_SHAPE)
+    if (test_policy == GOBLIN_VERIFY_FREIVALDS && !test_tile_by_tile && reason != GOBLIN_VERIFY_SHAPE)
         cr_assert_geq(o.st.freivalds_row_fallbacks, 1, "%s", goblin_misbehave_name(mode));
     fprintf(stderr, "misbehave %-8s %s: bad results sent %lld (some after quarantine, discarded unread), caught %lld, "
             "good results wrongly rejected %d\n", goblin_misbehave_name(mode), goblin_dtype_name(dt), (long long)o.misbehaved,
@@ -549,7 +549,7 @@ Test(worker, reconnects_when_the_node_comes_back) {
 }
 
 Test(worker, recompute_policy_catches_cheater) {
-    test_policy = GOBLIN_VERIFY_POLICY_RECOMPUTE;
+    test_policy = GOBLIN_VERIFY_RECOMPUTE;
     expect_caught(GOBLIN_MISBEHAVE_SCALE, GOBLIN_DTYPE_F64, GOBLIN_VERIFY_EXCEEDS_BOUND);
 }
 
@@ -562,7 +562,7 @@ Test(worker, tile_by_tile_catches_cheater) {
 
 Test(worker, unsafe_policy_checks_nothing) {
     /* The named unsafe mode really does not verify: a wrong tile goes into C. */
-    test_policy = GOBLIN_VERIFY_POLICY_UNSAFE_NONE;
+    test_policy = GOBLIN_VERIFY_UNSAFE_NONE;
     outcome o;
     run_with_cheater(GOBLIN_MISBEHAVE_WRONG, 0.3, GOBLIN_DTYPE_F32, &o);
     cr_assert_gt(o.misbehaved, 0);

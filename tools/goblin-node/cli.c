@@ -119,9 +119,9 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
             cli->insecure_plaintext = true;
         } else if (strcmp(a, "--verify") == 0) {
             NEEDV();
-            if (strcmp(v, "freivalds") == 0) cli->node.verify = GOBLIN_VERIFY_POLICY_FREIVALDS;
-            else if (strcmp(v, "recompute") == 0) cli->node.verify = GOBLIN_VERIFY_POLICY_RECOMPUTE;
-            else if (strcmp(v, "unsafe-none") == 0) cli->node.verify = GOBLIN_VERIFY_POLICY_UNSAFE_NONE;
+            if (strcmp(v, "freivalds") == 0) cli->node.verify = GOBLIN_VERIFY_FREIVALDS;
+            else if (strcmp(v, "recompute") == 0) cli->node.verify = GOBLIN_VERIFY_RECOMPUTE;
+            else if (strcmp(v, "unsafe-none") == 0) cli->node.verify = GOBLIN_VERIFY_UNSAFE_NONE;
             else return bad("unknown --verify mode '%s'", v);
         } else if (strcmp(a, "--freivalds-tile-by-tile") == 0) {
             cli->node.freivalds_tile_by_tile = true;
