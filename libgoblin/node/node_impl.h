@@ -1,0 +1,479 @@
+/* libgoblin/node/node_impl.h - what the node's files share (internal to libgoblin/node/):
+ * the peer, task, lease and job structs, and the functions one file calls in another.
+ *
+ * One thread owns the socket: it receives a message (10 ms timeout), handles it,
+ * processes pipe events, expires leases and hands out tasks. All scheduling state is
+ * under node->mu; a job's status fields are also under job->mu so that waiting on a
+ * job never needs the node (lock order: node->mu, then job->mu).
+ *
+ * The files, one per responsibility (see also docs/runtime.md):
+ *   node.c: parameters, new/start/stop/free, the loop (node_main) and its housekeeping
+ *   peer.c: the peer table, HELLO/REFUSE, message dispatch, what workers cache
+ *   lease.c: leases, their end (result, failure, expiry), TASK batches
+ *   scheduler.c: picking a task for a worker, replica leases, stragglers
+ *   matmul_job.c: matmul jobs: tiles, the task graph, sending tiles, results, split-K sums
+ *   job.c: a job's end and the public job API
+ *   tile_check.c: Freivalds checks of matmul tiles: panels objects, row panels at once
+ *   stats.c: the node's counters and verification clocks
+ *   graph_job.c: planning and submitting graph jobs
+ *   graph_chunk.c: a graph job's chunks: sent, computed on the node, accepted, combined
+ *   trust.c: adaptive trust: the rate of checks a worker's agreements earn
+ *   spot.c: SPOT: a few secret rows of a chunk recomputed on the node
+ *   replica.c: a graph job's RESULT judged; REPLICATE: two workers' results compared
+ *   quarantine.c: a caught worker quarantined, its accepted results rechecked */
+#ifndef GOBLIN__NODE_IMPL_H
+#define GOBLIN__NODE_IMPL_H
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "goblin/graph.h"
+#include "goblin/node.h"
+#include "goblin/plan.h"
+#include "goblin/verify.h"
+#include "goblin/wire.h"
+#include "graph/hoist.h"
+#include "net/share.h"
+
+#define PANEL_MEMO 32     /* matmul panel ids remembered per worker and kind (A, B) */
+#define GID_MEMO 160      /* graph-job input ids remembered per worker (a captured model's
+                             * weights are inputs, hoist.c); workers keep at most 256 inputs
+                             * (worker.c): 2 x PANEL_MEMO + GID_MEMO must stay below */
+_Static_assert(GID_MEMO % PANEL_MEMO == 0 && 2 * PANEL_MEMO + GID_MEMO < 256, "worker input cache bound");
+/* nng's polyamorous pair1 queues at most 2 messages per pipe (plus the one being
+ * written) and silently drops a message to a pipe whose queue is full. Workers drain
+ * their pipe into a receive buffer of slots + 4 messages, so keeping at most this many
+ * TASK messages (single TASKs or batches) outstanding per worker means a TASK is never
+ * dropped. Not 3: the pipe takes
+ * its next message off the queue in a callback that can lag behind the worker's
+ * RESULT for the message it wrote, so with 3 outstanding a TASK was dropped now and
+ * then on a loaded machine (found when workers began asking for many slots, tiny
+ * tasks; each drop stalled the task for a lease time). */
+#define MAX_IN_FLIGHT 2
+/* Batches (protocol 1.1, docs/wire-protocol.md): to a worker that takes them, up to
+ * BATCH_MAX TASKs whose encodings are each under BATCH_TASK_BYTES go in one nng
+ * message. MAX_IN_FLIGHT then counts messages, not leases: a batch is one message in
+ * the pipe's queue. Bigger tasks go one per message, as to a 1.0 worker. */
+#define BATCH_MAX 16
+#define BATCH_TASK_BYTES ((size_t)64 << 10)
+
+
+/* T_HELD: a matmul tile whose result is in C, waiting for the check of its whole row
+ * panel (row_panel_check); neither leased again nor done until then. */
+enum { T_PENDING = 0, T_LEASED = 1, T_DONE = 2, T_HELD = 3 };
+
+typedef struct peer {
+    nng_pipe pipe;
+    uint32_t pipe_id;
+    uint64_t session_id;
+    bool connected, hello, quarantined, counted;
+    int64_t close_at_ms;
+    int32_t threads;
+    uint64_t memory;
+    int32_t wanted;
+    /* TASK messages sent and not yet taken off the pipe (at most MAX_IN_FLIGHT), by
+     * id: a message counts until the first of its leases ends (its RESULT shows the
+     * worker has received it), so a batch of several leases counts once. */
+    int32_t in_flight;
+    uint64_t in_flight_msg[MAX_IN_FLIGHT];
+    bool batch; /* takes batches of TASKs (offered GOBLIN_WIRE_CAP_BATCH in HELLO) */
+    bool shared; /* an in-process worker over inproc://: matmul panels go in place (share.h) */
+    int64_t issued, accepted, rejected, failed;
+    uint64_t panels[2][PANEL_MEMO];
+    int32_t panel_next[2];
+    int32_t memo_cap; /* panels per kind believed cached: halved on every miss, since
+                         HELLO does not say how big the worker's cache is */
+    uint64_t gids[GID_MEMO]; /* graph jobs: cache ids of broadcast inputs it holds */
+    int32_t gnext;
+    int64_t agreements; /* replicated results that agreed (adaptive trust) */
+    int64_t last_heard_ms; /* any message from the peer */
+    bool ready; /* in node->ready (schedule) */
+} peer;
+
+typedef struct task {
+    uint8_t state;
+    uint8_t n_leases;
+    int32_t attempts;
+    int32_t accepted_peer; /* peer index, -1: the node computed it */
+    int64_t leased_at_ms;
+    void *partial;         /* split-K partial tile (contiguous rows x cols) until summed */
+    /* graph jobs */
+    int32_t holder;        /* peer index + 1 of a result held until its replica arrives; 0: none */
+    bool replicated;       /* the accepted result was checked (replica or node) */
+    void **held;           /* the held result: one contiguous buffer per output */
+    void **outs;           /* accepted outputs of reductions, combined at the end */
+    uint8_t rep;           /* REPLICATE: 0 undecided, REP_SINGLE, REP_TWICE (decided when
+                              first leased, from that worker's trust) */
+    /* SPOT, prepared while the worker computes (spot_prepare): whether the result of
+     * worker spot_peer is checked (spot_state), and for a checked task its secret rows
+     * spot_idx[spot_k] (sorted) with their outputs as the node computed them. */
+    uint8_t spot_state;
+    int32_t spot_peer;
+    int64_t *spot_idx;
+    void **spot_mine;
+} task;
+
+enum { SPOT_UNDECIDED = 0, SPOT_TRUSTED = 1, SPOT_CHECK = 2 };
+
+enum { REP_UNDECIDED = 0, REP_SINGLE = 1, REP_TWICE = 2 };
+
+enum { JOB_MATMUL = 0, JOB_GRAPH = 1 };
+
+/* A chunk graph: the job's graph rebatched for one chunk size, serialized once. */
+typedef struct gvariant {
+    int64_t rows;
+    goblin_graph *g;
+    uint8_t *buf;
+    size_t len;
+    uint64_t bytes;
+    goblin_tensor *oshape; /* per output: dtype and shape (data NULL) */
+    goblin_op *oop;        /* per output: the op of its node and its reduction length */
+    int64_t *ok;
+} gvariant;
+
+typedef struct gjob {
+    int32_t n_in, n_out;
+    goblin_tensor *in, *out; /* the caller's (borrowed) */
+    uint8_t *batched;
+    uint64_t *cid;           /* cache id per broadcast input */
+    void **packed;           /* contiguous copy of a strided broadcast input, or NULL */
+    goblin_combine *comb;
+    int64_t batch, rows, nchunks;
+    gvariant v[2];
+    int32_t nv;
+    goblin_verify verify;
+    double min_rep, halflife;
+    const goblin__hoisted *hoist; /* the graph whose constants are inputs here, or NULL */
+    int64_t spot_k;               /* SPOT: rows recomputed per check */
+    goblin_graph *spot_g;         /* SPOT: the graph for spot_k rows */
+} gjob;
+
+typedef struct lease {
+    uint64_t id;
+    uint64_t msg; /* the TASK message (a batch may hold several leases): peer in_flight */
+    goblin_job *job;
+    int64_t task;
+    int32_t peer;
+    int64_t deadline_ms;
+    bool moot; /* the task completed or the job ended: a result is discarded (job NULL:
+                * the job was freed) */
+} lease;
+
+struct goblin_job {
+    goblin_node *node; /* NULL once detached */
+    uint64_t id;
+    int kind;          /* JOB_MATMUL, JOB_GRAPH */
+    gjob *g;           /* graph jobs */
+    goblin_tensor a, b, c;
+    goblin_dtype dt;
+    size_t esz;
+    goblin_plan *plan;
+    goblin_plan_info info;
+    int64_t ntasks;
+    task *tasks;
+    int32_t *tile_done; /* accepted slices per C tile (split-K only) */
+    /* Freivalds: one panels object per K-slice, shared by the slice's tiles (one pass
+     * over B and one over each row panel of A for the whole job, instead of per tile;
+     * docs/verification.md). Built at the first check, dropped (new vectors) after a
+     * rejection and at the job's end. fvp_off: the job checks tile by tile. Under node->mu. */
+    goblin_freivalds_panels **fvp;
+    bool fvp_off;
+    /* Row panels checked at once (docs/verification.md, "A row panel at once"): for a
+     * job of one K-slice and several column panels, the panels object has one panel
+     * spanning all N columns, results are held (T_HELD) in C, and a row panel's tiles
+     * are judged together once all are in. Decided when the job is planned. */
+    bool rowcheck;
+    /* Checks prepared ahead (prepare_ahead): tasks before prep_from are leased or done
+     * and their row range was prepared; prep_key: the last (grid row, K-slice) prepared. */
+    int64_t prep_from, prep_key;
+    int64_t scan_from;
+    int64_t rep_from;  /* graph jobs: tasks before this need no concurrent replica lease */
+    int64_t sum_task_ms, n_task_ms; /* for straggler detection */
+    int64_t spec_gate_ms; /* no straggler to duplicate before this time (node->mu) */
+    goblin_job_params jp;
+    /* The serialized task graph of the last tile shape sent (most tiles share one):
+     * built once instead of per TASK. Under node->mu. */
+    uint8_t *gser;
+    size_t gser_len;
+    int64_t gser_shape[3];
+    bool running; /* scheduling state, under node->mu */
+    /* Panels lent in place to in-process workers (share.h), or NULL; the job's views
+     * are closed when it ends and waited for before goblin_job_wait reports the end. */
+    goblin__share *share;
+    goblin__share_job *stok;
+    /* under job->mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    goblin_job_status status;
+    goblin_err err;
+    int64_t done;
+    char msg[384];
+};
+
+struct goblin_node {
+    goblin_node_params p;
+    char *urls[GOBLIN_NODE_MAX_LISTEN];
+    char *cert_file, *key_file; /* copies behind p.cert_file / p.key_file */
+    char *token_file;           /* copy behind p.token_file */
+    uint8_t *token;
+    pthread_mutex_t mu;
+    pthread_t thread;
+    bool started, stopping, socket_open;
+    nng_socket sock;
+    /* A non-blocking pipe: node_wake writes a byte so node_main's poll returns at once
+     * (a job submitted or canceled, a stop) instead of at its 10 ms timeout. -1: none. */
+    int wake_rd, wake_wr;
+    goblin_wire_limits limits;
+    peer *peers;
+    int32_t n_peers, cap_peers;
+    /* Peers that may take a task (schedule): added when a message comes from one or
+     * one of its leases ends, dropped once it cannot take more; every housekeeping
+     * tick adds all eligible peers. With hundreds of workers, a pass over all of them
+     * per message cost more than the message. */
+    int32_t *ready;
+    int32_t n_ready, cap_ready;
+    lease *leases;
+    int64_t n_leases, cap_leases;
+    goblin_job **jobs;
+    int32_t n_jobs, cap_jobs;
+    uint64_t next_lease_id, next_job_id, next_session;
+    /* The batch being filled for one peer (schedule, send_task): TASKs are appended
+     * to bmsg, sent by batch_flush. bpeer < 0: no batch open. */
+    int32_t bpeer, bcount;
+    nng_msg *bmsg;
+    uint64_t bid, next_msg_id;
+    bool bclosed; /* a task went alone: the batch takes no more this round */
+    int64_t last_housekeeping_ms;
+    goblin_node_stats st;
+    /* pipe events from nng's threads, under ev_mu */
+    pthread_mutex_t ev_mu;
+    uint32_t *ev_removed;
+    int32_t n_ev, cap_ev;
+    /* graph jobs: chunk graphs serialized by earlier jobs, under ser_mu (serialize_chunk) */
+    pthread_mutex_t ser_mu;
+    struct {
+        goblin_graph *g;
+        uint8_t *buf;
+        size_t len;
+        uint64_t last_use;
+    } ser[2];
+    uint64_t ser_clock;
+    goblin__hoist_memo hoist; /* graph jobs: constants as cached inputs (hoist.c) */
+    goblin__share *share;     /* published under the first inproc:// URL listened on, or NULL */
+};
+
+/* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */
+static inline gvariant *gvar(const goblin_job *j, int64_t ti) {
+    return ti == j->ntasks - 1 && j->g->nv == 2 ? &j->g->v[1] : &j->g->v[0];
+}
+
+/* The node's verification clocks (goblin_node_stats.verify_ns and verify_cpu_ns):
+ * wall time on the node's thread, and CPU time of that thread and of the checks'
+ * second threads (goblin_freivalds_params.threads). */
+typedef struct vclock {
+    int64_t wall, cpu;
+} vclock;
+
+/* ---- node.c --------------------------------------------------------------------- */
+
+/** Log at @p lvl through the node's log callback (printf format). */
+void goblin__node_log(goblin_node *n, goblin_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/** Grow array *@p arr of @p elem-byte items to hold @p need (doubling *@p cap); false: out of
+ * memory, *@p arr unchanged. */
+bool goblin__node_grow(void **arr, int64_t *cap, int64_t need, size_t elem);
+/** Wake node_main now (callable from any thread). */
+void goblin__node_wake(goblin_node *n);
+
+/* ---- peer.c --------------------------------------------------------------------- */
+
+/** The index of the connected peer on pipe @p pipe_id, or -1. */
+int32_t goblin__node_find_peer(goblin_node *n, uint32_t pipe_id);
+/** Can peer @p k take tasks (connected, said HELLO, neither quarantined nor refused)? */
+bool goblin__node_peer_eligible(const goblin_node *n, int32_t k);
+/** Does peer @p p hold matmul panel @p id of @p kind (0: A, 1: B), as far as the node knows? */
+bool goblin__node_peer_has_panel(const peer *p, int kind, uint64_t id);
+/** Remember that peer @p p now holds panel @p id of @p kind. */
+void goblin__node_peer_add_panel(peer *p, int kind, uint64_t id);
+/** Does peer @p p hold graph-job input @p id (a cache id), as far as the node knows? */
+bool goblin__node_peer_has_gid(const peer *p, uint64_t id);
+/** Remember that peer @p p now holds graph-job input @p id. */
+void goblin__node_peer_add_gid(peer *p, uint64_t id);
+/** Send message @p m to pipe @p pp (its tensors gathered from any strides); an nng error code. */
+int goblin__node_send_wire(goblin_node *n, nng_pipe pp, const goblin_wire_msg *m);
+/** Drop peer @p pi (its leases end, not counted against their tasks) and close its pipe; @p why is
+ * logged. */
+void goblin__node_drop_peer(goblin_node *n, int32_t pi, const char *why);
+/** One nng message from a worker (borrowed: the caller frees it after this returns). */
+void goblin__node_handle_msg(goblin_node *n, nng_msg *msg);
+
+/* ---- lease.c -------------------------------------------------------------------- */
+
+/** Remove lease @p li from the table (the last one takes its place). */
+void goblin__node_remove_lease(goblin_node *n, int64_t li);
+/** The index of lease @p id, or -1. */
+int64_t goblin__node_find_lease(goblin_node *n, uint64_t id);
+/** Lease @p L ended: the first lease of its TASK message to end frees the message's pipe slot. */
+void goblin__node_lease_msg_done(goblin_node *n, const lease *L);
+/** Lease @p li ended without an accepted result; @p counts: against the task's retry budget. */
+void goblin__node_lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why, const char *what);
+/** End every lease of peer @p pi as lease_failed does. */
+void goblin__node_fail_peer_leases(goblin_node *n, int32_t pi, bool counts, goblin_err why, const char *what);
+/** Send the open batch of TASKs, if any, and close it. */
+void goblin__node_batch_flush(goblin_node *n);
+/** Register a lease of task @p ti of @p j for peer @p pi and send the TASK (graph @p gbuf, inputs
+ * @p in: borrowed). */
+bool goblin__node_send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative,
+                            const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in, bool may_batch);
+
+/* ---- scheduler.c ---------------------------------------------------------------- */
+
+/** Does task @p ti of @p j fit in peer @p p's memory? */
+bool goblin__node_task_fits(const goblin_job *j, int64_t ti, const peer *p);
+/** Put peer @p pi on the ready list (schedule looks at it next). */
+void goblin__node_mark_ready(goblin_node *n, int32_t pi);
+/** Lease tasks to the peers that can take them; @p full: all peers (housekeeping ticks), else the
+ * ready list. */
+void goblin__node_schedule(goblin_node *n, bool full);
+
+/* ---- matmul_job.c --------------------------------------------------------------- */
+
+/** The 2-D view rows [r0, r0 + nr) x cols [c0, c0 + nc) of @p t (elements of @p esz bytes). */
+goblin_tensor goblin__node_view2(const goblin_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                                 size_t esz);
+/** Copy contiguous @p src (rows x cols) into the strided 2-D view @p v. */
+void goblin__node_unpack(goblin_tensor *v, const void *src, size_t esz);
+/** Tile @p i of matmul job @p j (its plan). */
+void goblin__node_job_tile(const goblin_job *j, int64_t i, goblin_matmul_tile *t);
+/** The cache id of task @p task_i's A (@p kind 0) or B (1) panel; never 0. */
+uint64_t goblin__node_panel_id(const goblin_job *j, int kind, int64_t task_i);
+/** Compute matmul task @p i on the node into contiguous @p dst (rows x cols), on the verification
+ * clock. */
+goblin_err goblin__node_compute(goblin_node *n, goblin_job *j, int64_t i, void *dst);
+/** Send task @p ti of @p j to peer @p pi (a matmul tile here; graph jobs: issue_graph). */
+bool goblin__node_issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative);
+/** Matmul task @p ti's result (contiguous rows x cols at @p data, from peer @p by, -1: the node) is
+ * final. */
+void goblin__node_task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by);
+/** Judge a RESULT @p r from peer @p pi (graph jobs: handle_graph_result). */
+void goblin__node_handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r);
+
+/* ---- job.c ---------------------------------------------------------------------- */
+
+/** Free *@p bufs (@p n buffers) and set it NULL. */
+void goblin__node_free_bufs(void ***bufs, int32_t n);
+/** End job @p j with status @p st and error @p e (message: printf format, or NULL); its leases go
+ * moot. */
+void goblin__node_job_finish(goblin_job *j, goblin_job_status st, goblin_err e, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/** Task @p ti has a result from peer @p by (-1: the node) and goes to @p state; its other leases
+ * are moot. */
+void goblin__node_task_settle(goblin_node *n, goblin_job *j, int64_t ti, uint8_t state, int32_t by);
+/** Common end of an accepted task: counters, progress, the job's end. */
+void goblin__node_task_done(goblin_node *n, goblin_job *j, int64_t ti);
+
+/* ---- tile_check.c --------------------------------------------------------------- */
+
+/** Drop the job's panels objects: the next check draws new vectors. */
+void goblin__node_job_drop_panels(goblin_job *j);
+/** Freivalds-check @p c as task @p ti (@p whole_tile: the whole C tile over all of K), on the
+ * verification clock. */
+goblin_err goblin__node_check_tile(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
+                                   const goblin_tensor *c, goblin_verdict *v);
+/** Prepare one Freivalds check of a leased matmul task before its result arrives (once per loop
+ * turn). */
+void goblin__node_prepare_ahead(goblin_node *n);
+/** Task @p ti's result (from peer @p by) goes into C, to be judged with its row panel. */
+void goblin__node_task_hold(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by);
+/** Quarantined peer @p pi's results waiting for their row panel's check are dropped, the tasks
+ * leased again. */
+void goblin__node_drop_held_tiles(goblin_node *n, int32_t pi);
+
+/* ---- stats.c -------------------------------------------------------------------- */
+
+/** Start timing a verification step. */
+vclock goblin__node_verify_begin(void);
+/** Add the time since @p t0 to the node's verification clocks (verify_ns, verify_cpu_ns). */
+void goblin__node_verify_end(goblin_node *n, vclock t0);
+
+/* ---- graph_job.c ---------------------------------------------------------------- */
+
+/** Free graph job state @p G (NULL: nothing). */
+void goblin__node_gjob_free(gjob *G);
+
+/* ---- graph_chunk.c -------------------------------------------------------------- */
+
+/** Rows [r0, r0 + rows) of @p t (a view). */
+goblin_tensor goblin__node_rows_view(const goblin_tensor *t, int64_t r0, int64_t rows);
+/** Input @p i of task @p ti as the node sees it (caller's memory, any strides). */
+goblin_tensor goblin__node_task_input(const goblin_job *j, int64_t ti, int32_t i);
+/** Bytes of a contiguous tensor of @p shape's dtype and shape. */
+size_t goblin__node_out_bytes(const goblin_tensor *shape);
+/** Output @p o of task @p ti over contiguous @p data. */
+goblin_tensor goblin__node_out_tensor(const goblin_job *j, int64_t ti, int32_t o, void *data);
+/** Send chunk @p ti of graph job @p j to peer @p pi. */
+bool goblin__node_issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative);
+/** Compute graph task @p ti on the node (*@p out: a new buffer per output); verification clock. */
+goblin_err goblin__node_graph_compute(goblin_node *n, goblin_job *j, int64_t ti, void ***out);
+/** Does a worker's result have the task's output count, dtypes and shapes (else *@p why)? */
+bool goblin__node_graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin_wire_result *r,
+                                        goblin_verify_reason *why);
+/** Does result @p res agree with the node's @p mine under the outputs' contracts (else *@p why)? On
+ * the verification clock. */
+bool goblin__node_graph_agrees(goblin_node *n, const goblin_job *j, int64_t ti, const goblin_tensor *res,
+                               void **mine, goblin_verify_reason *why);
+/** Store the outputs of task @p ti; false: out of memory. */
+bool goblin__node_graph_store(goblin_job *j, int64_t ti, void *const *data);
+/** Graph task @p ti's outputs @p data (from peer @p by, -1: the node) are final; @p replicated:
+ * they were checked. */
+void goblin__node_graph_task_accept(goblin_node *n, goblin_job *j, int64_t ti, void *const *data,
+                                    int32_t by, bool replicated);
+/** Decide task @p ti by recomputing it on the node, judging @p nc candidate results @p res of peers
+ * @p pc. */
+void goblin__node_graph_decide(goblin_node *n, goblin_job *j, int64_t ti, int32_t nc, const int32_t *pc,
+                               const goblin_tensor *const *res);
+/** Combine the reduction outputs over the chunks, in chunk order. */
+goblin_err goblin__node_graph_combine(goblin_job *j);
+
+/* ---- trust.c -------------------------------------------------------------------- */
+
+/** A uniform double in [0, 1) from the node's secret random source. */
+double goblin__node_rand_u01(void);
+/** REPLICATE graph jobs: decide, at the first lease to peer @p p, whether task @p ti runs twice. */
+void goblin__node_decide_replication(goblin_job *j, int64_t ti, const peer *p);
+/** The share of peer @p p's SPOT results that are checked. */
+double goblin__node_spot_rate(const gjob *G, const peer *p);
+/** Count a rejected result of task @p ti from peer @p pi (reason @p why) and log it. */
+void goblin__node_count_reject(goblin_node *n, int32_t pi, int64_t ti, goblin_verify_reason why);
+/** Count an accepted result from peer @p pi; @p agreed: it was checked and agreed (trust). */
+void goblin__node_count_accept(goblin_node *n, int32_t pi, bool agreed);
+
+/* ---- spot.c --------------------------------------------------------------------- */
+
+/** Free task @p t's prepared spot-check rows; a check decided (SPOT_CHECK) is undecided again. */
+void goblin__node_task_free_spot(goblin_job *j, task *t);
+/** Prepare one spot-check of a leased SPOT task while its worker computes (once per loop turn). */
+void goblin__node_spot_prepare(goblin_node *n);
+/** SPOT: judge peer @p pi's result @p res (outputs @p data) of task @p ti. */
+void goblin__node_graph_spot(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, const goblin_tensor *res,
+                             void *const *data);
+
+/* ---- replica.c ------------------------------------------------------------------ */
+
+/** Judge a graph job's RESULT @p r for lease @p li from peer @p pi, by the job's verification. */
+void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r);
+/** A held result whose replica can go nowhere (no other eligible worker): the node decides. */
+void goblin__node_resolve_orphans(goblin_node *n);
+/** Peer @p pi is quarantined: forget the results it has held for replication. */
+void goblin__node_drop_held(goblin_node *n, int32_t pi);
+
+/* ---- quarantine.c --------------------------------------------------------------- */
+
+/** Quarantine peer @p pi (a wrong result): no more tasks, its held results dropped, its accepted
+ * ones rechecked. */
+void goblin__node_quarantine(goblin_node *n, int32_t pi);
+
+#endif

@@ -1,0 +1,117 @@
+/* libgoblin/node/quarantine.c - quarantine: a worker caught returning a wrong result
+ * gets no more tasks, its results held for a check are dropped, and the results it had
+ * accepted in running jobs are rechecked (recomputed where they fail). */
+#include "node_impl.h"
+
+#include "base/alloc.h"
+
+/* ---- rechecks of a quarantined worker's results --------------------------------- */
+
+/* Recompute on the node what quarantined peer @p pi had accepted without a replica. */
+static void recheck_graph(goblin_node *n, goblin_job *j, int32_t pi) {
+    gjob *G = j->g;
+    for (int64_t i = 0; i < j->ntasks && j->running; i++) {
+        task *t = &j->tasks[i];
+        if (t->state != T_DONE || t->accepted_peer != pi || t->replicated) continue;
+        n->st.rechecked++;
+        void **mine = NULL;
+        goblin_err e = goblin__node_graph_compute(n, j, i, &mine);
+        if (e) {
+            goblin__node_job_finish(j, GOBLIN_JOB_FAILED, e, "recomputing task %lld on the node failed: %s", (long long)i,
+                                    goblin_strerror(e));
+            return;
+        }
+        goblin_tensor *have = goblin__calloc((size_t)G->n_out, sizeof *have);
+        bool agree = false;
+        if (have) {
+            gvariant *v = gvar(j, i);
+            for (int32_t o = 0; o < G->n_out; o++)
+                have[o] = G->comb[o] == GOBLIN_COMBINE_CONCAT ? goblin__node_rows_view(&G->out[o], i * G->rows, v->rows)
+                                                              : goblin__node_out_tensor(j, i, o, t->outs[o]);
+            goblin_verify_reason why;
+            agree = goblin__node_graph_agrees(n, j, i, have, mine, &why);
+        }
+        if (!agree) {
+            n->st.recheck_failed++;
+            goblin__node_log(n, GOBLIN_LOG_WARN, "recheck of graph task %lld from a quarantined worker failed: "
+                             "the node's result replaces it", (long long)i);
+            if (!goblin__node_graph_store(j, i, mine))
+                goblin__node_job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory");
+        }
+        t->accepted_peer = -1;
+        t->replicated = true;
+        goblin__free(have);
+        goblin__node_free_bufs(&mine, G->n_out);
+    }
+}
+
+/* Re-verify what peer @p pi had accepted in running jobs; recompute what fails. */
+static void recheck_peer(goblin_node *n, int32_t pi) {
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running) continue;
+        if (j->kind == JOB_GRAPH) {
+            recheck_graph(n, j, pi);
+            continue;
+        }
+        int64_t s = j->info.k_slices;
+        for (int64_t i = 0; i < j->ntasks && j->running; i++) {
+            task *t = &j->tasks[i];
+            if (t->state != T_DONE || t->accepted_peer != pi) continue;
+            goblin_matmul_tile tl;
+            goblin__node_job_tile(j, i, &tl);
+            goblin_verdict v;
+            goblin_err e;
+            bool whole = false;
+            n->st.rechecked++;
+            if (s == 1 || t->partial) {
+                goblin_tensor c;
+                if (s == 1) {
+                    c = goblin__node_view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
+                } else {
+                    int64_t shp[2] = {tl.rows, tl.cols};
+                    goblin_tensor_init(&c, j->dt, 2, shp, t->partial);
+                }
+                e = goblin__node_check_tile(n, j, i, false, &c, &v);
+            } else {
+                /* Already summed into C: check the whole tile over all of K. */
+                goblin_tensor c = goblin__node_view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
+                e = goblin__node_check_tile(n, j, i, true, &c, &v);
+                whole = true;
+            }
+            if (e == GOBLIN_OK && v.kind == GOBLIN_VERDICT_ACCEPT) continue;
+            n->st.recheck_failed++;
+            goblin__node_log(n, GOBLIN_LOG_WARN, "recheck of task %lld from quarantined worker failed: recomputing",
+                             (long long)i);
+            int64_t lo = whole ? (i / s) * s : i, hi = whole ? lo + s : i + 1;
+            for (int64_t q = lo; q < hi; q++) {
+                task *u = &j->tasks[q];
+                if (u->state != T_DONE) continue;
+                u->state = T_PENDING;
+                goblin__free(u->partial);
+                u->partial = NULL;
+                if (s > 1) j->tile_done[q / s]--;
+                if (q < j->scan_from) j->scan_from = q;
+                pthread_mutex_lock(&j->mu);
+                j->done--;
+                pthread_mutex_unlock(&j->mu);
+                n->st.tasks_completed--;
+            }
+        }
+    }
+}
+
+/* ---- quarantine ----------------------------------------------------------------- */
+
+void goblin__node_quarantine(goblin_node *n, int32_t pi) {
+    peer *p = &n->peers[pi];
+    if (p->quarantined) return;
+    p->quarantined = true;
+    n->st.workers_quarantined++;
+    goblin__node_log(n, GOBLIN_LOG_WARN, "worker %llu quarantined: it returned a wrong result; no more tasks, "
+                     "its earlier results are rechecked", (unsigned long long)p->session_id);
+    goblin__node_fail_peer_leases(n, pi, false, GOBLIN_EVERIFY, "worker quarantined");
+    goblin__node_drop_held(n, pi);
+    goblin__node_drop_held_tiles(n, pi);
+    recheck_peer(n, pi);
+}

@@ -1,0 +1,169 @@
+/* libgoblin/node/replica.c - a graph job's RESULT judged by the job's verification;
+ * REPLICATE: the result held until a different worker's replica arrives and the two
+ * compared bit for bit, the node deciding when they differ or no other worker can take
+ * it. */
+#include "node_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+/* ---- REPLICATE: a second worker, results compared ------------------------------- */
+
+/* Is a worker other than peer @p pi able to take task @p ti? */
+static bool other_eligible(const goblin_node *n, const goblin_job *j, int64_t ti, int32_t pi) {
+    for (int32_t k = 0; k < n->n_peers; k++)
+        if (k != pi && goblin__node_peer_eligible(n, k) && goblin__node_task_fits(j, ti, &n->peers[k])) return true;
+    return false;
+}
+
+static bool graph_bit_equal(const goblin_job *j, int64_t ti, const goblin_tensor *a, void **held) {
+    const gvariant *v = gvar(j, ti);
+    for (int32_t o = 0; o < j->g->n_out; o++) {
+        size_t bytes = goblin__node_out_bytes(&v->oshape[o]);
+        if (bytes && memcmp(a[o].data, held[o], bytes) != 0) return false;
+    }
+    return true;
+}
+
+/* ---- a graph job's RESULT judged ------------------------------------------------ */
+
+void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r) {
+    lease L = n->leases[li];
+    goblin_job *j = L.job;
+    gjob *G = j->g;
+    int64_t ti = L.task;
+    task *t = &j->tasks[ti];
+    peer *p = &n->peers[pi];
+    goblin_verify_reason why;
+    if (!goblin__node_graph_result_shape_ok(j, ti, r, &why)) {
+        goblin__node_count_reject(n, pi, ti, why);
+        char text[96];
+        snprintf(text, sizeof text, "result rejected (%s)", goblin_verify_reason_name(why));
+        goblin__node_lease_failed(n, li, true, GOBLIN_EVERIFY, text);
+        goblin__node_quarantine(n, pi);
+        return;
+    }
+    goblin__node_remove_lease(n, li);
+    goblin__node_lease_msg_done(n, &L);
+    if (t->n_leases > 0) t->n_leases--;
+    if (t->holder == pi + 1) { /* cannot replicate itself */
+        n->st.results_duplicate++;
+        if (t->n_leases == 0 && t->state == T_LEASED) t->state = T_PENDING;
+        if (ti < j->scan_from) j->scan_from = ti;
+        return;
+    }
+    void **data = goblin__calloc((size_t)G->n_out, sizeof *data);
+    if (!data) {
+        goblin__node_job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory");
+        return;
+    }
+    for (int32_t o = 0; o < G->n_out; o++) data[o] = r->outputs[o].data;
+    const goblin_tensor *res0 = r->outputs;
+    if (G->verify == GOBLIN_VERIFY_UNSAFE_NONE) {
+        goblin__node_count_accept(n, pi, false);
+        goblin__node_graph_task_accept(n, j, ti, data, pi, false);
+    } else if (G->verify == GOBLIN_VERIFY_RECOMPUTE) {
+        goblin__node_graph_decide(n, j, ti, 1, &pi, &res0);
+    } else if (G->verify == GOBLIN_VERIFY_SPOT) {
+        goblin__node_graph_spot(n, j, ti, pi, res0, data);
+    } else if (t->holder) {
+        int32_t h = t->holder - 1;
+        vclock t0 = goblin__node_verify_begin();
+        bool same = graph_bit_equal(j, ti, r->outputs, t->held);
+        goblin__node_verify_end(n, t0);
+        if (same) {
+            n->st.replicas_agreed++;
+            goblin__node_count_accept(n, h, true);
+            goblin__node_count_accept(n, pi, true);
+            goblin__node_graph_task_accept(n, j, ti, data, pi, true);
+        } else {
+            goblin_tensor *ht = goblin__calloc((size_t)G->n_out, sizeof *ht);
+            if (!ht) {
+                goblin__node_job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory");
+            } else {
+                for (int32_t o = 0; o < G->n_out; o++) ht[o] = goblin__node_out_tensor(j, ti, o, t->held[o]);
+                void **held = t->held; /* graph_decide frees it through the accept */
+                t->held = NULL;
+                int32_t pc[2] = {h, pi};
+                const goblin_tensor *rs[2] = {ht, res0};
+                goblin__node_graph_decide(n, j, ti, 2, pc, rs);
+                goblin__node_free_bufs(&held, G->n_out);
+                goblin__free(ht);
+            }
+        }
+    } else {
+        if (t->rep == REP_UNDECIDED) goblin__node_decide_replication(j, ti, p);
+        if (t->rep == REP_SINGLE) {
+            goblin__node_count_accept(n, pi, false);
+            goblin__node_graph_task_accept(n, j, ti, data, pi, false);
+        } else if (!other_eligible(n, j, ti, pi)) {
+            goblin__node_graph_decide(n, j, ti, 1, &pi, &res0);
+        } else {
+            /* Hold the result until a different worker's replica arrives. */
+            void **held = goblin__calloc((size_t)G->n_out, sizeof *held);
+            bool okc = held != NULL;
+            for (int32_t o = 0; okc && o < G->n_out; o++) {
+                size_t bytes = goblin__node_out_bytes(&gvar(j, ti)->oshape[o]);
+                okc = (held[o] = goblin__memdup(data[o], bytes ? bytes : 1)) != NULL;
+            }
+            if (!okc) {
+                goblin__node_free_bufs(&held, G->n_out);
+                goblin__node_job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory holding a result");
+            } else {
+                t->held = held;
+                t->holder = pi + 1;
+                if (t->n_leases == 0) {
+                    t->state = T_PENDING;
+                    if (ti < j->scan_from) j->scan_from = ti;
+                }
+            }
+        }
+    }
+    goblin__free(data);
+}
+
+/* ---- held results: orphans, quarantined holders --------------------------------- */
+
+/* A held result whose replica can go nowhere (no other eligible worker): the node decides. */
+void goblin__node_resolve_orphans(goblin_node *n) {
+    int32_t eligible = 0, only = -1;
+    for (int32_t k = 0; k < n->n_peers; k++)
+        if (goblin__node_peer_eligible(n, k)) {
+            eligible++;
+            only = k;
+        }
+    if (eligible != 1) return;
+    for (int32_t q = 0; q < n->n_jobs; q++) {
+        goblin_job *j = n->jobs[q];
+        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_REPLICATE) continue;
+        for (int64_t i = 0; i < j->ntasks && j->running; i++) {
+            task *t = &j->tasks[i];
+            if (t->holder != only + 1 || t->state != T_PENDING) continue;
+            goblin_tensor *ht = goblin__calloc((size_t)j->g->n_out, sizeof *ht);
+            if (!ht) return;
+            for (int32_t o = 0; o < j->g->n_out; o++) ht[o] = goblin__node_out_tensor(j, i, o, t->held[o]);
+            void **held = t->held;
+            t->held = NULL;
+            const goblin_tensor *rs = ht;
+            goblin__node_graph_decide(n, j, i, 1, &only, &rs);
+            goblin__node_free_bufs(&held, j->g->n_out);
+            goblin__free(ht);
+            if (n->peers[only].quarantined) return;
+        }
+    }
+}
+
+/* Peer @p pi is quarantined: forget the results it has held for replication. */
+void goblin__node_drop_held(goblin_node *n, int32_t pi) {
+    for (int32_t q = 0; q < n->n_jobs; q++) {
+        goblin_job *j = n->jobs[q];
+        if (j->kind != JOB_GRAPH) continue;
+        for (int64_t i = 0; i < j->ntasks; i++)
+            if (j->tasks[i].holder == pi + 1) {
+                goblin__node_free_bufs(&j->tasks[i].held, j->g->n_out);
+                j->tasks[i].holder = 0;
+            }
+    }
+}

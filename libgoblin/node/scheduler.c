@@ -1,0 +1,162 @@
+/* libgoblin/node/scheduler.c - the scheduler: which task a worker that asked for leases
+ * gets (input reuse first), the twin lease of a replicated task, a straggler to
+ * duplicate (speculation), and the rounds over the peers ready to take one. */
+#include "node_impl.h"
+
+#include "base/clock.h"
+
+#define SCAN_LIMIT 512    /* pending tasks examined per assignment */
+
+/* ---- picking a task for a worker ------------------------------------------------ */
+
+bool goblin__node_task_fits(const goblin_job *j, int64_t ti, const peer *p) {
+    if (j->kind == JOB_GRAPH) return gvar(j, ti)->bytes <= p->memory;
+    goblin_matmul_tile t;
+    uint64_t bytes = 0;
+    goblin__node_job_tile(j, ti, &t);
+    return goblin_matmul_tile_bytes(&t, j->dt, &bytes) == GOBLIN_OK && bytes <= p->memory;
+}
+
+static bool lease_held_by(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi) {
+    for (int64_t i = 0; i < n->n_leases; i++)
+        if (n->leases[i].job == j && n->leases[i].task == ti && n->leases[i].peer == pi && !n->leases[i].moot)
+            return true;
+    return false;
+}
+
+/* Pick a task for peer @p pi: a pending task whose panels it holds, else the first
+ * pending one; with nothing pending, a straggler to duplicate. */
+static bool assign_one(goblin_node *n, int32_t pi) {
+    peer *p = &n->peers[pi];
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running) continue;
+        int64_t first = -1, best = -1, seen = 0;
+        while (j->scan_from < j->ntasks && j->tasks[j->scan_from].state != T_PENDING) j->scan_from++;
+        for (int64_t i = j->scan_from; i < j->ntasks && seen < SCAN_LIMIT; i++) {
+            if (j->tasks[i].state != T_PENDING) continue;
+            seen++;
+            if (!goblin__node_task_fits(j, i, p)) continue;
+            if (j->kind == JOB_GRAPH) {
+                if (j->tasks[i].holder == pi + 1) continue; /* a replica goes elsewhere */
+                first = i;
+                break;
+            }
+            if (first < 0) first = i;
+            if (goblin__node_peer_has_panel(p, 0, goblin__node_panel_id(j, 0, i)) || goblin__node_peer_has_panel(p, 1, goblin__node_panel_id(j, 1, i))) {
+                best = i;
+                break;
+            }
+        }
+        if (best < 0) best = first;
+        if (best >= 0) return goblin__node_issue(n, j, best, pi, false);
+    }
+    /* Nothing pending: the twin lease of a task that is to be replicated, on a worker
+     * other than the one running it. */
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_REPLICATE) continue;
+        while (j->rep_from < j->ntasks) {
+            const task *t = &j->tasks[j->rep_from];
+            if (t->state == T_DONE || t->rep == REP_SINGLE || (t->rep == REP_TWICE && t->n_leases >= 2)) {
+                j->rep_from++;
+                continue;
+            }
+            break;
+        }
+        int64_t seen = 0;
+        for (int64_t i = j->rep_from; i < j->ntasks && seen < SCAN_LIMIT; i++) {
+            task *t = &j->tasks[i];
+            if (t->state == T_PENDING && t->rep == REP_UNDECIDED) break; /* not leased yet from here on */
+            seen++;
+            if (t->state != T_LEASED || t->rep != REP_TWICE || t->n_leases != 1 || t->holder) continue;
+            if (lease_held_by(n, j, i, pi) || !goblin__node_task_fits(j, i, p)) continue;
+            int64_t at = t->leased_at_ms;
+            if (!goblin__node_issue(n, j, i, pi, false)) return false;
+            t->leased_at_ms = at;
+            n->st.replicas_issued++;
+            return true;
+        }
+    }
+    if (!n->p.speculate) return false;
+    int64_t now = goblin__now_ms();
+    for (int32_t k = 0; k < n->n_jobs; k++) {
+        goblin_job *j = n->jobs[k];
+        if (!j->running || j->scan_from < j->ntasks) continue; /* not near the end yet */
+        /* The straggler scan is O(tasks): a scan that found nothing says when the
+         * next straggler can appear at the earliest, and until then no worker scans
+         * (with many workers idle at a job's end, every message used to scan). */
+        if (now < j->spec_gate_ms) continue;
+        int64_t avg = j->n_task_ms ? j->sum_task_ms / j->n_task_ms : 100;
+        int64_t thresh = 2 * avg + 50;
+        int64_t gate = now + thresh;
+        for (int64_t i = 0; i < j->ntasks; i++) {
+            task *t = &j->tasks[i];
+            if (t->state != T_LEASED || t->n_leases != 1) continue;
+            if (now - t->leased_at_ms < thresh) {
+                if (t->leased_at_ms + thresh < gate) gate = t->leased_at_ms + thresh;
+                continue;
+            }
+            if (lease_held_by(n, j, i, pi) || !goblin__node_task_fits(j, i, p) || t->holder == pi + 1) {
+                if (now + 1 < gate) gate = now + 1; /* another worker may take it */
+                continue;
+            }
+            return goblin__node_issue(n, j, i, pi, true);
+        }
+        /* The average only falls by so much in a few ms: look again at least that often. */
+        j->spec_gate_ms = gate < now + 20 ? gate : now + 20;
+    }
+    return false;
+}
+
+/* ---- the ready list, rounds ----------------------------------------------------- */
+
+static bool peer_can_take(const peer *p) {
+    return p->connected && p->hello && !p->quarantined && p->wanted > 0 && !p->close_at_ms &&
+           p->in_flight < MAX_IN_FLIGHT;
+}
+
+void goblin__node_mark_ready(goblin_node *n, int32_t pi) {
+    if (pi < 0 || pi >= n->n_peers || n->peers[pi].ready) return;
+    int64_t cap = n->cap_ready;
+    if (!goblin__node_grow((void **)&n->ready, &cap, n->n_ready + 1, sizeof(int32_t))) return; /* next tick */
+    n->cap_ready = (int32_t)cap;
+    n->ready[n->n_ready++] = pi;
+    n->peers[pi].ready = true;
+}
+
+/* Lease tasks to the peers that can take them, round by round (one task per peer per
+ * round). @p full: every peer is looked at (housekeeping ticks), else only the ready
+ * list. */
+void goblin__node_schedule(goblin_node *n, bool full) {
+    if (full) {
+        goblin__node_resolve_orphans(n);
+        for (int32_t i = 0; i < n->n_peers; i++)
+            if (peer_can_take(&n->peers[i])) goblin__node_mark_ready(n, i);
+    }
+    bool progress = true;
+    while (progress) {
+        progress = false;
+        for (int32_t k = 0; k < n->n_ready; k++) {
+            int32_t i = n->ready[k];
+            if (!peer_can_take(&n->peers[i])) {
+                n->peers[i].ready = false;
+                n->ready[k--] = n->ready[--n->n_ready];
+                continue;
+            }
+            if (!n->peers[i].batch) {
+                if (assign_one(n, i)) progress = true;
+                continue;
+            }
+            /* One message per peer per round: up to BATCH_MAX small tasks. */
+            peer *p = &n->peers[i];
+            n->bpeer = i;
+            n->bid = ++n->next_msg_id;
+            for (int32_t c = 0; c < BATCH_MAX && p->wanted > 0 && !n->bclosed && n->bcount < BATCH_MAX; c++) {
+                if (!assign_one(n, i)) break;
+                progress = true;
+            }
+            goblin__node_batch_flush(n);
+        }
+    }
+}

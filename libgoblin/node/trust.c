@@ -1,0 +1,48 @@
+/* libgoblin/node/trust.c - adaptive trust: the share of a worker's results that are
+ * checked (a replica under REPLICATE, secret rows under SPOT) falls with the checks it
+ * has passed, never under the job's min_replication; verdicts counted per worker. */
+#include "node_impl.h"
+
+#include "base/secret.h"
+
+/* ---- the rate of checks a worker's agreements earn ------------------------------ */
+
+double goblin__node_rand_u01(void) { return (double)(goblin__secret_u64() >> 11) * 0x1p-53; }
+
+/* REPLICATE graph jobs: whether task @p ti, first leased to peer @p pi, is run twice.
+ * Drawn from the node's secret random source at the first lease, at the rate the
+ * worker's trust gives (docs/verification.md); the replica lease then goes to another
+ * worker at once, so both copies run side by side instead of one after the other. A
+ * worker cannot tell whether its lease has a twin. */
+void goblin__node_decide_replication(goblin_job *j, int64_t ti, const peer *p) {
+    task *t = &j->tasks[ti];
+    if (j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_REPLICATE || t->rep != REP_UNDECIDED)
+        return;
+    double rate = 1.0 / (1.0 + (double)p->agreements / j->g->halflife);
+    if (rate < j->g->min_rep) rate = j->g->min_rep;
+    t->rep = goblin__node_rand_u01() < rate ? REP_TWICE : REP_SINGLE;
+}
+
+/* The share of a worker's SPOT results that are checked: adaptive in its agreements,
+ * never under the job's min_replication. */
+double goblin__node_spot_rate(const gjob *G, const peer *p) {
+    double rate = 1.0 / (1.0 + (double)p->agreements / G->halflife);
+    return rate < G->min_rep ? G->min_rep : rate;
+}
+
+/* ---- verdicts counted ----------------------------------------------------------- */
+
+void goblin__node_count_reject(goblin_node *n, int32_t pi, int64_t ti, goblin_verify_reason why) {
+    peer *p = &n->peers[pi];
+    n->st.results_rejected++;
+    n->st.rejected_by_reason[why < GOBLIN_VERIFY_REASON_COUNT ? why : 0]++;
+    p->rejected++;
+    goblin__node_log(n, GOBLIN_LOG_WARN, "rejected result of graph task %lld from worker %llu: %s", (long long)ti,
+                     (unsigned long long)p->session_id, goblin_verify_reason_name(why));
+}
+
+void goblin__node_count_accept(goblin_node *n, int32_t pi, bool agreed) {
+    n->st.results_accepted++;
+    n->peers[pi].accepted++;
+    if (agreed) n->peers[pi].agreements++;
+}
