@@ -215,6 +215,25 @@ goblin_err goblin_clip_grad_norm(goblin_dtype dt, int32_t n_tensors, void *const
     return GOBLIN_OK;
 }
 
+static const char *const g_lr_kind_names[GOBLIN_LR_KIND_COUNT] = {
+    [GOBLIN_LR_CONSTANT] = "constant",
+    [GOBLIN_LR_COSINE_WARMUP] = "cosine-warmup",
+};
+
+const char *goblin_lr_kind_name(goblin_lr_kind k) {
+    return (unsigned)k < GOBLIN_LR_KIND_COUNT ? g_lr_kind_names[k] : NULL;
+}
+
+goblin_err goblin_lr_kind_from_name(const char *name, goblin_lr_kind *out) {
+    if (!name || !out) return GOBLIN_EINVAL;
+    for (int k = 0; k < GOBLIN_LR_KIND_COUNT; k++)
+        if (strcmp(name, g_lr_kind_names[k]) == 0) {
+            *out = (goblin_lr_kind)k;
+            return GOBLIN_OK;
+        }
+    return GOBLIN_EINVAL;
+}
+
 double goblin_lr_at(const goblin_lr_schedule *s, int64_t step) {
     if (!s || step < 0) return NAN;
     if (s->kind == GOBLIN_LR_CONSTANT) return s->base_lr;

@@ -75,6 +75,25 @@ static bool shape_attr_follows_batch(goblin_op op) {
     }
 }
 
+static const char *const g_split_names[GOBLIN_SPLIT_COUNT] = {
+    [GOBLIN_SPLIT_BROADCAST] = "broadcast",
+    [GOBLIN_SPLIT_BATCH] = "batch",
+};
+
+const char *goblin_split_name(goblin_split s) {
+    return (unsigned)s < GOBLIN_SPLIT_COUNT ? g_split_names[s] : NULL;
+}
+
+goblin_err goblin_split_from_name(const char *name, goblin_split *out) {
+    if (!name || !out) return GOBLIN_EINVAL;
+    for (int s = 0; s < GOBLIN_SPLIT_COUNT; s++)
+        if (strcmp(name, g_split_names[s]) == 0) {
+            *out = (goblin_split)s;
+            return GOBLIN_OK;
+        }
+    return GOBLIN_EINVAL;
+}
+
 goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split, int64_t rows,
                                 goblin_graph **out, char *err_msg, size_t err_cap) {
     if (err_msg && err_cap) err_msg[0] = 0;

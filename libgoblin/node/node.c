@@ -3039,9 +3039,28 @@ void goblin_graph_job_params_default(goblin_graph_job_params *p) {
     p->trust_halflife = 20.0;
 }
 
+static const char *const g_combine_names[GOBLIN_COMBINE_COUNT] = {
+    [GOBLIN_COMBINE_AUTO] = "auto", [GOBLIN_COMBINE_CONCAT] = "concat", [GOBLIN_COMBINE_SUM] = "sum",
+    [GOBLIN_COMBINE_MEAN] = "mean", [GOBLIN_COMBINE_MAX] = "max",       [GOBLIN_COMBINE_MIN] = "min",
+};
+
+const char *goblin_combine_name(goblin_combine c) {
+    return (unsigned)c < GOBLIN_COMBINE_COUNT ? g_combine_names[c] : NULL;
+}
+
+goblin_err goblin_combine_from_name(const char *name, goblin_combine *out) {
+    if (!name || !out) return GOBLIN_EINVAL;
+    for (int c = 0; c < GOBLIN_COMBINE_COUNT; c++)
+        if (strcmp(name, g_combine_names[c]) == 0) {
+            *out = (goblin_combine)c;
+            return GOBLIN_OK;
+        }
+    return GOBLIN_EINVAL;
+}
+
 static const char *combine_name(goblin_combine c) {
-    static const char *nm[] = {"auto", "concat", "sum", "mean", "max", "min"};
-    return (unsigned)c < GOBLIN_COMBINE_COUNT ? nm[c] : "invalid";
+    const char *n = goblin_combine_name(c);
+    return n ? n : "invalid";
 }
 
 /* Do @p a and @p b serialize to the same bytes? (Every field goblin_graph_serialize
