@@ -14,6 +14,7 @@
 #include <goblin/optim.h>
 #include <math.h>
 #include <string.h>
+#include "base/names.h"
 
 void goblin_sgd_params_default(goblin_sgd_params *o) {
     if (!o) return;
@@ -225,13 +226,10 @@ const char *goblin_lr_kind_name(goblin_lr_kind k) {
 }
 
 goblin_err goblin_lr_kind_from_name(const char *name, goblin_lr_kind *out) {
-    if (!name || !out) return GOBLIN_EINVAL;
-    for (int k = 0; k < GOBLIN_LR_KIND_COUNT; k++)
-        if (strcmp(name, g_lr_kind_names[k]) == 0) {
-            *out = (goblin_lr_kind)k;
-            return GOBLIN_OK;
-        }
-    return GOBLIN_EINVAL;
+    int i = goblin__name_index(g_lr_kind_names, GOBLIN_LR_KIND_COUNT, name);
+    if (i < 0 || !out) return GOBLIN_EINVAL;
+    *out = (goblin_lr_kind)i;
+    return GOBLIN_OK;
 }
 
 double goblin_lr_at(const goblin_lr_schedule *s, int64_t step) {

@@ -8,6 +8,7 @@
 #include "goblin/node.h"
 #include "graph_impl.h"
 #include "rebatch.h"
+#include "base/names.h"
 
 static bool shape_differs(const goblin__node *a, const goblin__node *b) {
     if (a->rank != b->rank) return true;
@@ -85,13 +86,10 @@ const char *goblin_split_name(goblin_split s) {
 }
 
 goblin_err goblin_split_from_name(const char *name, goblin_split *out) {
-    if (!name || !out) return GOBLIN_EINVAL;
-    for (int s = 0; s < GOBLIN_SPLIT_COUNT; s++)
-        if (strcmp(name, g_split_names[s]) == 0) {
-            *out = (goblin_split)s;
-            return GOBLIN_OK;
-        }
-    return GOBLIN_EINVAL;
+    int i = goblin__name_index(g_split_names, GOBLIN_SPLIT_COUNT, name);
+    if (i < 0 || !out) return GOBLIN_EINVAL;
+    *out = (goblin_split)i;
+    return GOBLIN_OK;
 }
 
 goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split, int64_t rows,

@@ -36,6 +36,7 @@
 #include "net/share.h"
 #include "net/transport.h"
 #include "proto/wire_impl.h"
+#include "base/names.h"
 
 #define PANEL_MEMO 32     /* matmul panel ids remembered per worker and kind (A, B) */
 #define GID_MEMO 160      /* graph-job input ids remembered per worker (a captured model's
@@ -3049,13 +3050,10 @@ const char *goblin_combine_name(goblin_combine c) {
 }
 
 goblin_err goblin_combine_from_name(const char *name, goblin_combine *out) {
-    if (!name || !out) return GOBLIN_EINVAL;
-    for (int c = 0; c < GOBLIN_COMBINE_COUNT; c++)
-        if (strcmp(name, g_combine_names[c]) == 0) {
-            *out = (goblin_combine)c;
-            return GOBLIN_OK;
-        }
-    return GOBLIN_EINVAL;
+    int i = goblin__name_index(g_combine_names, GOBLIN_COMBINE_COUNT, name);
+    if (i < 0 || !out) return GOBLIN_EINVAL;
+    *out = (goblin_combine)i;
+    return GOBLIN_OK;
 }
 
 static const char *combine_name(goblin_combine c) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "train_impl.h"
+#include "base/names.h"
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
@@ -50,13 +51,10 @@ const char *goblin_optimizer_name(goblin_optimizer o) {
 }
 
 goblin_err goblin_optimizer_from_name(const char *name, goblin_optimizer *out) {
-    if (!name || !out) return GOBLIN_EINVAL;
-    for (int o = 0; o < GOBLIN_OPTIMIZER_COUNT; o++)
-        if (strcmp(name, g_optimizer_names[o]) == 0) {
-            *out = (goblin_optimizer)o;
-            return GOBLIN_OK;
-        }
-    return GOBLIN_EINVAL;
+    int i = goblin__name_index(g_optimizer_names, GOBLIN_OPTIMIZER_COUNT, name);
+    if (i < 0 || !out) return GOBLIN_EINVAL;
+    *out = (goblin_optimizer)i;
+    return GOBLIN_OK;
 }
 
 /* ---- params --------------------------------------------------------------------------- */
