@@ -1,7 +1,9 @@
-/* goblin/alloc.h - the allocation hook.
+/* goblin/alloc.h - the allocation hook, and sizes of memory.
  *
  * All memory the library allocates goes through one allocator, so embedders can
- * account for it and tests can fail the Nth allocation. */
+ * account for it and tests can fail the Nth allocation. Memory budgets given as text
+ * ("512M", "1.5G") are read by goblin_size_parse, for the tools and the Python package
+ * alike. */
 #ifndef GOBLIN_ALLOC_H
 #define GOBLIN_ALLOC_H
 
@@ -42,6 +44,14 @@ GOBLIN_API void goblin_buffer_free(void *ptr);
  *  GOBLIN_ENOTSUP where the C library has no such settings (anything but glibc), in
  *  which case nothing changed. */
 GOBLIN_API goblin_err goblin_tune_allocator_for_service(size_t retain_bytes);
+
+/** Read a size in bytes: a decimal number (a fraction allowed: "1.5G") with an optional
+ *  unit K, M, G or T (powers of 1024, any case, optionally followed by "iB" or "B"; "B" alone
+ *  means bytes); blanks around it and before the unit are ignored. A fractional result is rounded down.
+ *  *out set on success. GOBLIN_EINVAL (NULL, empty or malformed text), GOBLIN_ERANGE (more
+ *  than UINT64_MAX bytes). Zero is a size like any other: callers that need a positive one
+ *  check. */
+GOBLIN_API goblin_err goblin_size_parse(const char *s, uint64_t *out);
 
 GOBLIN_END_DECLS
 

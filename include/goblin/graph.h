@@ -111,8 +111,14 @@ GOBLIN_API goblin_err goblin_graph_deserialize(const uint8_t *buf, size_t len,
 /** How a graph job cuts an input (goblin_graph_job_params.split, node.h). */
 typedef enum goblin_split {
     GOBLIN_SPLIT_BROADCAST = 0, /* whole tensor to every task */
-    GOBLIN_SPLIT_BATCH = 1      /* cut along dim 0 */
+    GOBLIN_SPLIT_BATCH = 1,     /* cut along dim 0 */
+    GOBLIN_SPLIT_COUNT
 } goblin_split;
+
+/** "broadcast" or "batch"; NULL for a value outside the enum. */
+GOBLIN_API const char *goblin_split_name(goblin_split s);
+/** The split named @p name (as goblin_split_name gives it) into *out; GOBLIN_EINVAL. */
+GOBLIN_API goblin_err goblin_split_from_name(const char *name, goblin_split *out);
 
 /** The re-instantiation the node uses for chunks: a copy of @p g whose BATCH inputs
  *  (split as for goblin_graph_job_params; NULL = the default rule) have @p rows rows

@@ -203,6 +203,11 @@ typedef enum goblin_combine {
     GOBLIN_COMBINE_COUNT
 } goblin_combine;
 
+/** "auto", "concat", "sum", "mean", "max" or "min"; NULL for a value outside the enum. */
+GOBLIN_API const char *goblin_combine_name(goblin_combine c);
+/** The rule named @p name (as goblin_combine_name gives it) into *out; GOBLIN_EINVAL. */
+GOBLIN_API goblin_err goblin_combine_from_name(const char *name, goblin_combine *out);
+
 #define GOBLIN_GRAPH_JOB_MAX_IO 1024
 
 typedef struct goblin_graph_job_params {

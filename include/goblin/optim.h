@@ -87,7 +87,13 @@ typedef enum goblin_lr_kind {
      * warmup_steps, lr = eta_min + (base - eta_min) * (1 + cos(pi * t / T)) / 2
      * (torch CosineAnnealingLR's closed form; SequentialLR joins the two). */
     GOBLIN_LR_COSINE_WARMUP = 1,
+    GOBLIN_LR_KIND_COUNT
 } goblin_lr_kind;
+
+/** "constant" or "cosine-warmup"; NULL for a value outside the enum. */
+GOBLIN_API const char *goblin_lr_kind_name(goblin_lr_kind k);
+/** The schedule kind named @p name (as goblin_lr_kind_name gives it) into *out; GOBLIN_EINVAL. */
+GOBLIN_API goblin_err goblin_lr_kind_from_name(const char *name, goblin_lr_kind *out);
 
 typedef struct goblin_lr_schedule {
     goblin_lr_kind kind;

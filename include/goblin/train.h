@@ -2,7 +2,7 @@
  * tiles, every task verified.
  *
  * A trainer holds a model's parameters and optimizer state (in the lab's process: the
- * node's, or a client's talking to a goblin-node) and runs rounds. One round:
+ * embedded grid's, or a client's talking to a goblin-node: grid.h) and runs rounds. One round:
  *
  *   1. the batch is cut into micro-batches (data-parallel tasks);
  *   2. when the forward + backward of one micro-batch does not fit a worker's memory
@@ -34,9 +34,9 @@
 #define GOBLIN_TRAIN_H
 
 #include "api.h"
-#include "client.h"
 #include "error.h"
 #include "graph.h"
+#include "grid.h"
 #include "node.h"
 #include "optim.h"
 #include "tensor.h"
@@ -48,6 +48,11 @@ typedef enum goblin_optimizer {
     GOBLIN_OPTIMIZER_ADAMW = 1,
     GOBLIN_OPTIMIZER_COUNT
 } goblin_optimizer;
+
+/** "sgd" or "adamw"; NULL for a value outside the enum. */
+GOBLIN_API const char *goblin_optimizer_name(goblin_optimizer o);
+/** The optimizer named @p name (as goblin_optimizer_name gives it) into *out; GOBLIN_EINVAL. */
+GOBLIN_API goblin_err goblin_optimizer_from_name(const char *name, goblin_optimizer *out);
 
 typedef struct goblin_trainer_params {
     const goblin_graph *model;   /* borrowed during _new (the trainer keeps its own copy) */
@@ -76,18 +81,18 @@ GOBLIN_API void goblin_trainer_params_default(goblin_trainer_params *p);
 
 typedef struct goblin_trainer goblin_trainer;
 
-/** A trainer submitting its tasks to @p node (embedded grid or the node's own process)
- *  or, when @p node is NULL, through @p client to a goblin-node. Borrowed: must outlive
- *  the trainer. Both NULL: the tasks are evaluated in the calling thread with
- *  goblin_graph_eval (no grid, no verification; a reference path). Both set: EINVAL. @p init: the n_params initial parameter values (copied; shapes and dtypes
- *  must match the model's parameter inputs). Errors: GOBLIN_EINVAL (bad params; the
- *  message says which), GOBLIN_ESHAPE / GOBLIN_EDTYPE (init vs the model, a loss that is
- *  not one float element), GOBLIN_ENOTSUP (an op without a backward rule: named),
- *  GOBLIN_ENOMEM. @p err_msg (if not NULL, @p err_cap bytes) says why. */
-GOBLIN_API goblin_err goblin_trainer_new(goblin_trainer **out, goblin_node *node,
-                                         goblin_client *client, const goblin_trainer_params *p,
-                                         const goblin_tensor *init, char *err_msg,
-                                         size_t err_cap);
+/** A trainer submitting its tasks to @p grid (grid.h: an embedded grid, or a running
+ *  node through its client gateway; borrowed: must outlive the trainer). @p grid NULL:
+ *  the tasks are evaluated in the calling thread with goblin_graph_eval (no grid, no
+ *  verification; a reference path). @p init: the n_params initial parameter values
+ *  (copied; shapes and dtypes must match the model's parameter inputs). Errors:
+ *  GOBLIN_EINVAL (bad params; the message says which), GOBLIN_ESHAPE / GOBLIN_EDTYPE (init
+ *  vs the model, a loss that is not one float element), GOBLIN_ENOTSUP (an op without a
+ *  backward rule: named), GOBLIN_ENOMEM. @p err_msg (if not NULL, @p err_cap bytes) says
+ *  why. */
+GOBLIN_API goblin_err goblin_trainer_new(goblin_trainer **out, goblin_grid *grid,
+                                         const goblin_trainer_params *p, const goblin_tensor *init,
+                                         char *err_msg, size_t err_cap);
 GOBLIN_API void goblin_trainer_free(goblin_trainer *t);
 /** Why the trainer's last call failed ("" after a success; owned by the trainer). */
 GOBLIN_API const char *goblin_trainer_error(const goblin_trainer *t);

@@ -14,6 +14,7 @@
 #include <goblin/optim.h>
 #include <math.h>
 #include <string.h>
+#include "base/names.h"
 
 void goblin_sgd_params_default(goblin_sgd_params *o) {
     if (!o) return;
@@ -212,6 +213,22 @@ goblin_err goblin_clip_grad_norm(goblin_dtype dt, int32_t n_tensors, void *const
             for (int64_t i = 0; i < numels[t]; i++) ((double *)grads[t])[i] *= coef;
     }
     if (total_norm) *total_norm = total;
+    return GOBLIN_OK;
+}
+
+static const char *const g_lr_kind_names[GOBLIN_LR_KIND_COUNT] = {
+    [GOBLIN_LR_CONSTANT] = "constant",
+    [GOBLIN_LR_COSINE_WARMUP] = "cosine-warmup",
+};
+
+const char *goblin_lr_kind_name(goblin_lr_kind k) {
+    return (unsigned)k < GOBLIN_LR_KIND_COUNT ? g_lr_kind_names[k] : NULL;
+}
+
+goblin_err goblin_lr_kind_from_name(const char *name, goblin_lr_kind *out) {
+    int i = goblin__name_index(g_lr_kind_names, GOBLIN_LR_KIND_COUNT, name);
+    if (i < 0 || !out) return GOBLIN_EINVAL;
+    *out = (goblin_lr_kind)i;
     return GOBLIN_OK;
 }
 

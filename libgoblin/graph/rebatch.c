@@ -8,6 +8,7 @@
 #include "goblin/node.h"
 #include "graph_impl.h"
 #include "rebatch.h"
+#include "base/names.h"
 
 static bool shape_differs(const goblin__node *a, const goblin__node *b) {
     if (a->rank != b->rank) return true;
@@ -73,6 +74,22 @@ static bool shape_attr_follows_batch(goblin_op op) {
     default:
         return false;
     }
+}
+
+static const char *const g_split_names[GOBLIN_SPLIT_COUNT] = {
+    [GOBLIN_SPLIT_BROADCAST] = "broadcast",
+    [GOBLIN_SPLIT_BATCH] = "batch",
+};
+
+const char *goblin_split_name(goblin_split s) {
+    return (unsigned)s < GOBLIN_SPLIT_COUNT ? g_split_names[s] : NULL;
+}
+
+goblin_err goblin_split_from_name(const char *name, goblin_split *out) {
+    int i = goblin__name_index(g_split_names, GOBLIN_SPLIT_COUNT, name);
+    if (i < 0 || !out) return GOBLIN_EINVAL;
+    *out = (goblin_split)i;
+    return GOBLIN_OK;
 }
 
 goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split, int64_t rows,

@@ -1,6 +1,7 @@
 /* libgoblin/node/graph_job.c - graph jobs: the caller's tensors checked, large constants
  * hoisted into cached inputs (hoist.c), the batch cut into chunks, the chunk graphs
  * (variants) built and serialized, and the job submitted. */
+#include "base/names.h"
 #include "node_impl.h"
 
 #include <stdio.h>
@@ -46,9 +47,25 @@ void goblin__node_gjob_free(gjob *G) {
 
 /* ---- chunk graphs: variants and their serialization ----------------------------- */
 
+static const char *const g_combine_names[GOBLIN_COMBINE_COUNT] = {
+    [GOBLIN_COMBINE_AUTO] = "auto", [GOBLIN_COMBINE_CONCAT] = "concat", [GOBLIN_COMBINE_SUM] = "sum",
+    [GOBLIN_COMBINE_MEAN] = "mean", [GOBLIN_COMBINE_MAX] = "max",       [GOBLIN_COMBINE_MIN] = "min",
+};
+
+const char *goblin_combine_name(goblin_combine c) {
+    return (unsigned)c < GOBLIN_COMBINE_COUNT ? g_combine_names[c] : NULL;
+}
+
+goblin_err goblin_combine_from_name(const char *name, goblin_combine *out) {
+    int i = goblin__name_index(g_combine_names, GOBLIN_COMBINE_COUNT, name);
+    if (i < 0 || !out) return GOBLIN_EINVAL;
+    *out = (goblin_combine)i;
+    return GOBLIN_OK;
+}
+
 static const char *combine_name(goblin_combine c) {
-    static const char *nm[] = {"auto", "concat", "sum", "mean", "max", "min"};
-    return (unsigned)c < GOBLIN_COMBINE_COUNT ? nm[c] : "invalid";
+    const char *n = goblin_combine_name(c);
+    return n ? n : "invalid";
 }
 
 /* Do @p a and @p b serialize to the same bytes? (Every field goblin_graph_serialize

@@ -1,10 +1,14 @@
-/* libgoblin/train/train_impl.h - the trainer's internals shared by train.c (rounds, execution,
- * checkpoints) and train_plan.c (model analysis, partitioner, stage and tile graphs).
- * docs/training.md describes the design. */
+/* libgoblin/train/train_impl.h - the trainer's internals, shared by trainer.c (parameters,
+ * state, plans), round.c (one round: its tasks on the grid, the gradients summed in a fixed
+ * order, the optimizer step), checkpoint.c (save and load) and train_plan.c (model
+ * analysis, partitioner, stage and tile graphs). docs/training.md describes the design. */
 #ifndef GOBLIN__TRAIN_IMPL_H
 #define GOBLIN__TRAIN_IMPL_H
 
+#include <string.h>
+#include <time.h>
 #include <goblin/goblin.h>
+#include "base/alloc.h"
 #include "graph/graph_impl.h"
 
 /* What the analysis knows about one node of the model (ids as in the model). */
@@ -105,6 +109,28 @@ goblin_err goblin__train_make_plan(const tr_model *m, int64_t batch, int64_t mic
                                    uint64_t budget, int32_t max_stages, tr_plan *out, char *msg,
                                    size_t cap);
 void goblin__train_plan_clear(tr_plan *p);
+/* The closure walk of stage [a, b] (train_plan.c), shared with task_graph.c. */
+typedef struct tr_measure {
+    double pbytes, act_row, act_fixed, flops_row, flops_fixed;
+} tr_measure;
+
+typedef struct tr_scratch {
+    int32_t *stamp;
+    int32_t cur;
+    int32_t *stack;
+} tr_scratch;
+
+/* Visit the closure of stage [a, b]: parameters, inputs from outside, copied
+ * batch-independent nodes. @p fn (if not NULL) gets each visited node and its role. */
+typedef void (*tr_visit_fn)(void *user, int32_t id, int role);
+enum { ROLE_PARAM = 0, ROLE_INPUT = 1, ROLE_COPY = 2, ROLE_STAGE = 3 };
+void goblin__train_closure(const tr_model *m, tr_scratch *s, int32_t a, int32_t b, tr_measure *out,
+                           tr_visit_fn fn, void *user);
+/* Room for the closure walk's stack: every edge may be pushed once. */
+size_t goblin__train_stack_len(const goblin_graph *g);
+
+/* ---- task_graph.c ---------------------------------------------------------- */
+
 /* Build the task graph of @p kind for stage @p s at @p rows rows (tile @p tile). */
 goblin_err goblin__train_task_graph(const tr_model *m, const tr_plan *p, int32_t s,
                                     tr_task_kind kind, int64_t rows, int32_t tile,
@@ -118,5 +144,50 @@ void goblin__train_tile_range(int64_t total, int32_t tiles, int32_t k, int64_t *
 void goblin__train_tile_layout(const tr_model *m, const tr_stage *st, int32_t *w_param,
                                int32_t *w_axis, int32_t *bias_param, int32_t *out_axis,
                                int64_t *features);
+
+/* ---- the trainer (trainer.c, round.c, checkpoint.c) ------------------------------ */
+
+struct goblin_trainer {
+    goblin_trainer_params p;
+    goblin_grid *grid;     /* where the tasks go (borrowed); NULL: evaluated in this thread */
+    tr_model m;
+    goblin_dtype pdt;
+    goblin_tensor *params; /* contiguous, owned */
+    goblin_sgd_state *sgd;
+    goblin_adamw_state *adam;
+    int64_t rounds;
+    uint64_t version, nonce, model_hash;
+    tr_plan plan;
+    int64_t plan_micro_param;
+    char err[512];
+};
+
+/* Set the trainer's message; returns @p e. */
+goblin_err goblin__train_err(goblin_trainer *t, goblin_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void goblin__train_log(goblin_trainer *t, goblin_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A new contiguous tensor (zeroed if @p zero). GOBLIN_ENOMEM. */
+goblin_err goblin__train_alloc_like(goblin_tensor *out, goblin_dtype dt, int32_t rank, const int64_t *shape,
+                                    bool zero);
+/* Fresh optimizer state (zeroed moments, step 0, no momentum buffer yet). */
+goblin_err goblin__train_state_new(goblin_trainer *t, goblin_sgd_state **sgd, goblin_adamw_state **adam);
+/* Free the trainer's optimizer state (t->sgd, t->adam). */
+void goblin__train_state_free(goblin_trainer *t);
+/* Make t->plan the plan for @p batch rows under the current budget. */
+goblin_err goblin__train_ensure_plan(goblin_trainer *t, int64_t batch);
+
+static inline uint64_t goblin__train_mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline double goblin__train_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 #endif

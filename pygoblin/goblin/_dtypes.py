@@ -5,13 +5,15 @@ float32 (rounded to bf16 on the way in) and bf16 results come back as float32.
 """
 import numpy as np
 
-DTYPES = ("f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64", "u8", "bool")
-FLOAT = frozenset(("f32", "f64", "f16", "bf16"))
-INT = frozenset(("i8", "i16", "i32", "i64", "u8"))
+from . import _goblin
 
-_TO_NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.float32,
-          "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8,
-          "bool": np.bool_}
+# The library's dtype table (goblin/dtype.h and the extension's NumPy mapping), read at import.
+_TABLE = _goblin.dtype_table()
+DTYPES = tuple(row["name"] for row in _TABLE)
+FLOAT = frozenset(row["name"] for row in _TABLE if row["float"])
+INT = frozenset(row["name"] for row in _TABLE if row["int"])
+
+_TO_NP = {row["name"]: row["numpy"] for row in _TABLE}
 _FROM_NP = {np.dtype(v): k for k, v in _TO_NP.items() if k != "bf16"}
 
 

@@ -21,14 +21,17 @@ import numpy as np
 from . import _goblin
 from . import _dtypes
 
-_SPLIT = {"broadcast": 0, "batch": 1}
-_COMBINE = {"auto": 0, "concat": 1, "sum": 2, "mean": 3, "max": 4, "min": 5}
-_VERIFY = {"replicate": 4, "recompute": 1, "none": 2, "unsafe-none": 2, "spot": 3}
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+# The library's enums, by name (goblin/graph.h, node.h, verify.h). Graph jobs take these
+# verification policies; "none" is short for "unsafe-none".
+_SPLIT = _goblin.enum_values("split")
+_COMBINE = _goblin.enum_values("combine")
+_VERIFY = {k: v for k, v in _goblin.enum_values("verify").items() if k in ("replicate", "recompute", "spot",
+                                                                           "unsafe-none")}
+_VERIFY["none"] = _VERIFY["unsafe-none"]
 
 
 def _bytes(v, what):
-    """An int of bytes, or a string like '512M', '2G', '1.5g', '4096'."""
+    """An int of bytes, or a string like '512M', '2G', '1.5g', '4096' (goblin_size_parse)."""
     if v is None:
         return 0
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
@@ -36,14 +39,12 @@ def _bytes(v, what):
             raise _goblin.InvalidArgumentError(f"{what} must be positive, got {v}")
         return int(v)
     if isinstance(v, str):
-        s = v.strip().lower().removesuffix("ib").removesuffix("b")
-        unit = s[-1:] if s[-1:] in _UNITS else ""
         try:
-            n = float(s[:len(s) - len(unit)]) * _UNITS[unit]
-        except ValueError:
-            n = -1
+            n = _goblin.size_parse(v)
+        except _goblin.GoblinError:
+            n = 0
         if n >= 1:
-            return int(n)
+            return n
     raise _goblin.InvalidArgumentError(f"{what}: expected a positive number of bytes or a size like "
                                        f"'512M', got {v!r}")
 
@@ -250,20 +251,7 @@ class Grid:
         self._check_open()
         p = _Progress(progress, "goblin matmul")
         try:
-            if self.kind == "remote":
-                self._native.matmul_files(os.fspath(a_path), os.fspath(b_path), os.fspath(c_path),
-                                          p.callback)
-                return None
-            a = np.load(a_path, mmap_mode="r")
-            b = np.load(b_path, mmap_mode="r")
-            if a.ndim != 2 or b.ndim != 2:
-                raise _goblin.ShapeError("matmul_files: A and B must be 2-D")
-            c = np.lib.format.open_memmap(c_path, mode="w+", dtype=a.dtype, shape=(a.shape[0], b.shape[1]))
-            try:
-                self._native.matmul(a, b, c, p.callback, 0, 0)
-                c.flush()
-            finally:
-                del c
+            self._native.matmul_files(os.fspath(a_path), os.fspath(b_path), os.fspath(c_path), p.callback)
             return None
         finally:
             p.close()

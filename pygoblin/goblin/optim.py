@@ -14,6 +14,10 @@ after total_steps; Constant() (the default) keeps the optimizer's lr every round
 """
 import math
 
+from . import _goblin
+
+_LR_KIND = _goblin.enum_values("lr_kind")  # goblin/optim.h
+
 __all__ = ["Optimizer", "SGD", "AdamW", "Schedule", "Constant", "CosineWarmup"]
 
 
@@ -109,7 +113,8 @@ class Schedule:
         raise NotImplementedError
 
     def lr_at(self, base_lr, step):
-        """The learning rate of 0-based round `step` (the formula the trainer applies)."""
+        """The learning rate of 0-based round `step`: the library's goblin_lr_at, the very
+        function the trainer applies."""
         raise NotImplementedError
 
 
@@ -117,10 +122,10 @@ class Constant(Schedule):
     """The optimizer's lr every round."""
 
     def options(self):
-        return {"schedule_kind": 0}
+        return {"schedule_kind": _LR_KIND["constant"]}
 
     def lr_at(self, base_lr, step):
-        return base_lr
+        return _goblin.lr_at(_LR_KIND["constant"], float(base_lr), int(step))
 
     def __repr__(self):
         return "goblin.optim.Constant()"
@@ -141,17 +146,12 @@ class CosineWarmup(Schedule):
             raise ValueError("need 0 <= warmup_steps < total_steps")
 
     def options(self):
-        return {"schedule_kind": 1, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
+        return {"schedule_kind": _LR_KIND["cosine-warmup"], "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
                 "warmup_start_factor": self.warmup_start_factor, "eta_min": self.eta_min}
 
     def lr_at(self, base_lr, step):
-        w = self.warmup_steps
-        if step < w:
-            f = self.warmup_start_factor
-            return base_lr * (f + (1.0 - f) * step / w)
-        t = min(step - w, self.total_steps - w)
-        T = self.total_steps - w
-        return self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(math.pi * t / T)) / 2
+        return _goblin.lr_at(_LR_KIND["cosine-warmup"], float(base_lr), int(step), self.total_steps,
+                             self.warmup_steps, self.warmup_start_factor, self.eta_min)
 
     def __repr__(self):
         return (f"goblin.optim.CosineWarmup(total_steps={self.total_steps}, warmup_steps={self.warmup_steps}, "

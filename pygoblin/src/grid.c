@@ -1,35 +1,33 @@
-/* grid.c - goblin._goblin.Grid: an embedded grid (goblin_grid_local: a node and worker
- * threads in this process) or a client of a running goblin-node (goblin_client).
+/* grid.c - goblin._goblin.Grid: a thin handle on goblin_grid (goblin/grid.h), an embedded
+ * grid (a node and worker threads in this process) or a client of a running goblin-node:
+ * the same calls for both, the library's job handle doing what differs.
  *
  * Jobs are waited for in short slices with the GIL released; between slices the
  * extension reports progress to a Python callable and runs PyErr_CheckSignals, so a
  * Ctrl-C (or an exception raised by the callable) cancels the job on the node and the
- * grid stays usable. Embedded jobs read the caller's arrays in place and write the
- * caller's output arrays directly (borrowed tensors, any strides, memmaps included);
- * remote jobs send packed copies and copy the fetched results into NumPy arrays. */
+ * grid stays usable. The caller's arrays are handed to the library as they are (any
+ * strides, memmaps included): an embedded grid computes on them in place, a remote one
+ * sends them and copies the results into the output arrays. */
 #include "pygoblin.h"
 
 #include <pthread.h>
 #include <string.h>
-#include <time.h>
 
-#define SLICE_MS 50       /* one wait slice: how quickly Ctrl-C is noticed */
-#define LOG_RING 8
+#define SLICE_MS 50          /* one wait slice: how quickly Ctrl-C is noticed */
 #define CANCEL_WAIT_MS 30000 /* after a cancel, how long to wait for the job to end */
+#define STATS_WORKERS 1024   /* per-worker records asked for at first */
 
-/* Warning and error lines of the embedded node and workers: a failed submit returns a
- * code only and the node logs why, so the last line becomes the exception's message. */
+/* Why an embedded grid could not start: the node and workers log it (the grid itself,
+ * and the lines it keeps for goblin_grid_error, are gone by then). */
 typedef struct {
     pthread_mutex_t mu;
-    uint64_t seq;
-    char line[LOG_RING][400];
-} log_ring;
+    char line[400];
+} start_log;
 
 typedef struct {
     PyObject_HEAD
-    goblin_grid *grid;     /* embedded, or NULL */
-    goblin_client *client; /* remote, or NULL */
-    log_ring *log;         /* embedded */
+    goblin_grid *grid;
+    start_log *log;        /* embedded */
     PyObject *url;
     int32_t n_workers;     /* embedded: workers started; remote: 0 */
     bool remote;
@@ -37,48 +35,41 @@ typedef struct {
     int64_t jobs_submitted, jobs_done, jobs_failed, jobs_canceled;
 } pygoblin_grid;
 
-static void log_cb(void *user, goblin_log_level level, const char *line)
+static void start_log_cb(void *user, goblin_log_level level, const char *line)
 {
-    log_ring *r = user;
+    start_log *r = user;
     if (level > GOBLIN_LOG_WARN)
         return;
     pthread_mutex_lock(&r->mu);
-    snprintf(r->line[r->seq % LOG_RING], sizeof r->line[0], "%s", line);
-    r->seq++;
+    snprintf(r->line, sizeof r->line, "%s", line);
     pthread_mutex_unlock(&r->mu);
-}
-
-static uint64_t log_seq(log_ring *r)
-{
-    pthread_mutex_lock(&r->mu);
-    uint64_t s = r->seq;
-    pthread_mutex_unlock(&r->mu);
-    return s;
-}
-
-/* The newest line logged since @p since into @p out (empty if none). */
-static void log_since(log_ring *r, uint64_t since, char *out, size_t cap)
-{
-    out[0] = 0;
-    pthread_mutex_lock(&r->mu);
-    if (r->seq > since)
-        snprintf(out, cap, "%s", r->line[(r->seq - 1) % LOG_RING]);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 static int check_open(pygoblin_grid *self)
 {
-    if (!self->grid && !self->client) {
+    if (!self->grid) {
         pygoblin_raise(GOBLIN_ECLOSED, "the grid is closed (goblin.connect() opens a new one)");
         return -1;
     }
     return 0;
+}
+
+static PyObject *raise_job(goblin_err e, const char *msg, const char *what)
+{
+    char full[720];
+    if (msg && *msg)
+        PyOS_snprintf(full, sizeof full, "%s: %s", what, msg);
+    else
+        PyOS_snprintf(full, sizeof full, "%s: %s", what, goblin_strerror(e));
+    return pygoblin_raise(e, full);
+}
+
+/* Raise for a failed submit, with the grid's reason. */
+static PyObject *raise_submit(pygoblin_grid *self, goblin_err e, const char *what)
+{
+    char msg[600];
+    goblin_grid_error(self->grid, msg, sizeof msg);
+    return raise_job(e, msg, what);
 }
 
 /* ---- construction ------------------------------------------------------------------ */
@@ -104,14 +95,11 @@ static PyObject *grid_local(PyTypeObject *type, PyObject *args, PyObject *kw)
         p.worker.memory_bytes = memory;
         p.worker.cache_bytes = memory / 4;
     }
-    if (strcmp(verify, "freivalds") == 0)
-        p.node.verify = GOBLIN_VERIFY_FREIVALDS;
-    else if (strcmp(verify, "recompute") == 0)
-        p.node.verify = GOBLIN_VERIFY_RECOMPUTE;
-    else if (strcmp(verify, "unsafe-none") == 0)
-        p.node.verify = GOBLIN_VERIFY_UNSAFE_NONE;
-    else
+    goblin_verify v;
+    if (goblin_verify_from_name(verify, &v) != GOBLIN_OK ||
+        (v != GOBLIN_VERIFY_FREIVALDS && v != GOBLIN_VERIFY_RECOMPUTE && v != GOBLIN_VERIFY_UNSAFE_NONE))
         return pygoblin_raise(GOBLIN_EINVAL, "verify must be 'freivalds', 'recompute' or 'unsafe-none'");
+    p.node.verify = v;
     if (backend_o && backend_o != Py_None && pygoblin_backend_from_py(backend_o, &p.worker.backend) < 0)
         return NULL;
     pygoblin_grid *self = (pygoblin_grid *)type->tp_alloc(type, 0);
@@ -123,7 +111,7 @@ static PyObject *grid_local(PyTypeObject *type, PyObject *args, PyObject *kw)
         return PyErr_NoMemory();
     }
     pthread_mutex_init(&self->log->mu, NULL);
-    p.node.log = p.worker.log = log_cb;
+    p.node.log = p.worker.log = start_log_cb;
     p.node.log_user = p.worker.log_user = self->log;
     p.node.log_level = p.worker.log_level = GOBLIN_LOG_WARN;
     goblin_err e;
@@ -132,22 +120,19 @@ static PyObject *grid_local(PyTypeObject *type, PyObject *args, PyObject *kw)
     e = goblin_grid_local(workers, &p, &g);
     /* Workers dial in asynchronously: wait (bounded) until all said HELLO, so the
      * first job is planned for all of them. */
-    for (int waited = 0; !e && waited < 10000; waited += 2) {
-        goblin_node_stats s;
-        goblin_node_stats_get(goblin_grid_node(g), &s);
-        if (s.workers_connected >= workers)
-            break;
-        sleep_ms(2);
-    }
+    if (!e)
+        goblin_grid_wait_workers(g, workers, 10000);
     Py_END_ALLOW_THREADS
     if (e) {
-        char msg[480];
-        log_since(self->log, 0, msg, sizeof msg);
+        char msg[400];
+        pthread_mutex_lock(&self->log->mu);
+        snprintf(msg, sizeof msg, "%s", self->log->line);
+        pthread_mutex_unlock(&self->log->mu);
         Py_DECREF(self);
         return pygoblin_raise(e, msg[0] ? msg : "cannot start the embedded grid");
     }
     self->grid = g;
-    self->n_workers = workers;
+    self->n_workers = goblin_grid_worker_count(g);
     self->url = PyUnicode_FromString(goblin_grid_url(g));
     if (!self->url) {
         Py_DECREF(self);
@@ -200,16 +185,16 @@ static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     goblin_err e;
-    goblin_client *c = NULL;
+    goblin_grid *g = NULL;
     char msg[512] = "";
     Py_BEGIN_ALLOW_THREADS
-    e = goblin_client_connect(&c, url, &p, msg, sizeof msg);
+    e = goblin_grid_connect(url, &p, &g, msg, sizeof msg);
     Py_END_ALLOW_THREADS
     if (e) {
         Py_DECREF(self);
         return pygoblin_raise(e, msg);
     }
-    self->client = c;
+    self->grid = g;
     self->remote = true;
     return (PyObject *)self;
 }
@@ -217,13 +202,10 @@ static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
 static void grid_release(pygoblin_grid *self)
 {
     goblin_grid *g = self->grid;
-    goblin_client *c = self->client;
     self->grid = NULL;
-    self->client = NULL;
-    if (g || c) {
+    if (g) {
         Py_BEGIN_ALLOW_THREADS
         goblin_grid_free(g);
-        goblin_client_free(c);
         Py_END_ALLOW_THREADS
     }
 }
@@ -250,12 +232,6 @@ static PyObject *grid_close(pygoblin_grid *self, PyObject *unused)
 
 /* ---- waiting ----------------------------------------------------------------------- */
 
-typedef struct {
-    goblin_job *job;       /* embedded */
-    goblin_client *client; /* remote */
-    uint64_t id;
-} job_ref;
-
 /* Report progress (only when it changed). -1 with an exception if the callable raised. */
 static int report(PyObject *progress, int64_t done, int64_t total, int64_t *last_done, int64_t *last_total)
 {
@@ -272,66 +248,40 @@ static int report(PyObject *progress, int64_t done, int64_t total, int64_t *last
 
 /* Cancel after an exception (kept set): the job is told to stop and waited for, so no
  * library thread touches the caller's arrays once this returns. */
-static void cancel_job(pygoblin_grid *self, job_ref *j)
+static void cancel_job(pygoblin_grid *self, goblin_grid_job *j)
 {
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     self->jobs_canceled++;
     Py_BEGIN_ALLOW_THREADS
-    if (j->job) {
-        goblin_job_cancel(j->job);
-        goblin_job_wait(j->job, CANCEL_WAIT_MS);
-    } else {
-        goblin_client_cancel(j->client, j->id);
-        for (int waited = 0; waited < CANCEL_WAIT_MS; waited += SLICE_MS) {
-            goblin_client_job_info info;
-            if (goblin_client_job_status(j->client, j->id, &info) != GOBLIN_OK ||
-                info.status != GOBLIN_JOB_RUNNING)
-                break;
-            sleep_ms(SLICE_MS);
-        }
-    }
+    goblin_grid_job_cancel(j);
+    goblin_grid_job_wait(j, CANCEL_WAIT_MS);
     Py_END_ALLOW_THREADS
     PyErr_Restore(et, ev, tb);
 }
 
 /* Wait for the job in slices. Returns 0 with *err the job's result (and @p msg why it
  * failed), or -1 with a Python exception set after canceling the job. */
-static int wait_job(pygoblin_grid *self, job_ref *j, PyObject *progress, goblin_err *err, char *msg,
+static int wait_job(pygoblin_grid *self, goblin_grid_job *j, PyObject *progress, goblin_err *err, char *msg,
                     size_t cap)
 {
     int64_t done = 0, total = 0, last_done = -1, last_total = -1;
+    bool want = progress && progress != Py_None;
     msg[0] = 0;
     for (;;) {
         goblin_err e;
-        goblin_client_job_info info;
-        bool running;
         Py_BEGIN_ALLOW_THREADS
-        if (j->job) {
-            e = goblin_job_wait(j->job, SLICE_MS);
-            goblin_job_progress(j->job, &done, &total);
-            running = e == GOBLIN_ETIMEDOUT;
-            if (!running && e)
-                snprintf(msg, cap, "%s", goblin_job_error(j->job));
-        } else {
-            e = goblin_client_job_status(j->client, j->id, &info);
-            running = !e && info.status == GOBLIN_JOB_RUNNING;
+        if (want)
+            goblin_grid_job_progress(j, &done, &total);
+        e = goblin_grid_job_wait(j, SLICE_MS);
+        if (e != GOBLIN_ETIMEDOUT) {
+            if (want)
+                goblin_grid_job_progress(j, &done, &total);
             if (e)
-                snprintf(msg, cap, "%s", goblin_client_error(j->client));
-            else {
-                done = info.done, total = info.total;
-                if (!running) {
-                    e = info.error;
-                    if (!e && info.status != GOBLIN_JOB_DONE)
-                        e = info.status == GOBLIN_JOB_CANCELED ? GOBLIN_ECANCELED : GOBLIN_EINTERNAL;
-                    snprintf(msg, cap, "%s", info.message);
-                }
-            }
-            if (running)
-                sleep_ms(SLICE_MS);
+                snprintf(msg, cap, "%s", goblin_grid_job_error(j));
         }
         Py_END_ALLOW_THREADS
-        if (!running) {
+        if (e != GOBLIN_ETIMEDOUT) {
             *err = e;
             if (!e && report(progress, done, total, &last_done, &last_total) < 0)
                 return -1; /* the job is over: nothing to cancel */
@@ -342,6 +292,39 @@ static int wait_job(pygoblin_grid *self, job_ref *j, PyObject *progress, goblin_
             return -1;
         }
     }
+}
+
+/* Count a waited-for job's end; raise for a failed or canceled one. Returns 0 when it
+ * is done, -1 with an exception set otherwise (rc < 0: wait_job already raised). */
+static int job_outcome(pygoblin_grid *self, int rc, goblin_err e, const char *msg, const char *what)
+{
+    if (rc < 0)
+        return -1;
+    if (e) {
+        if (e == GOBLIN_ECANCELED)
+            self->jobs_canceled++;
+        else
+            self->jobs_failed++;
+        raise_job(e, msg, what);
+        return -1;
+    }
+    self->jobs_done++;
+    return 0;
+}
+
+/* Wait for a submitted job, free it, and count its end. 0 when it is done; -1 with an
+ * exception otherwise. */
+static int finish_job(pygoblin_grid *self, goblin_grid_job *j, PyObject *progress, const char *what)
+{
+    goblin_err e = GOBLIN_OK;
+    char msg[600];
+    self->jobs_submitted++;
+    int rc = wait_job(self, j, progress, &e, msg, sizeof msg);
+    Py_BEGIN_ALLOW_THREADS
+    goblin_grid_job_free(j);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    return job_outcome(self, rc, e, msg, what);
 }
 
 /* ---- arrays ------------------------------------------------------------------------ */
@@ -391,78 +374,6 @@ static void describe(PyArrayObject *a, goblin_dtype dt, goblin_tensor *t)
     t->data = PyArray_DATA(a);
 }
 
-/* A packed (C-contiguous, aligned, native) view or copy of @p a: what a remote job sends. */
-static PyArrayObject *packed(PyArrayObject *a, int npy)
-{
-    return (PyArrayObject *)PyArray_FromAny((PyObject *)a, PyArray_DescrFromType(npy), 0, 0,
-                                            NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST,
-                                            NULL);
-}
-
-/* A NumPy array holding a copy of a library buffer (dtype and shape checked against
- * @p want); frees the buffer in every case. */
-static PyObject *adopt_buffer(goblin_tensor *got, const goblin_tensor *want, const char *what)
-{
-    PyObject *res = NULL;
-    bool ok = got->data && got->dtype == want->dtype && got->rank == want->rank;
-    for (int d = 0; ok && d < want->rank; d++)
-        ok = got->shape[d] == want->shape[d];
-    if (!ok) {
-        char msg[160];
-        PyOS_snprintf(msg, sizeof msg, "%s: the node returned a result of another dtype or shape", what);
-        pygoblin_raise(GOBLIN_EPROTO, msg);
-        goto done;
-    }
-    npy_intp dims[GOBLIN_MAX_RANK];
-    for (int d = 0; d < want->rank; d++)
-        dims[d] = (npy_intp)want->shape[d];
-    bool bf16 = want->dtype == GOBLIN_DTYPE_BF16;
-    res = PyArray_SimpleNew(want->rank, dims, bf16 ? NPY_FLOAT32 : pygoblin_npy_type(want->dtype));
-    if (!res)
-        goto done;
-    int64_t n = goblin_tensor_numel(want);
-    if (!goblin_tensor_is_contiguous(got)) {
-        Py_CLEAR(res);
-        pygoblin_raise(GOBLIN_EPROTO, "the node returned a strided result buffer");
-        goto done;
-    }
-    if (bf16)
-        pygoblin_bf16_to_f32(got->data, PyArray_DATA((PyArrayObject *)res), n);
-    else
-        memcpy(PyArray_DATA((PyArrayObject *)res), got->data, (size_t)PyArray_NBYTES((PyArrayObject *)res));
-done:
-    goblin_buffer_free(got->data);
-    got->data = NULL;
-    return res;
-}
-
-static PyObject *raise_job(goblin_err e, const char *msg, const char *what)
-{
-    char full[640];
-    if (msg && *msg)
-        PyOS_snprintf(full, sizeof full, "%s: %s", what, msg);
-    else
-        PyOS_snprintf(full, sizeof full, "%s: %s", what, goblin_strerror(e));
-    return pygoblin_raise(e, full);
-}
-
-/* Count a waited-for job's end; raise for a failed or canceled one. Returns 0 when it
- * is done, -1 with an exception set otherwise (rc < 0: wait_job already raised). */
-static int job_outcome(pygoblin_grid *self, int rc, goblin_err e, const char *msg, const char *what)
-{
-    if (rc < 0)
-        return -1;
-    if (e) {
-        if (e == GOBLIN_ECANCELED)
-            self->jobs_canceled++;
-        else
-            self->jobs_failed++;
-        raise_job(e, msg, what);
-        return -1;
-    }
-    self->jobs_done++;
-    return 0;
-}
 
 /* ---- matmul ------------------------------------------------------------------------ */
 
@@ -520,104 +431,38 @@ static PyObject *grid_matmul(pygoblin_grid *self, PyObject *args, PyObject *kw)
         if (!PyArray_ISWRITEABLE(out))
             return pygoblin_raise(GOBLIN_EINVAL, "matmul: out is read-only");
     }
-    PyObject *result = NULL;
-    PyArrayObject *ka = NULL, *kb = NULL, *target = NULL; /* kept alive during the job */
-    goblin_job *job = NULL;
-    goblin_tensor ta, tb, tc, got;
-    memset(&tc, 0, sizeof tc);
-    memset(&got, 0, sizeof got);
-    /* Embedded: the library writes into `out` itself when it can, else into a new array
-     * (the result, or a temporary copied into `out`). Remote: the fetched buffer is copied. */
-    if (self->grid) {
-        if (out && writable_in_place(out)) {
-            target = out;
-            Py_INCREF(target);
-        } else if (!(target = (PyArrayObject *)PyArray_SimpleNew(2, dims, npy))) {
-            return NULL;
-        }
+    /* The library writes into `out` itself when it can, else into a new array (the
+     * result, or a temporary copied into `out`). */
+    PyArrayObject *target;
+    if (out && writable_in_place(out)) {
+        target = out;
+        Py_INCREF(target);
+    } else if (!(target = (PyArrayObject *)PyArray_SimpleNew(2, dims, npy))) {
+        return NULL;
     }
-    if (self->grid) {
-        PyObject *k1 = NULL, *k2 = NULL;
-        if (pygoblin_tensor_from_array(a, dta, &ta, &k1) < 0 || pygoblin_tensor_from_array(b, dta, &tb, &k2) < 0) {
-            Py_XDECREF(k1);
-            goto done;
-        }
-        ka = (PyArrayObject *)k1, kb = (PyArrayObject *)k2;
-    } else {
-        if (!(ka = packed(a, npy)) || !(kb = packed(b, npy)))
-            goto done;
-        describe(ka, dta, &ta);
-        describe(kb, dta, &tb);
-    }
-    if (target)
-        describe(target, dta, &tc);
+    PyObject *result = NULL, *ka = NULL, *kb = NULL; /* kept alive during the job */
+    goblin_tensor ta, tb, tc;
+    if (pygoblin_tensor_from_array(a, dta, &ta, &ka) < 0 || pygoblin_tensor_from_array(b, dta, &tb, &kb) < 0)
+        goto done;
+    describe(target, dta, &tc);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = min_tasks;
+    jp.task_memory_bytes = task_memory;
     goblin_err e;
-    char msg[520] = "";
-    job_ref j = {0};
+    goblin_grid_job *j = NULL;
     self->busy++;
-    if (self->grid) {
-        goblin_job_params jp;
-        goblin_job_params_default(&jp);
-        jp.min_tasks = min_tasks;
-        jp.task_memory_bytes = task_memory;
-        uint64_t since = log_seq(self->log);
-        Py_BEGIN_ALLOW_THREADS
-        e = goblin_node_submit_matmul(goblin_grid_node(self->grid), &ta, &tb, &tc, &jp, &job);
-        Py_END_ALLOW_THREADS
-        if (e)
-            log_since(self->log, since, msg, sizeof msg);
-        j.job = job;
-    } else {
-        j.client = self->client;
-        Py_BEGIN_ALLOW_THREADS
-        e = goblin_client_submit_matmul(self->client, &ta, &tb, &j.id);
-        if (e)
-            snprintf(msg, sizeof msg, "%s", goblin_client_error(self->client));
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    e = goblin_grid_submit_matmul(self->grid, &ta, &tb, &tc, &jp, &j);
+    Py_END_ALLOW_THREADS
     if (e) {
         self->busy--;
-        raise_job(e, msg, "matmul");
+        raise_submit(self, e, "matmul");
         goto done;
     }
-    self->jobs_submitted++;
-    int rc = wait_job(self, &j, progress, &e, msg, sizeof msg);
-    if (rc == 0 && self->client) {
-        goblin_err fe;
-        Py_BEGIN_ALLOW_THREADS
-        fe = goblin_client_fetch_result(self->client, j.id, e ? NULL : &got);
-        if (!e && fe) {
-            e = fe;
-            snprintf(msg, sizeof msg, "%s", goblin_client_error(self->client));
-        }
-        Py_END_ALLOW_THREADS
-    } else if (rc < 0 && self->client) {
-        Py_BEGIN_ALLOW_THREADS
-        goblin_client_fetch_result(self->client, j.id, NULL); /* release the job on the node */
-        Py_END_ALLOW_THREADS
-    }
-    self->busy--;
-    if (job_outcome(self, rc, e, msg, "matmul") < 0)
+    if (finish_job(self, j, progress, "matmul") < 0)
         goto done;
-    if (self->client) {
-        goblin_tensor want;
-        int64_t shape[2] = {dims[0], dims[1]};
-        goblin_tensor_init(&want, dta, 2, shape, NULL);
-        PyObject *r = adopt_buffer(&got, &want, "matmul");
-        if (!r)
-            goto done;
-        if (out) {
-            if (PyArray_CopyInto(out, (PyArrayObject *)r) < 0) {
-                Py_DECREF(r);
-                goto done;
-            }
-            Py_DECREF(r);
-            Py_INCREF(out);
-            result = (PyObject *)out;
-        } else {
-            result = r;
-        }
-    } else if (out && target != out) {
+    if (out && target != out) {
         if (PyArray_CopyInto(out, target) == 0) {
             Py_INCREF(out);
             result = (PyObject *)out;
@@ -627,13 +472,6 @@ static PyObject *grid_matmul(pygoblin_grid *self, PyObject *args, PyObject *kw)
         result = (PyObject *)target;
     }
 done:
-    if (job) {
-        Py_BEGIN_ALLOW_THREADS
-        goblin_job_free(job);
-        Py_END_ALLOW_THREADS
-    }
-    if (got.data)
-        goblin_buffer_free(got.data);
     Py_XDECREF(ka);
     Py_XDECREF(kb);
     Py_XDECREF(target);
@@ -649,29 +487,17 @@ static PyObject *grid_matmul_files(pygoblin_grid *self, PyObject *args, PyObject
         return NULL;
     if (check_open(self) < 0)
         return NULL;
-    if (!self->client)
-        return pygoblin_raise(GOBLIN_ENOTSUP, "matmul_files on an embedded grid is done by the goblin "
-                              "package (memory-mapped .npy files)");
     goblin_err e;
-    char msg[520] = "";
-    job_ref j = {.client = self->client};
+    goblin_grid_job *j = NULL;
     self->busy++;
     Py_BEGIN_ALLOW_THREADS
-    e = goblin_client_submit_matmul_files(self->client, pa, pb, pc, &j.id);
-    if (e)
-        snprintf(msg, sizeof msg, "%s", goblin_client_error(self->client));
+    e = goblin_grid_submit_matmul_files(self->grid, pa, pb, pc, NULL, &j);
     Py_END_ALLOW_THREADS
     if (e) {
         self->busy--;
-        return raise_job(e, msg, "matmul_files");
+        return raise_submit(self, e, "matmul_files");
     }
-    self->jobs_submitted++;
-    int rc = wait_job(self, &j, progress, &e, msg, sizeof msg);
-    Py_BEGIN_ALLOW_THREADS
-    goblin_client_fetch_result(self->client, j.id, NULL); /* a file job: releases it */
-    Py_END_ALLOW_THREADS
-    self->busy--;
-    if (job_outcome(self, rc, e, msg, "matmul_files") < 0)
+    if (finish_job(self, j, progress, "matmul_files") < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -765,12 +591,10 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
     goblin_combine *combine = NULL;
     goblin_tensor *tin = PyMem_Calloc((size_t)(n_in ? n_in : 1), sizeof *tin);
     goblin_tensor *tout = PyMem_Calloc((size_t)n_out, sizeof *tout);
-    goblin_tensor *want = PyMem_Calloc((size_t)n_out, sizeof *want);
     PyObject **keep = PyMem_Calloc((size_t)(n_in ? n_in : 1), sizeof *keep);
     PyObject **outs = PyMem_Calloc((size_t)n_out, sizeof *outs);
     PyObject *result = NULL;
-    goblin_job *job = NULL;
-    if (!tin || !tout || !want || !keep || !outs) {
+    if (!tin || !tout || !keep || !outs) {
         PyErr_NoMemory();
         goto done;
     }
@@ -807,23 +631,22 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
             pygoblin_raise(GOBLIN_EDTYPE, msg);
             goto done;
         }
-        /* In place, any strides (a remote client packs while sending). */
+        /* In place, any strides (a remote grid packs while sending). */
         if (pygoblin_tensor_from_array(a, w.dtype, &tin[i], &keep[i]) < 0)
             goto done;
     }
+    /* The outputs, in arrays of the graph's output dtypes (bf16 as its bits, widened to
+     * float32 at the end). */
     for (int32_t i = 0; i < n_out; i++) {
-        goblin_graph_node(g, goblin_graph_output_id(g, i), NULL, &want[i], NULL, NULL);
-        if (self->grid) {
-            goblin_tensor *t = &tout[i];
-            *t = want[i];
-            npy_intp dims[GOBLIN_MAX_RANK];
-            for (int d = 0; d < t->rank; d++)
-                dims[d] = (npy_intp)t->shape[d];
-            int npy = t->dtype == GOBLIN_DTYPE_BF16 ? NPY_UINT16 : pygoblin_npy_type(t->dtype);
-            if (!(outs[i] = PyArray_SimpleNew(t->rank, dims, npy)))
-                goto done;
-            goblin_tensor_init(t, t->dtype, t->rank, t->shape, PyArray_DATA((PyArrayObject *)outs[i]));
-        }
+        goblin_tensor *t = &tout[i];
+        goblin_graph_node(g, goblin_graph_output_id(g, i), NULL, t, NULL, NULL);
+        npy_intp dims[GOBLIN_MAX_RANK];
+        for (int d = 0; d < t->rank; d++)
+            dims[d] = (npy_intp)t->shape[d];
+        int npy = t->dtype == GOBLIN_DTYPE_BF16 ? NPY_UINT16 : pygoblin_npy_type(t->dtype);
+        if (!(outs[i] = PyArray_SimpleNew(t->rank, dims, npy)))
+            goto done;
+        goblin_tensor_init(t, t->dtype, t->rank, t->shape, PyArray_DATA((PyArrayObject *)outs[i]));
     }
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
@@ -839,59 +662,26 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
     if (halflife >= 0)
         jp.trust_halflife = halflife;
     goblin_err e;
-    char msg[520] = "";
-    job_ref j = {0};
+    goblin_grid_job *j = NULL;
     self->busy++;
     pg->busy++;
-    if (self->grid) {
-        uint64_t since = log_seq(self->log);
-        Py_BEGIN_ALLOW_THREADS
-        e = goblin_node_submit_graph(goblin_grid_node(self->grid), g, tin, (int32_t)n_in, tout, n_out, &jp,
-                                     &job);
-        Py_END_ALLOW_THREADS
-        if (e)
-            log_since(self->log, since, msg, sizeof msg);
-        j.job = job;
-    } else {
-        j.client = self->client;
-        Py_BEGIN_ALLOW_THREADS
-        e = goblin_client_submit_graph(self->client, g, tin, (int32_t)n_in, &jp, &j.id);
-        if (e)
-            snprintf(msg, sizeof msg, "%s", goblin_client_error(self->client));
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    e = goblin_grid_submit_graph(self->grid, g, tin, (int32_t)n_in, tout, n_out, &jp, &j);
+    Py_END_ALLOW_THREADS
     pg->busy--;
     if (e) {
         self->busy--;
-        raise_job(e, msg, "run");
+        raise_submit(self, e, "run");
         goto done;
     }
-    self->jobs_submitted++;
-    int rc = wait_job(self, &j, progress, &e, msg, sizeof msg);
-    if (self->client) {
-        /* Fetch the outputs (or, after a failure or a cancel, just release the job). */
-        goblin_err fe;
-        for (int32_t i = 0; i < n_out; i++)
-            memset(&tout[i], 0, sizeof tout[i]);
-        Py_BEGIN_ALLOW_THREADS
-        fe = goblin_client_fetch_outputs(self->client, j.id, tout, n_out);
-        if (rc == 0 && !e && fe) {
-            e = fe;
-            snprintf(msg, sizeof msg, "%s", goblin_client_error(self->client));
-        }
-        Py_END_ALLOW_THREADS
-    }
-    self->busy--;
-    if (job_outcome(self, rc, e, msg, "run") < 0)
+    if (finish_job(self, j, progress, "run") < 0)
         goto done;
     result = PyTuple_New(n_out);
     if (!result)
         goto done;
     for (int32_t i = 0; i < n_out; i++) {
         PyObject *o;
-        if (self->client) {
-            o = adopt_buffer(&tout[i], &want[i], "run");
-        } else if (want[i].dtype == GOBLIN_DTYPE_BF16) {
+        if (tout[i].dtype == GOBLIN_DTYPE_BF16) {
             PyArrayObject *b = (PyArrayObject *)outs[i];
             o = PyArray_SimpleNew(PyArray_NDIM(b), PyArray_DIMS(b), NPY_FLOAT32);
             if (o)
@@ -907,21 +697,12 @@ static PyObject *grid_run(pygoblin_grid *self, PyObject *args, PyObject *kw)
         PyTuple_SET_ITEM(result, i, o);
     }
 done:
-    if (job) {
-        Py_BEGIN_ALLOW_THREADS
-        goblin_job_free(job);
-        Py_END_ALLOW_THREADS
-    }
-    for (int32_t i = 0; self->client && tout && i < n_out; i++)
-        if (tout[i].data)
-            goblin_buffer_free(tout[i].data);
     for (Py_ssize_t i = 0; keep && i < n_in; i++)
         Py_XDECREF(keep[i]);
     for (int32_t i = 0; outs && i < n_out; i++)
         Py_XDECREF(outs[i]);
     PyMem_Free(tin);
     PyMem_Free(tout);
-    PyMem_Free(want);
     PyMem_Free(keep);
     PyMem_Free(outs);
     PyMem_Free(split_i);
@@ -971,39 +752,30 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
         return NULL;
     goblin_node_stats s;
     goblin_node_worker_stats *ws = NULL;
-    int64_t nw = 0;
+    int64_t nw = 0, cap = STATS_WORKERS;
     memset(&s, 0, sizeof s);
-    if (self->grid) {
-        goblin_node *node = goblin_grid_node(self->grid);
-        goblin_node_stats_get(node, &s);
-        nw = s.workers_seen;
-        if (nw > 0 && !(ws = PyMem_Calloc((size_t)nw, sizeof *ws)))
+    goblin_err e = GOBLIN_OK;
+    self->busy++;
+    for (int tries = 0; tries < 3; tries++) {
+        PyMem_Free(ws);
+        if (!(ws = PyMem_Calloc((size_t)cap, sizeof *ws))) {
+            self->busy--;
             return PyErr_NoMemory();
-        for (int64_t i = 0; i < nw; i++)
-            if (goblin_node_worker_stats_get(node, i, &ws[i]) != GOBLIN_OK) {
-                nw = i;
-                break;
-            }
-    } else {
-        goblin_err e;
-        int64_t cap = 1024;
-        if (!(ws = PyMem_Calloc((size_t)cap, sizeof *ws)))
-            return PyErr_NoMemory();
-        char msg[520] = "";
-        self->busy++;
-        Py_BEGIN_ALLOW_THREADS
-        e = goblin_client_stats(self->client, &s, ws, cap, &nw);
-        if (e)
-            snprintf(msg, sizeof msg, "%s", goblin_client_error(self->client));
-        Py_END_ALLOW_THREADS
-        self->busy--;
-        if (e) {
-            PyMem_Free(ws);
-            return raise_job(e, msg, "stats");
         }
-        if (nw > cap)
-            nw = cap;
+        Py_BEGIN_ALLOW_THREADS
+        e = goblin_grid_stats(self->grid, &s, ws, cap, &nw);
+        Py_END_ALLOW_THREADS
+        if (e || nw <= cap)
+            break;
+        cap = nw; /* more workers than asked for: once more for all */
     }
+    self->busy--;
+    if (e) {
+        PyMem_Free(ws);
+        return raise_submit(self, e, "stats");
+    }
+    if (nw > cap)
+        nw = cap;
     PyObject *d = PyDict_New(), *reasons = PyDict_New(), *workers = PyList_New(0);
     int bad = !d || !reasons || !workers;
 #define F(name) bad = bad || set_int(d, #name, s.name) < 0
@@ -1076,7 +848,7 @@ static PyObject *grid_get_url(pygoblin_grid *self, void *c)
 
 static PyObject *grid_get_closed(pygoblin_grid *self, void *c)
 {
-    return PyBool_FromLong(!self->grid && !self->client);
+    return PyBool_FromLong(!self->grid);
 }
 
 static PyObject *grid_get_n_workers(pygoblin_grid *self, void *c)
@@ -1129,9 +901,9 @@ int pygoblin_grid_init_type(PyObject *m)
     return PyModule_AddObjectRef(m, "Grid", (PyObject *)&pygoblin_grid_type);
 }
 
-/* For train.c (the trainer submits through the grid's node or client): the native
- * handles of a Grid, marked busy (close() refuses) until pygoblin_grid_release. */
-int pygoblin_grid_acquire(PyObject *grid, goblin_node **node, goblin_client **client)
+/* For train.c (the trainer submits through the grid): the native handle of a Grid,
+ * marked busy (close() refuses) until pygoblin_grid_release. */
+int pygoblin_grid_acquire(PyObject *grid, goblin_grid **out)
 {
     if (!PyObject_TypeCheck(grid, &pygoblin_grid_type)) {
         PyErr_Format(PyExc_TypeError, "expected a goblin._goblin.Grid, got %.100s", Py_TYPE(grid)->tp_name);
@@ -1140,8 +912,7 @@ int pygoblin_grid_acquire(PyObject *grid, goblin_node **node, goblin_client **cl
     pygoblin_grid *self = (pygoblin_grid *)grid;
     if (check_open(self) < 0)
         return -1;
-    *node = self->grid ? goblin_grid_node(self->grid) : NULL;
-    *client = self->client;
+    *out = self->grid;
     self->busy++;
     return 0;
 }

@@ -65,11 +65,11 @@ extern PyMethodDef pygoblin_exec_methods[];
 extern PyMethodDef pygoblin_catalog_methods[];
 int pygoblin_backend_from_py(PyObject *o, goblin_backend_kind *out);
 
-/* grid.c: goblin._goblin.Grid (embedded grid or client of a node). */
+/* grid.c: goblin._goblin.Grid (a goblin_grid: embedded, or a client of a node). */
 int pygoblin_grid_init_type(PyObject *m);
-/* For train.c: the node (embedded) or client (remote) of a goblin._goblin.Grid; the grid
- * is marked busy (close() refuses) until pygoblin_grid_release. 0, or -1 with an exception. */
-int pygoblin_grid_acquire(PyObject *grid, goblin_node **node, goblin_client **client);
+/* For train.c: the goblin_grid of a goblin._goblin.Grid; the grid is marked busy
+ * (close() refuses) until pygoblin_grid_release. 0, or -1 with an exception. */
+int pygoblin_grid_acquire(PyObject *grid, goblin_grid **out);
 void pygoblin_grid_release(PyObject *grid);
 /* train.c: goblin._goblin.Trainer. */
 int pygoblin_train_init_type(PyObject *m);

@@ -1,6 +1,6 @@
 /* train.c - goblin._goblin.Trainer: a thin handle on goblin_trainer (goblin/train.h).
  *
- * The trainer submits through a Grid's node (embedded) or client (remote); the grid is
+ * The trainer submits through a Grid's goblin_grid (embedded or remote); the grid is
  * held busy (its close() refuses) until the trainer is closed or freed. Rounds run with
  * the GIL released; the progress callable (if any) is called with the GIL after each
  * verified task. Parameter names never come here: the pure-Python goblin.Trainer maps
@@ -158,11 +158,7 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         if (!opt)
             return NULL;
     }
-    if (strcmp(opt, "sgd") == 0)
-        p.optimizer = GOBLIN_OPTIMIZER_SGD;
-    else if (strcmp(opt, "adamw") == 0)
-        p.optimizer = GOBLIN_OPTIMIZER_ADAMW;
-    else
+    if (goblin_optimizer_from_name(opt, &p.optimizer) != GOBLIN_OK)
         return pygoblin_raise(GOBLIN_EINVAL, "optimizer must be 'sgd' or 'adamw'");
     const char *verify = "replicate";
     PyObject *vv = opts ? PyDict_GetItemString(opts, "verify") : NULL;
@@ -171,13 +167,10 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         if (!verify)
             return NULL;
     }
-    if (strcmp(verify, "replicate") == 0)
-        p.verify = GOBLIN_VERIFY_REPLICATE;
-    else if (strcmp(verify, "recompute") == 0)
-        p.verify = GOBLIN_VERIFY_RECOMPUTE;
-    else if (strcmp(verify, "unsafe-none") == 0)
-        p.verify = GOBLIN_VERIFY_UNSAFE_NONE;
-    else
+    /* the policies that apply to training tasks */
+    if (goblin_verify_from_name(verify, &p.verify) != GOBLIN_OK ||
+        (p.verify != GOBLIN_VERIFY_REPLICATE && p.verify != GOBLIN_VERIFY_RECOMPUTE &&
+         p.verify != GOBLIN_VERIFY_UNSAFE_NONE))
         return pygoblin_raise(GOBLIN_EINVAL, "verify must be 'replicate', 'recompute' or 'unsafe-none'");
     int64_t sched_kind = 0, task_mem = 0, max_stages = 0;
     if (get_double(opts, "lr", &p.sgd.lr) < 0 || get_double(opts, "lr", &p.adamw.lr) < 0 ||
@@ -197,8 +190,8 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         get_i64(opts, "task_memory", &task_mem) < 0 || get_i64(opts, "max_stages", &max_stages) < 0 ||
         get_double(opts, "min_replication", &p.min_replication) < 0)
         return NULL;
-    if (sched_kind < 0 || sched_kind > 1)
-        return pygoblin_raise(GOBLIN_EINVAL, "schedule kind must be 0 (constant) or 1 (cosine with warm-up)");
+    if (sched_kind < 0 || sched_kind >= GOBLIN_LR_KIND_COUNT)
+        return pygoblin_raise(GOBLIN_EINVAL, "unknown schedule kind (goblin._goblin.enum_values('lr_kind'))");
     if (task_mem < 0)
         return pygoblin_raise(GOBLIN_EINVAL, "task_memory must be >= 0 bytes");
     p.schedule.kind = (goblin_lr_kind)sched_kind;
@@ -253,9 +246,8 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         if (input_tensor(self, i, PySequence_Fast_GET_ITEM(seq, i), what, &init[i], &keep[i]) < 0)
             goto done;
     }
-    goblin_node *node = NULL;
-    goblin_client *client = NULL;
-    if (pygoblin_grid_acquire(grid, &node, &client) < 0)
+    goblin_grid *native = NULL;
+    if (pygoblin_grid_acquire(grid, &native) < 0)
         goto done;
     Py_INCREF(grid);
     self->grid = grid;
@@ -268,7 +260,7 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     goblin_err e;
     goblin_trainer *t = NULL;
     Py_BEGIN_ALLOW_THREADS
-    e = goblin_trainer_new(&t, node, node ? NULL : client, &p, init, msg, sizeof msg);
+    e = goblin_trainer_new(&t, native, &p, init, msg, sizeof msg);
     Py_END_ALLOW_THREADS
     if (e) {
         pygoblin_raise(e, msg);

@@ -225,14 +225,14 @@ static void tparams(goblin_trainer_params *tp, const mlp *m, goblin_optimizer op
     tp->adamw.lr = 0.01;
 }
 
-static goblin_client *g_client; /* set: trainers talk to a goblin-node through it */
+static goblin_grid *g_remote; /* set: trainers talk to a goblin-node through it */
 
-static goblin_trainer *trainer(const mlp *m, goblin_node *node, const goblin_trainer_params *tp) {
+static goblin_trainer *trainer(const mlp *m, goblin_grid *grid, const goblin_trainer_params *tp) {
     goblin_tensor init[2 * MAXL];
     param_tensors(m, m->p, init);
     goblin_trainer *t = NULL;
     char msg[512];
-    goblin_err e = goblin_trainer_new(&t, node, node ? NULL : g_client, tp, init, msg, sizeof msg);
+    goblin_err e = goblin_trainer_new(&t, grid ? grid : g_remote, tp, init, msg, sizeof msg);
     cr_assert_eq(e, GOBLIN_OK, "trainer_new: %s: %s", goblin_err_name(e), msg);
     return t;
 }
@@ -277,9 +277,9 @@ static goblin_grid *grid_new(int n) {
 }
 
 /* Train @p rounds and compare every round with the reference (loss and parameters). */
-static void check_trajectory(const mlp *m, goblin_node *node, goblin_trainer_params *tp, int rounds,
+static void check_trajectory(const mlp *m, goblin_grid *grid, goblin_trainer_params *tp, int rounds,
                              double tol, goblin_train_plan_info *plan_out) {
-    goblin_trainer *t = trainer(m, node, tp);
+    goblin_trainer *t = trainer(m, grid, tp);
     if (plan_out) cr_assert_eq(goblin_trainer_plan(t, m->batch, plan_out), GOBLIN_OK, "%s",
                                goblin_trainer_error(t));
     ref_state r;
@@ -320,7 +320,7 @@ Test(train, gradients_match_finite_differences) {
     tp.sgd.lr = 1.0; /* p_new = p - g, so g = p - p_new */
     tp.sgd.momentum = 0;
     tp.sgd.weight_decay = 0;
-    goblin_trainer *t = trainer(&m, goblin_grid_node(grid), &tp);
+    goblin_trainer *t = trainer(&m, grid, &tp);
     goblin_tensor data[2];
     data_tensors(&m, data);
     goblin_train_round_info ri;
@@ -359,7 +359,7 @@ Test(train, sgd_trajectory_matches_reference) {
     goblin_trainer_params tp;
     tparams(&tp, &m, GOBLIN_OPTIMIZER_SGD);
     goblin_train_plan_info pi;
-    check_trajectory(&m, goblin_grid_node(grid), &tp, 3, 1e-12, &pi);
+    check_trajectory(&m, grid, &tp, 3, 1e-12, &pi);
     cr_assert_eq(pi.n_stages, 1);
     cr_assert_eq(pi.micro_batches, 1);
     /* the same with no grid: tasks evaluated in this thread */
@@ -377,7 +377,7 @@ Test(train, stages_and_tiles_match_reference) {
     tp.micro_batch = 2;
     tp.task_memory_bytes = 2000;
     goblin_train_plan_info pi;
-    check_trajectory(&m, goblin_grid_node(grid), &tp, 3, 1e-10, &pi);
+    check_trajectory(&m, grid, &tp, 3, 1e-10, &pi);
     cr_assert_geq(pi.n_stages, 3, "%d stages", pi.n_stages);
     cr_assert_eq(pi.micro_batches, 3);
     int tiled = 0;
@@ -416,7 +416,7 @@ Test(train, shared_weight_across_stages_matches_reference) {
     tp.micro_batch = 6;
     tp.task_memory_bytes = 1500;
     goblin_train_plan_info pi;
-    check_trajectory(&m, goblin_grid_node(grid), &tp, 3, 1e-12, &pi);
+    check_trajectory(&m, grid, &tp, 3, 1e-12, &pi);
     cr_assert_eq(pi.micro_batches, 1);
     cr_assert_geq(pi.n_stages, 3, "%d stages", pi.n_stages);
     int with_w0 = 0;
@@ -441,10 +441,10 @@ Test(train, micro_batch_counts_agree) {
     tparams(&tp, &m, GOBLIN_OPTIMIZER_ADAMW);
     tp.micro_batch = 2; /* 4 micro-batches */
     goblin_train_plan_info pi;
-    check_trajectory(&m, goblin_grid_node(grid), &tp, 3, 1e-12, &pi);
+    check_trajectory(&m, grid, &tp, 3, 1e-12, &pi);
     cr_assert_eq(pi.micro_batches, 4);
     tp.micro_batch = 3; /* 3, 3, 2: unequal shares */
-    check_trajectory(&m, goblin_grid_node(grid), &tp, 2, 1e-12, &pi);
+    check_trajectory(&m, grid, &tp, 2, 1e-12, &pi);
     cr_assert_eq(pi.micro_batches, 3);
     goblin_grid_free(grid);
     mlp_free(&m);
@@ -472,7 +472,7 @@ Test(train, cheating_worker_is_caught_and_changes_nothing) {
     goblin_trainer_params tp;
     tparams(&tp, &m, GOBLIN_OPTIMIZER_SGD);
     tp.micro_batch = 2;
-    check_trajectory(&m, goblin_grid_node(grid), &tp, 3, 1e-12, NULL);
+    check_trajectory(&m, grid, &tp, 3, 1e-12, NULL);
     goblin_node_stats st;
     goblin_node_stats_get(goblin_grid_node(grid), &st);
     cr_assert_eq(st.workers_quarantined, 1, "quarantined %lld", (long long)st.workers_quarantined);
@@ -492,22 +492,21 @@ Test(train, checkpoint_resume_is_bit_identical) {
     mlp m;
     mlp_build(&m, 2, SMALL, 8, 16, 0);
     goblin_grid *grid = grid_new(2);
-    goblin_node *node = goblin_grid_node(grid);
     goblin_trainer_params tp;
     tparams(&tp, &m, GOBLIN_OPTIMIZER_ADAMW);
     tp.micro_batch = 3;
     tp.clip_norm = 0.5;
     goblin_tensor data[2];
     data_tensors(&m, data);
-    goblin_trainer *a = trainer(&m, node, &tp);
+    goblin_trainer *a = trainer(&m, grid, &tp);
     for (int k = 0; k < 5; k++) cr_assert_eq(goblin_trainer_round(a, data, 2, NULL), GOBLIN_OK);
-    goblin_trainer *b = trainer(&m, node, &tp);
+    goblin_trainer *b = trainer(&m, grid, &tp);
     for (int k = 0; k < 2; k++) cr_assert_eq(goblin_trainer_round(b, data, 2, NULL), GOBLIN_OK);
     char path[256];
     ck_path(path, sizeof path, "a");
     cr_assert_eq(goblin_trainer_save(b, path), GOBLIN_OK, "%s", goblin_trainer_error(b));
     goblin_trainer_free(b);
-    goblin_trainer *c = trainer(&m, node, &tp);
+    goblin_trainer *c = trainer(&m, grid, &tp);
     cr_assert_eq(goblin_trainer_load(c, path), GOBLIN_OK, "%s", goblin_trainer_error(c));
     cr_assert_eq(goblin_trainer_rounds(c), 2);
     for (int k = 0; k < 3; k++) cr_assert_eq(goblin_trainer_round(c, data, 2, NULL), GOBLIN_OK);
@@ -553,13 +552,13 @@ Test(train, checkpoint_resume_is_bit_identical) {
     /* another optimizer, another setting, another model */
     goblin_trainer_params tp2 = tp;
     tp2.optimizer = GOBLIN_OPTIMIZER_SGD;
-    goblin_trainer *d = trainer(&m, node, &tp2);
+    goblin_trainer *d = trainer(&m, grid, &tp2);
     cr_assert_eq(goblin_trainer_load(d, path), GOBLIN_EINVAL);
     cr_assert(strstr(goblin_trainer_error(d), "optimizer"), "%s", goblin_trainer_error(d));
     goblin_trainer_free(d);
     tp2 = tp;
     tp2.adamw.lr = 0.5;
-    d = trainer(&m, node, &tp2);
+    d = trainer(&m, grid, &tp2);
     cr_assert_eq(goblin_trainer_load(d, path), GOBLIN_EINVAL);
     cr_assert(strstr(goblin_trainer_error(d), "adamw.lr"), "%s", goblin_trainer_error(d));
     goblin_trainer_free(d);
@@ -570,7 +569,7 @@ Test(train, checkpoint_resume_is_bit_identical) {
     tparams(&tp3, &m2, GOBLIN_OPTIMIZER_ADAMW);
     tp3.micro_batch = 3;
     tp3.clip_norm = 0.5;
-    d = trainer(&m2, node, &tp3);
+    d = trainer(&m2, grid, &tp3);
     cr_assert_eq(goblin_trainer_load(d, path), GOBLIN_EINVAL);
     cr_assert(strstr(goblin_trainer_error(d), "another model"), "%s", goblin_trainer_error(d));
     goblin_trainer_free(d);
@@ -599,34 +598,34 @@ Test(train, bad_inputs_are_refused) {
     /* init shape and dtype */
     goblin_tensor keep = init[0];
     init[0].shape[0] = 4;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, NULL, &tp, init, msg, sizeof msg), GOBLIN_ESHAPE);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_ESHAPE);
     cr_assert(strstr(msg, "init 0"), "%s", msg);
     init[0] = keep;
     float f32buf[64];
     init[1] = gt_tensor(GOBLIN_DTYPE_F32, 1, init[1].shape, f32buf);
-    cr_assert_eq(goblin_trainer_new(&t, NULL, NULL, &tp, init, msg, sizeof msg), GOBLIN_EDTYPE);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_EDTYPE);
     param_tensors(&m, m.p, init);
     /* params */
     tp.n_params = 0;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
     tp.n_params = m.n_params;
     tp.max_stages = 0;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
     tp.max_stages = 64;
     tp.sgd.lr = -1;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
     tp.sgd.lr = 0.1;
     cr_assert_null(t);
     /* loss not a scalar; an op without a backward rule */
     mlp ml;
     mlp_build(&ml, 2, SMALL, 4, 17, 1);
     tp.model = ml.g;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, NULL, &tp, init, msg, sizeof msg), GOBLIN_ESHAPE);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_ESHAPE);
     cr_assert(strstr(msg, "loss"), "%s", msg);
     mlp_free(&ml);
     mlp_build(&ml, 2, SMALL, 4, 17, 2);
     tp.model = ml.g;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, NULL, &tp, init, msg, sizeof msg), GOBLIN_ENOTSUP);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_ENOTSUP);
     cr_assert(strstr(msg, "cumsum"), "%s", msg);
     mlp_free(&ml);
     tp.model = m.g;
@@ -683,7 +682,7 @@ Test(train, through_a_client_and_gateway) {
     cr_assert_eq(goblin_gateway_new(&gw, goblin_grid_node(grid), &gp), GOBLIN_OK);
     cr_assert_eq(goblin_gateway_start(gw), GOBLIN_OK);
     char why[256];
-    cr_assert_eq(goblin_client_connect(&g_client, url, NULL, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(goblin_grid_connect(url, NULL, &g_remote, why, sizeof why), GOBLIN_OK, "%s", why);
     goblin_trainer_params tp;
     tparams(&tp, &m, GOBLIN_OPTIMIZER_ADAMW);
     tp.micro_batch = 2;
@@ -697,8 +696,8 @@ Test(train, through_a_client_and_gateway) {
     check_trajectory(&m, NULL, &tp, 1, 1e-12, &pi);
     cr_assert_eq(pi.n_stages, 1);
     cr_assert_eq(pi.budget_bytes, (uint64_t)1 << 30);
-    goblin_client_free(g_client);
-    g_client = NULL;
+    goblin_grid_free(g_remote);
+    g_remote = NULL;
     goblin_gateway_free(gw);
     goblin_grid_free(grid);
     mlp_free(&m);
@@ -760,7 +759,7 @@ Test(train, tiled_conv_matches_reference) {
     tp.micro_batch = 1;
     tp.task_memory_bytes = 1200;
     goblin_train_plan_info pi;
-    check_trajectory(&m, goblin_grid_node(grid), &tp, 2, 1e-10, &pi);
+    check_trajectory(&m, grid, &tp, 2, 1e-10, &pi);
     cr_assert_geq(pi.n_stages, 3);
     cr_assert_gt(pi.stages[0].tiles, 1, "the conv stage has %d tiles", pi.stages[0].tiles);
     goblin_grid_free(grid);

@@ -96,26 +96,10 @@ static inline bool tool_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t
     return true;
 }
 
-/* Bytes with an optional K, M, G, T suffix (powers of 1024; "KiB" etc. also taken). */
+/* Bytes with an optional K, M, G, T suffix (powers of 1024; "KiB" etc. also taken):
+ * the library's goblin_size_parse, shared with the Python package. */
 static inline bool tool_parse_bytes(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-') return false;
-    unsigned shift = 0;
-    switch (*end) {
-    case 0: break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: return false;
-    }
-    if (shift && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0)) end += strlen(end);
-    if (*end) return false;
-    if (shift && v > (UINT64_MAX >> shift)) return false;
-    *out = (uint64_t)v << shift;
-    return true;
+    return goblin_size_parse(s, out) == GOBLIN_OK;
 }
 
 /* Is @p url's host a loopback address (or an ipc:// / inproc:// URL)? Only such

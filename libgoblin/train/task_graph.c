@@ -1,0 +1,307 @@
+/* libgoblin/train/task_graph.c - the task graphs of a stage: forward (activations out), the
+ * last stage's forward + loss + backward, a backward stage recomputing its forward from
+ * the stage input, and the tiled variants that compute one slice of a layer's output
+ * features. Each is built for an exact row count. */
+#include <stdio.h>
+#include <string.h>
+#include "train_impl.h"
+
+#define ERRF(e, ...) (snprintf(msg, cap, __VA_ARGS__), (e))
+
+/* ---- task graphs -------------------------------------------------------------------- */
+
+void goblin__train_task_graph_free(tr_task_graph *tg) {
+    if (!tg) return;
+    goblin_graph_free(tg->g);
+    goblin__free(tg->in);
+    goblin__free(tg->out);
+    goblin__free(tg);
+}
+
+typedef struct tg_build {
+    tr_task_graph *tg;
+    int32_t cap_in, cap_out;
+} tg_build;
+
+static bool io_push(tr_io **arr, int32_t *n, tr_io_kind k, int32_t ref) {
+    tr_io *a = goblin__alloc(sizeof(tr_io) * (size_t)(*n + 1));
+    if (!a) return false;
+    if (*n) memcpy(a, *arr, sizeof(tr_io) * (size_t)*n);
+    a[*n] = (tr_io){k, ref};
+    goblin__free(*arr);
+    *arr = a;
+    (*n)++;
+    return true;
+}
+
+typedef struct mark_ctx {
+    uint8_t *role; /* per node: 0 none, 1 + ROLE_* */
+} mark_ctx;
+
+static void mark_visit(void *user, int32_t id, int role) {
+    mark_ctx *c = user;
+    c->role[id] = (uint8_t)(1 + role);
+}
+
+static goblin_err add_input_like(goblin_graph *g, const goblin__node *n, int32_t rank,
+                                 const int64_t *shape, int32_t *id) {
+    return goblin_graph_input(g, n->dtype, rank, shape ? shape : n->shape, id);
+}
+
+/* Backward part shared by LAST and BWD: gradients wrt the parameter inputs and the
+ * stage inputs that carry a gradient, marked as outputs. */
+static goblin_err add_grads(const tr_model *m, tr_task_graph *tg, const tr_stage *st,
+                            const int32_t *map, int32_t target, int32_t seed, char *msg,
+                            size_t cap) {
+    goblin_graph *g = tg->g;
+    int32_t nw = 0;
+    int32_t *wrt = goblin__alloc(sizeof(int32_t) * (size_t)(st->n_params + st->n_in + 1));
+    int32_t *grads = goblin__alloc(sizeof(int32_t) * (size_t)(st->n_params + st->n_in + 1));
+    tr_io *roles = goblin__alloc(sizeof(tr_io) * (size_t)(st->n_params + st->n_in + 1));
+    goblin_err e = GOBLIN_OK;
+    if (!wrt || !grads || !roles) {
+        e = ERRF(GOBLIN_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int32_t i = 0; i < st->n_params; i++) {
+        int32_t pid = goblin_graph_input_id(m->g, st->params[i]);
+        roles[nw] = (tr_io){TR_IO_PGRAD, st->params[i]};
+        wrt[nw++] = map[pid];
+    }
+    for (int32_t i = 0; i < st->n_in; i++) {
+        int32_t j = st->in_nodes[i];
+        if (m->nodes[j].is_data || !m->nodes[j].needs_grad) continue;
+        roles[nw] = (tr_io){TR_IO_XGRAD, j};
+        wrt[nw++] = map[j];
+    }
+    e = seed >= 0 ? goblin_graph_backward_seeded(g, target, seed, wrt, nw, grads)
+                  : goblin_graph_backward(g, target, wrt, nw, grads);
+    if (e) {
+        snprintf(msg, cap, "%s", goblin_graph_error(g));
+        goto out;
+    }
+    for (int32_t i = 0; i < nw && !e; i++) {
+        e = goblin_graph_output(g, grads[i]);
+        if (!e && !io_push(&tg->out, &tg->n_out, roles[i].kind, roles[i].ref)) e = GOBLIN_ENOMEM;
+    }
+    if (e) snprintf(msg, cap, "building the backward graph: %s", goblin_strerror(e));
+out:
+    goblin__free(wrt);
+    goblin__free(grads);
+    goblin__free(roles);
+    return e;
+}
+
+static goblin_err tile_graph(const tr_model *m, const tr_stage *st, tr_task_kind kind,
+                             const goblin_graph *inst, int32_t tile, tr_task_graph *tg, char *msg,
+                             size_t cap) {
+    int32_t wp, wa, bp, oa;
+    int64_t feat, lo, hi;
+    goblin__train_tile_layout(m, st, &wp, &wa, &bp, &oa, &feat);
+    goblin__train_tile_range(feat, st->tiles, tile, &lo, &hi);
+    const goblin__node *n = &inst->nodes[st->tile_node];
+    goblin_graph *g = tg->g;
+    goblin_err e = GOBLIN_OK;
+    int32_t ids[3], y, seed = -1;
+    int32_t x = n->inputs[0];
+    /* inputs in the generic order: parameters by index, then nodes, then seeds */
+    int32_t order[2] = {wp, bp};
+    if (bp >= 0 && bp < wp) {
+        order[0] = bp;
+        order[1] = wp;
+    }
+    for (int i = 0; i < 2; i++) {
+        int32_t p = order[i];
+        if (p < 0) continue;
+        const goblin__node *pn = &inst->nodes[goblin_graph_input_id(inst, p)];
+        int64_t shp[GOBLIN_MAX_RANK];
+        memcpy(shp, pn->shape, sizeof shp);
+        int32_t axis = p == wp ? wa : pn->rank - 1;
+        shp[axis] = hi - lo;
+        int32_t id;
+        if ((e = add_input_like(g, pn, pn->rank, shp, &id))) goto fail;
+        if (p == wp) ids[1] = id;
+        else ids[2] = id;
+        if (!io_push(&tg->in, &tg->n_in, TR_IO_PARAM, p)) goto oom;
+    }
+    if ((e = add_input_like(g, &inst->nodes[x], inst->nodes[x].rank, NULL, &ids[0]))) goto fail;
+    if (!io_push(&tg->in, &tg->n_in, TR_IO_NODE, x)) goto oom;
+    if (kind == TR_TASK_BWD) {
+        int64_t shp[GOBLIN_MAX_RANK];
+        memcpy(shp, n->shape, sizeof shp);
+        shp[oa] = hi - lo;
+        if ((e = add_input_like(g, n, n->rank, shp, &seed))) goto fail;
+        if (!io_push(&tg->in, &tg->n_in, TR_IO_SEED, st->tile_node)) goto oom;
+    }
+    e = goblin_graph_add(g, n->op, ids, bp >= 0 ? 3 : 2, n->attrs, n->n_attrs, &y);
+    if (e) goto fail;
+    if (kind == TR_TASK_FWD) {
+        if ((e = goblin_graph_output(g, y))) goto fail;
+        if (!io_push(&tg->out, &tg->n_out, TR_IO_ACT, st->tile_node)) goto oom;
+        return GOBLIN_OK;
+    }
+    int32_t wrt[3] = {ids[1], bp >= 0 ? ids[2] : -1, ids[0]}, grads[3];
+    tr_io roles[3] = {{TR_IO_PGRAD, wp}, {TR_IO_PGRAD, bp}, {TR_IO_XGRAD, x}};
+    int32_t nw = 0, w2[3];
+    tr_io r2[3];
+    for (int i = 0; i < 3; i++) {
+        if (wrt[i] < 0) continue;
+        if (i == 2 && (m->nodes[x].is_data || !m->nodes[x].needs_grad)) continue;
+        w2[nw] = wrt[i];
+        r2[nw++] = roles[i];
+    }
+    if (bp >= 0 && bp < wp && nw >= 2) { /* outputs in parameter-index order */
+        int32_t t = w2[0];
+        w2[0] = w2[1];
+        w2[1] = t;
+        tr_io tt = r2[0];
+        r2[0] = r2[1];
+        r2[1] = tt;
+    }
+    e = goblin_graph_backward_seeded(g, y, seed, w2, nw, grads);
+    if (e) goto fail;
+    for (int32_t i = 0; i < nw; i++) {
+        if ((e = goblin_graph_output(g, grads[i]))) goto fail;
+        if (!io_push(&tg->out, &tg->n_out, r2[i].kind, r2[i].ref)) goto oom;
+    }
+    return GOBLIN_OK;
+oom:
+    return ERRF(GOBLIN_ENOMEM, "out of memory");
+fail:
+    snprintf(msg, cap, "tile graph of node %d: %s", (int)st->tile_node, goblin_graph_error(g));
+    return e;
+}
+
+goblin_err goblin__train_task_graph(const tr_model *m, const tr_plan *p, int32_t s,
+                                    tr_task_kind kind, int64_t rows, int32_t tile,
+                                    tr_task_graph **out, char *msg, size_t cap) {
+    const tr_stage *st = &p->stages[s];
+    goblin_graph *inst = NULL;
+    goblin_err e = goblin__train_instance(m->g, m->n_params, m->batch0, rows, &inst, msg, cap);
+    if (e) return e;
+    tr_task_graph *tg = goblin__calloc(1, sizeof *tg);
+    int32_t nn = m->g->n_nodes;
+    int32_t *map = goblin__alloc(sizeof(int32_t) * (size_t)nn);
+    uint8_t *role = goblin__calloc((size_t)nn, 1);
+    int32_t *stamp = goblin__calloc((size_t)nn, sizeof(int32_t));
+    int32_t *stack = goblin__alloc(sizeof(int32_t) * goblin__train_stack_len(m->g));
+    int32_t *ins = NULL;
+    if (!tg || !map || !role || !stamp || !stack || goblin_graph_new(&tg->g)) {
+        e = ERRF(GOBLIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (st->tiles > 1) {
+        e = tile_graph(m, st, kind, inst, tile, tg, msg, cap);
+        goto done;
+    }
+    for (int32_t i = 0; i < nn; i++) map[i] = -1;
+    tr_scratch sc = {stamp, 0, stack};
+    mark_ctx mc = {role};
+    tr_measure x;
+    goblin__train_closure(m, &sc, st->a, st->b, &x, mark_visit, &mc);
+    for (int32_t i = 0; i < st->n_params && !e; i++) {
+        int32_t pid = goblin_graph_input_id(inst, st->params[i]);
+        e = add_input_like(tg->g, &inst->nodes[pid], inst->nodes[pid].rank, NULL, &map[pid]);
+        if (!e && !io_push(&tg->in, &tg->n_in, TR_IO_PARAM, st->params[i])) e = GOBLIN_ENOMEM;
+    }
+    for (int32_t i = 0; i < st->n_in && !e; i++) {
+        int32_t j = st->in_nodes[i];
+        e = add_input_like(tg->g, &inst->nodes[j], inst->nodes[j].rank, NULL, &map[j]);
+        if (!e && !io_push(&tg->in, &tg->n_in, TR_IO_NODE, j)) e = GOBLIN_ENOMEM;
+    }
+    int32_t n_seeds = 0, seed_ids[2] = {-1, -1}, seed_out[2] = {-1, -1};
+    int32_t *seeds = NULL;
+    if (!e && kind == TR_TASK_BWD) {
+        seeds = goblin__alloc(sizeof(int32_t) * (size_t)(st->n_out + 1));
+        if (!seeds) e = GOBLIN_ENOMEM;
+        for (int32_t i = 0; i < st->n_out && !e; i++) {
+            int32_t j = st->out_nodes[i];
+            if (!m->nodes[j].needs_grad) continue;
+            e = add_input_like(tg->g, &inst->nodes[j], inst->nodes[j].rank, NULL, &seeds[n_seeds]);
+            if (!e && !io_push(&tg->in, &tg->n_in, TR_IO_SEED, j)) e = GOBLIN_ENOMEM;
+            if (!e && n_seeds < 2) {
+                seed_ids[n_seeds] = seeds[n_seeds];
+                seed_out[n_seeds] = j;
+            }
+            n_seeds++;
+        }
+    }
+    if (e) {
+        goblin__free(seeds);
+        if (e == GOBLIN_ENOMEM) snprintf(msg, cap, "out of memory");
+        else snprintf(msg, cap, "%s", goblin_graph_error(tg->g));
+        goto done;
+    }
+    ins = goblin__alloc(sizeof(int32_t) * GOBLIN_GRAPH_MAX_INPUTS_PER_NODE);
+    if (!ins) {
+        goblin__free(seeds);
+        e = ERRF(GOBLIN_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int32_t id = 0; id < nn && !e; id++) {
+        if (role[id] != 1 + ROLE_COPY && role[id] != 1 + ROLE_STAGE) continue;
+        goblin__node pr = inst->nodes[id];
+        for (int32_t k = 0; k < pr.n_inputs; k++) ins[k] = map[pr.inputs[k]];
+        pr.inputs = ins;
+        e = goblin__graph_add_node(tg->g, &pr, &map[id]);
+        if (e) snprintf(msg, cap, "stage %d: %s", (int)s, goblin_graph_error(tg->g));
+    }
+    if (e) {
+        goblin__free(seeds);
+        goto done;
+    }
+    if (kind == TR_TASK_FWD) {
+        for (int32_t i = 0; i < st->n_out && !e; i++) {
+            e = goblin_graph_output(tg->g, map[st->out_nodes[i]]);
+            if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_ACT, st->out_nodes[i])) e = GOBLIN_ENOMEM;
+        }
+        if (e) snprintf(msg, cap, "stage %d outputs: %s", (int)s, goblin_strerror(e));
+    } else if (kind == TR_TASK_LAST) {
+        e = goblin_graph_output(tg->g, map[m->loss_id]);
+        if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_LOSS, m->loss_id)) e = GOBLIN_ENOMEM;
+        if (e) snprintf(msg, cap, "stage %d loss: %s", (int)s, goblin_strerror(e));
+        else e = add_grads(m, tg, st, map, map[m->loss_id], -1, msg, cap);
+    } else if (n_seeds == 1) {
+        e = add_grads(m, tg, st, map, map[seed_out[0]], seed_ids[0], msg, cap);
+    } else if (n_seeds > 1) {
+        /* several outputs: one scalar z = sum_i sum(out_i * seed_i) (in the first
+         * output's dtype); dz/d out_i = seed_i exactly, so the gradients are the sum of
+         * the vector-Jacobian products in one backward pass */
+        int32_t z = -1;
+        goblin_dtype dt0 = inst->nodes[st->out_nodes[0]].dtype;
+        int32_t k = 0;
+        for (int32_t i = 0; i < st->n_out && !e; i++) {
+            int32_t j = st->out_nodes[i];
+            if (!m->nodes[j].needs_grad) continue;
+            int32_t pr[2] = {map[j], seeds[k++]}, prod, sm;
+            e = goblin_graph_add(tg->g, GOBLIN_OP_MUL, pr, 2, NULL, 0, &prod);
+            if (!e) e = goblin_graph_add(tg->g, GOBLIN_OP_SUM, &prod, 1, NULL, 0, &sm);
+            if (!e && inst->nodes[j].dtype != dt0) {
+                goblin_attr a = goblin_attr_int(GOBLIN_ATTR_DTYPE, dt0);
+                e = goblin_graph_add(tg->g, GOBLIN_OP_CAST, &sm, 1, &a, 1, &sm);
+            }
+            if (!e && z >= 0) {
+                int32_t pz[2] = {z, sm};
+                e = goblin_graph_add(tg->g, GOBLIN_OP_ADD, pz, 2, NULL, 0, &z);
+            } else if (!e) {
+                z = sm;
+            }
+        }
+        if (e) snprintf(msg, cap, "stage %d seeds: %s", (int)s, goblin_graph_error(tg->g));
+        else e = add_grads(m, tg, st, map, z, -1, msg, cap);
+    }
+    goblin__free(seeds);
+done:
+    goblin__free(ins);
+    goblin__free(map);
+    goblin__free(role);
+    goblin__free(stamp);
+    goblin__free(stack);
+    goblin_graph_free(inst);
+    if (e) {
+        goblin__train_task_graph_free(tg);
+        return e;
+    }
+    *out = tg;
+    return GOBLIN_OK;
+}
