@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "base/clock.h"
+#include "base/errf.h"
 #include "base/crc32.h"
 #include "train_impl.h"
 
@@ -38,15 +40,8 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-static goblin_err terr(goblin_trainer *t, goblin_err e, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static goblin_err terr(goblin_trainer *t, goblin_err e, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->err, sizeof t->err, fmt, ap);
-    va_end(ap);
-    return e;
-}
+/* The trainer's message (goblin_trainer_error) and @p e. */
+#define terr(t, e, ...) goblin__errf((t)->err, sizeof (t)->err, (e), __VA_ARGS__)
 
 static void tlog(goblin_trainer *t, goblin_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -58,12 +53,6 @@ static void tlog(goblin_trainer *t, goblin_log_level lvl, const char *fmt, ...) 
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     t->p.log(t->p.log_user, lvl, line);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int64_t tnumel(const goblin_tensor *x) { return goblin_tensor_numel(x); }
@@ -317,7 +306,7 @@ goblin_err goblin_trainer_new(goblin_trainer **out, goblin_node *node, goblin_cl
     goblin_buffer_free(ser);
     ser = NULL;
     static uint64_t counter;
-    t->nonce = mix64((uint64_t)(now_s() * 1e9) ^ (uint64_t)(uintptr_t)t ^
+    t->nonce = mix64((uint64_t)goblin__now_ns() ^ (uint64_t)(uintptr_t)t ^
                      mix64(__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED)));
     t->version = 1;
     *out = t;
@@ -886,7 +875,7 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
                                 goblin_train_round_info *out) {
     if (!t) return GOBLIN_EINVAL;
     t->err[0] = 0;
-    double t0 = now_s();
+    int64_t t0 = goblin__now_ns();
     int64_t v0 = verify_clock(t);
     int64_t B = 0;
     goblin_err e = check_data(t, data, n_data, &B);
@@ -1013,7 +1002,7 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
         out->grad_norm = gnorm;
         out->lr = lr;
         out->tasks = R.done;
-        out->seconds = now_s() - t0;
+        out->seconds = 1e-9 * (double)(goblin__now_ns() - t0);
         int64_t v1 = v0 >= 0 ? verify_clock(t) : -1;
         out->verify_seconds = v1 >= v0 && v0 >= 0 ? (double)(v1 - v0) * 1e-9 : 0.0;
     }
