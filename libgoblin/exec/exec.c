@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "backends/backend.h"
+#include "base/clock.h"
+#include "base/errf.h"
 #include "backends/kernel_util.h"
 
 struct goblin_exec {
@@ -32,12 +34,6 @@ struct goblin_exec {
     bool profile; /* GOBLIN_PROFILE set (non-empty, not "0"): per-node times to stderr */
     char err[512];
 };
-
-static double now_ms(clockid_t clk) {
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static const goblin__backend_vtable *backend_vt(goblin_backend_kind k) {
     switch (k) {
@@ -74,16 +70,8 @@ void goblin_exec_params_default(goblin_exec_params *p) {
 #endif
 }
 
-static goblin_err xfail(goblin_exec *ex, goblin_err e, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static goblin_err xfail(goblin_exec *ex, goblin_err e, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ex->err, sizeof ex->err, fmt, ap);
-    va_end(ap);
-    return e;
-}
+/* The executor's message (goblin_exec_error) and @p e. */
+#define xfail(ex, e, ...) goblin__errf((ex)->err, sizeof (ex)->err, (e), __VA_ARGS__)
 
 /* Which nodes alias their input's buffer instead of computing. A movement op (RESHAPE,
  * PERMUTE, SLICE, SPLIT, SELECT) of a value the executor holds in its own memory (a node
@@ -620,8 +608,8 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
             }
             continue;
         }
-        double t0 = ex->profile ? now_ms(CLOCK_MONOTONIC) : 0;
-        double c0 = ex->profile ? now_ms(CLOCK_PROCESS_CPUTIME_ID) : 0;
+        int64_t t0 = ex->profile ? goblin__now_ns() : 0;
+        int64_t c0 = ex->profile ? goblin__process_cpu_ns() : 0;
         const goblin__op_def *d = goblin__op_def_get(n->op);
         bool strided_ok = d && (d->flags & GOBLIN__OPF_STRIDED);
         for (int32_t j = 0; j < n->n_inputs; j++) {
@@ -696,7 +684,8 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
                     goblin_op_name(n->op), goblin_dtype_name(n->dtype),
                     goblin__shape_str(n->rank, n->shape, sh, sizeof sh),
                     use_ref && ex->be != &goblin__backend_ref ? " (ref)" : "",
-                    now_ms(CLOCK_MONOTONIC) - t0, now_ms(CLOCK_PROCESS_CPUTIME_ID) - c0);
+                    1e-6 * (double)(goblin__now_ns() - t0),
+                    1e-6 * (double)(goblin__process_cpu_ns() - c0));
         }
         for (int32_t j = 0; j < n->n_inputs; j++) {
             int32_t src = ex->root[n->inputs[j]];

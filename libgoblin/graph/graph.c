@@ -7,16 +7,8 @@
 #include "graph_impl.h"
 #include "core/formula_prog.h"
 
-static goblin_err gfail(goblin_graph *g, goblin_err e, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static goblin_err gfail(goblin_graph *g, goblin_err e, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
-    va_end(ap);
-    return e;
-}
+/* The graph's message (goblin_graph_error) and @p e. */
+#define gfail(g, e, ...) goblin__errf((g)->err, sizeof (g)->err, (e), __VA_ARGS__)
 
 goblin_err goblin_graph_new(goblin_graph **out) {
     if (!out) return GOBLIN_EINVAL;

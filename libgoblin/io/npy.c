@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/errf.h"
 
 struct goblin_npy {
     goblin_tensor t;
@@ -18,16 +18,6 @@ struct goblin_npy {
     size_t map_len;
     bool writable;
 };
-
-static goblin_err npy_err(char *msg, size_t cap, goblin_err e, const char *fmt, ...) {
-    if (msg && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, cap, fmt, ap);
-        va_end(ap);
-    }
-    return e;
-}
 
 /* A cursor over the header dict text. */
 typedef struct cur {
@@ -94,34 +84,34 @@ goblin_err goblin_npy_header_parse(const uint8_t *buf, size_t len, goblin_dtype 
                                    int32_t *rank, int64_t *shape, size_t *data_offset,
                                    char *msg, size_t cap) {
     if (!buf || !dt || !rank || !shape || !data_offset)
-        return npy_err(msg, cap, GOBLIN_EINVAL, "NULL argument");
+        return goblin__errf(msg, cap, GOBLIN_EINVAL, "NULL argument");
     if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
-        return npy_err(msg, cap, GOBLIN_EFORMAT, "not a .npy file (bad magic or too short)");
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, "not a .npy file (bad magic or too short)");
     uint8_t major = buf[6];
     size_t hlen, pre;
     if (major == 1) {
         hlen = (size_t)buf[8] | ((size_t)buf[9] << 8);
         pre = 10;
     } else if (major == 2 || major == 3) {
-        if (len < 12) return npy_err(msg, cap, GOBLIN_EFORMAT, "truncated .npy preamble");
+        if (len < 12) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "truncated .npy preamble");
         hlen = (size_t)buf[8] | ((size_t)buf[9] << 8) | ((size_t)buf[10] << 16) |
                ((size_t)buf[11] << 24);
         pre = 12;
     } else {
-        return npy_err(msg, cap, GOBLIN_EFORMAT, ".npy format version %u is not supported",
-                       (unsigned)major);
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, ".npy format version %u is not supported",
+                            (unsigned)major);
     }
     if (hlen > GOBLIN_NPY_MAX_HEADER - pre)
-        return npy_err(msg, cap, GOBLIN_EFORMAT, ".npy header of %zu bytes is too long", hlen);
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, ".npy header of %zu bytes is too long", hlen);
     if (len < pre + hlen)
-        return npy_err(msg, cap, GOBLIN_EFORMAT, "truncated .npy header (%zu of %zu bytes)",
-                       len - pre, hlen);
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, "truncated .npy header (%zu of %zu bytes)",
+                            len - pre, hlen);
     cur c = {(const char *)buf + pre, hlen, 0};
     /* The dict ends with '\n' and may be padded with spaces before it. */
     if (hlen == 0 || c.s[hlen - 1] != '\n')
-        return npy_err(msg, cap, GOBLIN_EFORMAT, ".npy header does not end with a newline");
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, ".npy header does not end with a newline");
     c.n = hlen - 1;
-    if (!eat(&c, '{')) return npy_err(msg, cap, GOBLIN_EFORMAT, ".npy header is not a dict");
+    if (!eat(&c, '{')) return goblin__errf(msg, cap, GOBLIN_EFORMAT, ".npy header is not a dict");
     bool have_descr = false, have_fo = false, have_shape = false, fortran = false;
     char descr[16] = {0};
     int32_t r = 0;
@@ -130,61 +120,68 @@ goblin_err goblin_npy_header_parse(const uint8_t *buf, size_t len, goblin_dtype 
         if (eat(&c, '}')) break;
         char key[32];
         if (!parse_str(&c, key, sizeof key) || !eat(&c, ':'))
-            return npy_err(msg, cap, GOBLIN_EFORMAT, "bad key in .npy header at byte %zu",
-                           pre + c.i);
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad key in .npy header at byte %zu",
+                                pre + c.i);
         if (strcmp(key, "descr") == 0 && !have_descr) {
             if (!parse_str(&c, descr, sizeof descr))
-                return npy_err(msg, cap, GOBLIN_EFORMAT, "bad 'descr' in .npy header");
+                return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad 'descr' in .npy header");
             have_descr = true;
         } else if (strcmp(key, "fortran_order") == 0 && !have_fo) {
             if (parse_word(&c, "True")) fortran = true;
             else if (parse_word(&c, "False")) fortran = false;
-            else return npy_err(msg, cap, GOBLIN_EFORMAT, "bad 'fortran_order' in .npy header");
+            else return goblin__errf(msg, cap, GOBLIN_EFORMAT,
+                                     "bad 'fortran_order' in .npy header");
             have_fo = true;
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
             if (!eat(&c, '('))
-                return npy_err(msg, cap, GOBLIN_EFORMAT, "bad 'shape' in .npy header");
+                return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad 'shape' in .npy header");
             for (;;) {
                 if (eat(&c, ')')) break;
                 if (r >= GOBLIN_MAX_RANK)
-                    return npy_err(msg, cap, GOBLIN_ELIMIT, ".npy rank above %d", GOBLIN_MAX_RANK);
+                    return goblin__errf(msg, cap, GOBLIN_ELIMIT, ".npy rank above %d",
+                                        GOBLIN_MAX_RANK);
                 if (!parse_dim(&c, &shp[r]))
-                    return npy_err(msg, cap, GOBLIN_EFORMAT, "bad dimension in .npy shape");
+                    return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad dimension in .npy shape");
                 r++;
                 if (eat(&c, ',')) continue;
                 if (eat(&c, ')')) break;
-                return npy_err(msg, cap, GOBLIN_EFORMAT, "bad 'shape' tuple in .npy header");
+                return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad 'shape' tuple in .npy header");
             }
             have_shape = true;
         } else {
-            return npy_err(msg, cap, GOBLIN_EFORMAT, "unexpected or repeated key '%s' in .npy header",
-                           key);
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT,
+                                "unexpected or repeated key '%s' in .npy header",
+                                key);
         }
         if (eat(&c, ',')) continue;
         if (eat(&c, '}')) break;
-        return npy_err(msg, cap, GOBLIN_EFORMAT, "bad .npy header dict at byte %zu", pre + c.i);
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad .npy header dict at byte %zu",
+                            pre + c.i);
     }
     skip_ws(&c);
-    if (c.i != c.n) return npy_err(msg, cap, GOBLIN_EFORMAT, "trailing bytes after .npy header dict");
+    if (c.i != c.n)
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, "trailing bytes after .npy header dict");
     if (!have_descr || !have_fo || !have_shape)
-        return npy_err(msg, cap, GOBLIN_EFORMAT, ".npy header lacks descr, fortran_order or shape");
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT,
+                            ".npy header lacks descr, fortran_order or shape");
     goblin_dtype d;
     if ((descr[0] == '<' || descr[0] == '=' || descr[0] == '|') && strcmp(descr + 1, "f4") == 0)
         d = GOBLIN_DTYPE_F32;
     else if ((descr[0] == '<' || descr[0] == '=' || descr[0] == '|') && strcmp(descr + 1, "f8") == 0)
         d = GOBLIN_DTYPE_F64;
     else if (descr[0] == '>' && (strcmp(descr + 1, "f4") == 0 || strcmp(descr + 1, "f8") == 0))
-        return npy_err(msg, cap, GOBLIN_ENOTSUP, "big-endian .npy data is not supported");
+        return goblin__errf(msg, cap, GOBLIN_ENOTSUP, "big-endian .npy data is not supported");
     else
-        return npy_err(msg, cap, GOBLIN_EDTYPE, ".npy dtype '%s' is not supported (f4, f8 only)",
-                       descr);
+        return goblin__errf(msg, cap, GOBLIN_EDTYPE,
+                            ".npy dtype '%s' is not supported (f4, f8 only)",
+                            descr);
     if (fortran)
-        return npy_err(msg, cap, GOBLIN_ENOTSUP,
-                       "Fortran-order .npy is not supported (save with np.ascontiguousarray)");
+        return goblin__errf(msg, cap, GOBLIN_ENOTSUP,
+                            "Fortran-order .npy is not supported (save with np.ascontiguousarray)");
     int64_t numel = 1;
     for (int32_t i = 0; i < r; i++)
         if (!goblin__mul_i64(numel, shp[i], &numel) || numel > INT64_MAX / 8)
-            return npy_err(msg, cap, GOBLIN_ELIMIT, ".npy element count overflows");
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, ".npy element count overflows");
     *dt = d;
     *rank = r;
     for (int32_t i = 0; i < r; i++) shape[i] = shp[i];
@@ -244,13 +241,14 @@ static goblin_err npy_finish(void *map, size_t map_len, bool writable, goblin_dt
 
 goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, char *msg,
                            size_t cap) {
-    if (!path || !out) return npy_err(msg, cap, GOBLIN_EINVAL, "NULL argument");
+    if (!path || !out) return goblin__errf(msg, cap, GOBLIN_EINVAL, "NULL argument");
     int fd = open(path, writable ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return npy_err(msg, cap, GOBLIN_EIO, "cannot open %s: %s", path, strerror(errno));
+    if (fd < 0)
+        return goblin__errf(msg, cap, GOBLIN_EIO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return npy_err(msg, cap, GOBLIN_EIO, "%s is not a regular file", path);
+        return goblin__errf(msg, cap, GOBLIN_EIO, "%s is not a regular file", path);
     }
     uint8_t head[GOBLIN_NPY_MAX_HEADER];
     size_t got = 0;
@@ -259,7 +257,7 @@ goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, ch
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             close(fd);
-            return npy_err(msg, cap, GOBLIN_EIO, "cannot read %s: %s", path, strerror(errno));
+            return goblin__errf(msg, cap, GOBLIN_EIO, "cannot read %s: %s", path, strerror(errno));
         }
         if (r == 0) break;
         got += (size_t)r;
@@ -278,18 +276,19 @@ goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, ch
     uint64_t need = (uint64_t)off + (uint64_t)numel * goblin_dtype_size(dt);
     if ((uint64_t)st.st_size != need) {
         close(fd);
-        return npy_err(msg, cap, GOBLIN_EFORMAT, "%s holds %lld bytes but its header says %llu",
-                       path, (long long)st.st_size, (unsigned long long)need);
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT,
+                            "%s holds %lld bytes but its header says %llu",
+                            path, (long long)st.st_size, (unsigned long long)need);
     }
     void *map = NULL;
     e = map_file(fd, (size_t)need, writable, &map);
     int saved = errno;
     close(fd);
-    if (e) return npy_err(msg, cap, e, "cannot map %s: %s", path, strerror(saved));
+    if (e) return goblin__errf(msg, cap, e, "cannot map %s: %s", path, strerror(saved));
     e = npy_finish(map, (size_t)need, writable, dt, rank, shape, off, out);
     if (e) {
         if (map) munmap(map, (size_t)need);
-        return npy_err(msg, cap, e, "out of memory");
+        return goblin__errf(msg, cap, e, "out of memory");
     }
     return GOBLIN_OK;
 }
@@ -297,22 +296,23 @@ goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, ch
 goblin_err goblin_npy_create(const char *path, goblin_dtype dt, int32_t rank,
                              const int64_t *shape, goblin_npy **out, char *msg, size_t cap) {
     if (!path || !out || rank < 0 || rank > GOBLIN_MAX_RANK || (rank > 0 && !shape))
-        return npy_err(msg, cap, GOBLIN_EINVAL, "bad arguments");
+        return goblin__errf(msg, cap, GOBLIN_EINVAL, "bad arguments");
     if (dt != GOBLIN_DTYPE_F32 && dt != GOBLIN_DTYPE_F64)
-        return npy_err(msg, cap, GOBLIN_EDTYPE, ".npy output must be f32 or f64");
+        return goblin__errf(msg, cap, GOBLIN_EDTYPE, ".npy output must be f32 or f64");
     int64_t numel = 1;
     for (int32_t i = 0; i < rank; i++) {
-        if (shape[i] < 0) return npy_err(msg, cap, GOBLIN_EINVAL, "negative dimension");
+        if (shape[i] < 0) return goblin__errf(msg, cap, GOBLIN_EINVAL, "negative dimension");
         if (!goblin__mul_i64(numel, shape[i], &numel) || numel > INT64_MAX / 16)
-            return npy_err(msg, cap, GOBLIN_ELIMIT, "element count overflows");
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, "element count overflows");
     }
     char head[1024];
     size_t hl;
     if (header_build(dt, rank, shape, head, sizeof head, &hl))
-        return npy_err(msg, cap, GOBLIN_ELIMIT, "header too long");
+        return goblin__errf(msg, cap, GOBLIN_ELIMIT, "header too long");
     uint64_t need = hl + (uint64_t)numel * goblin_dtype_size(dt);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return npy_err(msg, cap, GOBLIN_EIO, "cannot create %s: %s", path, strerror(errno));
+    if (fd < 0)
+        return goblin__errf(msg, cap, GOBLIN_EIO, "cannot create %s: %s", path, strerror(errno));
     size_t w = 0;
     while (w < hl) {
         ssize_t r = pwrite(fd, head + w, hl - w, (off_t)w);
@@ -320,24 +320,24 @@ goblin_err goblin_npy_create(const char *path, goblin_dtype dt, int32_t rank,
         if (r <= 0) {
             int s = errno;
             close(fd);
-            return npy_err(msg, cap, GOBLIN_EIO, "cannot write %s: %s", path, strerror(s));
+            return goblin__errf(msg, cap, GOBLIN_EIO, "cannot write %s: %s", path, strerror(s));
         }
         w += (size_t)r;
     }
     if (ftruncate(fd, (off_t)need) != 0) {
         int s = errno;
         close(fd);
-        return npy_err(msg, cap, GOBLIN_EIO, "cannot size %s: %s", path, strerror(s));
+        return goblin__errf(msg, cap, GOBLIN_EIO, "cannot size %s: %s", path, strerror(s));
     }
     void *map = NULL;
     goblin_err e = map_file(fd, (size_t)need, true, &map);
     int saved = errno;
     close(fd);
-    if (e) return npy_err(msg, cap, e, "cannot map %s: %s", path, strerror(saved));
+    if (e) return goblin__errf(msg, cap, e, "cannot map %s: %s", path, strerror(saved));
     e = npy_finish(map, (size_t)need, true, dt, rank, shape, hl, out);
     if (e) {
         if (map) munmap(map, (size_t)need);
-        return npy_err(msg, cap, e, "out of memory");
+        return goblin__errf(msg, cap, e, "out of memory");
     }
     return GOBLIN_OK;
 }
@@ -375,8 +375,9 @@ static void copy_contig(const goblin_tensor *t, uint8_t *dst, size_t es) {
 }
 
 goblin_err goblin_npy_save(const char *path, const goblin_tensor *t, char *msg, size_t cap) {
-    if (!path || !t) return npy_err(msg, cap, GOBLIN_EINVAL, "NULL argument");
-    if (t->rank < 0 || t->rank > GOBLIN_MAX_RANK) return npy_err(msg, cap, GOBLIN_EINVAL, "bad rank");
+    if (!path || !t) return goblin__errf(msg, cap, GOBLIN_EINVAL, "NULL argument");
+    if (t->rank < 0 || t->rank > GOBLIN_MAX_RANK)
+        return goblin__errf(msg, cap, GOBLIN_EINVAL, "bad rank");
     goblin_npy *f;
     goblin_err e = goblin_npy_create(path, t->dtype, t->rank, t->shape, &f, msg, cap);
     if (e) return e;
@@ -384,7 +385,7 @@ goblin_err goblin_npy_save(const char *path, const goblin_tensor *t, char *msg, 
     if (numel > 0) {
         if (!t->data) {
             goblin_npy_close(f);
-            return npy_err(msg, cap, GOBLIN_EINVAL, "tensor data is NULL");
+            return goblin__errf(msg, cap, GOBLIN_EINVAL, "tensor data is NULL");
         }
         size_t es = goblin_dtype_size(t->dtype);
         if (goblin_tensor_is_contiguous(t))
@@ -394,5 +395,5 @@ goblin_err goblin_npy_save(const char *path, const goblin_tensor *t, char *msg, 
     }
     e = goblin_npy_sync(f);
     goblin_npy_close(f);
-    return e ? npy_err(msg, cap, e, "cannot sync %s", path) : GOBLIN_OK;
+    return e ? goblin__errf(msg, cap, e, "cannot sync %s", path) : GOBLIN_OK;
 }

@@ -2,27 +2,17 @@
 #include "client_wire.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/errf.h"
 #include "goblin/dtype.h"
 #include "goblin/graph.h"
 
 /* The stats reply is the node's counters as a flat array of i64, in struct order. */
 #define STATS_N ((uint32_t)(sizeof(goblin_node_stats) / sizeof(int64_t)))
 _Static_assert(sizeof(goblin_node_stats) % sizeof(int64_t) == 0, "stats are all int64");
-
-static goblin_err cw_err(char *msg, size_t cap, goblin_err e, const char *fmt, ...) {
-    if (msg && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, cap, fmt, ap);
-        va_end(ap);
-    }
-    return e;
-}
 
 const char *goblin__cw_type_name(uint8_t t) {
     switch (t) {
@@ -388,8 +378,8 @@ typedef struct rd {
 #define NEED(r, k, what)                                                                 \
     do {                                                                                 \
         if ((r)->n - (r)->o < (size_t)(k))                                               \
-            return cw_err((r)->msg, (r)->cap, GOBLIN_EFORMAT,                            \
-                          "truncated %s at body byte %zu", what, (r)->o);                \
+            return goblin__errf((r)->msg, (r)->cap, GOBLIN_EFORMAT,                      \
+                                "truncated %s at body byte %zu", what, (r)->o);          \
     } while (0)
 
 static bool zeros(const uint8_t *p, size_t n) {
@@ -402,10 +392,13 @@ static goblin_err get_tensor(rd *r, const goblin__cw_limits *lim, goblin_tensor 
     NEED(r, 8, "tensor header");
     const uint8_t *h = r->p + r->o;
     if (h[0] >= GOBLIN_DTYPE_COUNT)
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "unknown dtype %u at body byte %zu", h[0], r->o);
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "unknown dtype %u at body byte %zu",
+                            h[0], r->o);
     if (h[1] > GOBLIN_MAX_RANK)
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "rank %u above %d", h[1], GOBLIN_MAX_RANK);
-    if (!zeros(h + 2, 6)) return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero tensor padding");
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "rank %u above %d", h[1],
+                            GOBLIN_MAX_RANK);
+    if (!zeros(h + 2, 6))
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero tensor padding");
     r->o += 8;
     int32_t rank = h[1];
     int64_t shape[GOBLIN_MAX_RANK], numel = 1, span = 1;
@@ -413,38 +406,41 @@ static goblin_err get_tensor(rd *r, const goblin__cw_limits *lim, goblin_tensor 
     for (int32_t i = 0; i < rank; i++, r->o += 8) {
         uint64_t d = r64(r->p + r->o);
         if (d > (uint64_t)GOBLIN_MAX_DIM)
-            return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "dimension %llu out of 0..2^40",
-                          (unsigned long long)d);
+            return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "dimension %llu out of 0..2^40",
+                                (unsigned long long)d);
         shape[i] = (int64_t)d;
         /* span: the product of the non-zero dims, which the strides of an empty tensor
          * still multiply out to */
         if (!goblin__mul_i64(numel, shape[i], &numel) || numel > lim->max_numel ||
             !goblin__mul_i64(span, d ? shape[i] : 1, &span) || span > lim->max_numel)
-            return cw_err(r->msg, r->cap, GOBLIN_ELIMIT, "tensor element count over the limit");
+            return goblin__errf(r->msg, r->cap, GOBLIN_ELIMIT,
+                                "tensor element count over the limit");
     }
     size_t bytes = (size_t)numel * goblin_dtype_size((goblin_dtype)h[0]);
     NEED(r, pad8(bytes), "tensor data");
     if (!zeros(r->p + r->o + bytes, pad8(bytes) - bytes))
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero tensor data padding");
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero tensor data padding");
     if (goblin_tensor_init(t, (goblin_dtype)h[0], rank, shape,
                            numel ? (void *)(uintptr_t)(r->p + r->o) : NULL) != GOBLIN_OK)
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "tensor not describable at body byte %zu", r->o);
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT,
+                            "tensor not describable at body byte %zu", r->o);
     r->o += pad8(bytes);
     return GOBLIN_OK;
 }
 
 static goblin_err get_text(rd *r, size_t n, char *out) {
-    if (n > GOBLIN__CW_MAX_TEXT) return cw_err(r->msg, r->cap, GOBLIN_ELIMIT, "text too long");
+    if (n > GOBLIN__CW_MAX_TEXT)
+        return goblin__errf(r->msg, r->cap, GOBLIN_ELIMIT, "text too long");
     NEED(r, pad8(n), "text");
     for (size_t i = 0; i < n; i++) {
         uint8_t ch = r->p[r->o + i];
         if (ch < 0x20 || ch > 0x7e)
-            return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "non-printable byte in text");
+            return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-printable byte in text");
         out[i] = (char)ch;
     }
     out[n] = 0;
     if (!zeros(r->p + r->o + n, pad8(n) - n))
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero text padding");
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero text padding");
     r->o += pad8(n);
     return GOBLIN_OK;
 }
@@ -462,7 +458,7 @@ static goblin_err alloc_io(rd *r, goblin__cw_msg *m, uint32_t n, size_t extra) {
     size_t head = ((size_t)n * sizeof(goblin_tensor) + 7) & ~(size_t)7;
     if (head + extra == 0) return GOBLIN_OK;
     m->owned = goblin__calloc(1, head + extra);
-    if (!m->owned) return cw_err(r->msg, r->cap, GOBLIN_ENOMEM, "out of memory");
+    if (!m->owned) return goblin__errf(r->msg, r->cap, GOBLIN_ENOMEM, "out of memory");
     m->io = n ? m->owned : NULL;
     return GOBLIN_OK;
 }
@@ -480,11 +476,13 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
     const uint8_t *p = r->p;
     uint32_t ni = r32(p), no = r32(p + 4);
     if (ni > GOBLIN__CW_MAX_IO || no > GOBLIN__CW_MAX_IO)
-        return cw_err(r->msg, r->cap, GOBLIN_ELIMIT, "%u inputs / %u outputs over the limit of %d",
-                      ni, no, GOBLIN__CW_MAX_IO);
+        return goblin__errf(r->msg, r->cap, GOBLIN_ELIMIT,
+                            "%u inputs / %u outputs over the limit of %d",
+                            ni, no, GOBLIN__CW_MAX_IO);
     uint8_t have = p[9];
     if (p[8] >= GOBLIN_VERIFY_COUNT || (have & ~7u) || !zeros(p + 12, 4))
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "bad verify mode %u or flags %u", p[8], have);
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "bad verify mode %u or flags %u", p[8],
+                            have);
     m->n_io = ni;
     m->n_outputs = no;
     m->verify = p[8];
@@ -497,11 +495,12 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
     uint64_t gl = r64(p + 56);
     if (!finite_nonneg(m->min_replication) || !finite_nonneg(m->trust_halflife) ||
         m->chunk_rows < 0 || m->min_tasks < 0)
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "negative or non-finite job parameter");
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "negative or non-finite job parameter");
     r->o = GOBLIN__CW_GRAPH_FIXED;
     if (gl == 0 || gl > r->n - r->o)
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "graph of %llu bytes but %zu bytes left",
-                      (unsigned long long)gl, r->n - r->o);
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT,
+                            "graph of %llu bytes but %zu bytes left",
+                            (unsigned long long)gl, r->n - r->o);
     /* Everything the counts promise must fit in the bytes left before anything is
      * allocated: the graph, the arrays, and at least 8 bytes per tensor. */
     size_t need = pad8((size_t)gl) + ((have & 1) ? pad8(ni) : 0) + ((have & 2) ? pad8(no) : 0) +
@@ -516,7 +515,7 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
     m->graph = r->p + r->o;
     m->graph_len = gl;
     if (!zeros(r->p + r->o + gl, pad8((size_t)gl) - (size_t)gl))
-        return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero graph padding");
+        return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero graph padding");
     r->o += pad8((size_t)gl);
     if (have & 4) {
         m->cache_ids = (uint64_t *)(void *)tail;
@@ -528,11 +527,11 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
         for (uint32_t i = 0; i < ni; i++) {
             m->split[i] = r->p[r->o + i];
             if (m->split[i] > GOBLIN_SPLIT_BATCH)
-                return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "input %u: unknown split %u", i,
-                              m->split[i]);
+                return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "input %u: unknown split %u", i,
+                                    m->split[i]);
         }
         if (!zeros(r->p + r->o + ni, pad8(ni) - ni))
-            return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero split padding");
+            return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero split padding");
         r->o += pad8(ni);
     }
     if (have & 2) {
@@ -540,11 +539,12 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
         for (uint32_t i = 0; i < no; i++) {
             m->combine[i] = r->p[r->o + i];
             if (m->combine[i] >= GOBLIN_COMBINE_COUNT)
-                return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "output %u: unknown combine %u", i,
-                              m->combine[i]);
+                return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "output %u: unknown combine %u",
+                                    i,
+                                    m->combine[i]);
         }
         if (!zeros(r->p + r->o + no, pad8(no) - no))
-            return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero combine padding");
+            return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero combine padding");
         r->o += pad8(no);
     }
     for (uint32_t i = 0; m->cache_ids && i < ni; i++, r->o += 8) m->cache_ids[i] = r64(r->p + r->o);
@@ -556,9 +556,9 @@ static goblin_err get_outputs(rd *r, const goblin__cw_limits *lim, goblin__cw_ms
     m->job_id = r64(r->p);
     uint32_t n = r32(r->p + 8);
     if (n > GOBLIN__CW_MAX_IO)
-        return cw_err(r->msg, r->cap, GOBLIN_ELIMIT, "%u outputs over the limit of %d", n,
-                      GOBLIN__CW_MAX_IO);
-    if (r32(r->p + 12)) return cw_err(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero padding");
+        return goblin__errf(r->msg, r->cap, GOBLIN_ELIMIT, "%u outputs over the limit of %d", n,
+                            GOBLIN__CW_MAX_IO);
+    if (r32(r->p + 12)) return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero padding");
     r->o = 16;
     NEED(r, 8 * (size_t)n, "OUTPUTS tensors");
     goblin_err e = alloc_io(r, m, n, 0);
@@ -569,23 +569,27 @@ static goblin_err get_outputs(rd *r, const goblin__cw_limits *lim, goblin__cw_ms
 
 goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_limits *lim,
                              goblin__cw_msg *m, char *msg, size_t cap) {
-    if (!buf || !m || !lim) return cw_err(msg, cap, GOBLIN_EINVAL, "NULL argument");
+    if (!buf || !m || !lim) return goblin__errf(msg, cap, GOBLIN_EINVAL, "NULL argument");
     if (len < GOBLIN__CW_HEADER_SIZE)
-        return cw_err(msg, cap, GOBLIN_EFORMAT, "message of %zu bytes is shorter than a header", len);
-    if (memcmp(buf, "GBLC", 4) != 0) return cw_err(msg, cap, GOBLIN_EFORMAT, "bad magic");
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT,
+                            "message of %zu bytes is shorter than a header", len);
+    if (memcmp(buf, "GBLC", 4) != 0) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad magic");
     uint16_t ver = r16(buf + 4);
     if (ver != GOBLIN__CW_VERSION)
-        return cw_err(msg, cap, GOBLIN_EVERSION, "client protocol version %u, this node speaks %u",
-                      ver, GOBLIN__CW_VERSION);
+        return goblin__errf(msg, cap, GOBLIN_EVERSION,
+                            "client protocol version %u, this node speaks %u",
+                            ver, GOBLIN__CW_VERSION);
     uint8_t type = buf[6];
     if (!goblin__cw_type_name(type) || buf[7] != 0)
-        return cw_err(msg, cap, GOBLIN_EPROTO, "unknown message type %u or flags %u", type, buf[7]);
+        return goblin__errf(msg, cap, GOBLIN_EPROTO, "unknown message type %u or flags %u", type,
+                            buf[7]);
     uint64_t blen = r64(buf + 16);
     if (len > lim->max_message_bytes)
-        return cw_err(msg, cap, GOBLIN_ELIMIT, "message of %zu bytes over the limit", len);
+        return goblin__errf(msg, cap, GOBLIN_ELIMIT, "message of %zu bytes over the limit", len);
     if (blen != len - GOBLIN__CW_HEADER_SIZE)
-        return cw_err(msg, cap, GOBLIN_EFORMAT, "body length %llu but %zu bytes follow the header",
-                      (unsigned long long)blen, len - GOBLIN__CW_HEADER_SIZE);
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT,
+                            "body length %llu but %zu bytes follow the header",
+                            (unsigned long long)blen, len - GOBLIN__CW_HEADER_SIZE);
     memset(m, 0, sizeof *m);
     m->type = type;
     m->request_id = r64(buf + 8);
@@ -602,10 +606,11 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         for (int i = 0; i < 3; i++) {
             l[i] = r32(r.p + 4 * i);
             if (l[i] == 0 || l[i] > GOBLIN__CW_MAX_PATH)
-                return cw_err(msg, cap, GOBLIN_EFORMAT, "path %d length %u out of 1..%d", i, l[i],
-                              GOBLIN__CW_MAX_PATH);
+                return goblin__errf(msg, cap, GOBLIN_EFORMAT, "path %d length %u out of 1..%d", i,
+                                    l[i],
+                                    GOBLIN__CW_MAX_PATH);
         }
-        if (r32(r.p + 12)) return cw_err(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
+        if (r32(r.p + 12)) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
         r.o = 16;
         size_t sum = (size_t)l[0] + l[1] + l[2];
         NEED(&r, pad8(16 + sum) - 16, "paths");
@@ -613,14 +618,15 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
             for (uint32_t k = 0; k < l[i]; k++) {
                 uint8_t ch = r.p[r.o + k];
                 if (ch < 0x20 || ch == 0x7f)
-                    return cw_err(msg, cap, GOBLIN_EFORMAT, "control byte in path %d", i);
+                    return goblin__errf(msg, cap, GOBLIN_EFORMAT, "control byte in path %d", i);
             }
             memcpy(m->paths[i], r.p + r.o, l[i]);
             m->paths[i][l[i]] = 0;
             r.o += l[i];
         }
         size_t end = pad8(r.o);
-        if (!zeros(r.p + r.o, end - r.o)) return cw_err(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
+        if (!zeros(r.p + r.o, end - r.o))
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
         r.o = end;
         break;
     }
@@ -635,15 +641,15 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         NEED(&r, 8, "AUTH");
         uint32_t tl = r32(r.p);
         if (tl == 0 || tl > GOBLIN__CW_MAX_TOKEN)
-            return cw_err(msg, cap, GOBLIN_ELIMIT, "token of %u bytes out of 1..%d", tl,
-                          GOBLIN__CW_MAX_TOKEN);
-        if (r32(r.p + 4)) return cw_err(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, "token of %u bytes out of 1..%d", tl,
+                                GOBLIN__CW_MAX_TOKEN);
+        if (r32(r.p + 4)) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
         r.o = 8;
         NEED(&r, pad8(tl), "token");
         memcpy(m->token, r.p + r.o, tl);
         m->token_len = tl;
         if (!zeros(r.p + r.o + tl, pad8(tl) - tl))
-            return cw_err(msg, cap, GOBLIN_EFORMAT, "non-zero token padding");
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero token padding");
         r.o += pad8(tl);
         break;
     }
@@ -658,15 +664,16 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         m->job_id = r64(r.p);
         m->status = r.p[8];
         if (m->status >= GOBLIN_JOB_STATUS_COUNT)
-            return cw_err(msg, cap, GOBLIN_EFORMAT, "unknown job status %u", m->status);
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "unknown job status %u", m->status);
         if (!zeros(r.p + 9, 3) || r32(r.p + 36))
-            return cw_err(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
         m->code = (int32_t)r32(r.p + 12);
         m->done = (int64_t)r64(r.p + 16);
         m->total = (int64_t)r64(r.p + 24);
         if (m->done < 0 || m->total < 0 || m->done > m->total)
-            return cw_err(msg, cap, GOBLIN_EFORMAT, "bad progress %lld of %lld", (long long)m->done,
-                          (long long)m->total);
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad progress %lld of %lld",
+                                (long long)m->done,
+                                (long long)m->total);
         r.o = 40;
         if ((e = get_text(&r, r32(r.p + 32), m->text))) return e;
         break;
@@ -675,7 +682,7 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         NEED(&r, 16, "RESULT");
         m->job_id = r64(r.p);
         if (r.p[8] > 1 || !zeros(r.p + 9, 7))
-            return cw_err(msg, cap, GOBLIN_EFORMAT, "bad RESULT flags");
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad RESULT flags");
         m->has_tensor = r.p[8];
         r.o = 16;
         if (m->has_tensor && (e = get_tensor(&r, lim, &m->tensors[0]))) return e;
@@ -684,7 +691,8 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         NEED(&r, 8, "STATS_REPLY");
         uint32_t nc = r32(r.p), nw = r32(r.p + 4);
         if (nc > GOBLIN__CW_MAX_COUNTERS || nw > GOBLIN__CW_MAX_WORKERS)
-            return cw_err(msg, cap, GOBLIN_ELIMIT, "%u counters / %u workers over the limit", nc, nw);
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, "%u counters / %u workers over the limit",
+                                nc, nw);
         r.o = 8;
         NEED(&r, 8 * (size_t)nc + GOBLIN__CW_WORKER_RECORD * (size_t)nw, "STATS_REPLY records");
         int64_t *c = (int64_t *)(void *)&m->stats;
@@ -692,7 +700,7 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
             if (i < STATS_N) c[i] = (int64_t)r64(r.p + r.o);
         if (nw) {
             m->workers = goblin__calloc(nw, sizeof *m->workers);
-            if (!m->workers) return cw_err(msg, cap, GOBLIN_ENOMEM, "out of memory");
+            if (!m->workers) return goblin__errf(msg, cap, GOBLIN_ENOMEM, "out of memory");
         }
         m->n_workers = nw;
         for (uint32_t i = 0; i < nw; i++, r.o += GOBLIN__CW_WORKER_RECORD) {
@@ -700,7 +708,7 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
             goblin_node_worker_stats *w = &m->workers[i];
             if (p[8] > 1 || p[9] > 1 || p[10] || p[11]) {
                 goblin__cw_msg_clear(m);
-                return cw_err(msg, cap, GOBLIN_EFORMAT, "bad worker record %u", i);
+                return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad worker record %u", i);
             }
             w->session_id = r64(p);
             w->connected = p[8];
@@ -729,12 +737,12 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         }
         break;
     default:
-        return cw_err(msg, cap, GOBLIN_EPROTO, "unknown message type %u", type);
+        return goblin__errf(msg, cap, GOBLIN_EPROTO, "unknown message type %u", type);
     }
     if (r.o != r.n) {
         goblin__cw_msg_clear(m);
-        return cw_err(msg, cap, GOBLIN_EFORMAT, "%zu trailing bytes after %s", r.n - r.o,
-                      goblin__cw_type_name(type));
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, "%zu trailing bytes after %s", r.n - r.o,
+                            goblin__cw_type_name(type));
     }
     return GOBLIN_OK;
 }

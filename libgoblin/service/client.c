@@ -12,6 +12,8 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
+#include "base/errf.h"
 #include "proto/client_wire.h"
 #include "net/tls_impl.h"
 
@@ -35,15 +37,8 @@ void goblin_client_params_default(goblin_client_params *p) {
     p->recv_max_bytes = (uint64_t)16 << 30;
 }
 
-static goblin_err cerr(goblin_client *c, goblin_err e, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static goblin_err cerr(goblin_client *c, goblin_err e, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
-    va_end(ap);
-    return e;
-}
+/* The client's message (goblin_client_error) and @p e. */
+#define cerr(c, e, ...) goblin__errf((c)->err, sizeof (c)->err, (e), __VA_ARGS__)
 
 const char *goblin_client_error(const goblin_client *c) { return c ? c->err : "NULL client"; }
 
@@ -113,14 +108,7 @@ static goblin_err dial_bounded(goblin_client *c, nng_dialer d, const char *url,
         snprintf(why, cap, "cannot start a thread");
         return GOBLIN_ENOMEM;
     }
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    struct timespec dl = goblin__deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&w.mu);
     while (!w.done)
         if (pthread_cond_timedwait(&w.cv, &w.mu, &dl) == ETIMEDOUT) break;

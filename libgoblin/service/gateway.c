@@ -22,6 +22,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "proto/client_wire.h"
 #include "goblin/npy.h"
 #include "goblin/tls.h"
@@ -77,12 +78,6 @@ struct goblin_gateway {
     gw_pipe *pipes;
     int32_t n_pipes, cap_pipes;
 };
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void glog(goblin_gateway *g, goblin_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -828,7 +823,7 @@ static void *serve(void *arg) {
          * (their clients spoke again or closed the connection: closing the socket
          * while a reply is still queued would lose it), or at the deadline. */
         if (atomic_load(&g->draining) &&
-            (now_ms() >= g->drain_deadline_ms || (drained(g) && !replies_in_flight(g))))
+            (goblin__now_ms() >= g->drain_deadline_ms || (drained(g) && !replies_in_flight(g))))
             break;
         nng_msg *in;
         int rv = goblin__transport_recv(g->sock, &rfd, &in, 100);
@@ -903,7 +898,7 @@ void goblin_gateway_stop(goblin_gateway *g, uint32_t drain_ms) {
         if (goblin_job_get_status(g->jobs[i].job) == GOBLIN_JOB_RUNNING)
             goblin_job_cancel(g->jobs[i].job);
     }
-    g->drain_deadline_ms = now_ms() + drain_ms;
+    g->drain_deadline_ms = goblin__now_ms() + drain_ms;
     pthread_mutex_unlock(&g->mu);
     if (held) glog(g, GOBLIN_LOG_INFO, "stopping: %d job(s) ended; telling their clients", held);
     atomic_store(&g->draining, true);

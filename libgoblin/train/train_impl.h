@@ -5,6 +5,8 @@
 #ifndef GOBLIN__TRAIN_IMPL_H
 #define GOBLIN__TRAIN_IMPL_H
 
+#include "base/clock.h"
+#include "base/errf.h"
 #include <string.h>
 #include <time.h>
 #include <goblin/goblin.h>
@@ -163,8 +165,8 @@ struct goblin_trainer {
 };
 
 /* Set the trainer's message; returns @p e. */
-goblin_err goblin__train_err(goblin_trainer *t, goblin_err e, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* The trainer's message (goblin_trainer_error) and @p e. */
+#define goblin__train_err(t, e, ...) goblin__errf((t)->err, sizeof (t)->err, (e), __VA_ARGS__)
 void goblin__train_log(goblin_trainer *t, goblin_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A new contiguous tensor (zeroed if @p zero). GOBLIN_ENOMEM. */
@@ -184,10 +186,6 @@ static inline uint64_t goblin__train_mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-static inline double goblin__train_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static inline double goblin__train_now_s(void) { return 1e-9 * (double)goblin__now_ns(); }
 
 #endif

@@ -11,14 +11,6 @@
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
-goblin_err goblin__train_err(goblin_trainer *t, goblin_err e, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->err, sizeof t->err, fmt, ap);
-    va_end(ap);
-    return e;
-}
-
 void goblin__train_log(goblin_trainer *t, goblin_log_level lvl, const char *fmt, ...) {
     if (!t->p.log || lvl > t->p.log_level) return;
     char line[1024];

@@ -1017,11 +1017,7 @@ static void *heartbeat_main(void *arg) {
             continue;
         }
         int64_t wait_ms = hb ? last + (int64_t)hb - now : 100;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t ns = ts.tv_nsec + (wait_ms % 1000) * 1000000;
-        ts.tv_sec += (time_t)(wait_ms / 1000 + ns / 1000000000);
-        ts.tv_nsec = (long)(ns % 1000000000);
+        struct timespec ts = goblin__deadline_after_ms(wait_ms);
         pthread_cond_timedwait(&w->hb_cv, &w->hb_mu, &ts);
     }
     pthread_mutex_unlock(&w->hb_mu);

@@ -150,6 +150,7 @@ void fuzz_graph_seeds(fuzz_emit_fn emit, void *ctx) {
     }
 }
 
+#ifndef GOBLIN_FUZZ_CORE_ONLY /* built without the runtime (-Druntime=disabled) */
 /* ---- wire messages ------------------------------------------------------- */
 
 static void emit_msg(const goblin_wire_msg *m, fuzz_emit_fn emit, void *ctx) {
@@ -252,3 +253,4 @@ void fuzz_wire_seeds(fuzz_emit_fn emit, void *ctx) {
     m.body.result.outputs = ts;
     emit_msg(&m, emit, ctx);
 }
+#endif

@@ -32,6 +32,7 @@ typedef struct target {
     size_t min_seeds;
 } target;
 
+#ifndef GOBLIN_FUZZ_CORE_ONLY /* built without the runtime (-Druntime=disabled) */
 static bool wire_valid(const uint8_t *d, size_t n, bool verbose) {
     goblin_wire_msg *m = NULL;
     char msg[256];
@@ -40,6 +41,7 @@ static bool wire_valid(const uint8_t *d, size_t n, bool verbose) {
     goblin_wire_msg_free(m);
     return e == GOBLIN_OK;
 }
+#endif
 
 static bool graph_valid(const uint8_t *d, size_t n, bool verbose) {
     goblin_graph *g = NULL;
@@ -50,6 +52,7 @@ static bool graph_valid(const uint8_t *d, size_t n, bool verbose) {
     return e == GOBLIN_OK;
 }
 
+#ifndef GOBLIN_FUZZ_CORE_ONLY
 static bool client_wire_valid(const uint8_t *d, size_t n, bool verbose) {
     static goblin__cw_msg m; /* large: not on the stack */
     const goblin__cw_limits lim = {(uint64_t)1 << 30, GOBLIN_MAX_NUMEL};
@@ -59,12 +62,17 @@ static bool client_wire_valid(const uint8_t *d, size_t n, bool verbose) {
     if (!e) goblin__cw_msg_clear(&m);
     return e == GOBLIN_OK;
 }
+#endif
 
 static const target TARGETS[] = {
+#ifndef GOBLIN_FUZZ_CORE_ONLY
     {"wire", fuzz_wire_one, fuzz_wire_seeds, fuzz_wire_fixup, wire_valid, 10},
+#endif
     {"graph", fuzz_graph_one, fuzz_graph_seeds, fuzz_graph_fixup, graph_valid, 6},
+#ifndef GOBLIN_FUZZ_CORE_ONLY
     {"client_wire", fuzz_client_wire_one, fuzz_client_wire_seeds, fuzz_client_wire_fixup,
      client_wire_valid, 16},
+#endif
 };
 
 /* ---- corpus -------------------------------------------------------------- */

@@ -1,9 +1,12 @@
 /* tests/unit/runtime_util.h - helpers for the node/worker tests: random operands,
- * an independent f64 reference product with its error bound, a log collector and
- * a small hand-built grid (node + worker threads on any URL). */
+ * an independent f64 reference product with its error bound, a log collector,
+ * a small hand-built grid (node + worker threads on any URL), an embedded grid
+ * started and joined, and a graph job submitted and waited for. The helpers named
+ * "joined", rt_local_grid and rt_run_graph assert (Criterion) as they go. */
 #ifndef GOBLIN_RUNTIME_UTIL_H
 #define GOBLIN_RUNTIME_UTIL_H
 
+#include <criterion/criterion.h>
 #include <goblin/grid.h>
 #include <goblin/node.h>
 #include <goblin/ops.h>
@@ -168,6 +171,33 @@ static inline bool rt_wait_workers(goblin_node *node, int64_t n) {
         nanosleep(&ts, NULL);
     }
     return false;
+}
+
+/* rt_grid_start, asserted, and then its @p n workers joined (asserted). */
+static inline void rt_grid_start_joined(rt_grid *g, const char *url, const goblin_node_params *np,
+                                        const goblin_worker_params *wps, int n) {
+    cr_assert_eq(rt_grid_start(g, url, np, wps, n), GOBLIN_OK);
+    cr_assert(rt_wait_workers(g->node, n));
+}
+
+/* An embedded grid of @p n workers (goblin_grid_local, params @p gp or NULL), its
+ * workers joined; both asserted. */
+static inline goblin_grid *rt_local_grid(int n, const goblin_grid_params *gp) {
+    goblin_grid *grid = NULL;
+    cr_assert_eq(goblin_grid_local(n, gp, &grid), GOBLIN_OK);
+    cr_assert(rt_wait_workers(goblin_grid_node(grid), n));
+    return grid;
+}
+
+/* Submit a graph job (goblin_node_submit_graph's arguments) and wait up to 20 s for it
+ * to finish; both asserted. Returns the job (goblin_job_free it). */
+static inline goblin_job *rt_run_graph(goblin_node *node, const goblin_graph *g,
+                                       const goblin_tensor *in, int32_t n_in, goblin_tensor *out,
+                                       int32_t n_out, const goblin_graph_job_params *jp) {
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, g, in, n_in, out, n_out, jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    return job;
 }
 
 #endif

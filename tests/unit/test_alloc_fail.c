@@ -4,25 +4,6 @@
 #include <stdlib.h>
 #include "testutil.h"
 
-static long g_countdown = -1; /* allocations left before failing; -1 = never fail */
-static long g_live = 0;
-
-static void *counting_alloc(void *user, size_t size, size_t align) {
-    (void)user;
-    if (g_countdown == 0) return NULL;
-    if (g_countdown > 0) g_countdown--;
-    void *p = NULL;
-    if (posix_memalign(&p, align, size)) return NULL;
-    g_live++;
-    return p;
-}
-
-static void counting_free(void *user, void *p) {
-    (void)user;
-    g_live--;
-    free(p);
-}
-
 /* Build, serialize, decode and evaluate a graph; any step may fail with ENOMEM. */
 static goblin_err scenario(void) {
     goblin_graph *g = NULL, *h = NULL;
@@ -74,15 +55,14 @@ out:
 }
 
 Test(alloc_fail, every_allocation_failure_is_clean) {
-    goblin_allocator a = {counting_alloc, counting_free, NULL};
-    goblin_set_allocator(&a);
+    gt_alloc_on();
     int failures = 0;
     long n;
     for (n = 0; n < 100000; n++) {
-        g_countdown = n;
-        g_live = 0;
+        gt_alloc_fail_from(n);
         goblin_err e = scenario();
-        cr_assert_eq(g_live, 0, "allocation %ld failed: %ld blocks leaked", n, g_live);
+        cr_assert_eq(gt_allocs.live, 0, "allocation %ld failed: %ld blocks leaked", n,
+                     gt_allocs.live);
         if (e == GOBLIN_OK) break;
         cr_assert_eq(e, GOBLIN_ENOMEM, "allocation %ld failed: got %s", n, goblin_err_name(e));
         failures++;
@@ -90,8 +70,8 @@ Test(alloc_fail, every_allocation_failure_is_clean) {
     cr_assert_gt(failures, 20, "the scenario allocates in many places");
     cr_log_info("failed each of the first %d allocations: all returned GOBLIN_ENOMEM, no leaks",
                 failures);
-    g_countdown = -1;
-    goblin_set_allocator(NULL);
+    gt_alloc_fail_from(-1);
+    gt_alloc_off();
 }
 
 #if defined(__has_feature)

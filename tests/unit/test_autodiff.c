@@ -1050,31 +1050,13 @@ Test(autodiff, seeded_vjp_and_has_backward) {
 
 /* ---- allocation failure: every failing allocation gives ENOMEM and no change ---- */
 
-static int64_t g_fail_at = -1, g_count = 0, g_live = 0;
-
-static void *failing_alloc(void *user, size_t size, size_t align) {
-    (void)user;
-    if (g_count++ == g_fail_at) return NULL;
-    void *p = NULL;
-    if (posix_memalign(&p, align, size)) return NULL;
-    g_live++;
-    return p;
-}
-
-static void failing_free(void *user, void *p) {
-    (void)user;
-    g_live--;
-    free(p);
-}
-
 Test(autodiff, allocation_failures) {
-    goblin_allocator a = {failing_alloc, failing_free, NULL};
-    goblin_set_allocator(&a);
+    gt_alloc_on();
     bool completed = false;
     for (int64_t saved = 0; saved < 5000 && !completed; saved++) {
-        g_count = 0;
-        g_live = 0;
-        g_fail_at = -1; /* build the forward graph without failures */
+        gt_allocs.asked = 0;
+        gt_allocs.live = 0;
+        gt_allocs.fail_at = -1; /* build the forward graph without failures */
         goblin_graph *g = NULL;
         cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
         int32_t x, w, y, l, gr[2];
@@ -1086,7 +1068,7 @@ Test(autodiff, allocation_failures) {
         y = must_add(g, GOBLIN_OP_LOG_SOFTMAX, &y, 1, NULL, 0);
         l = must_add(g, GOBLIN_OP_MEAN, &y, 1, NULL, 0);
         int32_t before = goblin_graph_node_count(g);
-        g_fail_at = g_count + (saved);
+        gt_allocs.fail_at = gt_allocs.asked + (saved);
         goblin_err e = goblin_graph_backward(g, l, in, 2, gr);
         if (e == GOBLIN_OK) {
             completed = true;
@@ -1095,10 +1077,10 @@ Test(autodiff, allocation_failures) {
                          goblin_graph_error(g));
             cr_assert_eq(goblin_graph_node_count(g), before);
         }
-        g_fail_at = -1;
+        gt_allocs.fail_at = -1;
         goblin_graph_free(g);
-        cr_assert_eq(g_live, 0, "leak after failing allocation %lld", (long long)saved);
+        cr_assert_eq(gt_allocs.live, 0, "leak after failing allocation %lld", (long long)saved);
     }
-    goblin_set_allocator(NULL);
+    gt_alloc_off();
     cr_assert(completed);
 }

@@ -237,20 +237,6 @@ Test(exec, threaded_elementwise_matches_reference_bitwise) {
  * the hand-computed values every time (a kept buffer is never read before it is
  * written, and never handed to two nodes); a hook installed afterwards sees balanced
  * allocations and frees, never a buffer kept under the default allocator. */
-static int64_t g_hook_allocs, g_hook_frees;
-static void *hook_alloc(void *u, size_t n, size_t al) {
-    (void)u;
-    void *p = NULL;
-    if (posix_memalign(&p, al, n) != 0) return NULL;
-    g_hook_allocs++;
-    return p;
-}
-static void hook_free(void *u, void *p) {
-    (void)u;
-    g_hook_frees++;
-    free(p);
-}
-
 Test(exec, buffers_kept_across_runs_stay_correct_and_hooks_never_see_them) {
     enum { N = 40000 }; /* 320 KB of f64 per intermediate: above the kept size */
     goblin_graph *g;
@@ -271,11 +257,7 @@ Test(exec, buffers_kept_across_runs_stay_correct_and_hooks_never_see_them) {
     cr_assert_eq(goblin_graph_output(g, o), GOBLIN_OK);
     double *xb = malloc(N * sizeof(double)), *yb = malloc(N * sizeof(double));
     for (int hooked = 0; hooked < 2; hooked++) {
-        if (hooked) {
-            goblin_allocator a = {hook_alloc, hook_free, NULL};
-            g_hook_allocs = g_hook_frees = 0;
-            goblin_set_allocator(&a);
-        }
+        if (hooked) gt_alloc_on();
         for (size_t bi = 0; bi < sizeof backends / sizeof *backends; bi++) {
             goblin_exec_params p;
             goblin_exec_params_default(&p);
@@ -301,10 +283,10 @@ Test(exec, buffers_kept_across_runs_stay_correct_and_hooks_never_see_them) {
             goblin_exec_free(ex);
         }
         if (hooked) {
-            goblin_set_allocator(NULL);
-            cr_assert_gt(g_hook_allocs, 0);
-            cr_assert_eq(g_hook_allocs, g_hook_frees, "the hook saw %lld allocations and %lld frees",
-                         (long long)g_hook_allocs, (long long)g_hook_frees);
+            gt_alloc_off();
+            cr_assert_gt(gt_allocs.made, 0);
+            cr_assert_eq(gt_allocs.made, gt_allocs.freed, "the hook saw %ld allocations and %ld frees",
+                         gt_allocs.made, gt_allocs.freed);
         }
     }
     free(xb);

@@ -1173,33 +1173,14 @@ Test(formula_backends, catalogue_entry) {
 
 /* ---- allocation failure ------------------------------------------------------------- */
 
-static int g_fail_at, g_count, g_live;
-
-static void *fail_alloc(void *user, size_t size, size_t align) {
-    (void)user;
-    if (g_count++ == g_fail_at) return NULL;
-    void *p = NULL;
-    if (posix_memalign(&p, align, size)) return NULL;
-    g_live++;
-    return p;
-}
-
-static void fail_free(void *user, void *p) {
-    (void)user;
-    g_live--;
-    free(p);
-}
-
 Test(formula_alloc, every_failure_is_enomem_and_leaks_nothing) {
-    goblin_allocator al = {fail_alloc, fail_free, NULL};
     double xv[1000], yv = 2;
     for (int k = 0; k < 1000; k++) xv[k] = k;
     goblin_tensor in[2] = {gt_tensor(F64, 1, SH(1000), xv), sc(F64, &yv)};
     bool finished = false;
-    for (g_fail_at = 0; g_fail_at < 200 && !finished; g_fail_at++) {
-        g_count = 0;
-        g_live = 0;
-        goblin_set_allocator(&al);
+    for (long fail_at = 0; fail_at < 200 && !finished; fail_at++) {
+        gt_alloc_on();
+        gt_allocs.fail_at = fail_at;
         goblin_formula *f = NULL;
         goblin_err e = goblin_formula_parse("x * y + exp(-y)", &f, NULL);
         goblin_graph *g = NULL;
@@ -1218,15 +1199,16 @@ Test(formula_alloc, every_failure_is_enomem_and_leaks_nothing) {
             finished = true;
             cr_assert_eq(((double *)out.data)[3], 3 * 2.0 + exp(-2.0));
         } else {
-            cr_assert_eq(e, GOBLIN_ENOMEM, "failing allocation %d gave %s", g_fail_at,
+            cr_assert_eq(e, GOBLIN_ENOMEM, "failing allocation %ld gave %s", fail_at,
                          goblin_err_name(e));
         }
         goblin_buffer_free(out.data);
         goblin_exec_free(ex);
         goblin_graph_free(g);
         goblin_formula_free(f);
-        goblin_set_allocator(NULL);
-        cr_assert_eq(g_live, 0, "failing allocation %d leaked %d blocks", g_fail_at, g_live);
+        gt_alloc_off();
+        cr_assert_eq(gt_allocs.live, 0, "failing allocation %ld leaked %ld blocks", fail_at,
+                     gt_allocs.live);
     }
     cr_assert(finished, "never got through without a failure");
 }

@@ -261,10 +261,7 @@ static goblin_grid *grid3(int n) {
     goblin_grid_params_default(&gp);
     gp.node.log_level = GOBLIN_LOG_ERROR;
     gp.worker.log_level = GOBLIN_LOG_ERROR;
-    goblin_grid *grid = NULL;
-    cr_assert_eq(goblin_grid_local(n, &gp, &grid), GOBLIN_OK);
-    cr_assert(rt_wait_workers(goblin_grid_node(grid), n));
-    return grid;
+    return rt_local_grid(n, &gp);
 }
 
 /* Node and @p n workers over ipc:// (@p tag makes the path unique): inputs travel in
@@ -284,8 +281,7 @@ static void grid_ipc_idle(rt_grid *g, int n, const char *tag, uint32_t idle_ms) 
     }
     char url[128];
     snprintf(url, sizeof url, "ipc:///tmp/goblin-test-gj-%s-%d", tag, (int)getpid());
-    cr_assert_eq(rt_grid_start(g, url, &np, wp, n), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g->node, n));
+    rt_grid_start_joined(g, url, &np, wp, n);
 }
 
 static void grid_ipc(rt_grid *g, int n, const char *tag) { grid_ipc_idle(g, n, tag, 0); }
@@ -297,9 +293,7 @@ Test(graph_job, outputs_equal_direct_eval_f32) {
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
     int64_t calls = 0;
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = rt_run_graph(goblin_grid_node(grid), m.g, io.in, 3, io.out, 5, &jp);
     int64_t done, total;
     goblin_job_progress(job, &done, &total);
     cr_assert(total >= 12 && done == total, "4 tasks per worker by default (%lld)", (long long)total);
@@ -323,9 +317,7 @@ Test(graph_job, strided_inputs_outputs_f64_fixed_chunks) {
     gp.worker.log_level = GOBLIN_LOG_ERROR;
     gp.node.recompute_backend = GOBLIN_BACKEND_REF;
     gp.worker.backend = GOBLIN_BACKEND_REF;
-    goblin_grid *grid = NULL;
-    cr_assert_eq(goblin_grid_local(2, &gp, &grid), GOBLIN_OK);
-    cr_assert(rt_wait_workers(goblin_grid_node(grid), 2));
+    goblin_grid *grid = rt_local_grid(2, &gp);
     mlp m = mlp_new(GOBLIN_DTYPE_F64, 23, 5, 4);
     job_io io = io_new(&m, 200);
     /* x with a padded row stride, h written into a padded buffer. */
@@ -341,9 +333,7 @@ Test(graph_job, strided_inputs_outputs_f64_fixed_chunks) {
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
     jp.chunk_rows = 5;
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), m.g, sio.in, 3, sio.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = rt_run_graph(goblin_grid_node(grid), m.g, sio.in, 3, sio.out, 5, &jp);
     int64_t done, total;
     goblin_job_progress(job, &done, &total);
     cr_assert_eq(total, 5, "23 rows in chunks of 5");
@@ -368,9 +358,7 @@ typedef struct bcast {
 
 /* Run @p t's job on @p node (at least 8 tasks) and wait for it. */
 static goblin_job *bcast_run(goblin_node *node, bcast *t) {
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(node, t->m.g, t->io.in, 3, t->io.out, 5, &t->jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = rt_run_graph(node, t->m.g, t->io.in, 3, t->io.out, 5, &t->jp);
     return job;
 }
 
@@ -473,8 +461,7 @@ static void cheater_grid(goblin_misbehave mode, double rate, const char *url, rt
     wps[0].misbehave = mode;
     wps[0].misbehave_rate = rate;
     wps[0].misbehave_seed = 5;
-    cr_assert_eq(rt_grid_start(g, url, &np, wps, 3), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g->node, 3));
+    rt_grid_start_joined(g, url, &np, wps, 3);
 }
 
 /* One cheating worker among three honest-looking ones. */
@@ -542,9 +529,7 @@ Test(graph_job, trust_decays_with_agreements) {
     jp.chunk_rows = 1;
     jp.trust_halflife = 1.0;
     jp.min_replication = 0.05;
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = rt_run_graph(node, m.g, io.in, 3, io.out, 5, &jp);
     check_outputs(&m, &io);
     goblin_node_stats st;
     goblin_node_stats_get(node, &st);
@@ -568,9 +553,7 @@ Test(graph_job, recompute_and_unsafe_none_policies) {
     goblin_graph_job_params_default(&jp);
     jp.verify = GOBLIN_VERIFY_RECOMPUTE;
     jp.chunk_rows = 4;
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = rt_run_graph(node, m.g, io.in, 3, io.out, 5, &jp);
     goblin_job_free(job);
     check_outputs(&m, &io);
     goblin_node_stats a;
@@ -581,8 +564,7 @@ Test(graph_job, recompute_and_unsafe_none_policies) {
 
     memset(io.h, 0, (size_t)(30 * 3) * sizeof(double));
     jp.verify = GOBLIN_VERIFY_UNSAFE_NONE;
-    cr_assert_eq(goblin_node_submit_graph(node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    job = rt_run_graph(node, m.g, io.in, 3, io.out, 5, &jp);
     goblin_job_free(job);
     check_outputs(&m, &io);
     goblin_node_stats b;
@@ -599,9 +581,7 @@ Test(graph_job, one_worker_replication_falls_back_to_node) {
     goblin_grid *grid = grid3(1);
     mlp m = mlp_new(GOBLIN_DTYPE_F32, 16, 4, 3);
     job_io io = io_new(&m, 600);
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), m.g, io.in, 3, io.out, 5, NULL, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = rt_run_graph(goblin_grid_node(grid), m.g, io.in, 3, io.out, 5, NULL);
     check_outputs(&m, &io);
     goblin_node_stats st;
     goblin_node_stats_get(goblin_grid_node(grid), &st);
@@ -682,8 +662,7 @@ Test(graph_job, bad_submits) {
     goblin_combine cb2[2] = {GOBLIN_COMBINE_AUTO, GOBLIN_COMBINE_MAX};
     jp.min_replication = 0.25;
     jp.combine = cb2;
-    cr_assert_eq(goblin_node_submit_graph(node, g2, in2, 2, o2, 2, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    job = rt_run_graph(node, g2, in2, 2, o2, 2, &jp);
     for (int i = 0; i < 12; i++) {
         float v = ((float *)io.w)[i];
         cr_assert_eq(ow[i], v > 0 ? v : 0.0f);
@@ -766,8 +745,7 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     wp.slow_ms = 600;
     rt_grid g;
     const char *url = "inproc://h1-gj-heartbeat";
-    cr_assert_eq(rt_grid_start(&g, url, &np, &wp, 1), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 1));
+    rt_grid_start_joined(&g, url, &np, &wp, 1);
     /* A peer that says HELLO, asks for work and then falls silent. */
     nng_socket s;
     cr_assert_eq(nng_pair1_open_poly(&s), 0);
@@ -859,9 +837,7 @@ Test(graph_job, repeated_jobs_never_reuse_a_stale_graph) {
         goblin_graph_job_params_default(&jp);
         jp.verify = GOBLIN_VERIFY_UNSAFE_NONE; /* nothing on the node to mask a stale graph */
         jp.chunk_rows = 7;                           /* two chunk shapes: 7 rows and 5 */
-        goblin_job *job = NULL;
-        cr_assert_eq(goblin_node_submit_graph(goblin_grid_node(grid), g, &in, 1, &out, 1, &jp, &job), GOBLIN_OK);
-        cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+        goblin_job *job = rt_run_graph(goblin_grid_node(grid), g, &in, 1, &out, 1, &jp);
         goblin_job_free(job);
         for (int64_t i = 0; i < B; i++)
             for (int64_t j = 0; j < H; j++) {
@@ -925,9 +901,7 @@ Test(graph_job, large_constants_travel_once_per_worker) {
         fill(GOBLIN_DTYPE_F64, x, B * D, 30 + (uint64_t)r);
         memset(y, 0, sizeof(double) * B * H);
         goblin_node_stats_get(node, &a);
-        goblin_job *job = NULL;
-        cr_assert_eq(goblin_node_submit_graph(node, g, &in, 1, &ot, 1, &jp, &job), GOBLIN_OK);
-        cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+        goblin_job *job = rt_run_graph(node, g, &in, 1, &ot, 1, &jp);
         goblin_job_free(job);
         goblin_node_stats_get(node, &s);
         int64_t issued = s.tasks_issued - a.tasks_issued, hits = s.panel_cache_hits - a.panel_cache_hits;
@@ -967,8 +941,7 @@ Test(graph_job, large_constants_travel_once_per_worker) {
     goblin_grid *eg = grid3(2);
     goblin_node *en = goblin_grid_node(eg);
     memset(y, 0, sizeof(double) * B * H);
-    cr_assert_eq(goblin_node_submit_graph(en, g, &in, 1, &ot, 1, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    job = rt_run_graph(en, g, &in, 1, &ot, 1, &jp);
     goblin_job_free(job);
     goblin_node_stats_get(en, &s);
     cr_assert_eq(s.panels_in_place, 2 * s.tasks_issued, "x and the hoisted weight of every task lent");
@@ -1067,9 +1040,7 @@ Test(graph_job, spot_checks_every_task_of_new_workers) {
     jp.verify = GOBLIN_VERIFY_SPOT;
     jp.job.min_tasks = 8;         /* 32 rows a task: min(4, 32 / 16) = 2 rows checked */
     jp.trust_halflife = 1e9;      /* trust never builds: every task is checked */
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = rt_run_graph(node, r.g, r.in, 3, &r.out, 1, &jp);
     goblin_job_free(job);
     rowwise_check(&r);
     goblin_node_stats st;
@@ -1089,8 +1060,7 @@ Test(graph_job, spot_checks_every_task_of_new_workers) {
         dj.verify = GOBLIN_VERIFY_SPOT;
         dj.trust_halflife = 1e9;
         memset(r.y, 0, sizeof(float) * 256 * 12);
-        cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &dj, &job), GOBLIN_OK);
-        cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+        job = rt_run_graph(node, r.g, r.in, 3, &r.out, 1, &dj);
         int64_t done = 0, total = 0;
         goblin_job_progress(job, &done, &total);
         goblin_job_free(job);
@@ -1104,8 +1074,7 @@ Test(graph_job, spot_checks_every_task_of_new_workers) {
     /* An explicit spot_rows; a result whose rows are all checked is recomputed whole. */
     memset(r.y, 0, sizeof(float) * 256 * 12);
     jp.spot_rows = 32;
-    cr_assert_eq(goblin_node_submit_graph(node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    job = rt_run_graph(node, r.g, r.in, 3, &r.out, 1, &jp);
     goblin_job_free(job);
     rowwise_check(&r);
     goblin_node_stats s2;
@@ -1189,8 +1158,7 @@ Test(graph_job, spot_prepared_rows_catch_a_lone_cheater) {
     wp.misbehave_rate = 1.0;
     wp.misbehave_seed = 9;
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://h1-sp-prep", &np, &wp, 1), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 1));
+    rt_grid_start_joined(&g, "inproc://h1-sp-prep", &np, &wp, 1);
     rowwise r = rowwise_new(96, 8, 6, 1201);
     goblin_graph_job_params jp;
     goblin_graph_job_params_default(&jp);
@@ -1236,9 +1204,7 @@ Test(graph_job, spot_on_a_graph_not_row_by_row_never_rejects) {
     jp.verify = GOBLIN_VERIFY_SPOT;
     jp.chunk_rows = R;
     jp.trust_halflife = 1e9;
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_graph(node, g, &in, 1, &out, 1, &jp, &job), GOBLIN_OK);
-    cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job *job = rt_run_graph(node, g, &in, 1, &out, 1, &jp);
     goblin_job_free(job);
     for (int c = 0; c < B / R; c++)
         for (int j = 0; j < D; j++) {

@@ -33,10 +33,8 @@ static void run_product(goblin_node *node, goblin_dtype dt, int64_t m, int64_t k
 }
 
 Test(node, grid_f32_awkward_shape) {
-    goblin_grid *g = NULL;
-    cr_assert_eq(goblin_grid_local(3, NULL, &g), GOBLIN_OK);
+    goblin_grid *g = rt_local_grid(3, NULL);
     goblin_node *node = goblin_grid_node(g);
-    cr_assert(rt_wait_workers(node, 3));
     goblin_plan_info info;
     run_product(node, GOBLIN_DTYPE_F32, 517, 333, 421, NULL, &info);
     cr_assert_gt(info.grid_rows * info.grid_cols, 1);
@@ -65,10 +63,8 @@ static void count_progress(void *user, int64_t done, int64_t total) {
 }
 
 Test(node, grid_f64_split_k) {
-    goblin_grid *g = NULL;
-    cr_assert_eq(goblin_grid_local(3, NULL, &g), GOBLIN_OK);
+    goblin_grid *g = rt_local_grid(3, NULL);
     goblin_node *node = goblin_grid_node(g);
-    cr_assert(rt_wait_workers(node, 3));
     goblin_job_params jp;
     goblin_job_params_default(&jp);
     jp.task_memory_bytes = 96 * 1024; /* forces K to be cut */
@@ -86,10 +82,8 @@ Test(node, grid_f64_split_k) {
 Test(node, split_k_is_deterministic) {
     /* Two runs of the same split-K product give identical bits, whatever the order in
      * which the partials arrive. */
-    goblin_grid *g = NULL;
-    cr_assert_eq(goblin_grid_local(3, NULL, &g), GOBLIN_OK);
+    goblin_grid *g = rt_local_grid(3, NULL);
     goblin_node *node = goblin_grid_node(g);
-    cr_assert(rt_wait_workers(node, 3));
     goblin_job_params jp;
     goblin_job_params_default(&jp);
     jp.task_memory_bytes = 48 * 1024;
@@ -112,10 +106,8 @@ Test(node, split_k_is_deterministic) {
 }
 
 Test(node, strided_operands_and_empty_products) {
-    goblin_grid *g = NULL;
-    cr_assert_eq(goblin_grid_local(2, NULL, &g), GOBLIN_OK);
+    goblin_grid *g = rt_local_grid(2, NULL);
     goblin_node *node = goblin_grid_node(g);
-    cr_assert(rt_wait_workers(node, 2));
     /* A is the transpose of a stored [k, m] matrix; C is written into every other column. */
     int64_t m = 70, k = 90, n = 50;
     rt_mat at = rt_mat_new(GOBLIN_DTYPE_F64, k, m, 7, true), b = rt_mat_new(GOBLIN_DTYPE_F64, k, n, 8, true);
@@ -159,8 +151,7 @@ Test(node, over_tcp_with_worker_threads) {
     char url[64];
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 3), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 3));
+    rt_grid_start_joined(&g, url, &np, wp, 3);
     run_product(g.node, GOBLIN_DTYPE_F32, 300, 200, 260, NULL, NULL);
     run_product(g.node, GOBLIN_DTYPE_F64, 129, 257, 65, NULL, NULL);
     /* Multi-megabyte TASK messages. */
@@ -194,8 +185,7 @@ Test(node, worker_stopped_mid_job) {
     wp[0].misbehave_rate = 1.0;
     wp[0].slow_ms = 5000;
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-stop", &np, wp, 3), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 3));
+    rt_grid_start_joined(&g, "inproc://test-node-stop", &np, wp, 3);
     victim = g.w[0];
     goblin_job_params jp;
     goblin_job_params_default(&jp);
@@ -241,8 +231,7 @@ Test(node, job_fails_after_bounded_retries) {
     wp.misbehave_rate = 1.0;
     wp.slots = 64;
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-retries", &np, &wp, 1), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 1));
+    rt_grid_start_joined(&g, "inproc://test-node-retries", &np, &wp, 1);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 8, 8, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 8, 8, 2, true);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 8, 8, 0, false);
     goblin_job *job;
@@ -264,8 +253,7 @@ Test(node, cancel_and_wait_timeout) {
     wp.misbehave = GOBLIN_MISBEHAVE_SILENT;
     wp.misbehave_rate = 1.0;
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-cancel", &np, &wp, 1), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 1));
+    rt_grid_start_joined(&g, "inproc://test-node-cancel", &np, &wp, 1);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 8, 8, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 8, 8, 2, true);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 8, 8, 0, false);
     goblin_job *job;
@@ -295,8 +283,7 @@ Test(node, job_freed_while_queued_keeps_its_leases, .timeout = 60) {
     wp.misbehave_rate = 1.0;
     wp.slow_ms = 100;
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://test-node-freed-queued", &np, &wp, 1), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 1));
+    rt_grid_start_joined(&g, "inproc://test-node-freed-queued", &np, &wp, 1);
     /* 64 x 64 tiles over K = 256: 128 KiB per TASK, over the batching limit, so each
      * TASK is a message of its own and the pipe's two slots fill with two of them. */
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 256, 256, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 256, 256, 2, true);
@@ -394,8 +381,7 @@ Test(node, garbage_peer_dropped_others_served) {
     char url[64];
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 40000 + (int)(getpid() % 20000));
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 2), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 2));
+    rt_grid_start_joined(&g, url, &np, wp, 2);
     /* 1: random bytes; 2: a valid header with a lying length; 3: a RESULT before HELLO. */
     uint8_t junk[300];
     uint64_t seed = 99;
@@ -507,10 +493,8 @@ Test(node, tasks_sized_to_smallest_worker_memory) {
     goblin_grid_params_default(&gp);
     gp.worker.memory_bytes = 256 * 1024;
     gp.worker.cache_bytes = 64 * 1024;
-    goblin_grid *g = NULL;
-    cr_assert_eq(goblin_grid_local(2, &gp, &g), GOBLIN_OK);
+    goblin_grid *g = rt_local_grid(2, &gp);
     goblin_node *node = goblin_grid_node(g);
-    cr_assert(rt_wait_workers(node, 2));
     goblin_plan_info info;
     run_product(node, GOBLIN_DTYPE_F32, 300, 310, 290, NULL, &info);
     cr_assert_leq(info.max_task_bytes, 256 * 1024);
@@ -602,8 +586,7 @@ Test(node, grid_over_tls_loopback_pinned_and_ca, .timeout = 120) {
     char url[64];
     snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", 20000 + (int)((getpid() + 7) % 20000));
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 2), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 2));
+    rt_grid_start_joined(&g, url, &np, wp, 2);
     run_product(g.node, GOBLIN_DTYPE_F32, 90, 70, 80, NULL, NULL);
     /* A worker pinning another fingerprint is refused before it says anything. */
     goblin_worker_params bad;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "testutil.h"
 
 static uint64_t sm_state;
 static uint64_t splitmix(void) {
@@ -361,4 +362,23 @@ Test(plan, tile_bytes) {
     cr_assert_eq(goblin_matmul_tile_bytes(&neg, GOBLIN_DTYPE_F32, &b), GOBLIN_EINVAL);
     cr_assert_eq(goblin_matmul_tile_bytes(&t, (goblin_dtype)77, &b), GOBLIN_EINVAL);
     cr_assert_eq(goblin_matmul_tile_bytes(NULL, GOBLIN_DTYPE_F32, &b), GOBLIN_EINVAL);
+}
+
+/* The planner allocates one small object: failing it is ENOMEM and sets nothing (moved
+ * from test_verify's allocation-failure test). */
+Test(plan, allocation_failure_returns_enomem_and_leaks_nothing) {
+    gt_alloc_on();
+    goblin_plan_params pp;
+    goblin_plan_params_default(&pp);
+    pp.m = pp.k = pp.n = 1000;
+    goblin_plan *pl = NULL;
+    gt_alloc_fail_from(0);
+    char msg[128];
+    cr_assert_eq(goblin_plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_ENOMEM);
+    cr_assert_null(pl);
+    gt_allocs.fail_at = -1;
+    cr_assert_eq(goblin_plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_OK);
+    goblin_plan_free(pl);
+    cr_assert_eq(gt_allocs.live, 0);
+    gt_alloc_off();
 }

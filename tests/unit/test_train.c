@@ -270,10 +270,7 @@ static goblin_grid *grid_new(int n) {
     goblin_grid_params gp;
     goblin_grid_params_default(&gp);
     gp.worker.threads = 1;
-    goblin_grid *grid = NULL;
-    cr_assert_eq(goblin_grid_local(n, &gp, &grid), GOBLIN_OK);
-    cr_assert(rt_wait_workers(goblin_grid_node(grid), n));
-    return grid;
+    return rt_local_grid(n, &gp);
 }
 
 /* Train @p rounds and compare every round with the reference (loss and parameters). */

@@ -1229,40 +1229,19 @@ Test(sample, distinct_in_range_reproducible_uniform) {
 
 /* ---- allocation failure ------------------------------------------------------ */
 
-static long g_countdown = -1; /* allocations left before failing; -1 = never fail */
-static long g_live = 0;
-
-static void *counting_alloc(void *user, size_t size, size_t align) {
-    (void)user;
-    if (g_countdown == 0) return NULL;
-    if (g_countdown > 0) g_countdown--;
-    void *p = NULL;
-    if (posix_memalign(&p, align, size)) return NULL;
-    g_live++;
-    return p;
-}
-
-static void counting_free(void *user, void *p) {
-    (void)user;
-    g_live--;
-    free(p);
-}
-
 Test(verify, allocation_failure_returns_enomem_and_leaks_nothing) {
     sm_state = 41;
     goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, 9, 11), b = mat_new(GOBLIN_DTYPE_F64, 11, 7);
     fill(&a, DIST_SIGNED);
     fill(&b, DIST_SIGNED);
     goblin_tensor c = matmul_loop(&a, &b);
-    goblin_allocator al = {counting_alloc, counting_free, NULL};
-    goblin_set_allocator(&al);
+    gt_alloc_on();
     int failures = 0;
     for (long n = 0;; n++) {
-        g_countdown = n;
-        g_live = 0;
+        gt_alloc_fail_from(n);
         goblin_verdict v;
         goblin_err e = goblin_verify_matmul(&a, &b, &c, NULL, &v);
-        cr_assert_eq(g_live, 0, "leak after failing allocation %ld", n);
+        cr_assert_eq(gt_allocs.live, 0, "leak after failing allocation %ld", n);
         if (e == GOBLIN_OK) {
             cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
             break;
@@ -1271,21 +1250,8 @@ Test(verify, allocation_failure_returns_enomem_and_leaks_nothing) {
         failures++;
     }
     cr_assert(failures > 0);
-    /* the planner allocates one small object */
-    goblin_plan_params pp;
-    goblin_plan_params_default(&pp);
-    pp.m = pp.k = pp.n = 1000;
-    goblin_plan *pl = NULL;
-    g_countdown = 0;
-    g_live = 0;
-    char msg[128];
-    cr_assert_eq(goblin_plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_ENOMEM);
-    cr_assert_null(pl);
-    g_countdown = -1;
-    cr_assert_eq(goblin_plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_OK);
-    goblin_plan_free(pl);
-    cr_assert_eq(g_live, 0);
-    goblin_set_allocator(NULL);
+    /* (the planner's allocation failure: test_plan.c, plan.allocation_failure) */
+    gt_alloc_off();
     free(a.data);
     free(b.data);
     free(c.data);
@@ -1794,12 +1760,10 @@ Test(freivalds_panels, bad_arguments_and_allocation_failure) {
     goblin_freivalds_panels_free(NULL);
 
     /* every allocation failing in turn: ENOMEM, nothing leaked */
-    goblin_allocator al = {counting_alloc, counting_free, NULL};
-    goblin_set_allocator(&al);
+    gt_alloc_on();
     int failures = 0;
     for (long nfail = 0;; nfail++) {
-        g_countdown = nfail;
-        g_live = 0;
+        gt_alloc_fail_from(nfail);
         fp = NULL;
         goblin_err e = goblin_freivalds_panels_new(&a, &b, 2, cb, &p, &fp);
         if (e) cr_assert_null(fp);
@@ -1808,7 +1772,7 @@ Test(freivalds_panels, bad_arguments_and_allocation_failure) {
         bool in_check = e == GOBLIN_OK;
         if (in_check) e = goblin_freivalds_panels_check(fp, 0, 6, 1, &t, &v);
         goblin_freivalds_panels_free(fp);
-        cr_assert_eq(g_live, 0, "leak after failing allocation %ld", nfail);
+        cr_assert_eq(gt_allocs.live, 0, "leak after failing allocation %ld", nfail);
         if (e == GOBLIN_OK) {
             cr_assert_eq(v.kind, GOBLIN_VERDICT_ACCEPT);
             break;
@@ -1818,8 +1782,8 @@ Test(freivalds_panels, bad_arguments_and_allocation_failure) {
         failures++;
     }
     cr_assert(failures >= 4);
-    goblin_set_allocator(NULL);
-    g_countdown = -1;
+    gt_alloc_off();
+    gt_alloc_fail_from(-1);
     free(a.data);
     free(b.data);
     free(b64.data);

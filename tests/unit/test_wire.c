@@ -43,32 +43,8 @@ static goblin_err decode_err(const uint8_t *buf, size_t len, const goblin_wire_l
     return e;
 }
 
-/* Counting allocator: how many allocations a call makes, and that none leak. */
-static long g_allocs, g_live, g_fail_at = -1;
-static void *count_alloc(void *user, size_t size, size_t align) {
-    (void)user;
-    if (g_fail_at >= 0 && g_allocs == g_fail_at) {
-        g_allocs++;
-        return NULL;
-    }
-    g_allocs++;
-    void *p = NULL;
-    if (posix_memalign(&p, align, size)) return NULL;
-    g_live++;
-    return p;
-}
-static void count_free(void *user, void *p) {
-    (void)user;
-    g_live--;
-    free(p);
-}
-static void counting_on(void) {
-    goblin_allocator a = {count_alloc, count_free, NULL};
-    g_allocs = g_live = 0;
-    g_fail_at = -1;
-    goblin_set_allocator(&a);
-}
-static void counting_off(void) { goblin_set_allocator(NULL); }
+/* The counting allocator (testutil.h): how many allocations a call makes, and that
+ * none leak. */
 
 /* ---- a TASK whose layout is derived by hand ------------------------------ */
 
@@ -685,10 +661,10 @@ static size_t hand_msg(uint8_t *p, goblin_wire_type ty, const uint8_t *body, siz
 static void reject_without_alloc(const uint8_t *p, size_t n, const goblin_wire_limits *lim,
                                  goblin_err want, const char *needle) {
     char msg[256];
-    counting_on();
+    gt_alloc_on();
     goblin_err e = decode_err(p, n, lim, msg, sizeof msg);
-    long allocs = g_allocs;
-    counting_off();
+    long allocs = gt_allocs.asked;
+    gt_alloc_off();
     cr_assert_eq(e, want, "got %s (%s), want %s", goblin_err_name(e), msg, goblin_err_name(want));
     cr_assert_eq(allocs, 0, "%ld allocations before rejecting: %s", allocs, msg);
     if (needle) cr_assert(strstr(msg, needle), "'%s' not in: %s", needle, msg);
@@ -798,27 +774,27 @@ Test(wire, decode_allocates_once_and_fails_cleanly) {
         size_t len;
         uint8_t *b = encode(&m, &len);
         goblin_wire_msg *d = NULL;
-        counting_on();
+        gt_alloc_on();
         cr_assert_eq(goblin_wire_decode(b, len, NULL, 0, &d, NULL, 0), GOBLIN_OK);
-        cr_assert_eq(g_allocs, 1);
+        cr_assert_eq(gt_allocs.asked, 1);
         goblin_wire_msg_free(d);
-        cr_assert_eq(g_live, 0);
-        g_allocs = 0;
-        g_fail_at = 0;
+        cr_assert_eq(gt_allocs.live, 0);
+        gt_allocs.asked = 0;
+        gt_allocs.fail_at = 0;
         d = NULL;
         char msg[128];
         cr_assert_eq(goblin_wire_decode(b, len, NULL, 0, &d, msg, sizeof msg), GOBLIN_ENOMEM);
         cr_assert_null(d);
-        cr_assert_eq(g_live, 0);
+        cr_assert_eq(gt_allocs.live, 0);
         /* encoding: one allocation too; failing it leaks nothing */
         uint8_t *e = NULL;
         size_t el;
-        g_allocs = 0;
-        g_fail_at = 0;
+        gt_allocs.asked = 0;
+        gt_allocs.fail_at = 0;
         cr_assert_eq(goblin_wire_encode(&m, &e, &el), GOBLIN_ENOMEM);
         cr_assert_null(e);
-        cr_assert_eq(g_live, 0);
-        counting_off();
+        cr_assert_eq(gt_allocs.live, 0);
+        gt_alloc_off();
         goblin_buffer_free(b);
     }
 }

@@ -44,8 +44,7 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
     snprintf(url, sizeof url, "inproc://test-worker-%s-%d", goblin_misbehave_name(mode), (int)dt);
     memset(o, 0, sizeof *o);
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 3), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 3));
+    rt_grid_start_joined(&g, url, &np, wp, 3);
     rt_mat a = rt_mat_new(dt, 200, 150, 3, true), b = rt_mat_new(dt, 150, 180, 4, true);
     rt_mat c = rt_mat_new(dt, 200, 180, 0, false);
     goblin_job_params jp;
@@ -192,8 +191,7 @@ Test(worker, misbehave_crash_via_hook) {
     wp[2].misbehave_seed = 73; /* its first draw is 0.04: it crashes at its first task */
     wp[2].crash_hook = crash_hook;
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-crash", &np, wp, 3), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 3));
+    rt_grid_start_joined(&g, "inproc://test-worker-crash", &np, wp, 3);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 200, 150, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 150, 180, 4, true);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 200, 180, 0, false);
     goblin_job_params jp;
@@ -261,8 +259,7 @@ Test(worker, panel_cache_reuse) {
     rt_grid g;
     char url[96];
     snprintf(url, sizeof url, "ipc:///tmp/goblin-test-worker-cache-%d", (int)getpid());
-    cr_assert_eq(rt_grid_start(&g, url, &np, &wp, 1), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 1));
+    rt_grid_start_joined(&g, url, &np, &wp, 1);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 64, 500, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 500, 400, 4, true);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 64, 400, 0, false);
     goblin_job_params jp;
@@ -305,8 +302,7 @@ Test(worker, kept_inputs_dropped_when_idle, .timeout = 60) {
     rt_grid g;
     char url[96];
     snprintf(url, sizeof url, "ipc:///tmp/goblin-test-worker-idle-%d", (int)getpid());
-    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 2), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 2));
+    rt_grid_start_joined(&g, url, &np, wp, 2);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 64, 300, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 300, 200, 4, true);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 64, 200, 0, false);
     goblin_job_params jp;
@@ -355,8 +351,7 @@ Test(worker, inproc_panels_lent_in_place) {
         wp[i].threads = 1;
     }
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-in-place", &np, wp, 2), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 2));
+    rt_grid_start_joined(&g, "inproc://test-worker-in-place", &np, wp, 2);
     /* A strided view of a wider A: the panels are views of views. */
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 70, 260, 5, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 250, 90, 6, true);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 70, 90, 0, false);
@@ -409,8 +404,7 @@ Test(worker, canceled_job_operands_unread_after_wait) {
         wp[i].threads = 1;
     }
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, "inproc://test-worker-cancel-in-place", &np, wp, 2), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 2));
+    rt_grid_start_joined(&g, "inproc://test-worker-cancel-in-place", &np, wp, 2);
     enum { N = 1000 };
     for (int round = 0; round < 3; round++) {
         double *ad = pages(N * N), *bd = pages(N * N), *cd = pages(N * N);
@@ -516,8 +510,7 @@ Test(worker, reconnects_when_the_node_comes_back) {
     char url[64];
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 30000 + (int)(getpid() % 9000));
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, url, &np, &wp, 1), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 1));
+    rt_grid_start_joined(&g, url, &np, &wp, 1);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 30, 40, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 40, 20, 4, true);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 30, 20, 0, false);
     goblin_job *job;
@@ -595,8 +588,7 @@ static void tiny_tasks(bool cheat, goblin_dtype dt, goblin_misbehave mode) {
     char url[80];
     snprintf(url, sizeof url, "inproc://test-worker-tiny-%d-%d", (int)cheat, (int)mode);
     rt_grid g;
-    cr_assert_eq(rt_grid_start(&g, url, &np, wp, 4), GOBLIN_OK);
-    cr_assert(rt_wait_workers(g.node, 4));
+    rt_grid_start_joined(&g, url, &np, wp, 4);
     rt_mat a = rt_mat_new(dt, 128, 8, 31, true), b = rt_mat_new(dt, 8, 128, 32, true);
     rt_mat c = rt_mat_new(dt, 128, 128, 0, false);
     goblin_job_params jp;

@@ -1,10 +1,12 @@
 /* tests/unit/testutil.h - helpers shared by the Criterion tests: build a
- * one-op graph over given tensors and evaluate it on a backend. */
+ * one-op graph over given tensors and evaluate it on a backend; a counting
+ * allocator that fails on demand (its state is in testutil.c). */
 #ifndef GOBLIN_TESTUTIL_H
 #define GOBLIN_TESTUTIL_H
 
 #include <goblin/goblin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,5 +103,27 @@ static inline double gt_rand(uint64_t *s) {
     *s ^= *s >> 27;
     return (double)((*s * 0x2545F4914F6CDD1DULL) >> 11) * 0x1p-53;
 }
+
+/* ---- the counting allocator (goblin_set_allocator) ------------------------------ */
+
+/* What the allocator saw since gt_alloc_on. Tests read it and may set its fields. */
+typedef struct gt_alloc_counts {
+    long asked;     /* allocations asked for, failed ones included */
+    long made;      /* allocations that succeeded */
+    long freed;     /* blocks freed */
+    long live;      /* blocks allocated and not yet freed */
+    long fail_at;   /* the allocation (numbered by asked from 0) that fails; -1: none */
+    bool fail_rest; /* and, with fail_at >= 0, every one after it */
+} gt_alloc_counts;
+
+extern gt_alloc_counts gt_allocs;
+
+/* Zero the counts, fail nothing, and install the counting allocator. */
+void gt_alloc_on(void);
+/* Give the library back its default allocator (the counts stay readable). */
+void gt_alloc_off(void);
+/* A new count (asked = live = 0) in which the first @p n allocations succeed and
+ * every later one fails; n < 0: none fails. */
+void gt_alloc_fail_from(long n);
 
 #endif
