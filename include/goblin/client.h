@@ -39,7 +39,7 @@ typedef struct goblin_client_params {
     /* A client token (borrowed during connect, copied): sent in an AUTH request right
      * after connecting, and once more when a request is answered GOBLIN_EAUTH (the
      * connection may have been redialed). NULL / 0: none. At most
-     * GOBLIN_WIRE_MAX_TOKEN_BYTES bytes. */
+     * GOBLIN_TOKEN_MAX_BYTES (tls.h) bytes. */
     const uint8_t *token;
     uint32_t token_len;
 } goblin_client_params;

@@ -14,8 +14,6 @@
 #include "graph.h"
 #include "exec.h"
 #include "verify.h"
-#include "plan.h"
-#include "wire.h"
 #include "tls.h"
 #include "node.h"
 #include "worker.h"

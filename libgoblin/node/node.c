@@ -23,9 +23,9 @@
 #include "graph/graph_impl.h"
 #include "goblin/graph.h"
 #include "goblin/ops.h"
-#include "goblin/plan.h"
+#include "plan.h"
 #include "goblin/tls.h"
-#include "goblin/wire.h"
+#include "proto/wire.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/secret.h"
@@ -172,8 +172,8 @@ struct goblin_job {
     goblin_tensor a, b, c;
     goblin_dtype dt;
     size_t esz;
-    goblin_plan *plan;
-    goblin_plan_info info;
+    goblin__plan *plan;
+    goblin_job_plan info;
     int64_t ntasks;
     task *tasks;
     int32_t *tile_done; /* accepted slices per C tile (split-K only) */
@@ -228,7 +228,7 @@ struct goblin_node {
     /* A non-blocking pipe: node_wake writes a byte so node_main's poll returns at once
      * (a job submitted or canceled, a stop) instead of at its 10 ms timeout. -1: none. */
     int wake_rd, wake_wr;
-    goblin_wire_limits limits;
+    goblin__wire_limits limits;
     peer *peers;
     int32_t n_peers, cap_peers;
     /* Peers that may take a task (schedule): added when a message comes from one or
@@ -401,7 +401,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     pthread_mutex_init(&n->ev_mu, NULL);
     pthread_mutex_init(&n->ser_mu, NULL);
     goblin__hoist_memo_init(&n->hoist);
-    goblin_wire_limits_default(&n->limits);
+    goblin__wire_limits_default(&n->limits);
     n->limits.max_message_bytes = p->recv_max_bytes;
     n->next_lease_id = 1;
     n->bpeer = -1;
@@ -527,8 +527,8 @@ static void unpack(goblin_tensor *v, const void *src, size_t esz) {
     }
 }
 
-static void job_tile(const goblin_job *j, int64_t i, goblin_matmul_tile *t) {
-    goblin_plan_tile(j->plan, i, t);
+static void job_tile(const goblin_job *j, int64_t i, goblin__matmul_tile *t) {
+    goblin__plan_tile(j->plan, i, t);
 }
 
 /* Panel ids: the A panel of a task depends on its grid row and K-slice, the B panel
@@ -575,7 +575,7 @@ goblin_err goblin__matmul_graph(goblin_dtype dt, int64_t rows, int64_t kn, int64
 
 /* Compute task @p i on the node into contiguous @p dst (rows x cols). */
 static goblin_err node_compute_impl(goblin_node *n, goblin_job *j, int64_t i, void *dst) {
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     job_tile(j, i, &t);
     goblin_graph *g = NULL;
     goblin_err e = goblin__matmul_graph(j->dt, t.rows, t.kn, t.cols, &g);
@@ -676,7 +676,7 @@ static void lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why
                        (int)t->attempts, what);
             return;
         }
-        goblin_matmul_tile tl;
+        goblin__matmul_tile tl;
         job_tile(j, L.task, &tl);
         job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ELIMIT,
                    "task %lld (rows %lld..%lld, cols %lld..%lld, k %lld..%lld) failed %d times; "
@@ -694,7 +694,7 @@ static void fail_peer_leases(goblin_node *n, int32_t pi, bool counts, goblin_err
 
 /* ---- sending ------------------------------------------------------------------- */
 
-static int send_wire(goblin_node *n, nng_pipe pp, const goblin_wire_msg *m) {
+static int send_wire(goblin_node *n, nng_pipe pp, const goblin__wire_msg *m) {
     /* Tensors may be strided views of the job's matrices: gathered straight into
      * the message body (no separate packing buffer). */
     size_t len = 0;
@@ -746,7 +746,7 @@ static void batch_flush(goblin_node *n) {
  * @p batchable and the peer takes batches, else alone. *mid: the id of the message it went in.
  * NNG_EAGAIN: not now (a big task after small ones in this round: it waits for the
  * next one, since the batch and it would need two queue slots). */
-static int batch_add(goblin_node *n, int32_t pi, const goblin_wire_msg *m, bool batchable, uint64_t *mid) {
+static int batch_add(goblin_node *n, int32_t pi, const goblin__wire_msg *m, bool batchable, uint64_t *mid) {
     peer *p = &n->peers[pi];
     size_t len = 0;
     if (goblin__wire_encoded_size_strided(m, &len) != GOBLIN_OK) return NNG_EINVAL;
@@ -826,7 +826,7 @@ static void decide_replication(goblin_job *j, int64_t ti, const peer *p) {
 static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative) {
     if (j->kind == JOB_GRAPH) return issue_graph(n, j, ti, pi, speculative);
     peer *p = &n->peers[pi];
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     job_tile(j, ti, &t);
     uint64_t ida = panel_id(j, 0, ti), idb = panel_id(j, 1, ti);
     bool have_a = peer_has_panel(p, 0, ida), have_b = peer_has_panel(p, 1, idb);
@@ -887,8 +887,8 @@ static bool issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool sp
 static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative,
                       const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in, bool may_batch) {
     peer *p = &n->peers[pi];
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
     uint64_t lid = n->next_lease_id++;
     m.request_id = lid;
     m.body.task.task_id = lid;
@@ -930,10 +930,10 @@ static bool send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, boo
 
 static bool task_fits(const goblin_job *j, int64_t ti, const peer *p) {
     if (j->kind == JOB_GRAPH) return gvar(j, ti)->bytes <= p->memory;
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     uint64_t bytes = 0;
     job_tile(j, ti, &t);
-    return goblin_matmul_tile_bytes(&t, j->dt, &bytes) == GOBLIN_OK && bytes <= p->memory;
+    return goblin__matmul_tile_bytes(&t, j->dt, &bytes) == GOBLIN_OK && bytes <= p->memory;
 }
 
 static bool lease_held_by(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi) {
@@ -1111,7 +1111,7 @@ static void task_settle(goblin_node *n, goblin_job *j, int64_t ti, uint8_t state
 /* Task @p ti's result (contiguous rows x cols at @p data) is final. */
 static void task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
     task *t = &j->tasks[ti];
-    goblin_matmul_tile tl;
+    goblin__matmul_tile tl;
     job_tile(j, ti, &tl);
     task_settle(n, j, ti, T_DONE, by);
     int64_t s = j->info.k_slices;
@@ -1220,7 +1220,7 @@ static goblin_freivalds_panels *job_panels(goblin_node *n, goblin_job *j, int64_
     if (!j->fvp[q]) {
         int64_t *cb = goblin__alloc((size_t)(gc + 1) * sizeof(int64_t));
         if (!cb) return NULL;
-        goblin_matmul_tile t;
+        goblin__matmul_tile t;
         for (int64_t c = 0; c < gc; c++) {
             job_tile(j, c * s + q, &t); /* tiles of grid row 0, slice q */
             cb[c] = t.col0;
@@ -1252,7 +1252,7 @@ static goblin_freivalds_panels *job_panels(goblin_node *n, goblin_job *j, int64_
  * all of K). */
 static goblin_err check_tile_impl(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
                              const goblin_tensor *c, goblin_verdict *v) {
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     job_tile(j, ti, &t);
     if (!whole_tile) {
         int64_t s = j->info.k_slices;
@@ -1307,7 +1307,7 @@ static void prepare_ahead(goblin_node *n) {
             vclock t0 = verify_begin();
             goblin_freivalds_panels *fp = job_panels(n, j, ti % s);
             if (fp) {
-                goblin_matmul_tile t;
+                goblin__matmul_tile t;
                 job_tile(j, ti, &t);
                 goblin_err e = goblin_freivalds_panels_prepare(fp, t.row0, t.rows);
                 if (e) nlog(n, GOBLIN_LOG_DEBUG, "job %llu: preparing a check: %s", (unsigned long long)j->id,
@@ -1339,7 +1339,7 @@ static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr);
  * to be judged with its row panel. */
 static void task_hold(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
     task *t = &j->tasks[ti];
-    goblin_matmul_tile tl;
+    goblin__matmul_tile tl;
     job_tile(j, ti, &tl);
     task_settle(n, j, ti, T_HELD, by);
     goblin_tensor v = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
@@ -1389,7 +1389,7 @@ static void reject_held(goblin_node *n, goblin_job *j, int64_t ti, const goblin_
         p->failed++;
     }
     if (t->attempts > n->p.max_retries) {
-        goblin_matmul_tile tl;
+        goblin__matmul_tile tl;
         job_tile(j, ti, &tl);
         nlog(n, GOBLIN_LOG_ERROR, "job %llu failed: task %lld failed %d times (last: result rejected)",
              (unsigned long long)j->id, (long long)ti, (int)t->attempts);
@@ -1422,7 +1422,7 @@ static void drop_held_tiles(goblin_node *n, int32_t pi) {
 
 /* Judge held task @p ti alone (its tile in C, fresh vectors). */
 static void judge_held_alone(goblin_node *n, goblin_job *j, int64_t ti) {
-    goblin_matmul_tile tl;
+    goblin__matmul_tile tl;
     job_tile(j, ti, &tl);
     goblin_tensor cv = view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
     goblin_verdict v;
@@ -1449,7 +1449,7 @@ static void judge_held_alone(goblin_node *n, goblin_job *j, int64_t ti) {
 /* All tiles of grid row @p gr are in C: judge them together. */
 static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr) {
     int64_t gc = j->info.grid_cols;
-    goblin_matmul_tile tl;
+    goblin__matmul_tile tl;
     job_tile(j, gr * gc, &tl);
     goblin_verdict v;
     memset(&v, 0, sizeof v);
@@ -1480,10 +1480,10 @@ static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr) {
         if (j->tasks[gr * gc + c].state == T_HELD) judge_held_alone(n, j, gr * gc + c);
 }
 
-static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r);
+static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin__wire_result *r);
 
 /* Judge a RESULT for lease @p li. */
-static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
+static void handle_result(goblin_node *n, int32_t pi, goblin__wire_result *r) {
     int64_t li = find_lease(n, r->task_id);
     if (li < 0 || n->leases[li].peer != pi) {
         n->st.results_late++;
@@ -1501,7 +1501,7 @@ static void handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
         handle_graph_result(n, pi, li, r);
         return;
     }
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     job_tile(j, L.task, &t);
     goblin_verdict v;
     memset(&v, 0, sizeof v);
@@ -1604,7 +1604,7 @@ static void recheck_peer(goblin_node *n, int32_t pi) {
         for (int64_t i = 0; i < j->ntasks && j->running; i++) {
             task *t = &j->tasks[i];
             if (t->state != T_DONE || t->accepted_peer != pi) continue;
-            goblin_matmul_tile tl;
+            goblin__matmul_tile tl;
             job_tile(j, i, &tl);
             goblin_verdict v;
             goblin_err e;
@@ -1666,8 +1666,8 @@ static void quarantine(goblin_node *n, int32_t pi) {
 
 static void refuse(goblin_node *n, int32_t pi, goblin_err why, const char *text) {
     peer *p = &n->peers[pi];
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
     m.body.refuse.reason = why;
     m.body.refuse.message = text;
     n->st.workers_refused++;
@@ -1676,7 +1676,7 @@ static void refuse(goblin_node *n, int32_t pi, goblin_err why, const char *text)
     p->close_at_ms = goblin__now_ms() + REFUSE_LINGER_MS;
 }
 
-static bool token_ok(const goblin_node *n, const goblin_wire_hello *h) {
+static bool token_ok(const goblin_node *n, const goblin__wire_hello *h) {
     if (!n->p.token_len && !n->p.token_file) return true;
     if (n->p.token_len) {
         /* Constant time in the token's content. */
@@ -1727,7 +1727,7 @@ static void handle_msg(goblin_node *n, nng_msg *msg) {
     char err[256];
     do {
         size_t at = off;
-        goblin_err e = goblin_wire_batch_next(buf, len, &off, &n->limits, &ml, err, sizeof err);
+        goblin_err e = goblin__wire_batch_next(buf, len, &off, &n->limits, &ml, err, sizeof err);
         if (e == GOBLIN_OK && at == 0 && off == len) {
             handle_one(n, pi, buf, len); /* not a batch */
             return;
@@ -1755,15 +1755,15 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
     peer *p = &n->peers[pi];
     nng_pipe pp = p->pipe;
     uint32_t pid = p->pipe_id;
-    goblin_wire_msg *m = NULL;
+    goblin__wire_msg *m = NULL;
     char err[256];
     /* Zero-copy: result tensors are read-only views into the nng message, which
      * node_main frees only after this returns (everything kept past it is copied). */
-    goblin_err e = goblin_wire_decode(buf, len, &n->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err, sizeof err);
+    goblin_err e = goblin__wire_decode(buf, len, &n->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err, sizeof err);
     if (e) {
-        goblin_wire_header h;
+        goblin__wire_header h;
         if (e == GOBLIN_EVERSION && !p->hello &&
-            goblin_wire_header_decode(buf, len, &n->limits, &h, NULL, 0) == GOBLIN_OK &&
+            goblin__wire_header_decode(buf, len, &n->limits, &h, NULL, 0) == GOBLIN_OK &&
             h.type == GOBLIN_WIRE_TYPE_HELLO) {
             char text[300];
             snprintf(text, sizeof text, "catalogue version mismatch: %s", err);
@@ -1777,7 +1777,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
     }
     if (!p->hello && m->type != GOBLIN_WIRE_TYPE_HELLO) {
         char why[96];
-        snprintf(why, sizeof why, "%s before HELLO", goblin_wire_type_name(m->type));
+        snprintf(why, sizeof why, "%s before HELLO", goblin__wire_type_name(m->type));
         drop_peer(n, pi, why);
         goto out;
     }
@@ -1787,7 +1787,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
             drop_peer(n, pi, "second HELLO");
             break;
         }
-        goblin_wire_hello *h = &m->body.hello;
+        goblin__wire_hello *h = &m->body.hello;
         if (h->catalog_version != goblin_catalog_version()) {
             char text[160];
             snprintf(text, sizeof text, "catalogue version mismatch: worker %u, node %u",
@@ -1811,8 +1811,8 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
                     sa.s_family == NNG_AF_INPROC;
         n->st.workers_seen++;
         n->st.workers_connected++;
-        goblin_wire_msg a;
-        goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
+        goblin__wire_msg a;
+        goblin__wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
         a.request_id = m->request_id;
         a.body.hello_ack.session_id = p->session_id;
         a.body.hello_ack.heartbeat_ms = n->p.heartbeat_ms;
@@ -1870,13 +1870,13 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         break;
     default: {
         char why[96];
-        snprintf(why, sizeof why, "unexpected %s from a worker", goblin_wire_type_name(m->type));
+        snprintf(why, sizeof why, "unexpected %s from a worker", goblin__wire_type_name(m->type));
         drop_peer(n, pi, why);
         break;
     }
     }
 out:
-    goblin_wire_msg_free(m);
+    goblin__wire_msg_free(m);
 }
 
 static void housekeeping(goblin_node *n) {
@@ -2123,8 +2123,8 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
             if (!jp->task_memory_bytes && (mem == 0 || p->memory < mem)) mem = p->memory;
         }
         if (!mem) mem = (uint64_t)256 << 20;
-        goblin_plan_params pp;
-        goblin_plan_params_default(&pp);
+        goblin__plan_params pp;
+        goblin__plan_params_default(&pp);
         pp.m = m;
         pp.k = k;
         pp.n = nn;
@@ -2132,7 +2132,7 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
         pp.memory_bytes = mem;
         pp.min_tiles = jp->min_tasks > 0 ? jp->min_tasks : 4 * (workers > 0 ? workers : 1);
         char err[256];
-        goblin_err e = goblin_plan_matmul(&j->plan, &pp, err, sizeof err);
+        goblin_err e = goblin__plan_matmul(&j->plan, &pp, err, sizeof err);
         if (e) {
             nlog(n, GOBLIN_LOG_ERROR, "cannot plan job: %s", err);
             pthread_mutex_unlock(&n->mu);
@@ -2140,8 +2140,8 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
             goblin_job_free(j);
             return e;
         }
-        goblin_plan_get_info(j->plan, &j->info);
-        j->ntasks = goblin_plan_tile_count(j->plan);
+        goblin__plan_get_info(j->plan, &j->info);
+        j->ntasks = goblin__plan_tile_count(j->plan);
         j->rowcheck = n->p.verify == GOBLIN_VERIFY_FREIVALDS && !n->p.freivalds_tile_by_tile &&
                       j->info.k_slices == 1 && j->info.grid_cols > 1;
         j->prep_key = -1;
@@ -2357,7 +2357,7 @@ static goblin_tensor out_tensor(const goblin_job *j, int64_t ti, int32_t o, void
 }
 
 /* Does a worker's result have the task's output count, dtypes and shapes? */
-static bool graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin_wire_result *r,
+static bool graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin__wire_result *r,
                                   goblin_verify_reason *why) {
     const gvariant *v = gvar(j, ti);
     *why = GOBLIN_VERIFY_SHAPE;
@@ -2798,7 +2798,7 @@ static void graph_spot(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, co
     }
 }
 
-static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r) {
+static void handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin__wire_result *r) {
     lease L = n->leases[li];
     goblin_job *j = L.job;
     gjob *G = j->g;
@@ -3543,7 +3543,7 @@ goblin_job_status goblin_job_get_status(goblin_job *j) {
 
 const char *goblin_job_error(goblin_job *j) { return j ? j->msg : ""; }
 
-goblin_err goblin_job_plan_info(goblin_job *j, goblin_plan_info *out) {
+goblin_err goblin_job_plan_info(goblin_job *j, goblin_job_plan *out) {
     if (!j || !out) return GOBLIN_EINVAL;
     if (!j->plan) return GOBLIN_ENOTFOUND;
     *out = j->info;
@@ -3585,7 +3585,7 @@ void goblin_job_free(goblin_job *j) {
     goblin_buffer_free(j->gser);
     goblin__free(j->tasks);
     goblin__free(j->tile_done);
-    goblin_plan_free(j->plan);
+    goblin__plan_free(j->plan);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cond);
     goblin__free(j);

@@ -25,7 +25,7 @@
 #include "base/alloc.h"
 #include "goblin/graph.h"
 #include "goblin/ops.h"
-#include "goblin/wire.h"
+#include "proto/wire.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "net/share.h"
@@ -87,7 +87,7 @@ struct goblin_worker {
     nng_msg *ob;
     uint64_t node_max;     /* the node's max_message_bytes (HELLO_ACK) */
     nng_socket sock;
-    goblin_wire_limits limits;
+    goblin__wire_limits limits;
     /* The panel cache: slots (indices stay put while a panel is kept), a hash index of
      * their ids (open addressing, slot + 1, 0 empty) and a recency list, so that a
      * lookup and an eviction cost O(1) however many panels are kept (a training run
@@ -194,7 +194,7 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
         if (!(w->token = goblin__memdup(p->join_token, p->token_len))) goto nomem;
         w->p.join_token = w->token;
     }
-    goblin_wire_limits_default(&w->limits);
+    goblin__wire_limits_default(&w->limits);
     w->limits.max_message_bytes = p->recv_max_bytes;
     w->rng = p->misbehave_seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     pthread_mutex_init(&w->st_mu, NULL);
@@ -469,14 +469,14 @@ static bool cache_put(goblin_worker *w, uint64_t id, const goblin_tensor *t, msg
 
 /* ---- sending ------------------------------------------------------------------------ */
 
-static int wencode(const goblin_wire_msg *m, nng_msg **out) {
+static int wencode(const goblin__wire_msg *m, nng_msg **out) {
     size_t len = 0;
-    if (goblin_wire_encoded_size(m, &len)) return NNG_EINVAL;
+    if (goblin__wire_encoded_size(m, &len)) return NNG_EINVAL;
     nng_msg *msg;
     int rv = nng_msg_alloc(&msg, len);
     if (rv) return rv;
     size_t wrote;
-    if (goblin_wire_encode_into(m, nng_msg_body(msg), len, &wrote)) {
+    if (goblin__wire_encode_into(m, nng_msg_body(msg), len, &wrote)) {
         nng_msg_free(msg);
         return NNG_EINVAL;
     }
@@ -485,7 +485,7 @@ static int wencode(const goblin_wire_msg *m, nng_msg **out) {
 }
 
 /* Send now (any thread). */
-static int wsend(goblin_worker *w, const goblin_wire_msg *m) {
+static int wsend(goblin_worker *w, const goblin__wire_msg *m) {
     nng_msg *msg = NULL;
     int rv = wencode(m, &msg);
     if (rv) return rv;
@@ -536,22 +536,22 @@ static int wout(goblin_worker *w, nng_msg *msg) {
 }
 
 /* Encode and send @p m from the loop thread (wout). */
-static int lsend(goblin_worker *w, const goblin_wire_msg *m) {
+static int lsend(goblin_worker *w, const goblin__wire_msg *m) {
     nng_msg *msg = NULL;
     int rv = wencode(m, &msg);
     return rv ? rv : wout(w, msg);
 }
 
 static void send_lease_request(goblin_worker *w, uint32_t slots) {
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
     m.body.lease_request.slots = slots;
     lsend(w, &m);
 }
 
 static void send_error(goblin_worker *w, uint64_t task_id, goblin_err code, const char *text) {
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
     m.body.error.code = code;
     m.body.error.task_id = task_id;
     m.body.error.message = text;
@@ -559,8 +559,8 @@ static void send_error(goblin_worker *w, uint64_t task_id, goblin_err code, cons
 }
 
 static void send_hello(goblin_worker *w) {
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
     if (w->p.catalog_version_override) m.body.hello.catalog_version = w->p.catalog_version_override;
     m.body.hello.backends = (1u << w->p.backend) | GOBLIN_WIRE_CAP_BATCH;
     m.body.hello.threads = (uint32_t)(w->p.threads > 0 ? w->p.threads : 1);
@@ -610,8 +610,8 @@ static nng_msg *result_msg(const goblin_graph *g, uint64_t task_id, goblin_tenso
             memset(out, 0, (size_t)no * sizeof *out);
             return NULL;
         }
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
     m.request_id = task_id;
     m.body.result.task_id = task_id;
     m.body.result.n_outputs = (uint32_t)no;
@@ -638,7 +638,7 @@ static nng_msg *result_msg(const goblin_graph *g, uint64_t task_id, goblin_tenso
 
 /* Returns false when the worker must end now (CRASH). Every answer (RESULT or
  * ERROR) is followed by a LEASE_REQUEST for one more task; SILENT sends neither. */
-static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, msgref **refp, bool *answered);
+static bool run_task_inner(goblin_worker *w, goblin__wire_task *t, nng_msg *nm, msgref **refp, bool *answered);
 
 /* Lease requests. The worker keeps `slots` leases asked for ahead (w->credit: asked
  * and not yet received). After a task of normal size it asks for one more, as the task
@@ -661,7 +661,7 @@ static void lease_topup(goblin_worker *w, int64_t task_ns) {
 /* @p t was decoded zero-copy from @p nm (with other tasks, in a batch); the panel
  * cache may keep panels inside it through *refp (made on first use, with one
  * reference held by the loop, which drops it once the whole message is done). */
-static bool run_task(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, msgref **refp) {
+static bool run_task(goblin_worker *w, goblin__wire_task *t, nng_msg *nm, msgref **refp) {
     bool answered = true;
     int64_t t0 = goblin__now_ns();
     if (w->credit > 0) w->credit--;
@@ -678,7 +678,7 @@ static void fail_task(goblin_worker *w, uint64_t id, goblin_err e, const char *t
 /* Cache the inputs that came with task @p t (directory @p dv, @p ni inputs): by
  * reference to the message @p nm when they lie in it and make up at least half of it
  * (so a kept message is mostly cached panels), else by copy. */
-static void cache_inputs(goblin_worker *w, goblin_wire_task *t, const int64_t *dv, int32_t ni, nng_msg *nm,
+static void cache_inputs(goblin_worker *w, goblin__wire_task *t, const int64_t *dv, int32_t ni, nng_msg *nm,
                          msgref **refp) {
     const uint8_t *body = nm ? nng_msg_body(nm) : NULL;
     size_t blen = nm ? nng_msg_len(nm) : 0;
@@ -708,7 +708,7 @@ static void cache_inputs(goblin_worker *w, goblin_wire_task *t, const int64_t *d
 
 /* The graph of task @p t: a cached one when its bytes match a kept encoding (*owned
  * false), else freshly decoded (and kept when it fits the cache budget). */
-static goblin_err task_graph(goblin_worker *w, const goblin_wire_task *t, goblin_graph **g, bool *owned,
+static goblin_err task_graph(goblin_worker *w, const goblin__wire_task *t, goblin_graph **g, bool *owned,
                              char *err, size_t cap) {
     size_t len = (size_t)t->graph_len;
     for (int32_t i = 0; i < GRAPH_CACHE; i++) {
@@ -769,7 +769,7 @@ static void drop_shared(goblin_worker *w, goblin__share_job **held, int32_t n) {
     }
 }
 
-static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, msgref **refp, bool *answered) {
+static bool run_task_inner(goblin_worker *w, goblin__wire_task *t, nng_msg *nm, msgref **refp, bool *answered) {
     goblin_graph *g = NULL;
     char err[256];
     bool owned = false;
@@ -960,8 +960,8 @@ static bool run_task_inner(goblin_worker *w, goblin_wire_task *t, nng_msg *nm, m
     default:
         break;
     }
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
     m.request_id = t->task_id;
     m.body.result.task_id = t->task_id;
     m.body.result.n_outputs = (uint32_t)n_out;
@@ -1009,8 +1009,8 @@ static void *heartbeat_main(void *arg) {
         int64_t now = goblin__now_ms();
         if (hb && now - last >= (int64_t)hb) {
             pthread_mutex_unlock(&w->hb_mu);
-            goblin_wire_msg m;
-            goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
+            goblin__wire_msg m;
+            goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
             wsend(w, &m);
             last = now;
             pthread_mutex_lock(&w->hb_mu);
@@ -1170,7 +1170,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         do {
             size_t at = off;
             char err[256];
-            e = goblin_wire_batch_next(body, blen, &off, &w->limits, &ml, err, sizeof err);
+            e = goblin__wire_batch_next(body, blen, &off, &w->limits, &ml, err, sizeof err);
             if (e && at == 0) ml = blen; /* the decoder says what is wrong with it */
             else if (e) {
                 wlog(w, GOBLIN_LOG_WARN, "ignoring the rest of a malformed batch from the node (%s): %s",
@@ -1179,11 +1179,11 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             }
             /* Answers to a batch of several go back as one batch, if the node takes them. */
             if (at == 0 && !e && off < blen && w->node_batch) w->ob_on = true;
-            goblin_wire_msg *m = NULL;
-            goblin_err de = goblin_wire_decode(body + at, ml, &w->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err,
+            goblin__wire_msg *m = NULL;
+            goblin_err de = goblin__wire_decode(body + at, ml, &w->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err,
                                                sizeof err);
             if (de || e) {
-                if (!de) goblin_wire_msg_free(m);
+                if (!de) goblin__wire_msg_free(m);
                 wlog(w, GOBLIN_LOG_WARN, "ignoring a malformed message from the node (%s): %s",
                      goblin_err_name(de ? de : e), err);
                 break;
@@ -1214,8 +1214,8 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             case GOBLIN_WIRE_TYPE_TASK:
                 if (atomic_load(&w->stop)) {
                     /* Stopped in the middle of a batch: give the rest back at once. */
-                    goblin_wire_msg a;
-                    goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_ABANDON);
+                    goblin__wire_msg a;
+                    goblin__wire_msg_init(&a, GOBLIN_WIRE_TYPE_ABANDON);
                     a.body.abandon.task_id = m->body.task.task_id;
                     lsend(w, &a);
                     break;
@@ -1247,10 +1247,10 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             case GOBLIN_WIRE_TYPE_ERROR:
                 break;
             default:
-                wlog(w, GOBLIN_LOG_WARN, "ignoring unexpected %s from the node", goblin_wire_type_name(m->type));
+                wlog(w, GOBLIN_LOG_WARN, "ignoring unexpected %s from the node", goblin__wire_type_name(m->type));
                 break;
             }
-            goblin_wire_msg_free(m);
+            goblin__wire_msg_free(m);
         } while (keep_going && off < blen);
         ob_flush(w); /* also before a CRASH: what ran before it was answered */
         w->ob_on = false;
@@ -1279,17 +1279,17 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             size_t blen = nng_msg_len(nm), off = 0, ml = 0;
             do { /* each TASK of a batch */
                 size_t at = off;
-                goblin_wire_msg *m = NULL;
-                if (goblin_wire_batch_next(body, blen, &off, &w->limits, &ml, NULL, 0) != GOBLIN_OK ||
-                    goblin_wire_decode(body + at, ml, &w->limits, 0, &m, NULL, 0) != GOBLIN_OK)
+                goblin__wire_msg *m = NULL;
+                if (goblin__wire_batch_next(body, blen, &off, &w->limits, &ml, NULL, 0) != GOBLIN_OK ||
+                    goblin__wire_decode(body + at, ml, &w->limits, 0, &m, NULL, 0) != GOBLIN_OK)
                     break;
                 if (m->type == GOBLIN_WIRE_TYPE_TASK) {
-                    goblin_wire_msg a;
-                    goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_ABANDON);
+                    goblin__wire_msg a;
+                    goblin__wire_msg_init(&a, GOBLIN_WIRE_TYPE_ABANDON);
                     a.body.abandon.task_id = m->body.task.task_id;
                     wsend(w, &a);
                 }
-                goblin_wire_msg_free(m);
+                goblin__wire_msg_free(m);
             } while (off < blen);
             nng_msg_free(nm);
         }

@@ -175,7 +175,7 @@ static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
         }
         if (PyBytes_AsStringAndSize(tok, &tok_bytes, &tok_len) < 0)
             return NULL;
-        if (tok_len < 1 || tok_len > GOBLIN_WIRE_MAX_TOKEN_BYTES)
+        if (tok_len < 1 || tok_len > GOBLIN_TOKEN_MAX_BYTES)
             return pygoblin_raise(GOBLIN_EINVAL, "a client token must have 1 to 256 bytes");
     }
     if (!(connect_timeout > 0 && connect_timeout < 86400 && timeout > 0 && timeout < 86400 * 30))

@@ -7,8 +7,8 @@
 #include <goblin/grid.h>
 #include <goblin/node.h>
 #include <goblin/ops.h>
-#include <goblin/plan.h>
-#include <goblin/wire.h>
+#include "node/plan.h"
+#include "proto/wire.h"
 #include <goblin/worker.h>
 #include <math.h>
 #include <pthread.h>

@@ -727,25 +727,25 @@ Test(graph_job, cancel_and_progress) {
 
 /* ---- heartbeats ------------------------------------------------------------------- */
 
-static void raw_send(nng_socket s, const goblin_wire_msg *m) {
+static void raw_send(nng_socket s, const goblin__wire_msg *m) {
     uint8_t *buf;
     size_t len;
-    cr_assert_eq(goblin_wire_encode(m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode(m, &buf, &len), GOBLIN_OK);
     cr_assert_eq(nng_send(s, buf, len, 0), 0);
     goblin_buffer_free(buf);
 }
 
 /* Receive until a message of @p type (others dropped); NULL after ~5 s. */
-static goblin_wire_msg *raw_recv(nng_socket s, goblin_wire_type type) {
+static goblin__wire_msg *raw_recv(nng_socket s, goblin__wire_type type) {
     for (int i = 0; i < 50; i++) {
         void *rb;
         size_t rlen;
         if (nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC) != 0) continue;
-        goblin_wire_msg *r = NULL;
-        goblin_err e = goblin_wire_decode(rb, rlen, NULL, 0, &r, NULL, 0);
+        goblin__wire_msg *r = NULL;
+        goblin_err e = goblin__wire_decode(rb, rlen, NULL, 0, &r, NULL, 0);
         nng_free(rb, rlen);
         if (e == GOBLIN_OK && r->type == type) return r;
-        goblin_wire_msg_free(r);
+        goblin__wire_msg_free(r);
     }
     return NULL;
 }
@@ -773,17 +773,17 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     cr_assert_eq(nng_pair1_open_poly(&s), 0);
     nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 100);
     cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
     m.body.hello.backends = 1;
     m.body.hello.threads = 1;
     m.body.hello.memory_bytes = 1 << 30;
     raw_send(s, &m);
-    goblin_wire_msg *ack = raw_recv(s, GOBLIN_WIRE_TYPE_HELLO_ACK);
+    goblin__wire_msg *ack = raw_recv(s, GOBLIN_WIRE_TYPE_HELLO_ACK);
     cr_assert_not_null(ack);
     cr_assert_eq(ack->body.hello_ack.heartbeat_ms, 100);
-    goblin_wire_msg_free(ack);
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    goblin__wire_msg_free(ack);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
     m.body.lease_request.slots = 1;
     raw_send(s, &m);
 
@@ -795,9 +795,9 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     jp.verify = GOBLIN_VERIFY_RECOMPUTE;
     goblin_job *job = NULL;
     cr_assert_eq(goblin_node_submit_graph(g.node, mm.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    goblin_wire_msg *task = raw_recv(s, GOBLIN_WIRE_TYPE_TASK);
+    goblin__wire_msg *task = raw_recv(s, GOBLIN_WIRE_TYPE_TASK);
     cr_assert_not_null(task, "the silent peer got a lease");
-    goblin_wire_msg_free(task);
+    goblin__wire_msg_free(task);
     /* Never answer: the node drops it after 3 heartbeats and reissues the lease. */
     cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
     check_outputs(&mm, &io);

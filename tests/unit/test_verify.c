@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <goblin/goblin.h>
+#include "node/plan.h"
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -1272,18 +1273,18 @@ Test(verify, allocation_failure_returns_enomem_and_leaks_nothing) {
     }
     cr_assert(failures > 0);
     /* the planner allocates one small object */
-    goblin_plan_params pp;
-    goblin_plan_params_default(&pp);
+    goblin__plan_params pp;
+    goblin__plan_params_default(&pp);
     pp.m = pp.k = pp.n = 1000;
-    goblin_plan *pl = NULL;
+    goblin__plan *pl = NULL;
     g_countdown = 0;
     g_live = 0;
     char msg[128];
-    cr_assert_eq(goblin_plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_ENOMEM);
+    cr_assert_eq(goblin__plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_ENOMEM);
     cr_assert_null(pl);
     g_countdown = -1;
-    cr_assert_eq(goblin_plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_OK);
-    goblin_plan_free(pl);
+    cr_assert_eq(goblin__plan_matmul(&pl, &pp, msg, sizeof msg), GOBLIN_OK);
+    goblin__plan_free(pl);
     cr_assert_eq(g_live, 0);
     goblin_set_allocator(NULL);
     free(a.data);

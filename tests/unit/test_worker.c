@@ -60,7 +60,7 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
         cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0, "mode %s", goblin_misbehave_name(mode));
     else
         o->unsafe_bad = rt_check_product(&a.t, &b.t, &c.t);
-    goblin_plan_info info;
+    goblin_job_plan info;
     goblin_job_plan_info(job, &info);
     int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
     goblin_node_stats_get(g.node, &o->st);
@@ -607,7 +607,7 @@ static void tiny_tasks(bool cheat, goblin_dtype dt, goblin_misbehave mode) {
     goblin_err e = goblin_job_wait(job, 40000);
     cr_assert_eq(e, GOBLIN_OK, "%s (%s)", goblin_strerror(e), goblin_job_error(job));
     cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
-    goblin_plan_info info;
+    goblin_job_plan info;
     goblin_job_plan_info(job, &info);
     int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
     cr_assert_geq(tasks, 256);
@@ -658,16 +658,16 @@ static void *run_worker_thread(void *arg) {
 }
 
 /* A stand-in node's HELLO_ACK to HELLO @p d, which came in @p m. */
-static void standin_hello_ack(nng_socket s, const nng_msg *m, const goblin_wire_msg *d) {
-    goblin_wire_msg a;
-    goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
+static void standin_hello_ack(nng_socket s, const nng_msg *m, const goblin__wire_msg *d) {
+    goblin__wire_msg a;
+    goblin__wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
     a.request_id = d->request_id;
     a.body.hello_ack.session_id = 1;
     a.body.hello_ack.heartbeat_ms = 0;
     a.body.hello_ack.max_message_bytes = 1 << 20;
     uint8_t *buf;
     size_t len;
-    cr_assert_eq(goblin_wire_encode(&a, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode(&a, &buf, &len), GOBLIN_OK);
     nng_msg *r;
     nng_msg_alloc(&r, 0);
     nng_msg_append(r, buf, len);
@@ -694,9 +694,9 @@ Test(worker, asks_again_when_asked_tasks_never_come) {
     for (int got = 0; got < 8 && requests < 2; got++) {
         nng_msg *m;
         cr_assert_eq(nng_recvmsg(s, &m, 0), 0, "the worker went quiet");
-        goblin_wire_msg *d = NULL;
+        goblin__wire_msg *d = NULL;
         char err[200];
-        cr_assert_eq(goblin_wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, err, sizeof err), GOBLIN_OK,
+        cr_assert_eq(goblin__wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, err, sizeof err), GOBLIN_OK,
                      "%s", err);
         if (d->type == GOBLIN_WIRE_TYPE_HELLO) {
             standin_hello_ack(s, m, d);
@@ -708,7 +708,7 @@ Test(worker, asks_again_when_asked_tasks_never_come) {
             else t_second = t;
             cr_assert_geq(d->body.lease_request.slots, 1);
         }
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         nng_msg_free(m);
     }
     cr_assert_eq(requests, 2, "the worker asked %d times", requests);
@@ -729,11 +729,11 @@ static void standin_accept(nng_socket s) {
     for (;;) {
         nng_msg *m;
         cr_assert_eq(nng_recvmsg(s, &m, 0), 0, "no HELLO");
-        goblin_wire_msg *d = NULL;
-        cr_assert_eq(goblin_wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, NULL, 0), GOBLIN_OK);
+        goblin__wire_msg *d = NULL;
+        cr_assert_eq(goblin__wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, NULL, 0), GOBLIN_OK);
         bool hello = d->type == GOBLIN_WIRE_TYPE_HELLO;
         if (hello) standin_hello_ack(s, m, d);
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         nng_msg_free(m);
         if (hello) return;
     }
@@ -752,8 +752,8 @@ static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, u
     goblin_tensor_init(&in[1], GOBLIN_DTYPE_F32, 1, b ? shp : s0, (void *)b);
     int64_t dir[4] = {(int64_t)ida, (int64_t)idb, a ? 0 : 1, b ? 0 : 1};
     goblin_tensor_init(&in[2], GOBLIN_DTYPE_I64, 1, sd, dir);
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
     m.request_id = id;
     m.body.task.task_id = id;
     m.body.task.lease_ms = 10000;
@@ -763,7 +763,7 @@ static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, u
     m.body.task.inputs = in;
     uint8_t *buf;
     size_t len;
-    cr_assert_eq(goblin_wire_encode(&m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode(&m, &buf, &len), GOBLIN_OK);
     nng_msg *r;
     nng_msg_alloc(&r, 0);
     nng_msg_append(r, buf, len);
@@ -772,8 +772,8 @@ static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, u
     for (;;) {
         nng_msg *rm;
         cr_assert_eq(nng_recvmsg(s, &rm, 0), 0, "no answer to task %llu", (unsigned long long)id);
-        goblin_wire_msg *d = NULL;
-        cr_assert_eq(goblin_wire_decode(nng_msg_body(rm), nng_msg_len(rm), NULL, 0, &d, NULL, 0), GOBLIN_OK);
+        goblin__wire_msg *d = NULL;
+        cr_assert_eq(goblin__wire_decode(nng_msg_body(rm), nng_msg_len(rm), NULL, 0, &d, NULL, 0), GOBLIN_OK);
         goblin_err e = GOBLIN_EPROTO;
         bool done = false;
         if (d->type == GOBLIN_WIRE_TYPE_RESULT && d->body.result.task_id == id) {
@@ -786,7 +786,7 @@ static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, u
             e = d->body.error.code;
             done = true;
         }
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         nng_msg_free(rm);
         if (done) return e;
     }

@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
     }
     if (cli.action == NODE_CLI_VERSION) {
         printf("goblin-node %s (catalogue %u, wire protocol %d)\n", GOBLIN_VERSION_STRING,
-               goblin_catalog_version(), GOBLIN_WIRE_VERSION);
+               goblin_catalog_version(), GOBLIN_PROTOCOL_VERSION);
         return TOOL_EXIT_OK;
     }
     if (cli.action == NODE_CLI_INIT) return run_init(&cli);

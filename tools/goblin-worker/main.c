@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     case WORKER_CLI_HELP: worker_cli_usage(stdout); return TOOL_EXIT_OK;
     case WORKER_CLI_VERSION:
         printf("goblin-worker %s (catalogue %u, wire protocol %d)\n", GOBLIN_VERSION_STRING,
-               goblin_catalog_version(), GOBLIN_WIRE_VERSION);
+               goblin_catalog_version(), GOBLIN_PROTOCOL_VERSION);
         return TOOL_EXIT_OK;
     case WORKER_CLI_LIST_OPS: return list_ops();
     default: break;
