@@ -23,5 +23,6 @@
 #include "autodiff.h"
 #include "optim.h"
 #include "train.h"
+#include "testctrl.h"
 
 #endif

@@ -59,7 +59,6 @@ goblin_err goblin_grid_local(int32_t n_workers, const goblin_grid_params *p, gob
     wp.connect[0] = g->url;
     wp.n_connect = 1;
     for (int32_t i = 0; i < n_workers; i++) {
-        wp.misbehave_seed = p->worker.misbehave_seed + (uint64_t)i;
         if ((e = goblin_worker_new(&g->workers[i], &wp)) != GOBLIN_OK) goto fail;
         g->n = i + 1;
         if (pthread_create(&g->threads[i], NULL, worker_thread, g->workers[i]) != 0) {

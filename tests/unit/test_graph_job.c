@@ -470,9 +470,7 @@ static void cheater_grid(goblin_misbehave mode, double rate, const char *url, rt
         wps[i].threads = 1;
         wps[i].log_level = GOBLIN_LOG_ERROR;
     }
-    wps[0].misbehave = mode;
-    wps[0].misbehave_rate = rate;
-    wps[0].misbehave_seed = 5;
+    rt_faults[0] = (rt_fault){.mode = mode, .rate = rate, .seed = 5};
     cr_assert_eq(rt_grid_start(g, url, &np, wps, 3), GOBLIN_OK);
     cr_assert(rt_wait_workers(g->node, 3));
 }
@@ -497,16 +495,16 @@ static void run_cheater(goblin_misbehave mode, double rate, const char *url) {
         goblin_job *job = NULL;
         fill(m.dt, io.x, m.B * m.D, 1000 + (uint64_t)round);
         cr_assert_eq(goblin_node_submit_graph(g.node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", goblin_misbehave_name(mode),
+        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", rt_misbehave_name(mode),
                      goblin_job_error(job));
         check_outputs(&m, &io);
         goblin_job_free(job);
         goblin_node_stats_get(g.node, &st);
         if (st.workers_quarantined) break;
     }
-    cr_assert(st.results_rejected > 0, "%s: a rejection", goblin_misbehave_name(mode));
+    cr_assert(st.results_rejected > 0, "%s: a rejection", rt_misbehave_name(mode));
     cr_assert(st.replicas_issued > 0);
-    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", goblin_misbehave_name(mode));
+    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", rt_misbehave_name(mode));
     goblin_worker_stats cs;
     goblin_worker_stats_get(g.w[0], &cs);
     cr_assert(cs.misbehaved > 0);
@@ -704,10 +702,12 @@ Test(graph_job, cancel_and_progress) {
     goblin_grid_params_default(&gp);
     gp.node.log_level = GOBLIN_LOG_ERROR;
     gp.worker.log_level = GOBLIN_LOG_ERROR;
-    gp.worker.misbehave = GOBLIN_MISBEHAVE_SILENT;
-    gp.worker.misbehave_rate = 1.0;
     goblin_grid *grid = NULL;
     cr_assert_eq(goblin_grid_local(2, &gp, &grid), GOBLIN_OK);
+    for (int32_t i = 0; i < 2; i++)
+        cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, goblin_grid_worker(grid, i),
+                                         GOBLIN_MISBEHAVE_SILENT, 1.0, (uint64_t)i),
+                     GOBLIN_OK);
     mlp m = mlp_new(GOBLIN_DTYPE_F32, 20, 4, 3);
     job_io io = io_new(&m, 800);
     goblin_job *job = NULL;
@@ -761,9 +761,7 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     goblin_worker_params_default(&wp);
     wp.threads = 1;
     wp.log_level = GOBLIN_LOG_ERROR;
-    wp.misbehave = GOBLIN_MISBEHAVE_SLOW;
-    wp.misbehave_rate = 1.0;
-    wp.slow_ms = 600;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SLOW, .rate = 1.0, .slow_ms = 600};
     rt_grid g;
     const char *url = "inproc://h1-gj-heartbeat";
     cr_assert_eq(rt_grid_start(&g, url, &np, &wp, 1), GOBLIN_OK);
@@ -1143,15 +1141,15 @@ static void spot_cheater(goblin_misbehave mode, double rate, const char *url) {
         memset(r.y, 0, sizeof(float) * (size_t)(r.B * r.H));
         goblin_job *job = NULL;
         cr_assert_eq(goblin_node_submit_graph(g.node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
-        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", goblin_misbehave_name(mode),
+        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", rt_misbehave_name(mode),
                      goblin_job_error(job));
         rowwise_check(&r);
         goblin_job_free(job);
         goblin_node_stats_get(g.node, &st);
         if (st.workers_quarantined) break;
     }
-    cr_assert(st.results_rejected > 0, "%s: a rejection", goblin_misbehave_name(mode));
-    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", goblin_misbehave_name(mode));
+    cr_assert(st.results_rejected > 0, "%s: a rejection", rt_misbehave_name(mode));
+    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", rt_misbehave_name(mode));
     cr_assert(st.spot_checks > 0);
     cr_assert(st.spot_checks_prepared > 0 && st.spot_checks_prepared <= st.spot_checks);
     cr_assert_eq(st.replicas_issued, 0);
@@ -1185,9 +1183,7 @@ Test(graph_job, spot_prepared_rows_catch_a_lone_cheater) {
     goblin_worker_params_default(&wp);
     wp.threads = 1;
     wp.log_level = GOBLIN_LOG_ERROR;
-    wp.misbehave = GOBLIN_MISBEHAVE_WRONG;
-    wp.misbehave_rate = 1.0;
-    wp.misbehave_seed = 9;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_WRONG, .rate = 1.0, .seed = 9};
     rt_grid g;
     cr_assert_eq(rt_grid_start(&g, "inproc://h1-sp-prep", &np, &wp, 1), GOBLIN_OK);
     cr_assert(rt_wait_workers(g.node, 1));

@@ -190,9 +190,7 @@ Test(node, worker_stopped_mid_job) {
     /* The victim is slow (honest, each answer held back up to 5 s, cut short when it
      * stops): when the others have delivered 3 tiles it surely holds leases, one being
      * computed and at least one queued, which it must give back when stopped. */
-    wp[0].misbehave = GOBLIN_MISBEHAVE_SLOW;
-    wp[0].misbehave_rate = 1.0;
-    wp[0].slow_ms = 5000;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SLOW, .rate = 1.0, .slow_ms = 5000};
     rt_grid g;
     cr_assert_eq(rt_grid_start(&g, "inproc://test-node-stop", &np, wp, 3), GOBLIN_OK);
     cr_assert(rt_wait_workers(g.node, 3));
@@ -237,8 +235,7 @@ Test(node, job_fails_after_bounded_retries) {
     goblin_worker_params wp;
     goblin_worker_params_default(&wp);
     wp.threads = 1;
-    wp.misbehave = GOBLIN_MISBEHAVE_SILENT;
-    wp.misbehave_rate = 1.0;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SILENT, .rate = 1.0};
     wp.slots = 64;
     rt_grid g;
     cr_assert_eq(rt_grid_start(&g, "inproc://test-node-retries", &np, &wp, 1), GOBLIN_OK);
@@ -261,8 +258,7 @@ Test(node, cancel_and_wait_timeout) {
     goblin_node_params_default(&np);
     goblin_worker_params wp;
     goblin_worker_params_default(&wp);
-    wp.misbehave = GOBLIN_MISBEHAVE_SILENT;
-    wp.misbehave_rate = 1.0;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SILENT, .rate = 1.0};
     rt_grid g;
     cr_assert_eq(rt_grid_start(&g, "inproc://test-node-cancel", &np, &wp, 1), GOBLIN_OK);
     cr_assert(rt_wait_workers(g.node, 1));
@@ -291,9 +287,8 @@ Test(node, job_freed_while_queued_keeps_its_leases, .timeout = 60) {
     goblin_worker_params_default(&wp);
     wp.threads = 1;
     wp.slots = 4;
-    wp.misbehave = GOBLIN_MISBEHAVE_SLOW; /* honest, each answer 100 ms late */
-    wp.misbehave_rate = 1.0;
-    wp.slow_ms = 100;
+    /* honest, each answer 100 ms late */
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SLOW, .rate = 1.0, .slow_ms = 100};
     rt_grid g;
     cr_assert_eq(rt_grid_start(&g, "inproc://test-node-freed-queued", &np, &wp, 1), GOBLIN_OK);
     cr_assert(rt_wait_workers(g.node, 1));

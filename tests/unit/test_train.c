@@ -459,10 +459,11 @@ Test(train, cheating_worker_is_caught_and_changes_nothing) {
     wp.connect[0] = goblin_grid_url(grid);
     wp.n_connect = 1;
     wp.threads = 1;
-    wp.misbehave = GOBLIN_MISBEHAVE_WRONG;
-    wp.misbehave_rate = 1.0;
     goblin_worker *bad = NULL;
     cr_assert_eq(goblin_worker_new(&bad, &wp), GOBLIN_OK);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, bad, GOBLIN_MISBEHAVE_WRONG, 1.0,
+                                     (uint64_t)0),
+                 GOBLIN_OK);
     rt_grid hold = {0};
     hold.w[0] = bad;
     rt_ctx[0] = (rt_wctx){&hold, 0};
