@@ -1,4 +1,4 @@
-/* libgoblin/service/gateway.c - the node-side service for clients (goblin/client.h).
+/* libgoblin/service/gateway.c - the node-side service for clients (goblin/gateway.h).
  *
  * One rep0 socket on the gateway's own URLs and one thread: requests are small
  * (submit, poll, cancel, fetch, stats) except uploads and downloads of operands,
@@ -7,7 +7,7 @@
  * connection closed, and nothing else is affected. Everything a job needs is held
  * here (copied operands, or memory-mapped .npy files) until the client fetches or
  * releases it, since the node only borrows them. */
-#include <goblin/client.h>
+#include <goblin/gateway.h>
 
 #include <pthread.h>
 #include <stdarg.h>
