@@ -341,11 +341,11 @@ static void find_worker_bin(const char *argv0) {
 static int make_identity(goblin_tls_identity *id, char *dir, size_t cap) {
     snprintf(dir, cap, "/tmp/bench_grid_tls_XXXXXX");
     if (!mkdtemp(dir)) return -1;
-    char msg[256];
+    goblin_errbuf msg_eb = {0};
     char sub[PATH_MAX];
     snprintf(sub, sizeof sub, "%s/id", dir);
-    if (goblin_tls_init_dir(sub, NULL, id, msg, sizeof msg) != GOBLIN_OK) {
-        fprintf(stderr, "tls init: %s\n", msg);
+    if (goblin_tls_init_dir(sub, NULL, id, &msg_eb) != GOBLIN_OK) {
+        fprintf(stderr, "tls init: %s\n", msg_eb.message);
         return -1;
     }
     return 0;

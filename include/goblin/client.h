@@ -52,10 +52,9 @@ typedef struct goblin_client goblin_client;
  *  (TLS: wrong fingerprint or certificate; or the node refused the client token; a
  *  node that requires a token when none was given answers the first request
  *  GOBLIN_EAUTH instead), GOBLIN_EIO,
- *  GOBLIN_ENOMEM; @p err_msg (if not NULL, @p err_cap bytes) says why. */
+ *  GOBLIN_ENOMEM; @p err (may be NULL) says why. */
 GOBLIN_API goblin_err goblin_client_connect(goblin_client **out, const char *url,
-                                            const goblin_client_params *p, char *err_msg,
-                                            size_t err_cap);
+                                            const goblin_client_params *p, goblin_errbuf *err);
 
 /** Why the client's last call failed (owned by the client; "" after a success). */
 GOBLIN_API const char *goblin_client_error(const goblin_client *c);

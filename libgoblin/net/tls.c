@@ -42,6 +42,7 @@
 #endif
 
 #include "base/alloc.h"
+#include "base/errf.h"
 #include "graph/graph_impl.h"
 #include "tls_impl.h"
 
@@ -564,7 +565,8 @@ static goblin_err join_path(char *out, const char *dir, const char *file, char *
 }
 
 goblin_err goblin_tls_init_dir(const char *dir, const goblin_tls_init_params *params,
-                               goblin_tls_identity *out, char *msg, size_t cap) {
+                               goblin_tls_identity *out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     goblin_tls_init_params defaults;
     if (!params) {
         goblin_tls_init_params_default(&defaults);
@@ -733,7 +735,8 @@ out:
 }
 
 goblin_err goblin_tls_identity_load(const char *cert_file, const char *key_file,
-                                    goblin_tls_identity *out, char *msg, size_t cap) {
+                                    goblin_tls_identity *out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     if (!cert_file || !key_file || !out)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "certificate, key and identity are required");
     if (strlen(cert_file) >= GOBLIN_TLS_PATH_MAX || strlen(key_file) >= GOBLIN_TLS_PATH_MAX)
@@ -747,7 +750,8 @@ goblin_err goblin_tls_identity_load(const char *cert_file, const char *key_file,
     return GOBLIN_OK;
 }
 
-goblin_err goblin_tls_fingerprint_file(const char *path, char *hex_out, char *msg, size_t cap) {
+goblin_err goblin_tls_fingerprint_file(const char *path, char *hex_out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     if (!path || !hex_out)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "path and output are required");
     mbedtls_x509_crt crt;
@@ -836,8 +840,7 @@ goblin_err goblin_token_entry(const char *token, char *line_out) {
     return GOBLIN_OK;
 }
 
-goblin_err goblin_token_check_list(const char *list, const char *presented, char *msg,
-                                   size_t cap) {
+goblin_err goblin__token_check_list(const char *list, const char *presented, char *msg, size_t cap) {
     if (!list || !presented)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "token list and token are required");
     size_t tn = strnlen(presented, GOBLIN_TOKEN_MAX_BYTES + 1);
@@ -889,8 +892,12 @@ goblin_err goblin_token_check_list(const char *list, const char *presented, char
     return GOBLIN_OK;
 }
 
-goblin_err goblin_token_check_file(const char *path, const char *presented, char *msg,
-                                   size_t cap) {
+goblin_err goblin_token_check_list(const char *list, const char *presented, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
+    return goblin__token_check_list(list, presented, msg, cap);
+}
+
+goblin_err goblin__token_check_file(const char *path, const char *presented, char *msg, size_t cap) {
     if (!path || !presented)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "token file and token are required");
     uint8_t *buf;
@@ -901,7 +908,7 @@ goblin_err goblin_token_check_file(const char *path, const char *presented, char
         goblin__free(buf);
         return goblin__errf(msg, cap, GOBLIN_EFORMAT, "token file %s contains a NUL byte", path);
     }
-    e = goblin_token_check_list((const char *)buf, presented, msg, cap);
+    e = goblin__token_check_list((const char *)buf, presented, msg, cap);
     if (e == GOBLIN_EFORMAT || e == GOBLIN_ENOTFOUND) {
         char inner[256];
         snprintf(inner, sizeof inner, "%s", msg && cap ? msg : "");
@@ -909,6 +916,11 @@ goblin_err goblin_token_check_file(const char *path, const char *presented, char
     }
     wipe_free(buf, len + 1);
     return e;
+}
+
+goblin_err goblin_token_check_file(const char *path, const char *presented, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
+    return goblin__token_check_file(path, presented, msg, cap);
 }
 
 /* ---- nng configurations --------------------------------------------------------- */

@@ -25,6 +25,7 @@
 #include "goblin/ops.h"
 #include "plan.h"
 #include "goblin/tls.h"
+#include "net/tls_impl.h"
 #include "proto/wire.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -366,7 +367,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     if (p->token_file) {
         /* A well-formed file answers EAUTH for a token it does not hold. */
         char why[256] = "";
-        goblin_err te = goblin_token_check_file(p->token_file, "-", why, sizeof why);
+        goblin_err te = goblin__token_check_file(p->token_file, "-", why, sizeof why);
         if (te != GOBLIN_EAUTH && te != GOBLIN_OK) {
             plog(p, GOBLIN_LOG_ERROR, "the token file %s cannot be used (%s): %s", p->token_file,
                  goblin_err_name(te), why);
@@ -1691,7 +1692,7 @@ static bool token_ok(const goblin_node *n, const goblin__wire_hello *h) {
         memcpy(presented, h->token, h->token_len);
         presented[h->token_len] = 0;
         char why[256] = "";
-        goblin_err e = goblin_token_check_file(n->p.token_file, presented, why, sizeof why);
+        goblin_err e = goblin__token_check_file(n->p.token_file, presented, why, sizeof why);
         if (e == GOBLIN_OK) return true;
         if (e != GOBLIN_EAUTH)
             nlog((goblin_node *)n, GOBLIN_LOG_ERROR, "token file %s: %s (%s)", n->p.token_file,
@@ -2552,7 +2553,7 @@ static goblin_err spot_eval(goblin_node *n, goblin_job *j, int64_t ti, const int
         goblin_split *split = goblin__calloc((size_t)G->n_in + 1, sizeof *split);
         if (!split) return GOBLIN_ENOMEM;
         for (int32_t i = 0; i < G->n_in; i++) split[i] = G->batched[i] ? GOBLIN_SPLIT_BATCH : GOBLIN_SPLIT_BROADCAST;
-        e = goblin_graph_rebatch(G->spot_g, split, nr, &tmp, NULL, 0);
+        e = goblin__graph_rebatch(G->spot_g, split, nr, &tmp, NULL, 0);
         goblin__free(split);
         if (e) return e;
         g = tmp;
@@ -3084,7 +3085,7 @@ static goblin_err serialize_chunk(goblin_node *n, goblin_graph *g, uint8_t **buf
     goblin_graph *keep = NULL;
     int64_t B = 0;
     if (goblin__batch_inputs(g, NULL, NULL, &B, NULL, 0) != GOBLIN_OK ||
-        goblin_graph_rebatch(g, NULL, B, &keep, NULL, 0) != GOBLIN_OK)
+        goblin__graph_rebatch(g, NULL, B, &keep, NULL, 0) != GOBLIN_OK)
         return GOBLIN_OK;
     if (!same_graph(keep, g)) {
         goblin_graph_free(keep);
@@ -3113,7 +3114,7 @@ static goblin_err make_variant(goblin_node *n, gjob *G, const goblin_graph *g, c
                                int64_t rows, gvariant *v, char *msg, size_t cap) {
     memset(v, 0, sizeof *v);
     v->rows = rows;
-    goblin_err e = goblin_graph_rebatch(g, split, rows, &v->g, msg, cap);
+    goblin_err e = goblin__graph_rebatch(g, split, rows, &v->g, msg, cap);
     if (e) return e;
     v->bytes = goblin__graph_task_bytes(v->g);
     v->oshape = goblin__calloc((size_t)G->n_out, sizeof *v->oshape);
@@ -3220,7 +3221,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
     int64_t pr = B > 1 ? 1 : 2;
     goblin_graph *probe = NULL;
     char pm[256];
-    if ((e = goblin_graph_rebatch(g, jp->split, pr, &probe, pm, sizeof pm)) != GOBLIN_OK) {
+    if ((e = goblin__graph_rebatch(g, jp->split, pr, &probe, pm, sizeof pm)) != GOBLIN_OK) {
         snprintf(msg, cap, "the graph cannot be cut along the batch: %s", pm);
         return e;
     }
@@ -3327,7 +3328,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         int64_t k = jp->spot_rows > 0 ? jp->spot_rows : (G->rows / 16 < 4 ? G->rows / 16 : 4);
         G->spot_k = k < 1 ? 1 : k > G->rows ? G->rows : k;
         char sm[256] = "";
-        if ((e = goblin_graph_rebatch(g, jp->split, G->spot_k, &G->spot_g, sm, sizeof sm)) != GOBLIN_OK) {
+        if ((e = goblin__graph_rebatch(g, jp->split, G->spot_k, &G->spot_g, sm, sizeof sm)) != GOBLIN_OK) {
             snprintf(msg, cap, "the graph for a spot-check of %lld rows: %s", (long long)G->spot_k,
                      sm[0] ? sm : goblin_strerror(e));
             return e;

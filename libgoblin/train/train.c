@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "base/crc32.h"
+#include "base/errf.h"
 #include "train_impl.h"
 
 struct goblin_trainer {
@@ -189,7 +190,8 @@ static goblin_err state_new(goblin_trainer *t, goblin_sgd_state **sgd, goblin_ad
 
 goblin_err goblin_trainer_new(goblin_trainer **out, goblin_node *node, goblin_client *client,
                               const goblin_trainer_params *p, const goblin_tensor *init,
-                              char *err_msg, size_t err_cap) {
+                              goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, err_msg, err_cap);
     if (err_msg && err_cap) err_msg[0] = 0;
     goblin_err e = GOBLIN_OK;
     goblin_trainer *t = NULL;

@@ -233,7 +233,7 @@ void goblin__worker_cache_inputs(goblin_worker *w, goblin__wire_task *t, const i
 /* The graph of task @p t: a cached one when its bytes match a kept encoding (*owned
  * false), else freshly decoded (and kept when it fits the cache budget). */
 goblin_err goblin__worker_task_graph(goblin_worker *w, const goblin__wire_task *t, goblin_graph **g, bool *owned,
-                             char *err, size_t cap) {
+                                     goblin_errbuf *err) {
     size_t len = (size_t)t->graph_len;
     for (int32_t i = 0; i < GRAPH_CACHE; i++) {
         gcache *c = &w->gc[i];
@@ -244,7 +244,7 @@ goblin_err goblin__worker_task_graph(goblin_worker *w, const goblin__wire_task *
             return GOBLIN_OK;
         }
     }
-    goblin_err e = goblin_graph_deserialize(t->graph, len, NULL, g, err, cap);
+    goblin_err e = goblin_graph_deserialize(t->graph, len, NULL, g, err);
     if (e) return e;
     *owned = true;
     /* An entry holds the blob copy and the decoded constants, about twice the encoding:

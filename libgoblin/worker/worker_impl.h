@@ -131,7 +131,7 @@ panel *goblin__worker_cache_find(goblin_worker *w, uint64_t id);
 void goblin__worker_cache_inputs(goblin_worker *w, goblin__wire_task *t, const int64_t *dv, int32_t ni,
                                  nng_msg *nm, msgref **refp);
 goblin_err goblin__worker_task_graph(goblin_worker *w, const goblin__wire_task *t, goblin_graph **g,
-                                     bool *owned, char *err, size_t cap);
+                                     bool *owned, goblin_errbuf *err);
 
 /* worker_task.c: one TASK, answered; false when the worker must end now (CRASH) */
 bool goblin__worker_run_task(goblin_worker *w, goblin__wire_task *t, nng_msg *nm, msgref **refp);

@@ -117,11 +117,11 @@ static void drop_shared(goblin_worker *w, goblin__share_job **held, int32_t n) {
 
 static bool run_task_inner(goblin_worker *w, goblin__wire_task *t, nng_msg *nm, msgref **refp, bool *answered) {
     goblin_graph *g = NULL;
-    char err[256];
+    goblin_errbuf err;
     bool owned = false;
-    goblin_err e = goblin__worker_task_graph(w, t, &g, &owned, err, sizeof err);
+    goblin_err e = goblin__worker_task_graph(w, t, &g, &owned, &err);
     if (e) {
-        fail_task(w, t->task_id, e, err);
+        fail_task(w, t->task_id, e, err.message);
         return true;
     }
     int32_t ni = goblin_graph_input_count(g), no = goblin_graph_output_count(g);

@@ -201,13 +201,13 @@ static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     goblin_err e;
     goblin_client *c = NULL;
-    char msg[512] = "";
+    goblin_errbuf msg_eb = {0};
     Py_BEGIN_ALLOW_THREADS
-    e = goblin_client_connect(&c, url, &p, msg, sizeof msg);
+    e = goblin_client_connect(&c, url, &p, &msg_eb);
     Py_END_ALLOW_THREADS
     if (e) {
         Py_DECREF(self);
-        return pygoblin_raise(e, msg);
+        return pygoblin_raise(e, msg_eb.message);
     }
     self->client = c;
     self->remote = true;

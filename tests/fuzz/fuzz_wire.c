@@ -23,12 +23,12 @@ static void check_reencodes(const goblin__wire_msg *m, const uint8_t *data, size
 }
 
 int fuzz_wire_one(const uint8_t *data, size_t size) {
-    char msg[256];
+    goblin_errbuf msg_eb = {0};
     goblin__wire_msg *m = (goblin__wire_msg *)(uintptr_t)1; /* must stay untouched on failure */
-    goblin_err e = goblin__wire_decode(data, size, NULL, 0, &m, msg, sizeof msg);
+    goblin_err e = goblin__wire_decode(data, size, NULL, 0, &m, msg_eb.message, sizeof msg_eb.message);
     if (e != GOBLIN_OK) {
         FUZZ_CHECK(m == (goblin__wire_msg *)(uintptr_t)1, "*out written on failure");
-        FUZZ_CHECK(msg[0] != 0, "rejected without a message");
+        FUZZ_CHECK(msg_eb.message[0] != 0, "rejected without a message");
         FUZZ_CHECK(e == GOBLIN_EFORMAT || e == GOBLIN_ELIMIT || e == GOBLIN_EPROTO ||
                        e == GOBLIN_EVERSION || e == GOBLIN_ENOMEM,
                    "unexpected error code");
@@ -39,8 +39,8 @@ int fuzz_wire_one(const uint8_t *data, size_t size) {
     if (!copy) return 0;
     if (size) memcpy(copy, data, size);
     goblin__wire_msg *z = NULL;
-    goblin_err ez = goblin__wire_decode(copy, size, NULL, GOBLIN_WIRE_DECODE_ZERO_COPY, &z, msg,
-                                       sizeof msg);
+    goblin_err ez = goblin__wire_decode(copy, size, NULL, GOBLIN_WIRE_DECODE_ZERO_COPY, &z, msg_eb.message,
+                                       sizeof msg_eb.message);
     FUZZ_CHECK(ez == e || e == GOBLIN_ENOMEM || ez == GOBLIN_ENOMEM,
                "zero-copy and copying decodes disagree");
 
@@ -49,7 +49,7 @@ int fuzz_wire_one(const uint8_t *data, size_t size) {
         if (m->type == GOBLIN_WIRE_TYPE_TASK) {
             goblin_graph *g = NULL;
             if (goblin_graph_deserialize(m->body.task.graph, (size_t)m->body.task.graph_len, NULL,
-                                         &g, msg, sizeof msg) == GOBLIN_OK)
+                                         &g, &msg_eb) == GOBLIN_OK)
                 goblin_graph_free(g);
         }
         goblin__wire_msg_free(m);
@@ -62,7 +62,7 @@ int fuzz_wire_one(const uint8_t *data, size_t size) {
 
     /* Stream framing reads the header alone; it must agree with the full decode. */
     goblin__wire_header h;
-    goblin_err eh = goblin__wire_header_decode(data, size, NULL, &h, msg, sizeof msg);
+    goblin_err eh = goblin__wire_header_decode(data, size, NULL, &h, msg_eb.message, sizeof msg_eb.message);
     if (e == GOBLIN_OK) FUZZ_CHECK(eh == GOBLIN_OK && h.body_len == size - GOBLIN_WIRE_HEADER_SIZE,
                                    "header decode disagrees with a full decode");
 
@@ -72,21 +72,21 @@ int fuzz_wire_one(const uint8_t *data, size_t size) {
     size_t off = 0, n_msgs = 0;
     while (off < size && n_msgs < 4096) {
         size_t at = off, ml = 0;
-        goblin_err eb = goblin__wire_batch_next(data, size, &off, NULL, &ml, msg, sizeof msg);
+        goblin_err eb = goblin__wire_batch_next(data, size, &off, NULL, &ml, msg_eb.message, sizeof msg_eb.message);
         if (eb != GOBLIN_OK) {
             FUZZ_CHECK(off == at, "the batch offset moved on failure");
-            FUZZ_CHECK(msg[0] != 0, "a batch rejected without a message");
+            FUZZ_CHECK(msg_eb.message[0] != 0, "a batch rejected without a message");
             break;
         }
         FUZZ_CHECK(off > at && off <= size && ml >= GOBLIN_WIRE_HEADER_SIZE && at + ml <= off,
                    "a batch slice outside the buffer");
         goblin__wire_msg *bm = NULL;
-        if (goblin__wire_decode(data + at, ml, NULL, 0, &bm, msg, sizeof msg) == GOBLIN_OK) goblin__wire_msg_free(bm);
+        if (goblin__wire_decode(data + at, ml, NULL, 0, &bm, msg_eb.message, sizeof msg_eb.message) == GOBLIN_OK) goblin__wire_msg_free(bm);
         n_msgs++;
     }
     if (e == GOBLIN_OK) {
         size_t o1 = 0, ml1 = 0;
-        FUZZ_CHECK(goblin__wire_batch_next(data, size, &o1, NULL, &ml1, msg, sizeof msg) == GOBLIN_OK &&
+        FUZZ_CHECK(goblin__wire_batch_next(data, size, &o1, NULL, &ml1, msg_eb.message, sizeof msg_eb.message) == GOBLIN_OK &&
                        ml1 == size,
                    "a valid message is not a batch of one");
     }

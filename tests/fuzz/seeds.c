@@ -130,7 +130,7 @@ static void g_formula(goblin_graph *g) {
     int32_t a = input(g, GOBLIN_DTYPE_F16, 2, s);
     int32_t b = input(g, GOBLIN_DTYPE_F16, 2, s);
     goblin_formula *f;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     if (goblin_formula_parse("a * exp(-b) + 1.5 * max(a, b)", &f, &fe) != GOBLIN_OK) return;
     int32_t id;
     int32_t ins[2] = {a, b};

@@ -43,9 +43,9 @@ static bool wire_valid(const uint8_t *d, size_t n, bool verbose) {
 
 static bool graph_valid(const uint8_t *d, size_t n, bool verbose) {
     goblin_graph *g = NULL;
-    char msg[256];
-    goblin_err e = goblin_graph_deserialize(d, n, NULL, &g, msg, sizeof msg);
-    if (e && verbose) fprintf(stderr, "seed rejected: %s\n", msg);
+    goblin_errbuf msg_eb = {0};
+    goblin_err e = goblin_graph_deserialize(d, n, NULL, &g, &msg_eb);
+    if (e && verbose) fprintf(stderr, "seed rejected: %s\n", msg_eb.message);
     goblin_graph_free(g);
     return e == GOBLIN_OK;
 }

@@ -192,8 +192,8 @@ Test(graph_job, rebatch_mlp_with_reshape_against_naive) {
     goblin_graph_output(g, all);
 
     goblin_graph *rg = NULL;
-    char msg[256];
-    cr_assert_eq(goblin_graph_rebatch(g, NULL, R, &rg, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_graph_rebatch(g, NULL, R, &rg, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     goblin_tensor o;
     goblin_graph_node(rg, goblin_graph_output_id(rg, 0), NULL, &o, NULL, NULL);
     cr_assert(o.rank == 2 && o.shape[0] == R && o.shape[1] == H);
@@ -246,10 +246,10 @@ Test(graph_job, rebatch_mlp_with_reshape_against_naive) {
     cr_assert_eq(goblin_graph_add(bad, GOBLIN_OP_RESHAPE, &bx, 1, &ta, 1, &br), GOBLIN_OK);
     goblin_graph_output(bad, br);
     goblin_graph *none = NULL;
-    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 4, &none, msg, sizeof msg), GOBLIN_ESHAPE);
+    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 4, &none, &msg_eb), GOBLIN_ESHAPE);
     cr_assert_null(none);
-    cr_assert(strstr(msg, "node 1") != NULL, "message names the node: %s", msg);
-    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 0, &none, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert(strstr(msg_eb.message, "node 1") != NULL, "message names the node: %s", msg_eb.message);
+    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 0, &none, &msg_eb), GOBLIN_EINVAL);
     goblin_graph_free(bad);
     goblin_graph_free(g);
 }
@@ -1278,7 +1278,7 @@ Test(graph_job, shapes_like_gives_the_rows_of_the_big_batch) {
     cr_assert_eq(goblin_graph_output(g, m2), GOBLIN_OK);
     goblin_split split[3] = {GOBLIN_SPLIT_BATCH, GOBLIN_SPLIT_BROADCAST, GOBLIN_SPLIT_BROADCAST};
     goblin_graph *gk = NULL;
-    cr_assert_eq(goblin_graph_rebatch(g, split, K, &gk, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_rebatch(g, split, K, &gk, NULL), GOBLIN_OK);
     goblin_tensor in[3], out;
     goblin_tensor_init(&in[0], GOBLIN_DTYPE_F32, 2, sx, x);
     goblin_tensor_init(&in[1], GOBLIN_DTYPE_F32, 2, s1, w1);

@@ -569,9 +569,9 @@ static void make_identity(goblin_tls_identity *id) {
     goblin_tls_init_params ip;
     goblin_tls_init_params_default(&ip);
     ip.force = true;
-    char why[512];
-    goblin_err e = goblin_tls_init_dir(tls_dir, &ip, id, why, sizeof why);
-    cr_assert_eq(e, GOBLIN_OK, "init identity: %s", why);
+    goblin_errbuf why_eb = {0};
+    goblin_err e = goblin_tls_init_dir(tls_dir, &ip, id, &why_eb);
+    cr_assert_eq(e, GOBLIN_OK, "init identity: %s", why_eb.message);
 }
 
 static void remove_identity(const goblin_tls_identity *id) {

@@ -1044,10 +1044,9 @@ Test(wire, task_to_result_through_a_real_graph) {
     /* worker side: decode in place, rebuild the graph, run it */
     goblin__wire_msg *d = decode_ok(b, len, GOBLIN_WIRE_DECODE_ZERO_COPY);
     goblin_graph *h = NULL;
-    char msg[256];
-    cr_assert_eq(goblin_graph_deserialize(d->body.task.graph, d->body.task.graph_len, NULL, &h,
-                                          msg, sizeof msg),
-                 GOBLIN_OK, "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_graph_deserialize(d->body.task.graph, d->body.task.graph_len, NULL, &h, &msg_eb),
+                 GOBLIN_OK, "%s", msg_eb.message);
     goblin_exec_params p;
     goblin_exec_params_default(&p);
     p.backend = GOBLIN_BACKEND_REF;
@@ -1099,7 +1098,7 @@ Test(wire, task_bytes_carry_no_names) {
      * formula text the user wrote, and must not travel. */
     goblin_graph *g = real_graph();
     goblin_formula *f;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     cr_assert_eq(goblin_formula_parse("weight * exp(-input) + bias", &f, &fe), GOBLIN_OK, "%s",
                  fe.message);
     int32_t ids[3];
