@@ -149,7 +149,7 @@ static double rel_err(const mats *m) {
 }
 
 /* One matmul job; returns its wall time (submit to done), or -1 on failure. */
-static double run_job(goblin_node *node, mats *m, int64_t min_tasks, goblin_plan_info *pi) {
+static double run_job(goblin_node *node, mats *m, int64_t min_tasks, goblin_job_plan *pi) {
     goblin_job_params jp;
     goblin_job_params_default(&jp);
     if (min_tasks > 0) jp.min_tasks = min_tasks;
@@ -341,11 +341,11 @@ static void find_worker_bin(const char *argv0) {
 static int make_identity(goblin_tls_identity *id, char *dir, size_t cap) {
     snprintf(dir, cap, "/tmp/bench_grid_tls_XXXXXX");
     if (!mkdtemp(dir)) return -1;
-    char msg[256];
+    goblin_errbuf msg_eb = {0};
     char sub[PATH_MAX];
     snprintf(sub, sizeof sub, "%s/id", dir);
-    if (goblin_tls_init_dir(sub, NULL, id, msg, sizeof msg) != GOBLIN_OK) {
-        fprintf(stderr, "tls init: %s\n", msg);
+    if (goblin_tls_init_dir(sub, NULL, id, &msg_eb) != GOBLIN_OK) {
+        fprintf(stderr, "tls init: %s\n", msg_eb.message);
         return -1;
     }
     return 0;
@@ -373,7 +373,7 @@ static int procs_mode(int64_t n, bool tls, bool serve, int reps) {
                   GOBLIN_VERIFY_FREIVALDS) != 0 ||
         site_spawn(&s, worker_bin, 2, tls ? id.fingerprint : NULL) != 0)
         return 1;
-    goblin_plan_info pi = {0};
+    goblin_job_plan pi = {0};
     double best = 1e30;
     if (serve) {
         /* Warm-up, the plan, then one job per line read (interleaved with the caller's
@@ -411,7 +411,7 @@ static int procs_mode(int64_t n, bool tls, bool serve, int reps) {
     return 0;
 }
 
-static void plan_str(const goblin_plan_info *pi, char *out, size_t cap) {
+static void plan_str(const goblin_job_plan *pi, char *out, size_t cap) {
     snprintf(out, cap, "%lld tasks of %lldx%lldx%lld", (long long)(pi->grid_rows * pi->grid_cols * pi->k_slices),
              (long long)pi->tile_rows, (long long)pi->tile_cols, (long long)pi->tile_k);
 }
@@ -471,7 +471,7 @@ static void embedded(int64_t n, int32_t threads, int reps, int pairs, bool with_
     int nvj = 0;
     int np = 0;
     if (pairs > 128) pairs = 128;
-    goblin_plan_info pi = {0};
+    goblin_job_plan pi = {0};
     bool failed = false;
     for (int r = 0; (r <= reps || (gu && np < pairs)) && !failed; r++) {
         bool with_blis = r <= reps;
@@ -560,7 +560,7 @@ static void processes(int64_t n, int reps) {
     if (!ok_l) fprintf(stderr, "tls site failed to start\n");
     double bd = 1e30, bt = 1e30, bl = 1e30, et = -1, el = -1;
     double ct = 1e30, cl = 1e30; /* CPU per job of the node (this process) and its workers */
-    goblin_plan_info pi = {0};
+    goblin_job_plan pi = {0};
     for (int r = 0; r <= reps; r++) {
         fprintf(stderr, "processes n=%lld rep %d\n", (long long)n, r);
         double td = direct_sgemm(&m, 2);
@@ -636,7 +636,7 @@ static void scheduler(int workers, int64_t m_dim, int64_t tasks, int reps) {
         return;
     }
     double best = 1e30, best_cpu = 0;
-    goblin_plan_info pi = {0};
+    goblin_job_plan pi = {0};
     for (int r = 0; r <= reps; r++) {
         double t = run_job(s.node, &m, tasks, &pi);
         if (t < 0) { best = -1; break; }

@@ -128,7 +128,7 @@ static int parse_args(int argc, char **argv, job_opts *o) {
 static goblin_err build_graph(int64_t n, const float *avec, goblin_graph **out) {
     goblin_graph *g = NULL;
     goblin_formula *f = NULL;
-    goblin_formula_error ferr;
+    goblin_errbuf ferr;
     goblin_err e = goblin_graph_new(&g);
     if (e) {
         fprintf(stderr, "graph_new: %s\n", goblin_strerror(e));

@@ -41,11 +41,11 @@ int main(int argc, char **argv) {
                         "[--on-node]\n");
         return 2;
     }
-    char why[600];
+    goblin_errbuf why_eb = {0};
     goblin_client *c;
-    goblin_err e = goblin_client_connect(&c, pos[0], &cp, why, sizeof why);
+    goblin_err e = goblin_client_connect(&c, pos[0], &cp, &why_eb);
     if (e) {
-        fprintf(stderr, "matmul_client: %s (%s)\n", why, goblin_strerror(e));
+        fprintf(stderr, "matmul_client: %s (%s)\n", why_eb.message, goblin_strerror(e));
         return 3;
     }
     int last = -1;
@@ -53,9 +53,9 @@ int main(int argc, char **argv) {
         e = goblin_client_matmul_files(c, pos[1], pos[2], pos[3], progress, &last);
     } else {
         goblin_npy *fa = NULL, *fb = NULL;
-        if ((e = goblin_npy_open(pos[1], false, &fa, why, sizeof why)) ||
-            (e = goblin_npy_open(pos[2], false, &fb, why, sizeof why))) {
-            fprintf(stderr, "matmul_client: %s\n", why);
+        if ((e = goblin_npy_open(pos[1], false, &fa, &why_eb)) ||
+            (e = goblin_npy_open(pos[2], false, &fb, &why_eb))) {
+            fprintf(stderr, "matmul_client: %s\n", why_eb.message);
             goblin_npy_close(fa);
             goblin_client_free(c);
             return 1;
@@ -65,10 +65,10 @@ int main(int argc, char **argv) {
         goblin_npy_close(fa);
         goblin_npy_close(fb);
         if (!e) {
-            goblin_err se = goblin_npy_save(pos[3], &out, why, sizeof why);
+            goblin_err se = goblin_npy_save(pos[3], &out, &why_eb);
             goblin_buffer_free(out.data);
             if (se) {
-                fprintf(stderr, "\nmatmul_client: %s\n", why);
+                fprintf(stderr, "\nmatmul_client: %s\n", why_eb.message);
                 goblin_client_free(c);
                 return 1;
             }

@@ -1,20 +1,18 @@
 /* goblin/client.h - talking to a running node from another process.
  *
- * A node that serves clients runs a gateway (goblin_gateway_*) in its process: it
- * listens on its own URL(s) (tcp://, ipc://, tls+tcp://), decodes each request as
- * hostile bytes and calls the node's public API (goblin_node_submit_matmul,
- * goblin_job_*). A client (goblin_client_*) connects to that URL, submits matmul
- * jobs (tensors it sends, or .npy files that already lie on the node's disk and are
- * memory-mapped there), follows their progress, cancels them, fetches results and
- * reads the node's verification counters.
+ * A client (goblin_client_*) connects to the URL of a node's gateway (gateway.h),
+ * submits matmul and graph jobs (tensors it sends, or .npy files that already lie on
+ * the node's disk and are memory-mapped there), follows their progress, cancels them,
+ * fetches results and reads the node's verification counters. It uses node.h for the
+ * job and counter types it reports (goblin_job_status, goblin_graph_job_params,
+ * goblin_node_stats), not for a node of its own.
  *
  * The client protocol is request/reply (nng req0/rep0) with its own versioned framing
- * (magic "GBLC"); its byte layout is at the top of libgoblin/client_wire.h.
+ * (magic "GBLC"); its byte layout is at the top of libgoblin/proto/client_wire.h.
  * File paths name the lab's own files on the node; they never go to workers.
  *
  * Thread safety: one client object serves one thread at a time (its calls are
- * serialized internally, so sharing it is safe but not concurrent). Gateway calls
- * are thread-safe except _free. */
+ * serialized internally, so sharing it is safe but not concurrent). */
 #ifndef GOBLIN_CLIENT_H
 #define GOBLIN_CLIENT_H
 
@@ -39,7 +37,7 @@ typedef struct goblin_client_params {
     /* A client token (borrowed during connect, copied): sent in an AUTH request right
      * after connecting, and once more when a request is answered GOBLIN_EAUTH (the
      * connection may have been redialed). NULL / 0: none. At most
-     * GOBLIN_WIRE_MAX_TOKEN_BYTES bytes. */
+     * GOBLIN_TOKEN_MAX_BYTES (tls.h) bytes. */
     const uint8_t *token;
     uint32_t token_len;
 } goblin_client_params;
@@ -54,10 +52,9 @@ typedef struct goblin_client goblin_client;
  *  (TLS: wrong fingerprint or certificate; or the node refused the client token; a
  *  node that requires a token when none was given answers the first request
  *  GOBLIN_EAUTH instead), GOBLIN_EIO,
- *  GOBLIN_ENOMEM; @p err_msg (if not NULL, @p err_cap bytes) says why. */
+ *  GOBLIN_ENOMEM; @p err (may be NULL) says why. */
 GOBLIN_API goblin_err goblin_client_connect(goblin_client **out, const char *url,
-                                            const goblin_client_params *p, char *err_msg,
-                                            size_t err_cap);
+                                            const goblin_client_params *p, goblin_errbuf *err);
 
 /** Why the client's last call failed (owned by the client; "" after a success). */
 GOBLIN_API const char *goblin_client_error(const goblin_client *c);
@@ -135,60 +132,6 @@ GOBLIN_API goblin_err goblin_client_stats(goblin_client *c, goblin_node_stats *o
 
 /** Close the connection and free. NULL is a no-op. */
 GOBLIN_API void goblin_client_free(goblin_client *c);
-
-/* ---- gateway (node side) ----------------------------------------------------------- */
-
-#define GOBLIN_GATEWAY_MAX_LISTEN 8
-
-typedef struct goblin_gateway_params {
-    const char *listen[GOBLIN_GATEWAY_MAX_LISTEN]; /* URLs (copied) */
-    int32_t n_listen;            /* 1 .. GOBLIN_GATEWAY_MAX_LISTEN */
-    const char *cert_file;       /* needed for tls+tcp:// URLs (copied) */
-    const char *key_file;
-    bool allow_files;            /* accept SUBMIT_MATMUL_FILES (default true) */
-    uint64_t recv_max_bytes;     /* largest request (default 8 GiB) */
-    int32_t max_jobs;            /* jobs held at once, running or unfetched (default 64) */
-    goblin_job_params job;       /* for every submitted job (progress fields ignored) */
-    goblin_log_fn log;
-    void *log_user;
-    goblin_log_level log_level;  /* default INFO */
-    /* Client authentication. With either set, a client must send an AUTH request with
-     * a token that matches before anything else (other requests are answered
-     * GOBLIN_EAUTH, "this node requires a client token"); a connection stays
-     * authenticated until it closes. token_file: a file of salted hashes (lines
-     * "salt:hash", the format of the node's token_file, goblin_token_entry), re-read on
-     * every AUTH so that entries can be revoked (copied path). token/token_len: one
-     * token (copied; compared in constant time). Both NULL / 0: no authentication. */
-    const char *token_file;
-    const uint8_t *token;
-    uint32_t token_len;
-} goblin_gateway_params;
-
-GOBLIN_API void goblin_gateway_params_default(goblin_gateway_params *p);
-
-typedef struct goblin_gateway goblin_gateway;
-
-/** A gateway for @p node (borrowed: must outlive the gateway). Not yet listening.
- *  GOBLIN_EINVAL, GOBLIN_ENOMEM. */
-GOBLIN_API goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
-                                         const goblin_gateway_params *p);
-/** Listen and serve in the gateway's own thread. GOBLIN_EIO (logged) if a URL cannot be
- *  listened on, GOBLIN_ESTATE if already started. */
-GOBLIN_API goblin_err goblin_gateway_start(goblin_gateway *gw);
-/** Stop serving. Jobs that are still running are canceled; for up to @p drain_ms the
- *  gateway keeps answering so clients learn that their jobs ended, returning early once
- *  every job's end has been reported (or no job is held) and each reply sent while
- *  draining is known to have arrived (its client spoke again or closed the connection),
- *  so that closing never drops a queued reply. Idempotent. */
-GOBLIN_API void goblin_gateway_stop(goblin_gateway *gw, uint32_t drain_ms);
-/** Stop (without draining) and free, with its jobs. NULL is a no-op. */
-GOBLIN_API void goblin_gateway_free(goblin_gateway *gw);
-
-typedef struct goblin_gateway_stats {
-    int64_t requests, jobs_submitted, jobs_held, refused; /* refused: malformed requests */
-} goblin_gateway_stats;
-
-GOBLIN_API void goblin_gateway_stats_get(goblin_gateway *gw, goblin_gateway_stats *out);
 
 GOBLIN_END_DECLS
 

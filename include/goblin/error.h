@@ -1,8 +1,15 @@
-/* goblin/error.h - the library's error codes.
+/* goblin/error.h - the library's error codes, and where a failure's detail goes.
  *
- * Every fallible function returns a goblin_err. Handles that can fail with a
- * detailed reason (graphs, executors) also keep a per-handle message; there is
- * no global "last error". */
+ * Every fallible function returns a goblin_err. Its detail (why, and where in the
+ * input) follows one rule: a call made on a handle that outlives it (a graph being
+ * built, an executor, a job, a client, a trainer) keeps the detail on that handle,
+ * read with goblin_<handle>_error() (the node, worker and gateway, which run threads
+ * of their own, hand it to their params' log callback instead); every other call
+ * that can say why (a constructor or loader whose handle does not exist yet, a
+ * function without a handle, a call that makes a new object from another, such as
+ * goblin_graph_rebatch) writes it into the caller's goblin_errbuf, passed as its last
+ * argument `err` (NULL allowed). No call does both, and there is no global "last
+ * error". */
 #ifndef GOBLIN_ERROR_H
 #define GOBLIN_ERROR_H
 
@@ -47,6 +54,15 @@ typedef enum goblin_err {
 #undef GOBLIN__ERR_ENUM
     GOBLIN_ERR_COUNT
 } goblin_err;
+
+/** A caller's buffer for a failure's detail (see the rule above). A call taking one
+ *  sets message to "" and position to -1 when it starts, then, on failure, message to
+ *  why (NUL-terminated, truncated to fit) and, where the failure is at a place in a
+ *  text the call parsed (a formula), position to its byte offset. */
+typedef struct goblin_errbuf {
+    int32_t position;  /* byte offset in the parsed text, -1 if the detail has none */
+    char message[512];
+} goblin_errbuf;
 
 /** Human-readable constant message for @p err ("unknown error" if out of range). */
 GOBLIN_API const char *goblin_strerror(goblin_err err);

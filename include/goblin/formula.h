@@ -48,22 +48,16 @@ GOBLIN_BEGIN_DECLS
 
 typedef struct goblin_formula goblin_formula;
 
-/** Where and why parsing failed. */
-typedef struct goblin_formula_error {
-    int32_t position;  /* byte offset in the text, -1 if not positional */
-    char message[128];
-} goblin_formula_error;
-
 /** Parse @p text (borrowed, NUL-terminated). On success *out owns a new formula;
- *  on failure *out is untouched and @p err (may be NULL) says where and why, e.g.
- *  position 12, "expected ')', found end of formula at 12".
+ *  on failure *out is untouched and @p err (may be NULL) says where and why: err->position the byte
+ *  offset (-1 if not positional) and err->message, e.g. position 12, "expected ')', found end of formula at 12".
  *  GOBLIN_ESYNTAX on a syntax error; GOBLIN_ELIMIT past the limits above or
  *  parentheses/unary operators nested more than 64 deep (position -1 for the text
  *  length); GOBLIN_EINVAL if text or out is NULL or the formula has no variable
  *  (a FORMULA node takes its shape from its inputs); GOBLIN_ENOMEM.
  *  Thread-safe (no shared state). */
 GOBLIN_API goblin_err goblin_formula_parse(const char *text, goblin_formula **out,
-                                           goblin_formula_error *err);
+                                           goblin_errbuf *err);
 /** NULL is a no-op. */
 GOBLIN_API void goblin_formula_free(goblin_formula *f);
 /** Number of distinct variables, in order of first appearance. */

@@ -14,16 +14,16 @@
 #include "graph.h"
 #include "exec.h"
 #include "verify.h"
-#include "plan.h"
-#include "wire.h"
 #include "tls.h"
 #include "node.h"
 #include "worker.h"
 #include "grid.h"
 #include "npy.h"
 #include "client.h"
+#include "gateway.h"
 #include "autodiff.h"
 #include "optim.h"
 #include "train.h"
+#include "testctrl.h"
 
 #endif

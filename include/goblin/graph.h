@@ -100,11 +100,10 @@ GOBLIN_API void goblin_graph_decode_limits_default(goblin_graph_decode_limits *l
  *  new graph. Each node is re-validated exactly as goblin_graph_add would.
  *  GOBLIN_EFORMAT (truncated, corrupted), GOBLIN_EVERSION (format or catalogue
  *  version), GOBLIN_ELIMIT (over @p limits; NULL = defaults), or a validation error.
- *  On failure *out is untouched and @p err_msg (if not NULL, @p err_cap bytes) says why. */
+ *  On failure *out is untouched and @p err (may be NULL) says why. */
 GOBLIN_API goblin_err goblin_graph_deserialize(const uint8_t *buf, size_t len,
                                                const goblin_graph_decode_limits *limits,
-                                               goblin_graph **out, char *err_msg,
-                                               size_t err_cap);
+                                               goblin_graph **out, goblin_errbuf *err);
 
 /* ---- re-instantiating a graph for another batch size ----------------- */
 
@@ -123,10 +122,9 @@ GOBLIN_API goblin_err goblin_split_from_name(const char *name, goblin_split *out
 /** The re-instantiation the node uses for chunks: a copy of @p g whose BATCH inputs
  *  (split as for goblin_graph_job_params; NULL = the default rule) have @p rows rows
  *  instead of their original leading size. GOBLIN_ESHAPE (with goblin_graph_error(g)
- *  unchanged and @p err_msg saying which node) if the graph cannot take that batch size. */
+ *  unchanged and @p err saying which node) if the graph cannot take that batch size. */
 GOBLIN_API goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split,
-                                           int64_t rows, goblin_graph **out, char *err_msg,
-                                           size_t err_cap);
+                                           int64_t rows, goblin_graph **out, goblin_errbuf *err);
 
 GOBLIN_END_DECLS
 

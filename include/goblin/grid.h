@@ -48,10 +48,10 @@ typedef struct goblin_grid goblin_grid;
 GOBLIN_API goblin_err goblin_grid_local(int32_t n_workers, const goblin_grid_params *p,
                                         goblin_grid **out);
 /** Connect to the client gateway of a running node at @p url (borrowed; copied). @p p NULL
- *  for defaults (copied). Errors as goblin_client_connect; @p err_msg (if not NULL,
- *  @p err_cap bytes) says why. *out set on success. */
+ *  for defaults (copied). Errors as goblin_client_connect; @p err (may be NULL) says
+ *  why. *out set on success. */
 GOBLIN_API goblin_err goblin_grid_connect(const char *url, const goblin_client_params *p,
-                                          goblin_grid **out, char *err_msg, size_t err_cap);
+                                          goblin_grid **out, goblin_errbuf *err);
 /** Stop an embedded grid's workers and node, or close the connection, and free. Jobs must
  *  be freed before. NULL is a no-op. */
 GOBLIN_API void goblin_grid_free(goblin_grid *grid);

@@ -19,7 +19,6 @@
 #include "log.h"
 #include "exec.h"
 #include "tensor.h"
-#include "plan.h"
 #include "verify.h"
 
 GOBLIN_BEGIN_DECLS
@@ -137,9 +136,20 @@ GOBLIN_API void goblin_job_cancel(goblin_job *job);
 GOBLIN_API goblin_job_status goblin_job_get_status(goblin_job *job);
 /** Why the job failed or was canceled ("" otherwise). Valid until goblin_job_free. */
 GOBLIN_API const char *goblin_job_error(goblin_job *job);
+/** A matmul job's plan in numbers: how C [m, n] was cut into tiles and K-slices. */
+typedef struct goblin_job_plan {
+    int64_t m, k, n;
+    goblin_dtype dtype;
+    int64_t grid_rows, grid_cols, k_slices; /* tasks = grid_rows * grid_cols * k_slices */
+    int64_t tile_rows, tile_cols, tile_k;   /* the largest task's extents */
+    uint64_t budget_bytes;                  /* the task memory budget less the headroom */
+    uint64_t max_task_bytes;                /* the largest task's A panel + B panel + C tile */
+    double flops_per_byte;                  /* 2 rows cols kn / bytes moved, largest task */
+} goblin_job_plan;
+
 /** The job's plan (tiles, K-slices). GOBLIN_EINVAL; GOBLIN_ENOTFOUND for an empty
  *  product, which has no plan. */
-GOBLIN_API goblin_err goblin_job_plan_info(goblin_job *job, goblin_plan_info *out);
+GOBLIN_API goblin_err goblin_job_plan_info(goblin_job *job, goblin_job_plan *out);
 /** Cancel if running and free. NULL is a no-op. */
 GOBLIN_API void goblin_job_free(goblin_job *job);
 

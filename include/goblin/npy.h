@@ -33,24 +33,23 @@ typedef struct goblin_npy goblin_npy;
  *  (@p shape holds GOBLIN_MAX_RANK) and *data_offset. GOBLIN_EFORMAT (not .npy, bad
  *  dict, truncated), GOBLIN_EDTYPE (a dtype other than f32/f64), GOBLIN_ENOTSUP
  *  (Fortran order, big-endian), GOBLIN_ELIMIT (rank or element count too large),
- *  GOBLIN_EINVAL. @p err_msg (if not NULL, @p err_cap bytes) says why. */
+ *  GOBLIN_EINVAL. @p err (may be NULL) says why. */
 GOBLIN_API goblin_err goblin_npy_header_parse(const uint8_t *buf, size_t len, goblin_dtype *dt,
                                               int32_t *rank, int64_t *shape,
-                                              size_t *data_offset, char *err_msg,
-                                              size_t err_cap);
+                                              size_t *data_offset, goblin_errbuf *err);
 
 /** Map the existing file @p path (borrowed). @p writable: map it shared read-write.
  *  *out set on success. Errors of goblin_npy_header_parse, plus GOBLIN_EIO (open, stat,
  *  mmap) and GOBLIN_EFORMAT (file size differs from what the header says). */
 GOBLIN_API goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out,
-                                      char *err_msg, size_t err_cap);
+                                      goblin_errbuf *err);
 
 /** Create (or truncate) @p path as a .npy of @p dt (f32/f64), @p rank, @p shape (all
  *  borrowed), zero-filled (sparse), and map it read-write. *out set on success.
  *  GOBLIN_EINVAL, GOBLIN_EDTYPE, GOBLIN_ELIMIT, GOBLIN_EIO, GOBLIN_ENOMEM. */
 GOBLIN_API goblin_err goblin_npy_create(const char *path, goblin_dtype dt, int32_t rank,
                                         const int64_t *shape, goblin_npy **out,
-                                        char *err_msg, size_t err_cap);
+                                        goblin_errbuf *err);
 
 /** The mapped array as a contiguous tensor (owned by @p f; valid until goblin_npy_close).
  *  Its data is NULL when the array is empty. */
@@ -64,8 +63,7 @@ GOBLIN_API void goblin_npy_close(goblin_npy *f);
 
 /** Write @p t (f32/f64, any strides, borrowed) to @p path as a new .npy file.
  *  GOBLIN_EINVAL, GOBLIN_EDTYPE, GOBLIN_EIO, GOBLIN_ENOMEM. */
-GOBLIN_API goblin_err goblin_npy_save(const char *path, const goblin_tensor *t, char *err_msg,
-                                      size_t err_cap);
+GOBLIN_API goblin_err goblin_npy_save(const char *path, const goblin_tensor *t, goblin_errbuf *err);
 
 GOBLIN_END_DECLS
 

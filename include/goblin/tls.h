@@ -64,29 +64,27 @@ GOBLIN_API void goblin_tls_init_params_default(goblin_tls_init_params *p);
  *  @p dir: borrowed. @p p: borrowed, NULL for defaults. @p out: filled on success only.
  *  Existing files are never touched unless @p p->force: then both are replaced
  *  atomically (a reader sees the old file or the new one, never half of one).
- *  Returns GOBLIN_EBUSY (a file exists; @p err_msg names it), GOBLIN_EINVAL (NULL
+ *  Returns GOBLIN_EBUSY (a file exists; @p err names it), GOBLIN_EINVAL (NULL
  *  argument, bad params), GOBLIN_ELIMIT (path too long), GOBLIN_EIO (directory or file
  *  could not be created or written), GOBLIN_ECRYPTO (key or certificate generation
- *  failed), GOBLIN_ENOMEM. @p err_msg (if not NULL, @p err_cap bytes) says why. */
+ *  failed), GOBLIN_ENOMEM. @p err (may be NULL) says why. */
 GOBLIN_API goblin_err goblin_tls_init_dir(const char *dir, const goblin_tls_init_params *p,
-                                          goblin_tls_identity *out, char *err_msg,
-                                          size_t err_cap);
+                                          goblin_tls_identity *out, goblin_errbuf *err);
 
 /** Load an existing identity: check that @p cert_file holds a certificate (PEM or DER),
  *  that @p key_file holds its private key (unencrypted PEM or DER), and fill @p out
  *  (on success only) with both paths and the fingerprint. Borrowed paths.
  *  Returns GOBLIN_EINVAL, GOBLIN_ELIMIT (path too long), GOBLIN_EIO (cannot read),
  *  GOBLIN_EFORMAT (not a certificate / not a key), GOBLIN_EAUTH (the key does not
- *  belong to the certificate), GOBLIN_ENOMEM; @p err_msg says why. */
+ *  belong to the certificate), GOBLIN_ENOMEM; @p err says why. */
 GOBLIN_API goblin_err goblin_tls_identity_load(const char *cert_file, const char *key_file,
-                                               goblin_tls_identity *out, char *err_msg,
-                                               size_t err_cap);
+                                               goblin_tls_identity *out, goblin_errbuf *err);
 
 /** SHA-256 fingerprint (hex) of the first certificate in @p path (PEM or DER) into
  *  @p hex_out (GOBLIN_TLS_FINGERPRINT_SIZE bytes; written on success only).
- *  Returns GOBLIN_EINVAL, GOBLIN_EIO, GOBLIN_EFORMAT, GOBLIN_ENOMEM; @p err_msg says why. */
+ *  Returns GOBLIN_EINVAL, GOBLIN_EIO, GOBLIN_EFORMAT, GOBLIN_ENOMEM; @p err says why. */
 GOBLIN_API goblin_err goblin_tls_fingerprint_file(const char *path, char *hex_out,
-                                                  char *err_msg, size_t err_cap);
+                                                  goblin_errbuf *err);
 
 /** Bring a fingerprint as a person may type it to the canonical form: 32 bytes as hex
  *  digits of either case, optionally separated by ':' (one between every byte, or none),
@@ -127,15 +125,15 @@ GOBLIN_API goblin_err goblin_token_entry(const char *token, char *line_out);
  *  and compared, all bytes of all entries, without an early exit: the time depends on
  *  the number of entries only, not on which (if any) matched or how much of it did.
  *  Returns GOBLIN_OK (matched), GOBLIN_EAUTH (no entry matched, or @p presented empty or
- *  longer than GOBLIN_TOKEN_MAX_BYTES), GOBLIN_EFORMAT (a malformed line: @p err_msg gives
+ *  longer than GOBLIN_TOKEN_MAX_BYTES), GOBLIN_EFORMAT (a malformed line: @p err gives
  *  its number, never its text), GOBLIN_ENOTFOUND (no entries at all), GOBLIN_EINVAL. */
 GOBLIN_API goblin_err goblin_token_check_list(const char *list, const char *presented,
-                                              char *err_msg, size_t err_cap);
+                                              goblin_errbuf *err);
 
 /** goblin_token_check_list on the contents of file @p path (at most 1 MiB).
  *  Also returns GOBLIN_EIO (cannot read) and GOBLIN_ELIMIT (file too large). */
 GOBLIN_API goblin_err goblin_token_check_file(const char *path, const char *presented,
-                                              char *err_msg, size_t err_cap);
+                                              goblin_errbuf *err);
 
 GOBLIN_END_DECLS
 

@@ -88,11 +88,10 @@ typedef struct goblin_trainer goblin_trainer;
  *  (copied; shapes and dtypes must match the model's parameter inputs). Errors:
  *  GOBLIN_EINVAL (bad params; the message says which), GOBLIN_ESHAPE / GOBLIN_EDTYPE (init
  *  vs the model, a loss that is not one float element), GOBLIN_ENOTSUP (an op without a
- *  backward rule: named), GOBLIN_ENOMEM. @p err_msg (if not NULL, @p err_cap bytes) says
- *  why. */
+ *  backward rule: named), GOBLIN_ENOMEM. @p err (may be NULL) says why. */
 GOBLIN_API goblin_err goblin_trainer_new(goblin_trainer **out, goblin_grid *grid,
                                          const goblin_trainer_params *p, const goblin_tensor *init,
-                                         char *err_msg, size_t err_cap);
+                                         goblin_errbuf *err);
 GOBLIN_API void goblin_trainer_free(goblin_trainer *t);
 /** Why the trainer's last call failed ("" after a success; owned by the trainer). */
 GOBLIN_API const char *goblin_trainer_error(const goblin_trainer *t);

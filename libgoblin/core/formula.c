@@ -140,7 +140,7 @@ typedef struct parser {
     goblin_formula *f;
     int depth;
     goblin_err err;
-    goblin_formula_error *e;
+    goblin_errbuf *e;
 } parser;
 
 static goblin_err fail(parser *p, goblin_err code, int32_t pos, const char *fmt, ...)
@@ -659,7 +659,7 @@ void goblin_formula_free(goblin_formula *f) {
     goblin__free(f);
 }
 
-goblin_err goblin_formula_parse(const char *text, goblin_formula **out, goblin_formula_error *err) {
+goblin_err goblin_formula_parse(const char *text, goblin_formula **out, goblin_errbuf *err) {
     if (err) {
         err->position = -1;
         err->message[0] = 0;

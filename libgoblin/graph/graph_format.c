@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "base/crc32.h"
+#include "base/errf.h"
 #include "graph_impl.h"
 
 #define FORMAT_VERSION 1
@@ -167,7 +168,8 @@ void goblin_graph_decode_limits_default(goblin_graph_decode_limits *l) {
 
 goblin_err goblin_graph_deserialize(const uint8_t *buf, size_t len,
                                     const goblin_graph_decode_limits *limits, goblin_graph **out,
-                                    char *err_msg, size_t err_cap) {
+                                    goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, err_msg, err_cap);
     if (!out || (!buf && len)) return GOBLIN_EINVAL;
     if (err_msg && err_cap) err_msg[0] = 0;
     goblin_graph_decode_limits lim;

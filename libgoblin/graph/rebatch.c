@@ -9,6 +9,7 @@
 #include "graph_impl.h"
 #include "rebatch.h"
 #include "base/names.h"
+#include "base/errf.h"
 
 static bool shape_differs(const goblin__node *a, const goblin__node *b) {
     if (a->rank != b->rank) return true;
@@ -92,7 +93,7 @@ goblin_err goblin_split_from_name(const char *name, goblin_split *out) {
     return GOBLIN_OK;
 }
 
-goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split, int64_t rows,
+goblin_err goblin__graph_rebatch(const goblin_graph *g, const goblin_split *split, int64_t rows,
                                 goblin_graph **out, char *err_msg, size_t err_cap) {
     if (err_msg && err_cap) err_msg[0] = 0;
     if (!g || !out) return GOBLIN_EINVAL;
@@ -180,6 +181,12 @@ done:
     goblin__free(batched);
     goblin__free(changed);
     return e;
+}
+
+goblin_err goblin_graph_rebatch(const goblin_graph *g, const goblin_split *split, int64_t rows,
+                                goblin_graph **out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, err_msg, err_cap);
+    return goblin__graph_rebatch(g, split, rows, out, err_msg, err_cap);
 }
 
 /* ---- helpers for the node (scheduler.h) ---------------------------------------- */

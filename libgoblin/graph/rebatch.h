@@ -13,6 +13,9 @@
  * a message. */
 goblin_err goblin__batch_inputs(const goblin_graph *g, const goblin_split *split, uint8_t *batched,
                                 int64_t *batch, char *msg, size_t cap);
+/** goblin_graph_rebatch with the detail in @p msg (@p cap bytes; may be NULL). */
+goblin_err goblin__graph_rebatch(const goblin_graph *g, const goblin_split *split, int64_t rows,
+                                 goblin_graph **out, char *msg, size_t cap);
 /** Bytes of every node's value of @p g together (a conservative task memory estimate). */
 uint64_t goblin__graph_task_bytes(const goblin_graph *g);
 /** The op of output @p o's node and its reduction length (for goblin_verify_compare). */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/errf.h"
 
 void goblin_grid_params_default(goblin_grid_params *p) {
     if (!p) return;
@@ -142,7 +143,6 @@ goblin_err goblin_grid_local(int32_t n_workers, const goblin_grid_params *p, gob
     wp.log_user = g;
     wp.log_level = wrapped_level(g->worker_log, g->worker_log_level);
     for (int32_t i = 0; i < n_workers; i++) {
-        wp.misbehave_seed = p->worker.misbehave_seed + (uint64_t)i;
         if ((e = goblin_worker_new(&g->workers[i], &wp)) != GOBLIN_OK) goto fail;
         g->n = i + 1;
         if (pthread_create(&g->threads[i], NULL, worker_thread, g->workers[i]) != 0) {
@@ -159,8 +159,8 @@ fail:
 }
 
 goblin_err goblin_grid_connect(const char *url, const goblin_client_params *p, goblin_grid **out,
-                               char *err_msg, size_t err_cap) {
-    if (err_msg && err_cap) err_msg[0] = 0;
+                               goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, err_msg, err_cap);
     if (!url || !out) return GOBLIN_EINVAL;
     goblin_grid *g = grid_alloc();
     size_t len = strlen(url);
@@ -171,7 +171,7 @@ goblin_err goblin_grid_connect(const char *url, const goblin_client_params *p, g
         return GOBLIN_ENOMEM;
     }
     memcpy(g->url_copy, url, len + 1);
-    goblin_err e = goblin_client_connect(&g->client, url, p, err_msg, err_cap);
+    goblin_err e = goblin_client_connect(&g->client, url, p, err);
     if (e) {
         goblin_grid_free(g);
         return e;

@@ -134,12 +134,12 @@ goblin_err goblin_grid_submit_matmul_files(goblin_grid *g, const char *a_path, c
         return remote_submitted(g, goblin_client_submit_matmul_files(g->client, a_path, b_path, c_path, &j->id),
                                 j, out);
     /* What a gateway does with a file job, in this process. */
-    char why[GOBLIN__GRID_MSG];
+    goblin_errbuf why = {0};
     goblin_err e;
-    if ((e = goblin_npy_open(a_path, false, &j->fa, why, sizeof why)) ||
-        (e = goblin_npy_open(b_path, false, &j->fb, why, sizeof why))) {
+    if ((e = goblin_npy_open(a_path, false, &j->fa, &why)) ||
+        (e = goblin_npy_open(b_path, false, &j->fb, &why))) {
         job_discard(j);
-        return goblin__grid_fail(g, e, 0, why);
+        return goblin__grid_fail(g, e, 0, why.message);
     }
     const goblin_tensor *ta = goblin_npy_tensor(j->fa), *tb = goblin_npy_tensor(j->fb);
     if (ta->rank != 2 || tb->rank != 2) {
@@ -147,9 +147,9 @@ goblin_err goblin_grid_submit_matmul_files(goblin_grid *g, const char *a_path, c
         return goblin__grid_fail(g, GOBLIN_ESHAPE, 0, "A and B must be 2-D");
     }
     int64_t cs[2] = {ta->shape[0], tb->shape[1]};
-    if ((e = goblin_npy_create(c_path, ta->dtype, 2, cs, &j->fc, why, sizeof why))) {
+    if ((e = goblin_npy_create(c_path, ta->dtype, 2, cs, &j->fc, &why))) {
         job_discard(j);
-        return goblin__grid_fail(g, e, 0, why);
+        return goblin__grid_fail(g, e, 0, why.message);
     }
     uint64_t mark = goblin__grid_log_mark(g);
     if ((e = goblin_node_submit_matmul(g->node, ta, tb, goblin_npy_tensor(j->fc), jp, &j->job))) {

@@ -82,7 +82,8 @@ static bool parse_dim(cur *c, int64_t *out) {
 
 goblin_err goblin_npy_header_parse(const uint8_t *buf, size_t len, goblin_dtype *dt,
                                    int32_t *rank, int64_t *shape, size_t *data_offset,
-                                   char *msg, size_t cap) {
+                                   goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     if (!buf || !dt || !rank || !shape || !data_offset)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "NULL argument");
     if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
@@ -239,8 +240,8 @@ static goblin_err npy_finish(void *map, size_t map_len, bool writable, goblin_dt
     return GOBLIN_OK;
 }
 
-goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, char *msg,
-                           size_t cap) {
+goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     if (!path || !out) return goblin__errf(msg, cap, GOBLIN_EINVAL, "NULL argument");
     int fd = open(path, writable ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -266,7 +267,7 @@ goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, ch
     int32_t rank;
     int64_t shape[GOBLIN_MAX_RANK];
     size_t off;
-    goblin_err e = goblin_npy_header_parse(head, got, &dt, &rank, shape, &off, msg, cap);
+    goblin_err e = goblin_npy_header_parse(head, got, &dt, &rank, shape, &off, err);
     if (e) {
         close(fd);
         return e;
@@ -294,7 +295,8 @@ goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, ch
 }
 
 goblin_err goblin_npy_create(const char *path, goblin_dtype dt, int32_t rank,
-                             const int64_t *shape, goblin_npy **out, char *msg, size_t cap) {
+                             const int64_t *shape, goblin_npy **out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     if (!path || !out || rank < 0 || rank > GOBLIN_MAX_RANK || (rank > 0 && !shape))
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "bad arguments");
     if (dt != GOBLIN_DTYPE_F32 && dt != GOBLIN_DTYPE_F64)
@@ -374,12 +376,12 @@ static void copy_contig(const goblin_tensor *t, uint8_t *dst, size_t es) {
     }
 }
 
-goblin_err goblin_npy_save(const char *path, const goblin_tensor *t, char *msg, size_t cap) {
+goblin_err goblin_npy_save(const char *path, const goblin_tensor *t, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     if (!path || !t) return goblin__errf(msg, cap, GOBLIN_EINVAL, "NULL argument");
-    if (t->rank < 0 || t->rank > GOBLIN_MAX_RANK)
-        return goblin__errf(msg, cap, GOBLIN_EINVAL, "bad rank");
+    if (t->rank < 0 || t->rank > GOBLIN_MAX_RANK) return goblin__errf(msg, cap, GOBLIN_EINVAL, "bad rank");
     goblin_npy *f;
-    goblin_err e = goblin_npy_create(path, t->dtype, t->rank, t->shape, &f, msg, cap);
+    goblin_err e = goblin_npy_create(path, t->dtype, t->rank, t->shape, &f, err);
     if (e) return e;
     int64_t numel = goblin_tensor_numel(t);
     if (numel > 0) {

@@ -381,7 +381,8 @@ static goblin_err join_path(char *out, const char *dir, const char *file, char *
 }
 
 goblin_err goblin_tls_init_dir(const char *dir, const goblin_tls_init_params *params,
-                               goblin_tls_identity *out, char *msg, size_t cap) {
+                               goblin_tls_identity *out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     goblin_tls_init_params defaults;
     if (!params) {
         goblin_tls_init_params_default(&defaults);
@@ -551,7 +552,8 @@ out:
 }
 
 goblin_err goblin_tls_identity_load(const char *cert_file, const char *key_file,
-                                    goblin_tls_identity *out, char *msg, size_t cap) {
+                                    goblin_tls_identity *out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     if (!cert_file || !key_file || !out)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "certificate, key and identity are required");
     if (strlen(cert_file) >= GOBLIN_TLS_PATH_MAX || strlen(key_file) >= GOBLIN_TLS_PATH_MAX)
@@ -565,7 +567,8 @@ goblin_err goblin_tls_identity_load(const char *cert_file, const char *key_file,
     return GOBLIN_OK;
 }
 
-goblin_err goblin_tls_fingerprint_file(const char *path, char *hex_out, char *msg, size_t cap) {
+goblin_err goblin_tls_fingerprint_file(const char *path, char *hex_out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
     if (!path || !hex_out)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "path and output are required");
     mbedtls_x509_crt crt;

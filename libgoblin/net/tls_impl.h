@@ -94,4 +94,9 @@ goblin_err goblin__tls_dialer_setup(nng_dialer d, const char *url,
 goblin_err goblin__tls_listener_setup(nng_listener l, const char *cert_file,
                                       const char *key_file, char *msg, size_t cap);
 
+/* goblin_token_check_list / goblin_token_check_file with the detail in @p msg (@p cap
+ * bytes; may be NULL), for the node and the gateway. */
+goblin_err goblin__token_check_list(const char *list, const char *presented, char *msg, size_t cap);
+goblin_err goblin__token_check_file(const char *path, const char *presented, char *msg, size_t cap);
+
 #endif

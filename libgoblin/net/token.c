@@ -62,8 +62,7 @@ goblin_err goblin_token_entry(const char *token, char *line_out) {
     return GOBLIN_OK;
 }
 
-goblin_err goblin_token_check_list(const char *list, const char *presented, char *msg,
-                                   size_t cap) {
+goblin_err goblin__token_check_list(const char *list, const char *presented, char *msg, size_t cap) {
     if (!list || !presented)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "token list and token are required");
     size_t tn = strnlen(presented, GOBLIN_TOKEN_MAX_BYTES + 1);
@@ -115,8 +114,12 @@ goblin_err goblin_token_check_list(const char *list, const char *presented, char
     return GOBLIN_OK;
 }
 
-goblin_err goblin_token_check_file(const char *path, const char *presented, char *msg,
-                                   size_t cap) {
+goblin_err goblin_token_check_list(const char *list, const char *presented, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
+    return goblin__token_check_list(list, presented, msg, cap);
+}
+
+goblin_err goblin__token_check_file(const char *path, const char *presented, char *msg, size_t cap) {
     if (!path || !presented)
         return goblin__errf(msg, cap, GOBLIN_EINVAL, "token file and token are required");
     uint8_t *buf;
@@ -127,7 +130,7 @@ goblin_err goblin_token_check_file(const char *path, const char *presented, char
         goblin__free(buf);
         return goblin__errf(msg, cap, GOBLIN_EFORMAT, "token file %s contains a NUL byte", path);
     }
-    e = goblin_token_check_list((const char *)buf, presented, msg, cap);
+    e = goblin__token_check_list((const char *)buf, presented, msg, cap);
     if (e == GOBLIN_EFORMAT || e == GOBLIN_ENOTFOUND) {
         char inner[256];
         snprintf(inner, sizeof inner, "%s", msg && cap ? msg : "");
@@ -135,4 +138,9 @@ goblin_err goblin_token_check_file(const char *path, const char *presented, char
     }
     goblin__tls_wipe_free(buf, len + 1);
     return e;
+}
+
+goblin_err goblin_token_check_file(const char *path, const char *presented, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
+    return goblin__token_check_file(path, presented, msg, cap);
 }

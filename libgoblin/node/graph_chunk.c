@@ -152,7 +152,7 @@ goblin_err goblin__node_graph_compute(goblin_node *n, goblin_job *j, int64_t ti,
 }
 
 /* Does a worker's result have the task's output count, dtypes and shapes? */
-bool goblin__node_graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin_wire_result *r,
+bool goblin__node_graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin__wire_result *r,
                                         goblin_verify_reason *why) {
     const gvariant *v = gvar(j, ti);
     *why = GOBLIN_VERIFY_SHAPE;

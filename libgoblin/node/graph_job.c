@@ -108,7 +108,7 @@ static goblin_err serialize_chunk(goblin_node *n, goblin_graph *g, uint8_t **buf
     goblin_graph *keep = NULL;
     int64_t B = 0;
     if (goblin__batch_inputs(g, NULL, NULL, &B, NULL, 0) != GOBLIN_OK ||
-        goblin_graph_rebatch(g, NULL, B, &keep, NULL, 0) != GOBLIN_OK)
+        goblin__graph_rebatch(g, NULL, B, &keep, NULL, 0) != GOBLIN_OK)
         return GOBLIN_OK;
     if (!same_graph(keep, g)) {
         goblin_graph_free(keep);
@@ -137,7 +137,7 @@ static goblin_err make_variant(goblin_node *n, gjob *G, const goblin_graph *g, c
                                int64_t rows, gvariant *v, char *msg, size_t cap) {
     memset(v, 0, sizeof *v);
     v->rows = rows;
-    goblin_err e = goblin_graph_rebatch(g, split, rows, &v->g, msg, cap);
+    goblin_err e = goblin__graph_rebatch(g, split, rows, &v->g, msg, cap);
     if (e) return e;
     v->bytes = goblin__graph_task_bytes(v->g);
     v->oshape = goblin__calloc((size_t)G->n_out, sizeof *v->oshape);
@@ -246,7 +246,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
     int64_t pr = B > 1 ? 1 : 2;
     goblin_graph *probe = NULL;
     char pm[256];
-    if ((e = goblin_graph_rebatch(g, jp->split, pr, &probe, pm, sizeof pm)) != GOBLIN_OK) {
+    if ((e = goblin__graph_rebatch(g, jp->split, pr, &probe, pm, sizeof pm)) != GOBLIN_OK) {
         snprintf(msg, cap, "the graph cannot be cut along the batch: %s", pm);
         return e;
     }
@@ -353,7 +353,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         int64_t k = jp->spot_rows > 0 ? jp->spot_rows : (G->rows / 16 < 4 ? G->rows / 16 : 4);
         G->spot_k = k < 1 ? 1 : k > G->rows ? G->rows : k;
         char sm[256] = "";
-        if ((e = goblin_graph_rebatch(g, jp->split, G->spot_k, &G->spot_g, sm, sizeof sm)) != GOBLIN_OK) {
+        if ((e = goblin__graph_rebatch(g, jp->split, G->spot_k, &G->spot_g, sm, sizeof sm)) != GOBLIN_OK) {
             snprintf(msg, cap, "the graph for a spot-check of %lld rows: %s", (long long)G->spot_k,
                      sm[0] ? sm : goblin_strerror(e));
             return e;

@@ -170,7 +170,7 @@ goblin_job_status goblin_job_get_status(goblin_job *j) {
 
 const char *goblin_job_error(goblin_job *j) { return j ? j->msg : ""; }
 
-goblin_err goblin_job_plan_info(goblin_job *j, goblin_plan_info *out) {
+goblin_err goblin_job_plan_info(goblin_job *j, goblin_job_plan *out) {
     if (!j || !out) return GOBLIN_EINVAL;
     if (!j->plan) return GOBLIN_ENOTFOUND;
     *out = j->info;
@@ -212,7 +212,7 @@ void goblin_job_free(goblin_job *j) {
     goblin_buffer_free(j->gser);
     goblin__free(j->tasks);
     goblin__free(j->tile_done);
-    goblin_plan_free(j->plan);
+    goblin__plan_free(j->plan);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cond);
     goblin__free(j);

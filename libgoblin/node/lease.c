@@ -63,7 +63,7 @@ void goblin__node_lease_failed(goblin_node *n, int64_t li, bool counts, goblin_e
                                     (int)t->attempts, what);
             return;
         }
-        goblin_matmul_tile tl;
+        goblin__matmul_tile tl;
         goblin__node_job_tile(j, L.task, &tl);
         goblin__node_job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ELIMIT,
                                 "task %lld (rows %lld..%lld, cols %lld..%lld, k %lld..%lld) failed %d times; "
@@ -113,7 +113,7 @@ void goblin__node_batch_flush(goblin_node *n) {
  * @p batchable and the peer takes batches, else alone. *mid: the id of the message it went in.
  * NNG_EAGAIN: not now (a big task after small ones in this round: it waits for the
  * next one, since the batch and it would need two queue slots). */
-static int batch_add(goblin_node *n, int32_t pi, const goblin_wire_msg *m, bool batchable, uint64_t *mid) {
+static int batch_add(goblin_node *n, int32_t pi, const goblin__wire_msg *m, bool batchable, uint64_t *mid) {
     peer *p = &n->peers[pi];
     size_t len = 0;
     if (goblin__wire_encoded_size_strided(m, &len) != GOBLIN_OK) return NNG_EINVAL;
@@ -159,8 +159,8 @@ static int batch_add(goblin_node *n, int32_t pi, const goblin_wire_msg *m, bool 
 bool goblin__node_send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative,
                             const uint8_t *gbuf, size_t glen, goblin_tensor *in, uint32_t n_in, bool may_batch) {
     peer *p = &n->peers[pi];
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
     uint64_t lid = n->next_lease_id++;
     m.request_id = lid;
     m.body.task.task_id = lid;

@@ -36,8 +36,8 @@ void goblin__node_unpack(goblin_tensor *v, const void *src, size_t esz) {
     }
 }
 
-void goblin__node_job_tile(const goblin_job *j, int64_t i, goblin_matmul_tile *t) {
-    goblin_plan_tile(j->plan, i, t);
+void goblin__node_job_tile(const goblin_job *j, int64_t i, goblin__matmul_tile *t) {
+    goblin__plan_tile(j->plan, i, t);
 }
 
 /* Panel ids: the A panel of a task depends on its grid row and K-slice, the B panel
@@ -70,7 +70,7 @@ goblin_err goblin__matmul_graph(goblin_dtype dt, int64_t rows, int64_t kn, int64
 
 /* Compute task @p i on the node into contiguous @p dst (rows x cols). */
 static goblin_err node_compute_impl(goblin_node *n, goblin_job *j, int64_t i, void *dst) {
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     goblin__node_job_tile(j, i, &t);
     goblin_graph *g = NULL;
     goblin_err e = goblin__matmul_graph(j->dt, t.rows, t.kn, t.cols, &g);
@@ -103,7 +103,7 @@ goblin_err goblin__node_compute(goblin_node *n, goblin_job *j, int64_t i, void *
 bool goblin__node_issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, bool speculative) {
     if (j->kind == JOB_GRAPH) return goblin__node_issue_graph(n, j, ti, pi, speculative);
     peer *p = &n->peers[pi];
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     goblin__node_job_tile(j, ti, &t);
     uint64_t ida = goblin__node_panel_id(j, 0, ti), idb = goblin__node_panel_id(j, 1, ti);
     bool have_a = goblin__node_peer_has_panel(p, 0, ida), have_b = goblin__node_peer_has_panel(p, 1, idb);
@@ -165,7 +165,7 @@ bool goblin__node_issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, b
 /* Task @p ti's result (contiguous rows x cols at @p data) is final. */
 void goblin__node_task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
     task *t = &j->tasks[ti];
-    goblin_matmul_tile tl;
+    goblin__matmul_tile tl;
     goblin__node_job_tile(j, ti, &tl);
     goblin__node_task_settle(n, j, ti, T_DONE, by);
     int64_t s = j->info.k_slices;
@@ -216,7 +216,7 @@ void goblin__node_task_accept(goblin_node *n, goblin_job *j, int64_t ti, const v
 }
 
 /* Judge a RESULT for lease @p li. */
-void goblin__node_handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r) {
+void goblin__node_handle_result(goblin_node *n, int32_t pi, goblin__wire_result *r) {
     int64_t li = goblin__node_find_lease(n, r->task_id);
     if (li < 0 || n->leases[li].peer != pi) {
         n->st.results_late++;
@@ -234,7 +234,7 @@ void goblin__node_handle_result(goblin_node *n, int32_t pi, goblin_wire_result *
         goblin__node_handle_graph_result(n, pi, li, r);
         return;
     }
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     goblin__node_job_tile(j, L.task, &t);
     goblin_verdict v;
     memset(&v, 0, sizeof v);
@@ -382,8 +382,8 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
             if (!jp->task_memory_bytes && (mem == 0 || p->memory < mem)) mem = p->memory;
         }
         if (!mem) mem = (uint64_t)256 << 20;
-        goblin_plan_params pp;
-        goblin_plan_params_default(&pp);
+        goblin__plan_params pp;
+        goblin__plan_params_default(&pp);
         pp.m = m;
         pp.k = k;
         pp.n = nn;
@@ -391,7 +391,7 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
         pp.memory_bytes = mem;
         pp.min_tiles = jp->min_tasks > 0 ? jp->min_tasks : 4 * (workers > 0 ? workers : 1);
         char err[256];
-        goblin_err e = goblin_plan_matmul(&j->plan, &pp, err, sizeof err);
+        goblin_err e = goblin__plan_matmul(&j->plan, &pp, err, sizeof err);
         if (e) {
             goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot plan job: %s", err);
             pthread_mutex_unlock(&n->mu);
@@ -399,8 +399,8 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
             goblin_job_free(j);
             return e;
         }
-        goblin_plan_get_info(j->plan, &j->info);
-        j->ntasks = goblin_plan_tile_count(j->plan);
+        goblin__plan_get_info(j->plan, &j->info);
+        j->ntasks = goblin__plan_tile_count(j->plan);
         j->rowcheck = n->p.verify == GOBLIN_VERIFY_FREIVALDS && !n->p.freivalds_tile_by_tile &&
                       j->info.k_slices == 1 && j->info.grid_cols > 1;
         j->prep_key = -1;

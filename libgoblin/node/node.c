@@ -104,7 +104,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     if (p->token_file) {
         /* A well-formed file answers EAUTH for a token it does not hold. */
         char why[256] = "";
-        goblin_err te = goblin_token_check_file(p->token_file, "-", why, sizeof why);
+        goblin_err te = goblin__token_check_file(p->token_file, "-", why, sizeof why);
         if (te != GOBLIN_EAUTH && te != GOBLIN_OK) {
             plog(p, GOBLIN_LOG_ERROR, "the token file %s cannot be used (%s): %s", p->token_file,
                  goblin_err_name(te), why);
@@ -139,7 +139,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     pthread_mutex_init(&n->ev_mu, NULL);
     pthread_mutex_init(&n->ser_mu, NULL);
     goblin__hoist_memo_init(&n->hoist);
-    goblin_wire_limits_default(&n->limits);
+    goblin__wire_limits_default(&n->limits);
     n->limits.max_message_bytes = p->recv_max_bytes;
     n->next_lease_id = 1;
     n->bpeer = -1;

@@ -32,9 +32,10 @@
 
 #include "goblin/graph.h"
 #include "goblin/node.h"
-#include "goblin/plan.h"
+#include "plan.h"
 #include "goblin/verify.h"
-#include "goblin/wire.h"
+#include "net/tls_impl.h"
+#include "proto/wire.h"
 #include "graph/hoist.h"
 #include "net/share.h"
 
@@ -170,8 +171,8 @@ struct goblin_job {
     goblin_tensor a, b, c;
     goblin_dtype dt;
     size_t esz;
-    goblin_plan *plan;
-    goblin_plan_info info;
+    goblin__plan *plan;
+    goblin_job_plan info;
     int64_t ntasks;
     task *tasks;
     int32_t *tile_done; /* accepted slices per C tile (split-K only) */
@@ -226,7 +227,7 @@ struct goblin_node {
     /* A non-blocking pipe: node_wake writes a byte so node_main's poll returns at once
      * (a job submitted or canceled, a stop) instead of at its 10 ms timeout. -1: none. */
     int wake_rd, wake_wr;
-    goblin_wire_limits limits;
+    goblin__wire_limits limits;
     peer *peers;
     int32_t n_peers, cap_peers;
     /* Peers that may take a task (schedule): added when a message comes from one or
@@ -303,7 +304,7 @@ bool goblin__node_peer_has_gid(const peer *p, uint64_t id);
 /** Remember that peer @p p now holds graph-job input @p id. */
 void goblin__node_peer_add_gid(peer *p, uint64_t id);
 /** Send message @p m to pipe @p pp (its tensors gathered from any strides); an nng error code. */
-int goblin__node_send_wire(goblin_node *n, nng_pipe pp, const goblin_wire_msg *m);
+int goblin__node_send_wire(goblin_node *n, nng_pipe pp, const goblin__wire_msg *m);
 /** Drop peer @p pi (its leases end, not counted against their tasks) and close its pipe; @p why is
  * logged. */
 void goblin__node_drop_peer(goblin_node *n, int32_t pi, const char *why);
@@ -347,7 +348,7 @@ goblin_tensor goblin__node_view2(const goblin_tensor *t, int64_t r0, int64_t nr,
 /** Copy contiguous @p src (rows x cols) into the strided 2-D view @p v. */
 void goblin__node_unpack(goblin_tensor *v, const void *src, size_t esz);
 /** Tile @p i of matmul job @p j (its plan). */
-void goblin__node_job_tile(const goblin_job *j, int64_t i, goblin_matmul_tile *t);
+void goblin__node_job_tile(const goblin_job *j, int64_t i, goblin__matmul_tile *t);
 /** The cache id of task @p task_i's A (@p kind 0) or B (1) panel; never 0. */
 uint64_t goblin__node_panel_id(const goblin_job *j, int kind, int64_t task_i);
 /** Compute matmul task @p i on the node into contiguous @p dst (rows x cols), on the verification
@@ -359,7 +360,7 @@ bool goblin__node_issue(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, b
  * final. */
 void goblin__node_task_accept(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by);
 /** Judge a RESULT @p r from peer @p pi (graph jobs: handle_graph_result). */
-void goblin__node_handle_result(goblin_node *n, int32_t pi, goblin_wire_result *r);
+void goblin__node_handle_result(goblin_node *n, int32_t pi, goblin__wire_result *r);
 
 /* ---- job.c ---------------------------------------------------------------------- */
 
@@ -419,7 +420,7 @@ bool goblin__node_issue_graph(goblin_node *n, goblin_job *j, int64_t ti, int32_t
 /** Compute graph task @p ti on the node (*@p out: a new buffer per output); verification clock. */
 goblin_err goblin__node_graph_compute(goblin_node *n, goblin_job *j, int64_t ti, void ***out);
 /** Does a worker's result have the task's output count, dtypes and shapes (else *@p why)? */
-bool goblin__node_graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin_wire_result *r,
+bool goblin__node_graph_result_shape_ok(const goblin_job *j, int64_t ti, const goblin__wire_result *r,
                                         goblin_verify_reason *why);
 /** Does result @p res agree with the node's @p mine under the outputs' contracts (else *@p why)? On
  * the verification clock. */
@@ -464,7 +465,7 @@ void goblin__node_graph_spot(goblin_node *n, goblin_job *j, int64_t ti, int32_t 
 /* ---- replica.c ------------------------------------------------------------------ */
 
 /** Judge a graph job's RESULT @p r for lease @p li from peer @p pi, by the job's verification. */
-void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r);
+void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin__wire_result *r);
 /** A held result whose replica can go nowhere (no other eligible worker): the node decides. */
 void goblin__node_resolve_orphans(goblin_node *n);
 /** Peer @p pi is quarantined: forget the results it has held for replication. */

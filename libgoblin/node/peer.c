@@ -61,7 +61,7 @@ void goblin__node_peer_add_gid(peer *p, uint64_t id) {
 
 /* ---- sending, dropping ---------------------------------------------------------- */
 
-int goblin__node_send_wire(goblin_node *n, nng_pipe pp, const goblin_wire_msg *m) {
+int goblin__node_send_wire(goblin_node *n, nng_pipe pp, const goblin__wire_msg *m) {
     /* Tensors may be strided views of the job's matrices: gathered straight into
      * the message body (no separate packing buffer). */
     size_t len = 0;
@@ -97,8 +97,8 @@ void goblin__node_drop_peer(goblin_node *n, int32_t pi, const char *why) {
 
 static void refuse(goblin_node *n, int32_t pi, goblin_err why, const char *text) {
     peer *p = &n->peers[pi];
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
     m.body.refuse.reason = why;
     m.body.refuse.message = text;
     n->st.workers_refused++;
@@ -107,7 +107,7 @@ static void refuse(goblin_node *n, int32_t pi, goblin_err why, const char *text)
     p->close_at_ms = goblin__now_ms() + REFUSE_LINGER_MS;
 }
 
-static bool token_ok(const goblin_node *n, const goblin_wire_hello *h) {
+static bool token_ok(const goblin_node *n, const goblin__wire_hello *h) {
     if (!n->p.token_len && !n->p.token_file) return true;
     if (n->p.token_len) {
         /* Constant time in the token's content. */
@@ -122,7 +122,7 @@ static bool token_ok(const goblin_node *n, const goblin_wire_hello *h) {
         memcpy(presented, h->token, h->token_len);
         presented[h->token_len] = 0;
         char why[256] = "";
-        goblin_err e = goblin_token_check_file(n->p.token_file, presented, why, sizeof why);
+        goblin_err e = goblin__token_check_file(n->p.token_file, presented, why, sizeof why);
         if (e == GOBLIN_OK) return true;
         if (e != GOBLIN_EAUTH)
             goblin__node_log((goblin_node *)n, GOBLIN_LOG_ERROR, "token file %s: %s (%s)", n->p.token_file,
@@ -158,7 +158,7 @@ void goblin__node_handle_msg(goblin_node *n, nng_msg *msg) {
     char err[256];
     do {
         size_t at = off;
-        goblin_err e = goblin_wire_batch_next(buf, len, &off, &n->limits, &ml, err, sizeof err);
+        goblin_err e = goblin__wire_batch_next(buf, len, &off, &n->limits, &ml, err, sizeof err);
         if (e == GOBLIN_OK && at == 0 && off == len) {
             handle_one(n, pi, buf, len); /* not a batch */
             return;
@@ -186,15 +186,15 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
     peer *p = &n->peers[pi];
     nng_pipe pp = p->pipe;
     uint32_t pid = p->pipe_id;
-    goblin_wire_msg *m = NULL;
+    goblin__wire_msg *m = NULL;
     char err[256];
     /* Zero-copy: result tensors are read-only views into the nng message, which
      * node_main frees only after this returns (everything kept past it is copied). */
-    goblin_err e = goblin_wire_decode(buf, len, &n->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err, sizeof err);
+    goblin_err e = goblin__wire_decode(buf, len, &n->limits, GOBLIN_WIRE_DECODE_ZERO_COPY, &m, err, sizeof err);
     if (e) {
-        goblin_wire_header h;
+        goblin__wire_header h;
         if (e == GOBLIN_EVERSION && !p->hello &&
-            goblin_wire_header_decode(buf, len, &n->limits, &h, NULL, 0) == GOBLIN_OK &&
+            goblin__wire_header_decode(buf, len, &n->limits, &h, NULL, 0) == GOBLIN_OK &&
             h.type == GOBLIN_WIRE_TYPE_HELLO) {
             char text[300];
             snprintf(text, sizeof text, "catalogue version mismatch: %s", err);
@@ -208,7 +208,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
     }
     if (!p->hello && m->type != GOBLIN_WIRE_TYPE_HELLO) {
         char why[96];
-        snprintf(why, sizeof why, "%s before HELLO", goblin_wire_type_name(m->type));
+        snprintf(why, sizeof why, "%s before HELLO", goblin__wire_type_name(m->type));
         goblin__node_drop_peer(n, pi, why);
         goto out;
     }
@@ -218,7 +218,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
             goblin__node_drop_peer(n, pi, "second HELLO");
             break;
         }
-        goblin_wire_hello *h = &m->body.hello;
+        goblin__wire_hello *h = &m->body.hello;
         if (h->catalog_version != goblin_catalog_version()) {
             char text[160];
             snprintf(text, sizeof text, "catalogue version mismatch: worker %u, node %u",
@@ -242,8 +242,8 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
                     sa.s_family == NNG_AF_INPROC;
         n->st.workers_seen++;
         n->st.workers_connected++;
-        goblin_wire_msg a;
-        goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
+        goblin__wire_msg a;
+        goblin__wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
         a.request_id = m->request_id;
         a.body.hello_ack.session_id = p->session_id;
         a.body.hello_ack.heartbeat_ms = n->p.heartbeat_ms;
@@ -301,11 +301,11 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         break;
     default: {
         char why[96];
-        snprintf(why, sizeof why, "unexpected %s from a worker", goblin_wire_type_name(m->type));
+        snprintf(why, sizeof why, "unexpected %s from a worker", goblin__wire_type_name(m->type));
         goblin__node_drop_peer(n, pi, why);
         break;
     }
     }
 out:
-    goblin_wire_msg_free(m);
+    goblin__wire_msg_free(m);
 }

@@ -1,4 +1,4 @@
-/* libgoblin/node/plan.c - the matmul planner (goblin/plan.h).
+/* libgoblin/node/plan.c - the matmul planner (plan.h).
  *
  * Choosing a task's extents (tm rows, tn columns, tk of K) under a budget of E
  * elements, tm tk + tk tn + tm tn <= E, to maximize the flops per element moved,
@@ -11,20 +11,20 @@
  * feasible, powers of two between) and keep the fewest slices within 10% of the
  * best: split-K costs a combine on the node and partial results to verify, so a
  * few percent of intensity is not worth another slice. */
-#include <goblin/plan.h>
+#include "plan.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "base/alloc.h"
 
-struct goblin_plan {
+struct goblin__plan {
     int64_t m, k, n;
     goblin_dtype dt;
     int64_t gm, gn, gk; /* grid rows, grid columns, K-slices */
     uint64_t budget;    /* bytes usable by one task */
 };
 
-void goblin_plan_params_default(goblin_plan_params *p) {
+void goblin__plan_params_default(goblin__plan_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
     p->dtype = GOBLIN_DTYPE_F32;
@@ -60,7 +60,7 @@ static bool fits(int64_t rows, int64_t cols, int64_t kn, uint64_t elems) {
     return task_elems(rows, cols, kn, &e) && e <= elems;
 }
 
-goblin_err goblin_matmul_tile_bytes(const goblin_matmul_tile *t, goblin_dtype dt, uint64_t *out) {
+goblin_err goblin__matmul_tile_bytes(const goblin__matmul_tile *t, goblin_dtype dt, uint64_t *out) {
     size_t es = goblin_dtype_size(dt);
     if (!t || !out || es == 0 || t->rows < 0 || t->cols < 0 || t->kn < 0) return GOBLIN_EINVAL;
     uint64_t e;
@@ -110,7 +110,7 @@ static choice best_for_slices(int64_t m, int64_t n, int64_t k, int64_t gk, uint6
     return ch;
 }
 
-goblin_err goblin_plan_matmul(goblin_plan **out, const goblin_plan_params *p, char *err_msg,
+goblin_err goblin__plan_matmul(goblin__plan **out, const goblin__plan_params *p, char *err_msg,
                               size_t err_cap) {
 #define FAIL(code, ...)                                                                          \
     do {                                                                                         \
@@ -205,7 +205,7 @@ goblin_err goblin_plan_matmul(goblin_plan **out, const goblin_plan_params *p, ch
              "raise the memory budget",
              (long long)gm, (long long)gn, (long long)gk);
 
-    goblin_plan *pl = goblin__calloc(1, sizeof *pl);
+    goblin__plan *pl = goblin__calloc(1, sizeof *pl);
     if (!pl) FAIL(GOBLIN_ENOMEM, "plan: out of memory");
     pl->m = m;
     pl->k = k;
@@ -220,15 +220,15 @@ goblin_err goblin_plan_matmul(goblin_plan **out, const goblin_plan_params *p, ch
 #undef FAIL
 }
 
-void goblin_plan_free(goblin_plan *plan) { goblin__free(plan); }
+void goblin__plan_free(goblin__plan *plan) { goblin__free(plan); }
 
-int64_t goblin_plan_tile_count(const goblin_plan *plan) {
+int64_t goblin__plan_tile_count(const goblin__plan *plan) {
     return plan ? plan->gm * plan->gn * plan->gk : 0;
 }
 
-goblin_err goblin_plan_tile(const goblin_plan *plan, int64_t i, goblin_matmul_tile *out) {
+goblin_err goblin__plan_tile(const goblin__plan *plan, int64_t i, goblin__matmul_tile *out) {
     if (!plan || !out) return GOBLIN_EINVAL;
-    if (i < 0 || i >= goblin_plan_tile_count(plan)) return GOBLIN_EINDEX;
+    if (i < 0 || i >= goblin__plan_tile_count(plan)) return GOBLIN_EINDEX;
     int64_t q = i % plan->gk, rest = i / plan->gk;
     int64_t bj = rest % plan->gn, bi = rest / plan->gn;
     part(plan->m, plan->gm, bi, &out->row0, &out->rows);
@@ -237,7 +237,7 @@ goblin_err goblin_plan_tile(const goblin_plan *plan, int64_t i, goblin_matmul_ti
     return GOBLIN_OK;
 }
 
-goblin_err goblin_plan_get_info(const goblin_plan *plan, goblin_plan_info *out) {
+goblin_err goblin__plan_get_info(const goblin__plan *plan, goblin_job_plan *out) {
     if (!plan || !out) return GOBLIN_EINVAL;
     memset(out, 0, sizeof *out);
     out->m = plan->m;
@@ -251,8 +251,8 @@ goblin_err goblin_plan_get_info(const goblin_plan *plan, goblin_plan_info *out) 
     out->tile_cols = ceil_div(plan->n, plan->gn);
     out->tile_k = ceil_div(plan->k, plan->gk);
     out->budget_bytes = plan->budget;
-    goblin_matmul_tile t = {0, out->tile_rows, 0, out->tile_cols, 0, out->tile_k};
-    goblin_matmul_tile_bytes(&t, plan->dt, &out->max_task_bytes); /* fits: checked at build */
+    goblin__matmul_tile t = {0, out->tile_rows, 0, out->tile_cols, 0, out->tile_k};
+    goblin__matmul_tile_bytes(&t, plan->dt, &out->max_task_bytes); /* fits: checked at build */
     out->flops_per_byte = intensity(out->tile_rows, out->tile_cols, out->tile_k) /
                           (double)goblin_dtype_size(plan->dt);
     return GOBLIN_OK;

@@ -58,7 +58,7 @@ static void recheck_peer(goblin_node *n, int32_t pi) {
         for (int64_t i = 0; i < j->ntasks && j->running; i++) {
             task *t = &j->tasks[i];
             if (t->state != T_DONE || t->accepted_peer != pi) continue;
-            goblin_matmul_tile tl;
+            goblin__matmul_tile tl;
             goblin__node_job_tile(j, i, &tl);
             goblin_verdict v;
             goblin_err e;

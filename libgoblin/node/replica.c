@@ -29,7 +29,7 @@ static bool graph_bit_equal(const goblin_job *j, int64_t ti, const goblin_tensor
 
 /* ---- a graph job's RESULT judged ------------------------------------------------ */
 
-void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin_wire_result *r) {
+void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, goblin__wire_result *r) {
     lease L = n->leases[li];
     goblin_job *j = L.job;
     gjob *G = j->g;

@@ -11,10 +11,10 @@
 
 bool goblin__node_task_fits(const goblin_job *j, int64_t ti, const peer *p) {
     if (j->kind == JOB_GRAPH) return gvar(j, ti)->bytes <= p->memory;
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     uint64_t bytes = 0;
     goblin__node_job_tile(j, ti, &t);
-    return goblin_matmul_tile_bytes(&t, j->dt, &bytes) == GOBLIN_OK && bytes <= p->memory;
+    return goblin__matmul_tile_bytes(&t, j->dt, &bytes) == GOBLIN_OK && bytes <= p->memory;
 }
 
 static bool lease_held_by(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi) {

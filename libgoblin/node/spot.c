@@ -1,5 +1,6 @@
 /* libgoblin/node/spot.c - SPOT (node.h): a few secret rows of a chunk recomputed on the
  * node, prepared while the worker computes, plus every row holding a NaN or an infinity. */
+#include "graph/rebatch.h"
 #include "node_impl.h"
 
 #include <math.h>
@@ -54,7 +55,7 @@ static goblin_err spot_eval(goblin_node *n, goblin_job *j, int64_t ti, const int
         goblin_split *split = goblin__calloc((size_t)G->n_in + 1, sizeof *split);
         if (!split) return GOBLIN_ENOMEM;
         for (int32_t i = 0; i < G->n_in; i++) split[i] = G->batched[i] ? GOBLIN_SPLIT_BATCH : GOBLIN_SPLIT_BROADCAST;
-        e = goblin_graph_rebatch(G->spot_g, split, nr, &tmp, NULL, 0);
+        e = goblin__graph_rebatch(G->spot_g, split, nr, &tmp, NULL, 0);
         goblin__free(split);
         if (e) return e;
         g = tmp;

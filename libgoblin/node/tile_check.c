@@ -43,7 +43,7 @@ static goblin_freivalds_panels *job_panels(goblin_node *n, goblin_job *j, int64_
     if (!j->fvp[q]) {
         int64_t *cb = goblin__alloc((size_t)(gc + 1) * sizeof(int64_t));
         if (!cb) return NULL;
-        goblin_matmul_tile t;
+        goblin__matmul_tile t;
         for (int64_t c = 0; c < gc; c++) {
             goblin__node_job_tile(j, c * s + q, &t); /* tiles of grid row 0, slice q */
             cb[c] = t.col0;
@@ -75,7 +75,7 @@ static goblin_freivalds_panels *job_panels(goblin_node *n, goblin_job *j, int64_
  * all of K). */
 static goblin_err check_tile_impl(goblin_node *n, goblin_job *j, int64_t ti, bool whole_tile,
                              const goblin_tensor *c, goblin_verdict *v) {
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     goblin__node_job_tile(j, ti, &t);
     if (!whole_tile) {
         int64_t s = j->info.k_slices;
@@ -128,7 +128,7 @@ void goblin__node_prepare_ahead(goblin_node *n) {
             vclock t0 = goblin__node_verify_begin();
             goblin_freivalds_panels *fp = job_panels(n, j, ti % s);
             if (fp) {
-                goblin_matmul_tile t;
+                goblin__matmul_tile t;
                 goblin__node_job_tile(j, ti, &t);
                 goblin_err e = goblin_freivalds_panels_prepare(fp, t.row0, t.rows);
                 if (e) goblin__node_log(n, GOBLIN_LOG_DEBUG, "job %llu: preparing a check: %s", (unsigned long long)j->id,
@@ -158,7 +158,7 @@ static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr);
  * to be judged with its row panel. */
 void goblin__node_task_hold(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by) {
     task *t = &j->tasks[ti];
-    goblin_matmul_tile tl;
+    goblin__matmul_tile tl;
     goblin__node_job_tile(j, ti, &tl);
     goblin__node_task_settle(n, j, ti, T_HELD, by);
     goblin_tensor v = goblin__node_view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
@@ -208,7 +208,7 @@ static void reject_held(goblin_node *n, goblin_job *j, int64_t ti, const goblin_
         p->failed++;
     }
     if (t->attempts > n->p.max_retries) {
-        goblin_matmul_tile tl;
+        goblin__matmul_tile tl;
         goblin__node_job_tile(j, ti, &tl);
         goblin__node_log(n, GOBLIN_LOG_ERROR, "job %llu failed: task %lld failed %d times (last: result rejected)",
                          (unsigned long long)j->id, (long long)ti, (int)t->attempts);
@@ -241,7 +241,7 @@ void goblin__node_drop_held_tiles(goblin_node *n, int32_t pi) {
 
 /* Judge held task @p ti alone (its tile in C, fresh vectors). */
 static void judge_held_alone(goblin_node *n, goblin_job *j, int64_t ti) {
-    goblin_matmul_tile tl;
+    goblin__matmul_tile tl;
     goblin__node_job_tile(j, ti, &tl);
     goblin_tensor cv = goblin__node_view2(&j->c, tl.row0, tl.rows, tl.col0, tl.cols, j->esz);
     goblin_verdict v;
@@ -268,7 +268,7 @@ static void judge_held_alone(goblin_node *n, goblin_job *j, int64_t ti) {
 /* All tiles of grid row @p gr are in C: judge them together. */
 static void row_panel_check(goblin_node *n, goblin_job *j, int64_t gr) {
     int64_t gc = j->info.grid_cols;
-    goblin_matmul_tile tl;
+    goblin__matmul_tile tl;
     goblin__node_job_tile(j, gr * gc, &tl);
     goblin_verdict v;
     memset(&v, 0, sizeof v);

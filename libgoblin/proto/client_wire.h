@@ -34,7 +34,7 @@
 #include "goblin/error.h"
 #include "goblin/node.h"
 #include "goblin/tensor.h"
-#include "goblin/wire.h"
+#include "wire.h"
 
 #define GOBLIN__CW_VERSION 1
 #define GOBLIN__CW_HEADER_SIZE 24

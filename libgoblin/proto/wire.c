@@ -1,5 +1,5 @@
 /* libgoblin/proto/wire.c - message framing for the distributed runtime (see
- * include/goblin/wire.h and docs/wire-protocol.md). All integers little-endian.
+ * libgoblin/proto/wire.h and docs/wire-protocol.md). All integers little-endian.
  *
  * Both directions run in two passes over the same code, so what is measured is
  * exactly what is written or read:
@@ -11,7 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <goblin/wire.h>
+#include "wire.h"
 #include "base/alloc.h"
 #include "wire_impl.h"
 
@@ -49,7 +49,7 @@ static const char *const TYPE_NAMES[GOBLIN_WIRE_TYPE_COUNT] = {
     [GOBLIN_WIRE_TYPE_ERROR] = "ERROR",
 };
 
-const char *goblin_wire_type_name(goblin_wire_type type) {
+const char *goblin__wire_type_name(goblin__wire_type type) {
     if ((unsigned)type >= GOBLIN_WIRE_TYPE_COUNT) return NULL;
     return TYPE_NAMES[type];
 }
@@ -214,10 +214,10 @@ static goblin_err put_tensors(wr *w, const goblin_tensor *ts, int32_t n) {
     return GOBLIN_OK;
 }
 
-static goblin_err put_body(wr *w, const goblin_wire_msg *m) {
+static goblin_err put_body(wr *w, const goblin__wire_msg *m) {
     switch (m->type) {
     case GOBLIN_WIRE_TYPE_HELLO: {
-        const goblin_wire_hello *h = &m->body.hello;
+        const goblin__wire_hello *h = &m->body.hello;
         if (h->backends == 0 || h->threads < 1 || h->threads > GOBLIN_WIRE_MAX_THREADS)
             return GOBLIN_EINVAL;
         if (h->token_len > GOBLIN_WIRE_MAX_TOKEN_BYTES) return GOBLIN_ELIMIT;
@@ -232,7 +232,7 @@ static goblin_err put_body(wr *w, const goblin_wire_msg *m) {
         return GOBLIN_OK;
     }
     case GOBLIN_WIRE_TYPE_HELLO_ACK: {
-        const goblin_wire_hello_ack *a = &m->body.hello_ack;
+        const goblin__wire_hello_ack *a = &m->body.hello_ack;
         if (a->max_message_bytes < GOBLIN_WIRE_HEADER_SIZE ||
             a->max_message_bytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES)
             return GOBLIN_EINVAL;
@@ -258,7 +258,7 @@ static goblin_err put_body(wr *w, const goblin_wire_msg *m) {
         PUT_U32(w, m->body.lease_request.slots);
         return GOBLIN_OK;
     case GOBLIN_WIRE_TYPE_TASK: {
-        const goblin_wire_task *t = &m->body.task;
+        const goblin__wire_task *t = &m->body.task;
         if (t->task_id == 0 || t->lease_ms == 0 || t->graph_len == 0 || !t->graph)
             return GOBLIN_EINVAL;
         if (t->graph_len > GOBLIN_WIRE_MAX_MESSAGE_BYTES) return GOBLIN_ELIMIT;
@@ -272,7 +272,7 @@ static goblin_err put_body(wr *w, const goblin_wire_msg *m) {
         return put_tensors(w, t->inputs, t->n_inputs);
     }
     case GOBLIN_WIRE_TYPE_RESULT: {
-        const goblin_wire_result *r = &m->body.result;
+        const goblin__wire_result *r = &m->body.result;
         if (r->task_id == 0 || r->n_outputs < 0) return GOBLIN_EINVAL;
         PUT_U64(w, r->task_id);
         PUT_U32(w, r->n_outputs);
@@ -292,7 +292,7 @@ static goblin_err put_body(wr *w, const goblin_wire_msg *m) {
 }
 
 /* Header then body; in the counting pass body_len is a placeholder. */
-static goblin_err put_msg(wr *w, const goblin_wire_msg *m, uint64_t body_len) {
+static goblin_err put_msg(wr *w, const goblin__wire_msg *m, uint64_t body_len) {
     if (m->flags & ~flags_allowed((uint32_t)m->type)) return GOBLIN_EINVAL;
     put(w, MAGIC, 4);
     PUT_U16(w, GOBLIN_WIRE_VERSION);
@@ -306,7 +306,7 @@ static goblin_err put_msg(wr *w, const goblin_wire_msg *m, uint64_t body_len) {
     return GOBLIN_OK;
 }
 
-goblin_err goblin_wire_msg_init(goblin_wire_msg *m, goblin_wire_type type) {
+goblin_err goblin__wire_msg_init(goblin__wire_msg *m, goblin__wire_type type) {
     if (!m || !type_known((uint32_t)type)) return GOBLIN_EINVAL;
     memset(m, 0, sizeof *m);
     m->type = type;
@@ -322,7 +322,7 @@ goblin_err goblin_wire_msg_init(goblin_wire_msg *m, goblin_wire_type type) {
     return GOBLIN_OK;
 }
 
-static goblin_err encoded_size(const goblin_wire_msg *m, bool strided, size_t *out_len) {
+static goblin_err encoded_size(const goblin__wire_msg *m, bool strided, size_t *out_len) {
     if (!m || !out_len) return GOBLIN_EINVAL;
     wr w = {0};
     w.strided = strided;
@@ -333,15 +333,15 @@ static goblin_err encoded_size(const goblin_wire_msg *m, bool strided, size_t *o
     return GOBLIN_OK;
 }
 
-goblin_err goblin_wire_encoded_size(const goblin_wire_msg *m, size_t *out_len) {
+goblin_err goblin__wire_encoded_size(const goblin__wire_msg *m, size_t *out_len) {
     return encoded_size(m, false, out_len);
 }
 
-goblin_err goblin__wire_encoded_size_strided(const goblin_wire_msg *m, size_t *out_len) {
+goblin_err goblin__wire_encoded_size_strided(const goblin__wire_msg *m, size_t *out_len) {
     return encoded_size(m, true, out_len);
 }
 
-static goblin_err encode_into(const goblin_wire_msg *m, bool strided, uint8_t *buf, size_t cap,
+static goblin_err encode_into(const goblin__wire_msg *m, bool strided, uint8_t *buf, size_t cap,
                               size_t *out_len) {
     if (!m || !out_len || (!buf && cap)) return GOBLIN_EINVAL;
     size_t need;
@@ -358,17 +358,17 @@ static goblin_err encode_into(const goblin_wire_msg *m, bool strided, uint8_t *b
     return GOBLIN_OK;
 }
 
-goblin_err goblin_wire_encode_into(const goblin_wire_msg *m, uint8_t *buf, size_t cap,
+goblin_err goblin__wire_encode_into(const goblin__wire_msg *m, uint8_t *buf, size_t cap,
                                    size_t *out_len) {
     return encode_into(m, false, buf, cap, out_len);
 }
 
-goblin_err goblin__wire_encode_into_strided(const goblin_wire_msg *m, uint8_t *buf, size_t cap,
+goblin_err goblin__wire_encode_into_strided(const goblin__wire_msg *m, uint8_t *buf, size_t cap,
                                             size_t *out_len) {
     return encode_into(m, true, buf, cap, out_len);
 }
 
-goblin_err goblin__wire_layout_size(const goblin_wire_msg *m, int32_t n_tensors, size_t *out_len) {
+goblin_err goblin__wire_layout_size(const goblin__wire_msg *m, int32_t n_tensors, size_t *out_len) {
     if (!m || !out_len || n_tensors < 0) return GOBLIN_EINVAL;
     wr w = {0};
     w.layout = true;
@@ -380,7 +380,7 @@ goblin_err goblin__wire_layout_size(const goblin_wire_msg *m, int32_t n_tensors,
     return GOBLIN_OK;
 }
 
-goblin_err goblin__wire_encode_layout(const goblin_wire_msg *m, uint8_t *buf, size_t cap, size_t *out_len,
+goblin_err goblin__wire_encode_layout(const goblin__wire_msg *m, uint8_t *buf, size_t cap, size_t *out_len,
                                       size_t *data_off, int32_t n_tensors) {
     if (!m || !buf || !out_len || !data_off || n_tensors < 0) return GOBLIN_EINVAL;
     size_t need;
@@ -400,14 +400,14 @@ goblin_err goblin__wire_encode_layout(const goblin_wire_msg *m, uint8_t *buf, si
     return GOBLIN_OK;
 }
 
-goblin_err goblin_wire_encode(const goblin_wire_msg *m, uint8_t **out_buf, size_t *out_len) {
+goblin_err goblin__wire_encode(const goblin__wire_msg *m, uint8_t **out_buf, size_t *out_len) {
     if (!m || !out_buf || !out_len) return GOBLIN_EINVAL;
     size_t need, got;
-    goblin_err e = goblin_wire_encoded_size(m, &need);
+    goblin_err e = goblin__wire_encoded_size(m, &need);
     if (e) return e;
     uint8_t *buf = goblin__alloc(need);
     if (!buf) return GOBLIN_ENOMEM;
-    e = goblin_wire_encode_into(m, buf, need, &got);
+    e = goblin__wire_encode_into(m, buf, need, &got);
     if (e) {
         goblin__free(buf);
         return e;
@@ -419,7 +419,7 @@ goblin_err goblin_wire_encode(const goblin_wire_msg *m, uint8_t **out_buf, size_
 
 /* ==== decoder ============================================================== */
 
-void goblin_wire_limits_default(goblin_wire_limits *l) {
+void goblin__wire_limits_default(goblin__wire_limits *l) {
     if (!l) return;
     l->max_message_bytes = GOBLIN_WIRE_MAX_MESSAGE_BYTES;
     l->max_tensors = GOBLIN_WIRE_MAX_TENSORS;
@@ -428,8 +428,8 @@ void goblin_wire_limits_default(goblin_wire_limits *l) {
     l->max_graph_bytes = GOBLIN_WIRE_MAX_MESSAGE_BYTES;
 }
 
-static void limits_resolve(const goblin_wire_limits *in, goblin_wire_limits *out) {
-    goblin_wire_limits_default(out);
+static void limits_resolve(const goblin__wire_limits *in, goblin__wire_limits *out) {
+    goblin__wire_limits_default(out);
     if (!in) return;
     if (in->max_message_bytes < out->max_message_bytes) out->max_message_bytes = in->max_message_bytes;
     if (in->max_tensors < out->max_tensors) out->max_tensors = in->max_tensors;
@@ -441,7 +441,7 @@ static void limits_resolve(const goblin_wire_limits *in, goblin_wire_limits *out
 typedef struct rd {
     const uint8_t *buf;
     size_t len, pos;
-    goblin_wire_limits lim;
+    goblin__wire_limits lim;
     uint32_t flags;
     const char *what;     /* message type name, for error messages */
     char *err;
@@ -611,11 +611,11 @@ static goblin_err check_catalog(rd *r, uint64_t cat) {
 }
 
 /* One pass over the body into *m (a scratch message in pass 1). */
-static goblin_err get_body(rd *r, goblin_wire_msg *m) {
+static goblin_err get_body(rd *r, goblin__wire_msg *m) {
     goblin_err e = GOBLIN_OK;
     switch (m->type) {
     case GOBLIN_WIRE_TYPE_HELLO: {
-        goblin_wire_hello *h = &m->body.hello;
+        goblin__wire_hello *h = &m->body.hello;
         uint64_t cat, sw, be, th, mem, tl;
         GET(r, 4, cat, "catalogue version");
         if ((e = check_catalog(r, cat))) return e;
@@ -644,7 +644,7 @@ static goblin_err get_body(rd *r, goblin_wire_msg *m) {
         return GOBLIN_OK;
     }
     case GOBLIN_WIRE_TYPE_HELLO_ACK: {
-        goblin_wire_hello_ack *a = &m->body.hello_ack;
+        goblin__wire_hello_ack *a = &m->body.hello_ack;
         uint64_t cat, sw, sid, hb, mx;
         GET(r, 4, cat, "catalogue version");
         if ((e = check_catalog(r, cat))) return e;
@@ -677,7 +677,7 @@ static goblin_err get_body(rd *r, goblin_wire_msg *m) {
         return GOBLIN_OK;
     }
     case GOBLIN_WIRE_TYPE_TASK: {
-        goblin_wire_task *t = &m->body.task;
+        goblin__wire_task *t = &m->body.task;
         uint64_t id, lease, n, gl;
         GET(r, 8, id, "task id");
         GET(r, 4, lease, "lease duration");
@@ -707,7 +707,7 @@ static goblin_err get_body(rd *r, goblin_wire_msg *m) {
         return GOBLIN_OK;
     }
     case GOBLIN_WIRE_TYPE_RESULT: {
-        goblin_wire_result *res = &m->body.result;
+        goblin__wire_result *res = &m->body.result;
         uint64_t id, n, z;
         GET(r, 8, id, "task id");
         GET(r, 4, n, "output count");
@@ -731,7 +731,7 @@ static goblin_err get_body(rd *r, goblin_wire_msg *m) {
     }
 }
 
-static goblin_err header_decode(rd *r, goblin_wire_header *h) {
+static goblin_err header_decode(rd *r, goblin__wire_header *h) {
     if (r->len < GOBLIN_WIRE_HEADER_SIZE)
         return rfail(r, GOBLIN_EFORMAT, "truncated: %zu bytes is shorter than the %d-byte header",
                      r->len, GOBLIN_WIRE_HEADER_SIZE);
@@ -761,7 +761,7 @@ static goblin_err header_decode(rd *r, goblin_wire_header *h) {
     return GOBLIN_OK;
 }
 
-static void rd_init(rd *r, const uint8_t *buf, size_t len, const goblin_wire_limits *limits,
+static void rd_init(rd *r, const uint8_t *buf, size_t len, const goblin__wire_limits *limits,
                     uint32_t flags, char *err, size_t cap) {
     memset(r, 0, sizeof *r);
     r->buf = buf;
@@ -776,28 +776,28 @@ static void rd_init(rd *r, const uint8_t *buf, size_t len, const goblin_wire_lim
     if (err && cap) err[0] = 0;
 }
 
-goblin_err goblin_wire_header_decode(const uint8_t *buf, size_t len,
-                                     const goblin_wire_limits *limits, goblin_wire_header *out,
+goblin_err goblin__wire_header_decode(const uint8_t *buf, size_t len,
+                                     const goblin__wire_limits *limits, goblin__wire_header *out,
                                      char *err_msg, size_t err_cap) {
     if (!out || (!buf && len)) return GOBLIN_EINVAL;
     rd r;
     rd_init(&r, buf, len, limits, 0, err_msg, err_cap);
-    goblin_wire_header h;
+    goblin__wire_header h;
     memset(&h, 0, sizeof h);
     goblin_err e = header_decode(&r, &h);
     if (r.pos > 4 || e == GOBLIN_OK) *out = h; /* the magic matched */
     return e;
 }
 
-goblin_err goblin_wire_decode(const uint8_t *buf, size_t len, const goblin_wire_limits *limits,
-                              uint32_t flags, goblin_wire_msg **out, char *err_msg, size_t err_cap) {
+goblin_err goblin__wire_decode(const uint8_t *buf, size_t len, const goblin__wire_limits *limits,
+                              uint32_t flags, goblin__wire_msg **out, char *err_msg, size_t err_cap) {
     if (!out || (!buf && len) || (flags & ~(uint32_t)GOBLIN_WIRE_DECODE_ZERO_COPY)) return GOBLIN_EINVAL;
     rd r;
     rd_init(&r, buf, len, limits, flags, err_msg, err_cap);
     if (len > r.lim.max_message_bytes)
         return rfail(&r, GOBLIN_ELIMIT, "%zu bytes exceed the limit of %llu bytes per message", len,
                      (unsigned long long)r.lim.max_message_bytes);
-    goblin_wire_header h;
+    goblin__wire_header h;
     goblin_err e = header_decode(&r, &h);
     if (e) return e;
     if (h.body_len != len - GOBLIN_WIRE_HEADER_SIZE)
@@ -805,13 +805,13 @@ goblin_err goblin_wire_decode(const uint8_t *buf, size_t len, const goblin_wire_
                      (unsigned long long)h.body_len, len - GOBLIN_WIRE_HEADER_SIZE);
 
     /* pass 1: validate everything, size the arena; nothing is allocated */
-    goblin_wire_msg scratch;
+    goblin__wire_msg scratch;
     memset(&scratch, 0, sizeof scratch);
-    scratch.type = (goblin_wire_type)h.type;
+    scratch.type = (goblin__wire_type)h.type;
     scratch.version = h.version;
     scratch.flags = h.flags;
     scratch.request_id = h.request_id;
-    arena_take(&r, sizeof scratch, _Alignof(goblin_wire_msg));
+    arena_take(&r, sizeof scratch, _Alignof(goblin__wire_msg));
     if ((e = get_body(&r, &scratch))) return e;
     if (r.pos != r.len) return rfail(&r, GOBLIN_EFORMAT, "%zu trailing bytes", r.len - r.pos);
 
@@ -824,7 +824,7 @@ goblin_err goblin_wire_decode(const uint8_t *buf, size_t len, const goblin_wire_
     r.base = base;
     r.used = 0;
     r.tensor_bytes = 0;
-    goblin_wire_msg *m = arena_take(&r, sizeof *m, _Alignof(goblin_wire_msg));
+    goblin__wire_msg *m = arena_take(&r, sizeof *m, _Alignof(goblin__wire_msg));
     *m = scratch;
     memset(&m->body, 0, sizeof m->body);
     e = get_body(&r, m);
@@ -838,8 +838,8 @@ goblin_err goblin_wire_decode(const uint8_t *buf, size_t len, const goblin_wire_
     return GOBLIN_OK;
 }
 
-goblin_err goblin_wire_batch_next(const uint8_t *buf, size_t len, size_t *off,
-                                  const goblin_wire_limits *limits, size_t *msg_len, char *err_msg,
+goblin_err goblin__wire_batch_next(const uint8_t *buf, size_t len, size_t *off,
+                                  const goblin__wire_limits *limits, size_t *msg_len, char *err_msg,
                                   size_t err_cap) {
     if (err_msg && err_cap) err_msg[0] = 0;
     if (!off || !msg_len || (!buf && len) || *off > len || (*off < len && *off % GOBLIN_WIRE_BATCH_ALIGN))
@@ -852,7 +852,7 @@ goblin_err goblin_wire_batch_next(const uint8_t *buf, size_t len, size_t *off,
     if (at == len) {
         e = rfail(&r, GOBLIN_EFORMAT, len ? "no message left in the batch" : "empty message");
     } else {
-        goblin_wire_header h;
+        goblin__wire_header h;
         e = header_decode(&r, &h);
         if (!e && h.body_len > r.len - GOBLIN_WIRE_HEADER_SIZE)
             e = rfail(&r, GOBLIN_EFORMAT, "truncated: header says the body has %llu bytes, but %zu follow",
@@ -884,4 +884,4 @@ goblin_err goblin_wire_batch_next(const uint8_t *buf, size_t len, size_t *off,
     return e;
 }
 
-void goblin_wire_msg_free(goblin_wire_msg *m) { goblin__free(m); }
+void goblin__wire_msg_free(goblin__wire_msg *m) { goblin__free(m); }

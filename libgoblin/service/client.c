@@ -134,7 +134,8 @@ static goblin_err dial_bounded(goblin_client *c, nng_dialer d, const char *url,
 static goblin_err send_auth(goblin_client *c);
 
 goblin_err goblin_client_connect(goblin_client **out, const char *url,
-                                 const goblin_client_params *p, char *err_msg, size_t err_cap) {
+                                 const goblin_client_params *p, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, err_msg, err_cap);
     goblin_client_params dp;
     if (!p) {
         goblin_client_params_default(&dp);

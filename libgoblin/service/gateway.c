@@ -1,4 +1,4 @@
-/* libgoblin/service/gateway.c - the node-side service for clients (goblin/client.h).
+/* libgoblin/service/gateway.c - the node-side service for clients (goblin/gateway.h).
  *
  * One rep0 socket on the gateway's own URLs and one thread: requests are small
  * (submit, poll, cancel, fetch, stats) except uploads and downloads of operands,
@@ -7,7 +7,7 @@
  * connection closed, and nothing else is affected. Everything a job needs is held
  * here (copied operands, or memory-mapped .npy files) until the client fetches or
  * releases it, since the node only borrows them. */
-#include <goblin/client.h>
+#include <goblin/gateway.h>
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -251,7 +251,7 @@ static bool token_ok(goblin_gateway *g, const uint8_t *tok, uint32_t len) {
         memcpy(presented, tok, len);
         presented[len] = 0;
         char why[256] = "";
-        goblin_err e = goblin_token_check_file(g->token_file, presented, why, sizeof why);
+        goblin_err e = goblin__token_check_file(g->token_file, presented, why, sizeof why);
         memset(presented, 0, sizeof presented);
         if (e == GOBLIN_OK) ok = true;
         else if (e != GOBLIN_EAUTH)
@@ -440,13 +440,14 @@ static void handle_submit_files(goblin_gateway *g, goblin__cw_msg *m, goblin__cw
     if (!j) return reply_error(g, r, rid, GOBLIN_EBUSY, "%d jobs held: fetch or release one first",
                                g->p.max_jobs);
     char why[600];
+    goblin_errbuf eb;
     goblin_err e;
     j->is_file = true;
-    if ((e = goblin_npy_open(m->paths[0], false, &j->fa, why, sizeof why)) ||
-        (e = goblin_npy_open(m->paths[1], false, &j->fb, why, sizeof why))) {
+    if ((e = goblin_npy_open(m->paths[0], false, &j->fa, &eb)) ||
+        (e = goblin_npy_open(m->paths[1], false, &j->fb, &eb))) {
         job_release(j);
-        glog(g, GOBLIN_LOG_WARN, "file job refused: %s", why);
-        return reply_error(g, r, rid, e, "%s", why);
+        glog(g, GOBLIN_LOG_WARN, "file job refused: %s", eb.message);
+        return reply_error(g, r, rid, e, "%s", eb.message);
     }
     j->a = *goblin_npy_tensor(j->fa);
     j->b = *goblin_npy_tensor(j->fb);
@@ -455,10 +456,10 @@ static void handle_submit_files(goblin_gateway *g, goblin__cw_msg *m, goblin__cw
         return reply_error(g, r, rid, e, "%s", why);
     }
     int64_t cs[2] = {j->a.shape[0], j->b.shape[1]};
-    if ((e = goblin_npy_create(m->paths[2], j->a.dtype, 2, cs, &j->fc, why, sizeof why))) {
+    if ((e = goblin_npy_create(m->paths[2], j->a.dtype, 2, cs, &j->fc, &eb))) {
         job_release(j);
-        glog(g, GOBLIN_LOG_WARN, "file job refused: %s", why);
-        return reply_error(g, r, rid, e, "%s", why);
+        glog(g, GOBLIN_LOG_WARN, "file job refused: %s", eb.message);
+        return reply_error(g, r, rid, e, "%s", eb.message);
     }
     j->c = *goblin_npy_tensor(j->fc);
     submit(g, j, r, rid);
@@ -596,11 +597,11 @@ static void handle_submit_graph(goblin_gateway *g, goblin__cw_msg *m, goblin__cw
                                g->p.max_jobs);
     char why[600];
     goblin_graph *graph = NULL;
-    goblin_err e = goblin_graph_deserialize(m->graph, (size_t)m->graph_len, NULL, &graph, why,
-                                            sizeof why);
+    goblin_errbuf eb;
+    goblin_err e = goblin_graph_deserialize(m->graph, (size_t)m->graph_len, NULL, &graph, &eb);
     if (e) {
-        glog(g, GOBLIN_LOG_WARN, "graph job refused: %s", why);
-        return reply_error(g, r, rid, e, "graph: %s", why);
+        glog(g, GOBLIN_LOG_WARN, "graph job refused: %s", eb.message);
+        return reply_error(g, r, rid, e, "graph: %s", eb.message);
     }
     graph_arrays *arr = NULL;
     if ((e = setup_graph_job(g, j, m, graph, why, sizeof why)) ||

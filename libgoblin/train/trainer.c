@@ -135,7 +135,8 @@ goblin_err goblin__train_state_new(goblin_trainer *t, goblin_sgd_state **sgd, go
     } while (0)
 
 goblin_err goblin_trainer_new(goblin_trainer **out, goblin_grid *grid, const goblin_trainer_params *p,
-                              const goblin_tensor *init, char *err_msg, size_t err_cap) {
+                              const goblin_tensor *init, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, err_msg, err_cap);
     if (err_msg && err_cap) err_msg[0] = 0;
     goblin_err e = GOBLIN_OK;
     goblin_trainer *t = NULL;

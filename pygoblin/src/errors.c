@@ -114,7 +114,7 @@ PyObject *pygoblin_raise(goblin_err err, const char *msg)
     return NULL;
 }
 
-PyObject *pygoblin_raise_formula(goblin_err err, const goblin_formula_error *fe, const char *text)
+PyObject *pygoblin_raise_formula(goblin_err err, const goblin_errbuf *fe, const char *text)
 {
     PyObject *exc = new_error(err, fe->message[0] ? fe->message : NULL);
     if (!exc)

@@ -19,7 +19,7 @@ static PyObject *formula_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     goblin_formula *f = NULL;
-    goblin_formula_error fe = {.position = -1, .message = ""};
+    goblin_errbuf fe = {.position = -1, .message = ""};
     goblin_err e = goblin_formula_parse(s, &f, &fe);
     if (e)
         return pygoblin_raise_formula(e, &fe, s);

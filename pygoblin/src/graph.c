@@ -373,11 +373,11 @@ static PyObject *graph_deserialize(PyObject *cls, PyObject *arg)
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     goblin_graph *g = NULL;
-    char msg[256] = "";
-    goblin_err e = goblin_graph_deserialize(view.buf, (size_t)view.len, NULL, &g, msg, sizeof msg);
+    goblin_errbuf msg_eb = {0};
+    goblin_err e = goblin_graph_deserialize(view.buf, (size_t)view.len, NULL, &g, &msg_eb);
     PyBuffer_Release(&view);
     if (e)
-        return pygoblin_raise(e, msg);
+        return pygoblin_raise(e, msg_eb.message);
     pygoblin_graph *self = (pygoblin_graph *)((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
     if (!self) {
         goblin_graph_free(g);

@@ -160,7 +160,7 @@ static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
         }
         if (PyBytes_AsStringAndSize(tok, &tok_bytes, &tok_len) < 0)
             return NULL;
-        if (tok_len < 1 || tok_len > GOBLIN_WIRE_MAX_TOKEN_BYTES)
+        if (tok_len < 1 || tok_len > GOBLIN_TOKEN_MAX_BYTES)
             return pygoblin_raise(GOBLIN_EINVAL, "a client token must have 1 to 256 bytes");
     }
     if (!(connect_timeout > 0 && connect_timeout < 86400 && timeout > 0 && timeout < 86400 * 30))
@@ -186,13 +186,13 @@ static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     goblin_err e;
     goblin_grid *g = NULL;
-    char msg[512] = "";
+    goblin_errbuf msg_eb = {0};
     Py_BEGIN_ALLOW_THREADS
-    e = goblin_grid_connect(url, &p, &g, msg, sizeof msg);
+    e = goblin_grid_connect(url, &p, &g, &msg_eb);
     Py_END_ALLOW_THREADS
     if (e) {
         Py_DECREF(self);
-        return pygoblin_raise(e, msg);
+        return pygoblin_raise(e, msg_eb.message);
     }
     self->grid = g;
     self->remote = true;

@@ -23,7 +23,7 @@ int pygoblin_errors_init(PyObject *m);
 /* Raise the class for @p err with @p msg (or goblin_strerror when empty); returns NULL. */
 PyObject *pygoblin_raise(goblin_err err, const char *msg);
 /* Raise FormulaSyntaxError (or the class for @p err) carrying @p position and @p text. */
-PyObject *pygoblin_raise_formula(goblin_err err, const goblin_formula_error *fe, const char *text);
+PyObject *pygoblin_raise_formula(goblin_err err, const goblin_errbuf *fe, const char *text);
 
 /* convert.c: dtypes and arrays. */
 /* dtype name ("f32") or numpy dtype-like -> goblin dtype; sets TypeError/ValueError and returns -1. */

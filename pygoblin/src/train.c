@@ -256,14 +256,14 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         self->progress = progress;
     }
     p.progress_user = self;
-    char msg[512] = "";
+    goblin_errbuf msg_eb = {0};
     goblin_err e;
     goblin_trainer *t = NULL;
     Py_BEGIN_ALLOW_THREADS
-    e = goblin_trainer_new(&t, native, &p, init, msg, sizeof msg);
+    e = goblin_trainer_new(&t, native, &p, init, &msg_eb);
     Py_END_ALLOW_THREADS
     if (e) {
-        pygoblin_raise(e, msg);
+        pygoblin_raise(e, msg_eb.message);
         goto done;
     }
     self->t = t;

@@ -40,12 +40,12 @@ static bool inside(const void *p, size_t n, const uint8_t *data, size_t size) {
 
 int fuzz_client_wire_one(const uint8_t *data, size_t size) {
     static goblin__cw_msg m; /* large (paths): not on the stack */
-    char msg[256] = "";
+    goblin_errbuf msg_eb = {0};
     memset(&m, 0, sizeof m);
-    goblin_err e = goblin__cw_decode(data, size, &LIMITS, &m, msg, sizeof msg);
+    goblin_err e = goblin__cw_decode(data, size, &LIMITS, &m, msg_eb.message, sizeof msg_eb.message);
     if (e != GOBLIN_OK) {
         FUZZ_CHECK(m.workers == NULL && m.owned == NULL, "a rejected message holds memory");
-        FUZZ_CHECK(msg[0] != 0, "rejected without a message");
+        FUZZ_CHECK(msg_eb.message[0] != 0, "rejected without a message");
         FUZZ_CHECK(e == GOBLIN_EFORMAT || e == GOBLIN_ELIMIT || e == GOBLIN_EPROTO ||
                        e == GOBLIN_EVERSION || e == GOBLIN_ENOMEM,
                    "unexpected error code");
@@ -66,7 +66,7 @@ int fuzz_client_wire_one(const uint8_t *data, size_t size) {
     if (m.type == GOBLIN__CW_SUBMIT_GRAPH) {
         FUZZ_CHECK(inside(m.graph, (size_t)m.graph_len, data, size), "graph outside the message");
         goblin_graph *g = NULL;
-        if (goblin_graph_deserialize(m.graph, (size_t)m.graph_len, NULL, &g, msg, sizeof msg) ==
+        if (goblin_graph_deserialize(m.graph, (size_t)m.graph_len, NULL, &g, &msg_eb) ==
             GOBLIN_OK)
             goblin_graph_free(g);
     }

@@ -9,19 +9,19 @@
 #include "fuzz.h"
 
 int fuzz_graph_one(const uint8_t *data, size_t size) {
-    char msg[256];
+    goblin_errbuf msg_eb = {0};
     goblin_graph *g = (goblin_graph *)(uintptr_t)1;
-    goblin_err e = goblin_graph_deserialize(data, size, NULL, &g, msg, sizeof msg);
+    goblin_err e = goblin_graph_deserialize(data, size, NULL, &g, &msg_eb);
     if (e != GOBLIN_OK) {
         FUZZ_CHECK(g == (goblin_graph *)(uintptr_t)1, "*out written on failure");
-        FUZZ_CHECK(msg[0] != 0, "rejected without a message");
+        FUZZ_CHECK(msg_eb.message[0] != 0, "rejected without a message");
         return 0;
     }
     uint8_t *s1 = NULL, *s2 = NULL;
     size_t n1 = 0, n2 = 0;
     goblin_graph *h = NULL;
     if (goblin_graph_serialize(g, &s1, &n1) == GOBLIN_OK) {
-        e = goblin_graph_deserialize(s1, n1, NULL, &h, msg, sizeof msg);
+        e = goblin_graph_deserialize(s1, n1, NULL, &h, &msg_eb);
         FUZZ_CHECK(e == GOBLIN_OK || e == GOBLIN_ENOMEM, "a serialized graph does not decode");
         if (h && goblin_graph_serialize(h, &s2, &n2) == GOBLIN_OK)
             FUZZ_CHECK(n1 == n2 && memcmp(s1, s2, n1) == 0, "serialization is not a fixed point");

@@ -3,7 +3,7 @@
 #include <goblin/alloc.h>
 #include <goblin/formula.h>
 #include <goblin/graph.h>
-#include <goblin/wire.h>
+#include "proto/wire.h"
 #include <stdio.h>
 #include <string.h>
 #include "fuzz.h"
@@ -130,7 +130,7 @@ static void g_formula(goblin_graph *g) {
     int32_t a = input(g, GOBLIN_DTYPE_F16, 2, s);
     int32_t b = input(g, GOBLIN_DTYPE_F16, 2, s);
     goblin_formula *f;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     if (goblin_formula_parse("a * exp(-b) + 1.5 * max(a, b)", &f, &fe) != GOBLIN_OK) return;
     int32_t id;
     int32_t ins[2] = {a, b};
@@ -153,10 +153,10 @@ void fuzz_graph_seeds(fuzz_emit_fn emit, void *ctx) {
 #ifndef GOBLIN_FUZZ_CORE_ONLY /* built without the runtime (-Druntime=disabled) */
 /* ---- wire messages ------------------------------------------------------- */
 
-static void emit_msg(const goblin_wire_msg *m, fuzz_emit_fn emit, void *ctx) {
+static void emit_msg(const goblin__wire_msg *m, fuzz_emit_fn emit, void *ctx) {
     uint8_t *buf;
     size_t len;
-    if (goblin_wire_encode(m, &buf, &len) == GOBLIN_OK) {
+    if (goblin__wire_encode(m, &buf, &len) == GOBLIN_OK) {
         emit(ctx, buf, len);
         goblin_buffer_free(buf);
     }
@@ -178,9 +178,9 @@ static void keep_first(void *ctx, const uint8_t *data, size_t size) {
 
 void fuzz_wire_seeds(fuzz_emit_fn emit, void *ctx) {
     static const uint8_t token[] = {0x01, 0x02, 0xfe, 0xff, 'x'};
-    goblin_wire_msg m;
+    goblin__wire_msg m;
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
     m.request_id = 1;
     m.body.hello.backends = 3;
     m.body.hello.threads = 8;
@@ -189,32 +189,32 @@ void fuzz_wire_seeds(fuzz_emit_fn emit, void *ctx) {
     m.body.hello.token_len = sizeof token;
     emit_msg(&m, emit, ctx);
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO_ACK);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO_ACK);
     m.request_id = 1;
     m.body.hello_ack.session_id = 12345;
     m.body.hello_ack.heartbeat_ms = 1000;
     m.body.hello_ack.max_message_bytes = 1 << 24;
     emit_msg(&m, emit, ctx);
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
     m.body.refuse.reason = GOBLIN_EVERSION;
     m.body.refuse.message = "catalogue version 2, this node has 1";
     emit_msg(&m, emit, ctx);
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
     m.request_id = 2;
     m.body.lease_request.slots = 4;
     emit_msg(&m, emit, ctx);
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ABANDON);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_ABANDON);
     m.body.abandon.task_id = 99;
     emit_msg(&m, emit, ctx);
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
     m.body.heartbeat.active_tasks = 2;
     emit_msg(&m, emit, ctx);
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
     m.body.error.code = GOBLIN_EINDEX;
     m.body.error.task_id = 7;
     m.body.error.message = "node 2 (gather): index 9 out of range";
@@ -234,7 +234,7 @@ void fuzz_wire_seeds(fuzz_emit_fn emit, void *ctx) {
     goblin_tensor_init(&ts[2], GOBLIN_DTYPE_BOOL, 3, sb, bv);
     goblin_tensor_init(&ts[3], GOBLIN_DTYPE_F64, 0, NULL, &sv);
     goblin_tensor_init(&ts[4], GOBLIN_DTYPE_I16, 2, se, NULL);
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
     m.request_id = 3;
     m.body.task.task_id = 1000;
     m.body.task.lease_ms = 60000;
@@ -246,7 +246,7 @@ void fuzz_wire_seeds(fuzz_emit_fn emit, void *ctx) {
     m.body.task.n_inputs = 5;
     if (fg.len) emit_msg(&m, emit, ctx);
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
     m.request_id = 3;
     m.body.result.task_id = 1000;
     m.body.result.n_outputs = 5;

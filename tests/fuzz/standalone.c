@@ -11,7 +11,7 @@
  * On a crash or failed oracle the input is written to fuzz-crash-<target>.bin. */
 #include <goblin/alloc.h>
 #include <goblin/graph.h>
-#include <goblin/wire.h>
+#include "proto/wire.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -34,20 +34,20 @@ typedef struct target {
 
 #ifndef GOBLIN_FUZZ_CORE_ONLY /* built without the runtime (-Druntime=disabled) */
 static bool wire_valid(const uint8_t *d, size_t n, bool verbose) {
-    goblin_wire_msg *m = NULL;
+    goblin__wire_msg *m = NULL;
     char msg[256];
-    goblin_err e = goblin_wire_decode(d, n, NULL, 0, &m, msg, sizeof msg);
+    goblin_err e = goblin__wire_decode(d, n, NULL, 0, &m, msg, sizeof msg);
     if (e && verbose) fprintf(stderr, "seed rejected: %s\n", msg);
-    goblin_wire_msg_free(m);
+    goblin__wire_msg_free(m);
     return e == GOBLIN_OK;
 }
 #endif
 
 static bool graph_valid(const uint8_t *d, size_t n, bool verbose) {
     goblin_graph *g = NULL;
-    char msg[256];
-    goblin_err e = goblin_graph_deserialize(d, n, NULL, &g, msg, sizeof msg);
-    if (e && verbose) fprintf(stderr, "seed rejected: %s\n", msg);
+    goblin_errbuf msg_eb = {0};
+    goblin_err e = goblin_graph_deserialize(d, n, NULL, &g, &msg_eb);
+    if (e && verbose) fprintf(stderr, "seed rejected: %s\n", msg_eb.message);
     goblin_graph_free(g);
     return e == GOBLIN_OK;
 }

@@ -31,8 +31,8 @@ class Attr(C.Structure):
     _fields_ = [("key", C.c_int), ("count", C.c_int32), ("v", _AttrV)]
 
 
-class FormulaError(C.Structure):
-    _fields_ = [("position", C.c_int32), ("message", C.c_char * 128)]
+class ErrBuf(C.Structure):  # goblin_errbuf
+    _fields_ = [("position", C.c_int32), ("message", C.c_char * 512)]
 
 
 class ExecParams(C.Structure):
@@ -80,7 +80,7 @@ _sig("goblin_graph_node", C.c_int, C.c_void_p, C.c_int32, C.POINTER(C.c_int), C.
      C.POINTER(C.c_int32), C.c_void_p)
 _sig("goblin_graph_serialize", C.c_int, C.c_void_p, C.POINTER(C.c_void_p), C.POINTER(C.c_size_t))
 _sig("goblin_graph_deserialize", C.c_int, C.c_char_p, C.c_size_t, C.c_void_p, C.POINTER(C.c_void_p),
-     C.c_char_p, C.c_size_t)
+     C.POINTER(ErrBuf))
 _sig("goblin_buffer_free", None, C.c_void_p)
 _sig("goblin_exec_params_default", None, C.POINTER(ExecParams))
 _sig("goblin_exec_new", C.c_int, C.POINTER(C.c_void_p), C.c_void_p, C.POINTER(ExecParams))
@@ -96,7 +96,7 @@ _sig("goblin_op_contract", C.c_int, C.c_int, C.c_int, C.c_int64, C.POINTER(C.c_d
      C.POINTER(C.c_double))
 _sig("goblin_attr_name", C.c_char_p, C.c_int)
 _sig("goblin_attr_key_kind", C.c_int, C.c_int)
-_sig("goblin_formula_parse", C.c_int, C.c_char_p, C.POINTER(C.c_void_p), C.POINTER(FormulaError))
+_sig("goblin_formula_parse", C.c_int, C.c_char_p, C.POINTER(C.c_void_p), C.POINTER(ErrBuf))
 _sig("goblin_formula_free", None, C.c_void_p)
 _sig("goblin_formula_var_count", C.c_int32, C.c_void_p)
 _sig("goblin_formula_var_name", C.c_char_p, C.c_void_p, C.c_int32)
@@ -242,7 +242,7 @@ class Graph:
 
     def formula(self, text, **bindings):
         f = C.c_void_p()
-        fe = FormulaError()
+        fe = ErrBuf()
         e = lib.goblin_formula_parse(text.encode(), C.byref(f), C.byref(fe))
         if e:
             raise GoblinError(e, f"at {fe.position}: {fe.message.decode()}")

@@ -10,8 +10,9 @@
 #include <goblin/grid.h>
 #include <goblin/node.h>
 #include <goblin/ops.h>
-#include <goblin/plan.h>
-#include <goblin/wire.h>
+#include <goblin/testctrl.h>
+#include "node/plan.h"
+#include "proto/wire.h"
 #include <goblin/worker.h>
 #include <math.h>
 #include <pthread.h>
@@ -130,8 +131,41 @@ static inline void *rt_worker_main(void *arg) {
     return NULL;
 }
 
+/* Fault injection for worker i of the next rt_grid_start (goblin_test_control), set
+ * by a test before the call: applied between goblin_worker_new and the worker's
+ * thread, then cleared. slow_ms 0 and catalog_version 0 leave the defaults. */
+typedef struct rt_fault {
+    goblin_misbehave mode;
+    double rate;
+    uint64_t seed;
+    uint32_t slow_ms;
+    void (*crash_hook)(void *user);
+    uint32_t catalog_version;
+} rt_fault;
+
+static rt_fault rt_faults[RT_MAX_WORKERS];
+
+static inline goblin_err rt_fault_apply(goblin_worker *w, const rt_fault *f) {
+    goblin_err e = GOBLIN_OK;
+    if (f->mode != GOBLIN_MISBEHAVE_NONE)
+        e = goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, w, f->mode, f->rate, f->seed);
+    if (!e && f->slow_ms) e = goblin_test_control(GOBLIN_TESTCTRL_WORKER_SLOW_MS, w, (unsigned)f->slow_ms);
+    if (!e && f->crash_hook)
+        e = goblin_test_control(GOBLIN_TESTCTRL_WORKER_CRASH, w, f->crash_hook, (void *)NULL, 0);
+    if (!e && f->catalog_version)
+        e = goblin_test_control(GOBLIN_TESTCTRL_WORKER_CATALOG_VERSION, w, (unsigned)f->catalog_version);
+    return e;
+}
+
+/* Name of a misbehave mode, for messages. */
+static inline const char *rt_misbehave_name(goblin_misbehave mode) {
+    const char *name = NULL;
+    goblin_test_control(GOBLIN_TESTCTRL_MISBEHAVE_NAME, mode, &name);
+    return name;
+}
+
 /* Start a node on @p url (params @p np, listen overridden) and @p n workers with
- * @p wps[i] (connect overridden). */
+ * @p wps[i] (connect overridden) and rt_faults[i]. */
 static inline goblin_err rt_grid_start(rt_grid *g, const char *url, const goblin_node_params *np,
                                        const goblin_worker_params *wps, int n) {
     memset(g, 0, sizeof *g);
@@ -146,10 +180,12 @@ static inline goblin_err rt_grid_start(rt_grid *g, const char *url, const goblin
         wp.connect[0] = url;
         wp.n_connect = 1;
         if ((e = goblin_worker_new(&g->w[i], &wp)) != GOBLIN_OK) return e;
+        if ((e = rt_fault_apply(g->w[i], &rt_faults[i])) != GOBLIN_OK) return e;
         rt_ctx[i] = (rt_wctx){g, i};
         pthread_create(&g->th[i], NULL, rt_worker_main, &rt_ctx[i]);
         g->n = i + 1;
     }
+    memset(rt_faults, 0, sizeof rt_faults);
     return GOBLIN_OK;
 }
 

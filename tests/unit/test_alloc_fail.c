@@ -31,7 +31,7 @@ static goblin_err scenario(void) {
     if ((e = goblin_graph_output(g, y))) goto out;
     if ((e = goblin_graph_output(g, s))) goto out;
     if ((e = goblin_graph_serialize(g, &buf, &len))) goto out;
-    if ((e = goblin_graph_deserialize(buf, len, NULL, &h, NULL, 0))) goto out;
+    if ((e = goblin_graph_deserialize(buf, len, NULL, &h, NULL))) goto out;
     static float xv[64 * 32];
     for (int i = 0; i < 64 * 32; i++) xv[i] = (float)(i % 7);
     goblin_tensor in = gt_tensor(GOBLIN_DTYPE_F32, 2, sx, xv);

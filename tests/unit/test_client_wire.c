@@ -292,8 +292,8 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     cr_assert_eq(p[64 + p8 + 16 + 8], 77);
 
     goblin__cw_limits l = lim();
-    char why[256];
-    cr_assert_eq(goblin__cw_decode(buf, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
+    goblin_errbuf why_eb = {0};
+    cr_assert_eq(goblin__cw_decode(buf, n, &l, d, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
     cr_assert_eq(d->n_io, 3);
     cr_assert_eq(d->n_outputs, 4);
     cr_assert_eq(d->graph_len, blen);
@@ -322,7 +322,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     free(buf2);
     /* The graph inside deserializes to a graph with the same counts. */
     goblin_graph *g2;
-    cr_assert_eq(goblin_graph_deserialize(d->graph, d->graph_len, NULL, &g2, why, sizeof why), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_deserialize(d->graph, d->graph_len, NULL, &g2, &why_eb), GOBLIN_OK);
     cr_assert_eq(goblin_graph_output_count(g2), 4);
     goblin_graph_free(g2);
     goblin__cw_msg_clear(d);
@@ -334,7 +334,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
         memcpy(c, buf, n);
         uint64_t bl = k >= 24 ? k - 24 : 0;
         for (int i = 0; i < 8; i++) c[16 + i] = (uint8_t)(bl >> (8 * i));
-        cr_assert_neq(goblin__cw_decode(c, k, &l, d, why, sizeof why), GOBLIN_OK, "%zu bytes", k);
+        cr_assert_neq(goblin__cw_decode(c, k, &l, d, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%zu bytes", k);
         cr_assert_null(d->owned);
     }
     /* Field by field: each bad value is refused with EFORMAT or ELIMIT. */
@@ -356,16 +356,16 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
         memcpy(c, buf, n);
         if (bad[i].off == 24 + 23) { c[24 + 22] = 0xf8; }
         c[bad[i].off] = bad[i].v;
-        cr_assert_eq(goblin__cw_decode(c, n, &l, d, why, sizeof why), bad[i].want, "case %zu: %s", i, why);
+        cr_assert_eq(goblin__cw_decode(c, n, &l, d, why_eb.message, sizeof why_eb.message), bad[i].want, "case %zu: %s", i, why_eb.message);
         cr_assert_null(d->owned);
     }
     /* A graph length beyond the message, and 1024 inputs with bytes for 3. */
     memcpy(c, buf, n);
     c[24 + 56 + 4] = 1;
-    cr_assert_eq(goblin__cw_decode(c, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
+    cr_assert_eq(goblin__cw_decode(c, n, &l, d, why_eb.message, sizeof why_eb.message), GOBLIN_EFORMAT);
     memcpy(c, buf, n);
     c[24 + 0] = 0; c[24 + 1] = 4; /* 1024 */
-    cr_assert_eq(goblin__cw_decode(c, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
+    cr_assert_eq(goblin__cw_decode(c, n, &l, d, why_eb.message, sizeof why_eb.message), GOBLIN_EFORMAT);
     cr_assert_null(d->owned);
     free(c);
 
@@ -391,7 +391,7 @@ Test(client_wire, submit_graph_roundtrip_strided_and_layout) {
     buf = enc(m, &n);
     cr_assert_eq(n, 24 + 64 + p8 + 184 + 120 + 40);
     cr_assert_eq(buf[24 + 9], 0);
-    cr_assert_eq(goblin__cw_decode(buf, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(goblin__cw_decode(buf, n, &l, d, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
     cr_assert_null(d->split);
     cr_assert_null(d->cache_ids);
     goblin__cw_msg_clear(d);
@@ -462,8 +462,8 @@ static void gw_start(gw_fixture *f, int port, uint64_t recv_max) {
     if (recv_max) gp.recv_max_bytes = recv_max;
     cr_assert_eq(goblin_gateway_new(&f->gw, goblin_grid_node(f->grid), &gp), GOBLIN_OK);
     cr_assert_eq(goblin_gateway_start(f->gw), GOBLIN_OK);
-    char why[256];
-    cr_assert_eq(goblin_client_connect(&f->c, f->url, NULL, why, sizeof why), GOBLIN_OK, "%s", why);
+    goblin_errbuf why_eb = {0};
+    cr_assert_eq(goblin_client_connect(&f->c, f->url, NULL, &why_eb), GOBLIN_OK, "%s", why_eb.message);
 }
 
 static void gw_stop(gw_fixture *f) {
@@ -847,7 +847,10 @@ static goblin_err try_connect(const char *url, const char *token, goblin_client 
         cp.token_len = (uint32_t)strlen(token);
     }
     *out = NULL;
-    return goblin_client_connect(out, url, &cp, why, cap);
+    goblin_errbuf eb;
+    goblin_err e = goblin_client_connect(out, url, &cp, &eb);
+    snprintf(why, cap, "%s", eb.message);
+    return e;
 }
 
 static goblin_err stats_of(goblin_client *c) {
@@ -889,27 +892,27 @@ Test(client_wire, client_tokens, .timeout = 120) {
     cr_assert_eq(goblin_gateway_new(&g2, goblin_grid_node(grid), &gp), GOBLIN_OK);
     cr_assert_eq(goblin_gateway_start(g2), GOBLIN_OK);
 
-    char why[600];
+    goblin_errbuf why_eb = {0};
     goblin_client *c;
     /* no token: connects, but every request is answered EAUTH */
-    cr_assert_eq(try_connect(url1, NULL, &c, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(try_connect(url1, NULL, &c, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
     cr_assert_eq(stats_of(c), GOBLIN_EAUTH);
     cr_assert(strstr(goblin_client_error(c), "requires a client token"), "%s", goblin_client_error(c));
     uint64_t id;
     cr_assert_eq(goblin_client_submit_matmul_files(c, "/a", "/b", "/c", &id), GOBLIN_EAUTH);
     goblin_client_free(c);
     /* a wrong token is refused at connect */
-    cr_assert_eq(try_connect(url1, "mallory-token", &c, why, sizeof why), GOBLIN_EAUTH);
+    cr_assert_eq(try_connect(url1, "mallory-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
     cr_assert_null(c);
-    cr_assert(strstr(why, "refused the client token"), "%s", why);
-    cr_assert_eq(try_connect(url2, "the-one-tokeN", &c, why, sizeof why), GOBLIN_EAUTH);
-    cr_assert_eq(try_connect(url2, "the-one-token-", &c, why, sizeof why), GOBLIN_EAUTH);
-    cr_assert_eq(try_connect(url2, "alice-token", &c, why, sizeof why), GOBLIN_EAUTH);
+    cr_assert(strstr(why_eb.message, "refused the client token"), "%s", why_eb.message);
+    cr_assert_eq(try_connect(url2, "the-one-tokeN", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
+    cr_assert_eq(try_connect(url2, "the-one-token-", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
+    cr_assert_eq(try_connect(url2, "alice-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
     /* right tokens */
     goblin_client *ca, *cb, *c2;
-    cr_assert_eq(try_connect(url1, "alice-token", &ca, why, sizeof why), GOBLIN_OK, "%s", why);
-    cr_assert_eq(try_connect(url1, "bob-token", &cb, why, sizeof why), GOBLIN_OK, "%s", why);
-    cr_assert_eq(try_connect(url2, "the-one-token", &c2, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(try_connect(url1, "alice-token", &ca, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
+    cr_assert_eq(try_connect(url1, "bob-token", &cb, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
+    cr_assert_eq(try_connect(url2, "the-one-token", &c2, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
     cr_assert_eq(stats_of(ca), GOBLIN_OK, "%s", goblin_client_error(ca));
     cr_assert_eq(stats_of(cb), GOBLIN_OK, "%s", goblin_client_error(cb));
     cr_assert_eq(stats_of(c2), GOBLIN_OK, "%s", goblin_client_error(c2));
@@ -933,13 +936,13 @@ Test(client_wire, client_tokens, .timeout = 120) {
      * still work */
     snprintf(text, sizeof text, "%s\n", line1);
     write_file(tf, text);
-    cr_assert_eq(try_connect(url1, "bob-token", &c, why, sizeof why), GOBLIN_EAUTH);
-    cr_assert_eq(try_connect(url1, "alice-token", &c, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(try_connect(url1, "bob-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
+    cr_assert_eq(try_connect(url1, "alice-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
     cr_assert_eq(stats_of(c), GOBLIN_OK);
     goblin_client_free(c);
     /* an unreadable token file refuses everyone (and is logged), it does not open up */
     unlink(tf);
-    cr_assert_eq(try_connect(url1, "alice-token", &c, why, sizeof why), GOBLIN_EAUTH);
+    cr_assert_eq(try_connect(url1, "alice-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
     /* a client token given to a gateway that needs none is accepted */
     goblin_gateway *g3;
     goblin_gateway_params_default(&gp);
@@ -947,7 +950,7 @@ Test(client_wire, client_tokens, .timeout = 120) {
     gp.n_listen = 1;
     cr_assert_eq(goblin_gateway_new(&g3, goblin_grid_node(grid), &gp), GOBLIN_OK);
     cr_assert_eq(goblin_gateway_start(g3), GOBLIN_OK);
-    cr_assert_eq(try_connect(gp.listen[0], "any", &c, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(try_connect(gp.listen[0], "any", &c, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
     cr_assert_eq(stats_of(c), GOBLIN_OK);
     goblin_client_free(c);
     /* bad params */
@@ -961,7 +964,7 @@ Test(client_wire, client_tokens, .timeout = 120) {
     goblin_client_params cp;
     goblin_client_params_default(&cp);
     cp.token_len = 4;
-    cr_assert_eq(goblin_client_connect(&c, url1, &cp, why, sizeof why), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_client_connect(&c, url1, &cp, &why_eb), GOBLIN_EINVAL);
 
     goblin_client_free(ca);
     goblin_client_free(cb);
@@ -992,12 +995,12 @@ Test(client_wire, connect_timeout_plain_tcp, .timeout = 60) {
     goblin_client_params_default(&cp);
     cp.connect_timeout_ms = 300;
     goblin_client *c = NULL;
-    char why[600];
-    cr_assert_eq(goblin_client_connect(&c, url, &cp, why, sizeof why), GOBLIN_ETIMEDOUT, "%s", why);
+    goblin_errbuf why_eb = {0};
+    cr_assert_eq(goblin_client_connect(&c, url, &cp, &why_eb), GOBLIN_ETIMEDOUT, "%s", why_eb.message);
     cr_assert_null(c);
-    cr_assert(strstr(why, "within 300 ms"), "%s", why);
+    cr_assert(strstr(why_eb.message, "within 300 ms"), "%s", why_eb.message);
     /* a refused connection is still reported as such */
     close(filler);
     close(ls);
-    cr_assert_eq(goblin_client_connect(&c, url, &cp, why, sizeof why), GOBLIN_ECONNREFUSED, "%s", why);
+    cr_assert_eq(goblin_client_connect(&c, url, &cp, &why_eb), GOBLIN_ECONNREFUSED, "%s", why_eb.message);
 }

@@ -420,7 +420,7 @@ static goblin_err build_case(const tcase *c, goblin_dtype dt, goblin_graph **gou
     }
     if (c->formula) {
         goblin_formula *f = NULL;
-        goblin_formula_error fe;
+        goblin_errbuf fe;
         e = goblin_formula_parse(c->formula, &f, &fe);
         if (e) {
             snprintf(msg, cap, "formula parse: %s at %d", fe.message, (int)fe.position);

@@ -263,7 +263,7 @@ Test(errors, exec_argument_checks) {
 
 Test(errors, formula_syntax_error_has_position) {
     goblin_formula *f = NULL;
-    goblin_formula_error err;
+    goblin_errbuf err;
     memset(&err, 0, sizeof err);
     cr_expect_eq(goblin_formula_parse(NULL, &f, &err), GOBLIN_EINVAL);
     cr_expect_eq(goblin_formula_parse("x + 1", NULL, &err), GOBLIN_EINVAL);

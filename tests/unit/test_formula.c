@@ -37,7 +37,7 @@ static bool have_blis(void) { return goblin_backend_available(BLIS) == GOBLIN_OK
 /* The program of @p text in postfix, variables by name, NEG as "neg". */
 static void postfix(const char *text, char *buf, size_t cap) {
     goblin_formula *f = NULL;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     goblin_err e = goblin_formula_parse(text, &f, &fe);
     cr_assert_eq(e, GOBLIN_OK, "parse \"%s\": %s (%s)", text, goblin_err_name(e), fe.message);
     void *prog = NULL;
@@ -86,7 +86,7 @@ static void postfix(const char *text, char *buf, size_t cap) {
 /* Parse @p text expecting error @p code at @p pos with @p needle in the message. */
 static void expect_parse_error(const char *text, goblin_err code, int32_t pos, const char *needle) {
     goblin_formula *f = (goblin_formula *)(uintptr_t)1; /* must stay untouched */
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     goblin_err e = goblin_formula_parse(text, &f, &fe);
     cr_assert_eq(e, code, "\"%s\": got %s (%s), want %s", text, goblin_err_name(e), fe.message,
                  goblin_err_name(code));
@@ -103,7 +103,7 @@ static goblin_err feval(const char *text, const goblin_tensor *ins, int32_t n,
                         goblin_backend_kind be, int32_t threads, goblin_tensor *out, char *msg,
                         size_t cap) {
     goblin_formula *f = NULL;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     goblin_err e = goblin_formula_parse(text, &f, &fe);
     cr_assert_eq(e, GOBLIN_OK, "parse \"%s\": %s", text, fe.message);
     goblin_graph *g = NULL;
@@ -149,7 +149,7 @@ static goblin_tensor fev(const char *text, const goblin_tensor *ins, int32_t n,
 /* Build only; the error and message of goblin_graph_add_formula. */
 static goblin_err fbuild(const char *text, goblin_dtype dt, int32_t n_vars, char *msg, size_t cap) {
     goblin_formula *f = NULL;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     cr_assert_eq(goblin_formula_parse(text, &f, &fe), GOBLIN_OK, "%s", fe.message);
     cr_assert_eq(goblin_formula_var_count(f), n_vars);
     goblin_graph *g = NULL;
@@ -310,7 +310,7 @@ Test(formula_parse, syntax_errors_have_positions_and_clear_messages) {
 Test(formula_parse, formula_without_variables_or_bad_arguments) {
     expect_parse_error("2 + 3", GOBLIN_EINVAL, -1, "no variables");
     goblin_formula *f = NULL;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     cr_assert_eq(goblin_formula_parse(NULL, &f, &fe), GOBLIN_EINVAL);
     cr_assert_eq(goblin_formula_parse("x", NULL, &fe), GOBLIN_EINVAL);
     cr_assert_eq(goblin_formula_parse("x +", &f, NULL), GOBLIN_ESYNTAX); /* err may be NULL */
@@ -374,7 +374,7 @@ Test(formula_parse, limits) {
         }
         buf[n++] = 'x';
         buf[n] = 0;
-        goblin_formula_error fe;
+        goblin_errbuf fe;
         cr_assert_eq(goblin_formula_parse(buf, &f, &fe), GOBLIN_ELIMIT, "unit %s: %s", unit[u],
                      fe.message);
     }
@@ -412,7 +412,7 @@ Test(formula_parse, random_bytes_never_crash) {
         }
         buf[len] = 0;
         goblin_formula *f = NULL;
-        goblin_formula_error fe;
+        goblin_errbuf fe;
         goblin_err e = goblin_formula_parse(buf, &f, &fe);
         if (e == GOBLIN_OK) {
             accepted++;
@@ -457,7 +457,7 @@ Test(formula_parse, mutated_valid_formulas_never_crash) {
             }
         }
         goblin_formula *f = NULL;
-        goblin_formula_error fe;
+        goblin_errbuf fe;
         goblin_err e = goblin_formula_parse(buf, &f, &fe);
         if (e == GOBLIN_OK) {
             check_accepted(f);
@@ -1233,8 +1233,8 @@ Test(formula_wire, serialized_formula_round_trips_and_corruption_is_caught) {
     /* the names x and y never reach the wire */
     cr_assert_null(memmem(buf, len, "x * y", 5));
     goblin_graph *h = NULL;
-    char msg[256];
-    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, &h, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, &h, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     double xv[5] = {-3, -1, 0, 1, 3}, yv = 10, ov[5];
     goblin_tensor in[2] = {gt_tensor(F64, 1, SH(5), xv), sc(F64, &yv)};
     goblin_tensor out = gt_tensor(F64, 1, SH(5), ov);
@@ -1250,7 +1250,7 @@ Test(formula_wire, serialized_formula_round_trips_and_corruption_is_caught) {
         size_t p = len - 1 - (size_t)(gt_rand(&s) * 60); /* the formula node sits at the end */
         bad[p] ^= (uint8_t)(1u << (int)(gt_rand(&s) * 8));
         goblin_graph *q = NULL;
-        goblin_err e = goblin_graph_deserialize(bad, len, NULL, &q, msg, sizeof msg);
+        goblin_err e = goblin_graph_deserialize(bad, len, NULL, &q, &msg_eb);
         if (e == GOBLIN_OK) {
             goblin_tensor o2;
             memset(&o2, 0, sizeof o2);
@@ -1259,7 +1259,7 @@ Test(formula_wire, serialized_formula_round_trips_and_corruption_is_caught) {
                 goblin_buffer_free(o2.data);
             goblin_graph_free(q);
         } else {
-            cr_assert(msg[0] != 0);
+            cr_assert(msg_eb.message[0] != 0);
         }
     }
     free(bad);

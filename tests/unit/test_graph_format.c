@@ -40,7 +40,7 @@ static goblin_graph *sample(void) {
                  goblin_graph_error(g));
     goblin_graph_output(g, y);
     goblin_formula *fm;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     cr_assert_eq(goblin_formula_parse("secret_scale * exp(-x)", &fm, &fe), GOBLIN_OK, "%s",
                  fe.message);
     int32_t fin[2];
@@ -71,8 +71,8 @@ Test(graph_format, round_trip_is_exact_and_evaluates_the_same) {
     size_t len;
     cr_assert_eq(goblin_graph_serialize(g, &buf, &len), GOBLIN_OK);
     goblin_graph *h;
-    char msg[256];
-    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, &h, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, &h, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     uint8_t *buf2;
     size_t len2;
     cr_assert_eq(goblin_graph_serialize(h, &buf2, &len2), GOBLIN_OK);
@@ -115,11 +115,11 @@ Test(graph_format, every_truncation_is_rejected) {
     goblin_graph_serialize(g, &buf, &len);
     for (size_t n = 0; n < len; n++) {
         goblin_graph *h = (goblin_graph *)0x1;
-        char msg[256];
-        goblin_err e = goblin_graph_deserialize(buf, n, NULL, &h, msg, sizeof msg);
+        goblin_errbuf msg_eb = {0};
+        goblin_err e = goblin_graph_deserialize(buf, n, NULL, &h, &msg_eb);
         cr_assert(e == GOBLIN_EFORMAT || e == GOBLIN_ELIMIT, "len %zu: %s", n, goblin_err_name(e));
         cr_assert_eq(h, (goblin_graph *)0x1, "out untouched on failure");
-        cr_assert_neq(msg[0], 0, "a reason is given");
+        cr_assert_neq(msg_eb.message[0], 0, "a reason is given");
     }
     goblin_buffer_free(buf);
     goblin_graph_free(g);
@@ -133,7 +133,7 @@ Test(graph_format, corrupted_bytes_are_caught_by_the_checksum) {
     for (size_t i = 0; i < len; i++) {
         buf[i] ^= 0x5a;
         goblin_graph *h = NULL;
-        goblin_err e = goblin_graph_deserialize(buf, len, NULL, &h, NULL, 0);
+        goblin_err e = goblin_graph_deserialize(buf, len, NULL, &h, NULL);
         cr_assert_neq(e, GOBLIN_OK, "flip at %zu accepted", i);
         buf[i] ^= 0x5a;
     }
@@ -162,14 +162,14 @@ Test(graph_format, resealed_mutations_never_crash) {
         }
         reseal(b, len);
         goblin_graph *h = NULL;
-        char msg[256];
-        goblin_err e = goblin_graph_deserialize(b, len, NULL, &h, msg, sizeof msg);
+        goblin_errbuf msg_eb = {0};
+        goblin_err e = goblin_graph_deserialize(b, len, NULL, &h, &msg_eb);
         if (e == GOBLIN_OK) {
             accepted++;
             goblin_graph_free(h);
         } else {
             rejected++;
-            cr_assert_neq(msg[0], 0);
+            cr_assert_neq(msg_eb.message[0], 0);
         }
     }
     cr_log_info("resealed mutations: %d accepted as valid graphs, %d rejected", accepted, rejected);
@@ -185,42 +185,42 @@ Test(graph_format, versions_magic_and_limits) {
     size_t len;
     goblin_graph_serialize(g, &buf, &len);
     goblin_graph *h;
-    char msg[256];
+    goblin_errbuf msg_eb = {0};
     uint8_t *b = malloc(len);
 
     memcpy(b, buf, len);
     b[0] = 'X';
-    cr_assert_eq(goblin_graph_deserialize(b, len, NULL, &h, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert_eq(goblin_graph_deserialize(b, len, NULL, &h, &msg_eb), GOBLIN_EFORMAT);
     memcpy(b, buf, len);
     b[4] = 2; /* format version */
     reseal(b, len);
-    cr_assert_eq(goblin_graph_deserialize(b, len, NULL, &h, msg, sizeof msg), GOBLIN_EVERSION);
-    cr_assert(strstr(msg, "format version 2"), "%s", msg);
+    cr_assert_eq(goblin_graph_deserialize(b, len, NULL, &h, &msg_eb), GOBLIN_EVERSION);
+    cr_assert(strstr(msg_eb.message, "format version 2"), "%s", msg_eb.message);
     memcpy(b, buf, len);
     b[8] = (uint8_t)(GOBLIN_CATALOG_VERSION + 1); /* catalogue version */
     reseal(b, len);
-    cr_assert_eq(goblin_graph_deserialize(b, len, NULL, &h, msg, sizeof msg), GOBLIN_EVERSION);
-    cr_assert(strstr(msg, "catalogue version"), "%s", msg);
+    cr_assert_eq(goblin_graph_deserialize(b, len, NULL, &h, &msg_eb), GOBLIN_EVERSION);
+    cr_assert(strstr(msg_eb.message, "catalogue version"), "%s", msg_eb.message);
 
     /* node count far beyond what the bytes hold */
     memcpy(b, buf, len);
     b[12] = 0xff; b[13] = 0xff; b[14] = 0xff; b[15] = 0x7f;
     reseal(b, len);
-    cr_assert_eq(goblin_graph_deserialize(b, len, NULL, &h, msg, sizeof msg), GOBLIN_ELIMIT);
+    cr_assert_eq(goblin_graph_deserialize(b, len, NULL, &h, &msg_eb), GOBLIN_ELIMIT);
 
     goblin_graph_decode_limits lim;
     goblin_graph_decode_limits_default(&lim);
     lim.max_nodes = 3;
-    cr_assert_eq(goblin_graph_deserialize(buf, len, &lim, &h, msg, sizeof msg), GOBLIN_ELIMIT);
+    cr_assert_eq(goblin_graph_deserialize(buf, len, &lim, &h, &msg_eb), GOBLIN_ELIMIT);
     goblin_graph_decode_limits_default(&lim);
     lim.max_const_bytes = 8; /* the constant has 12 bytes */
-    cr_assert_eq(goblin_graph_deserialize(buf, len, &lim, &h, msg, sizeof msg), GOBLIN_ELIMIT);
+    cr_assert_eq(goblin_graph_deserialize(buf, len, &lim, &h, &msg_eb), GOBLIN_ELIMIT);
     goblin_graph_decode_limits_default(&lim);
     lim.max_numel = 10; /* x has 12 elements */
-    cr_assert_eq(goblin_graph_deserialize(buf, len, &lim, &h, msg, sizeof msg), GOBLIN_ELIMIT);
+    cr_assert_eq(goblin_graph_deserialize(buf, len, &lim, &h, &msg_eb), GOBLIN_ELIMIT);
 
-    cr_assert_eq(goblin_graph_deserialize(NULL, 0, NULL, &h, msg, sizeof msg), GOBLIN_EFORMAT);
-    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, NULL, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_graph_deserialize(NULL, 0, NULL, &h, &msg_eb), GOBLIN_EFORMAT);
+    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, NULL, &msg_eb), GOBLIN_EINVAL);
     free(b);
     goblin_buffer_free(buf);
     goblin_graph_free(g);
@@ -262,9 +262,9 @@ Test(graph_format, forward_reference_and_trailing_bytes) {
     n += 4;
     reseal(b, n);
     goblin_graph *h;
-    char msg[256];
-    cr_assert_eq(goblin_graph_deserialize(b, n, NULL, &h, msg, sizeof msg), GOBLIN_EFORMAT);
-    cr_assert(strstr(msg, "not an earlier node"), "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_graph_deserialize(b, n, NULL, &h, &msg_eb), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg_eb.message, "not an earlier node"), "%s", msg_eb.message);
 }
 
 Test(graph_format, encoded_shape_must_match_inference) {
@@ -284,9 +284,9 @@ Test(graph_format, encoded_shape_must_match_inference) {
     buf[off] = 6;
     reseal(buf, len);
     goblin_graph *h;
-    char msg[256];
-    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, &h, msg, sizeof msg), GOBLIN_EFORMAT);
-    cr_assert(strstr(msg, "disagree"), "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, &h, &msg_eb), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg_eb.message, "disagree"), "%s", msg_eb.message);
     goblin_buffer_free(buf);
     goblin_graph_free(g);
 }

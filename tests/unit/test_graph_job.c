@@ -192,8 +192,8 @@ Test(graph_job, rebatch_mlp_with_reshape_against_naive) {
     goblin_graph_output(g, all);
 
     goblin_graph *rg = NULL;
-    char msg[256];
-    cr_assert_eq(goblin_graph_rebatch(g, NULL, R, &rg, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_graph_rebatch(g, NULL, R, &rg, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     goblin_tensor o;
     goblin_graph_node(rg, goblin_graph_output_id(rg, 0), NULL, &o, NULL, NULL);
     cr_assert(o.rank == 2 && o.shape[0] == R && o.shape[1] == H);
@@ -246,10 +246,10 @@ Test(graph_job, rebatch_mlp_with_reshape_against_naive) {
     cr_assert_eq(goblin_graph_add(bad, GOBLIN_OP_RESHAPE, &bx, 1, &ta, 1, &br), GOBLIN_OK);
     goblin_graph_output(bad, br);
     goblin_graph *none = NULL;
-    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 4, &none, msg, sizeof msg), GOBLIN_ESHAPE);
+    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 4, &none, &msg_eb), GOBLIN_ESHAPE);
     cr_assert_null(none);
-    cr_assert(strstr(msg, "node 1") != NULL, "message names the node: %s", msg);
-    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 0, &none, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert(strstr(msg_eb.message, "node 1") != NULL, "message names the node: %s", msg_eb.message);
+    cr_assert_eq(goblin_graph_rebatch(bad, NULL, 0, &none, &msg_eb), GOBLIN_EINVAL);
     goblin_graph_free(bad);
     goblin_graph_free(g);
 }
@@ -458,9 +458,7 @@ static void cheater_grid(goblin_misbehave mode, double rate, const char *url, rt
         wps[i].threads = 1;
         wps[i].log_level = GOBLIN_LOG_ERROR;
     }
-    wps[0].misbehave = mode;
-    wps[0].misbehave_rate = rate;
-    wps[0].misbehave_seed = 5;
+    rt_faults[0] = (rt_fault){.mode = mode, .rate = rate, .seed = 5};
     rt_grid_start_joined(g, url, &np, wps, 3);
 }
 
@@ -484,16 +482,16 @@ static void run_cheater(goblin_misbehave mode, double rate, const char *url) {
         goblin_job *job = NULL;
         fill(m.dt, io.x, m.B * m.D, 1000 + (uint64_t)round);
         cr_assert_eq(goblin_node_submit_graph(g.node, m.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", goblin_misbehave_name(mode),
+        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", rt_misbehave_name(mode),
                      goblin_job_error(job));
         check_outputs(&m, &io);
         goblin_job_free(job);
         goblin_node_stats_get(g.node, &st);
         if (st.workers_quarantined) break;
     }
-    cr_assert(st.results_rejected > 0, "%s: a rejection", goblin_misbehave_name(mode));
+    cr_assert(st.results_rejected > 0, "%s: a rejection", rt_misbehave_name(mode));
     cr_assert(st.replicas_issued > 0);
-    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", goblin_misbehave_name(mode));
+    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", rt_misbehave_name(mode));
     goblin_worker_stats cs;
     goblin_worker_stats_get(g.w[0], &cs);
     cr_assert(cs.misbehaved > 0);
@@ -683,10 +681,12 @@ Test(graph_job, cancel_and_progress) {
     goblin_grid_params_default(&gp);
     gp.node.log_level = GOBLIN_LOG_ERROR;
     gp.worker.log_level = GOBLIN_LOG_ERROR;
-    gp.worker.misbehave = GOBLIN_MISBEHAVE_SILENT;
-    gp.worker.misbehave_rate = 1.0;
     goblin_grid *grid = NULL;
     cr_assert_eq(goblin_grid_local(2, &gp, &grid), GOBLIN_OK);
+    for (int32_t i = 0; i < 2; i++)
+        cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, goblin_grid_worker(grid, i),
+                                         GOBLIN_MISBEHAVE_SILENT, 1.0, (uint64_t)i),
+                     GOBLIN_OK);
     mlp m = mlp_new(GOBLIN_DTYPE_F32, 20, 4, 3);
     job_io io = io_new(&m, 800);
     goblin_job *job = NULL;
@@ -706,25 +706,25 @@ Test(graph_job, cancel_and_progress) {
 
 /* ---- heartbeats ------------------------------------------------------------------- */
 
-static void raw_send(nng_socket s, const goblin_wire_msg *m) {
+static void raw_send(nng_socket s, const goblin__wire_msg *m) {
     uint8_t *buf;
     size_t len;
-    cr_assert_eq(goblin_wire_encode(m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode(m, &buf, &len), GOBLIN_OK);
     cr_assert_eq(nng_send(s, buf, len, 0), 0);
     goblin_buffer_free(buf);
 }
 
 /* Receive until a message of @p type (others dropped); NULL after ~5 s. */
-static goblin_wire_msg *raw_recv(nng_socket s, goblin_wire_type type) {
+static goblin__wire_msg *raw_recv(nng_socket s, goblin__wire_type type) {
     for (int i = 0; i < 50; i++) {
         void *rb;
         size_t rlen;
         if (nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC) != 0) continue;
-        goblin_wire_msg *r = NULL;
-        goblin_err e = goblin_wire_decode(rb, rlen, NULL, 0, &r, NULL, 0);
+        goblin__wire_msg *r = NULL;
+        goblin_err e = goblin__wire_decode(rb, rlen, NULL, 0, &r, NULL, 0);
         nng_free(rb, rlen);
         if (e == GOBLIN_OK && r->type == type) return r;
-        goblin_wire_msg_free(r);
+        goblin__wire_msg_free(r);
     }
     return NULL;
 }
@@ -740,9 +740,7 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     goblin_worker_params_default(&wp);
     wp.threads = 1;
     wp.log_level = GOBLIN_LOG_ERROR;
-    wp.misbehave = GOBLIN_MISBEHAVE_SLOW;
-    wp.misbehave_rate = 1.0;
-    wp.slow_ms = 600;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SLOW, .rate = 1.0, .slow_ms = 600};
     rt_grid g;
     const char *url = "inproc://h1-gj-heartbeat";
     rt_grid_start_joined(&g, url, &np, &wp, 1);
@@ -751,17 +749,17 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     cr_assert_eq(nng_pair1_open_poly(&s), 0);
     nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 100);
     cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
     m.body.hello.backends = 1;
     m.body.hello.threads = 1;
     m.body.hello.memory_bytes = 1 << 30;
     raw_send(s, &m);
-    goblin_wire_msg *ack = raw_recv(s, GOBLIN_WIRE_TYPE_HELLO_ACK);
+    goblin__wire_msg *ack = raw_recv(s, GOBLIN_WIRE_TYPE_HELLO_ACK);
     cr_assert_not_null(ack);
     cr_assert_eq(ack->body.hello_ack.heartbeat_ms, 100);
-    goblin_wire_msg_free(ack);
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    goblin__wire_msg_free(ack);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
     m.body.lease_request.slots = 1;
     raw_send(s, &m);
 
@@ -773,9 +771,9 @@ Test(graph_job, silent_worker_dropped_busy_worker_kept) {
     jp.verify = GOBLIN_VERIFY_RECOMPUTE;
     goblin_job *job = NULL;
     cr_assert_eq(goblin_node_submit_graph(g.node, mm.g, io.in, 3, io.out, 5, &jp, &job), GOBLIN_OK);
-    goblin_wire_msg *task = raw_recv(s, GOBLIN_WIRE_TYPE_TASK);
+    goblin__wire_msg *task = raw_recv(s, GOBLIN_WIRE_TYPE_TASK);
     cr_assert_not_null(task, "the silent peer got a lease");
-    goblin_wire_msg_free(task);
+    goblin__wire_msg_free(task);
     /* Never answer: the node drops it after 3 heartbeats and reissues the lease. */
     cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
     check_outputs(&mm, &io);
@@ -1112,15 +1110,15 @@ static void spot_cheater(goblin_misbehave mode, double rate, const char *url) {
         memset(r.y, 0, sizeof(float) * (size_t)(r.B * r.H));
         goblin_job *job = NULL;
         cr_assert_eq(goblin_node_submit_graph(g.node, r.g, r.in, 3, &r.out, 1, &jp, &job), GOBLIN_OK);
-        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", goblin_misbehave_name(mode),
+        cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s: %s", rt_misbehave_name(mode),
                      goblin_job_error(job));
         rowwise_check(&r);
         goblin_job_free(job);
         goblin_node_stats_get(g.node, &st);
         if (st.workers_quarantined) break;
     }
-    cr_assert(st.results_rejected > 0, "%s: a rejection", goblin_misbehave_name(mode));
-    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", goblin_misbehave_name(mode));
+    cr_assert(st.results_rejected > 0, "%s: a rejection", rt_misbehave_name(mode));
+    cr_assert_eq(st.workers_quarantined, 1, "%s: only the cheater", rt_misbehave_name(mode));
     cr_assert(st.spot_checks > 0);
     cr_assert(st.spot_checks_prepared > 0 && st.spot_checks_prepared <= st.spot_checks);
     cr_assert_eq(st.replicas_issued, 0);
@@ -1154,9 +1152,7 @@ Test(graph_job, spot_prepared_rows_catch_a_lone_cheater) {
     goblin_worker_params_default(&wp);
     wp.threads = 1;
     wp.log_level = GOBLIN_LOG_ERROR;
-    wp.misbehave = GOBLIN_MISBEHAVE_WRONG;
-    wp.misbehave_rate = 1.0;
-    wp.misbehave_seed = 9;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_WRONG, .rate = 1.0, .seed = 9};
     rt_grid g;
     rt_grid_start_joined(&g, "inproc://h1-sp-prep", &np, &wp, 1);
     rowwise r = rowwise_new(96, 8, 6, 1201);
@@ -1248,7 +1244,7 @@ Test(graph_job, shapes_like_gives_the_rows_of_the_big_batch) {
     cr_assert_eq(goblin_graph_output(g, m2), GOBLIN_OK);
     goblin_split split[3] = {GOBLIN_SPLIT_BATCH, GOBLIN_SPLIT_BROADCAST, GOBLIN_SPLIT_BROADCAST};
     goblin_graph *gk = NULL;
-    cr_assert_eq(goblin_graph_rebatch(g, split, K, &gk, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_rebatch(g, split, K, &gk, NULL), GOBLIN_OK);
     goblin_tensor in[3], out;
     goblin_tensor_init(&in[0], GOBLIN_DTYPE_F32, 2, sx, x);
     goblin_tensor_init(&in[1], GOBLIN_DTYPE_F32, 2, s1, w1);

@@ -13,7 +13,7 @@
 #include "runtime_util.h"
 
 static void run_product(goblin_node *node, goblin_dtype dt, int64_t m, int64_t k, int64_t n,
-                        const goblin_job_params *jp, goblin_plan_info *info_out) {
+                        const goblin_job_params *jp, goblin_job_plan *info_out) {
     rt_mat a = rt_mat_new(dt, m, k, 11, true), b = rt_mat_new(dt, k, n, 22, true);
     rt_mat c = rt_mat_new(dt, m, n, 0, false);
     goblin_job *job = NULL;
@@ -35,7 +35,7 @@ static void run_product(goblin_node *node, goblin_dtype dt, int64_t m, int64_t k
 Test(node, grid_f32_awkward_shape) {
     goblin_grid *g = rt_local_grid(3, NULL);
     goblin_node *node = goblin_grid_node(g);
-    goblin_plan_info info;
+    goblin_job_plan info;
     run_product(node, GOBLIN_DTYPE_F32, 517, 333, 421, NULL, &info);
     cr_assert_gt(info.grid_rows * info.grid_cols, 1);
     goblin_node_stats st;
@@ -70,7 +70,7 @@ Test(node, grid_f64_split_k) {
     jp.task_memory_bytes = 96 * 1024; /* forces K to be cut */
     jp.progress = count_progress;
     progress_calls = 0;
-    goblin_plan_info info;
+    goblin_job_plan info;
     run_product(node, GOBLIN_DTYPE_F64, 67, 1500, 45, &jp, &info);
     cr_assert_gt(info.k_slices, 1, "split-K expected, got %lld slices", (long long)info.k_slices);
     int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
@@ -94,7 +94,7 @@ Test(node, split_k_is_deterministic) {
     cr_assert_eq(goblin_job_wait(j1, 30000), GOBLIN_OK);
     cr_assert_eq(goblin_node_submit_matmul(node, &a.t, &b.t, &c2.t, &jp, &j2), GOBLIN_OK);
     cr_assert_eq(goblin_job_wait(j2, 30000), GOBLIN_OK);
-    goblin_plan_info info;
+    goblin_job_plan info;
     goblin_job_plan_info(j1, &info);
     cr_assert_gt(info.k_slices, 1);
     cr_assert_eq(memcmp(c1.data, c2.data, 40 * 30 * sizeof(float)), 0);
@@ -181,9 +181,7 @@ Test(node, worker_stopped_mid_job) {
     /* The victim is slow (honest, each answer held back up to 5 s, cut short when it
      * stops): when the others have delivered 3 tiles it surely holds leases, one being
      * computed and at least one queued, which it must give back when stopped. */
-    wp[0].misbehave = GOBLIN_MISBEHAVE_SLOW;
-    wp[0].misbehave_rate = 1.0;
-    wp[0].slow_ms = 5000;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SLOW, .rate = 1.0, .slow_ms = 5000};
     rt_grid g;
     rt_grid_start_joined(&g, "inproc://test-node-stop", &np, wp, 3);
     victim = g.w[0];
@@ -197,7 +195,7 @@ Test(node, worker_stopped_mid_job) {
     cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
     cr_assert_eq(goblin_job_wait(job, 30000), GOBLIN_OK, "%s", goblin_job_error(job));
     cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
-    goblin_plan_info info;
+    goblin_job_plan info;
     goblin_job_plan_info(job, &info);
     int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
     goblin_node_stats st;
@@ -227,8 +225,7 @@ Test(node, job_fails_after_bounded_retries) {
     goblin_worker_params wp;
     goblin_worker_params_default(&wp);
     wp.threads = 1;
-    wp.misbehave = GOBLIN_MISBEHAVE_SILENT;
-    wp.misbehave_rate = 1.0;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SILENT, .rate = 1.0};
     wp.slots = 64;
     rt_grid g;
     rt_grid_start_joined(&g, "inproc://test-node-retries", &np, &wp, 1);
@@ -250,8 +247,7 @@ Test(node, cancel_and_wait_timeout) {
     goblin_node_params_default(&np);
     goblin_worker_params wp;
     goblin_worker_params_default(&wp);
-    wp.misbehave = GOBLIN_MISBEHAVE_SILENT;
-    wp.misbehave_rate = 1.0;
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SILENT, .rate = 1.0};
     rt_grid g;
     rt_grid_start_joined(&g, "inproc://test-node-cancel", &np, &wp, 1);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 8, 8, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 8, 8, 2, true);
@@ -279,9 +275,8 @@ Test(node, job_freed_while_queued_keeps_its_leases, .timeout = 60) {
     goblin_worker_params_default(&wp);
     wp.threads = 1;
     wp.slots = 4;
-    wp.misbehave = GOBLIN_MISBEHAVE_SLOW; /* honest, each answer 100 ms late */
-    wp.misbehave_rate = 1.0;
-    wp.slow_ms = 100;
+    /* honest, each answer 100 ms late */
+    rt_faults[0] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SLOW, .rate = 1.0, .slow_ms = 100};
     rt_grid g;
     rt_grid_start_joined(&g, "inproc://test-node-freed-queued", &np, &wp, 1);
     /* 64 x 64 tiles over K = 256: 128 KiB per TASK, over the batching limit, so each
@@ -337,26 +332,26 @@ Test(node, wrong_catalogue_version_refused) {
     cr_assert_eq(rt_grid_start(&g, "inproc://test-node-version", &np, NULL, 0), GOBLIN_OK);
     nng_socket s;
     cr_assert_eq(raw_dial(&s, "inproc://test-node-version"), 0);
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
     m.body.hello.catalog_version = goblin_catalog_version() + 1;
     m.body.hello.backends = 1;
     m.body.hello.threads = 1;
     m.body.hello.memory_bytes = 1 << 20;
     uint8_t *buf;
     size_t len;
-    cr_assert_eq(goblin_wire_encode(&m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode(&m, &buf, &len), GOBLIN_OK);
     cr_assert_eq(nng_send(s, buf, len, 0), 0);
     goblin_buffer_free(buf);
     void *rb;
     size_t rlen;
     cr_assert_eq(nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC), 0, "a REFUSE comes back");
-    goblin_wire_msg *r = NULL;
-    cr_assert_eq(goblin_wire_decode(rb, rlen, NULL, 0, &r, NULL, 0), GOBLIN_OK);
+    goblin__wire_msg *r = NULL;
+    cr_assert_eq(goblin__wire_decode(rb, rlen, NULL, 0, &r, NULL, 0), GOBLIN_OK);
     cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_REFUSE);
     cr_assert_eq(r->body.refuse.reason, GOBLIN_EVERSION);
     cr_assert(strstr(r->body.refuse.message, "catalogue version") != NULL, "%s", r->body.refuse.message);
-    goblin_wire_msg_free(r);
+    goblin__wire_msg_free(r);
     nng_free(rb, rlen);
     nng_close(s);
     cr_assert(rt_log_has(&lg, "refused worker"));
@@ -392,12 +387,12 @@ Test(node, garbage_peer_dropped_others_served) {
         if (round == 0) {
             cr_assert_eq(nng_send(s, junk, sizeof junk, 0), 0);
         } else {
-            goblin_wire_msg m;
-            goblin_wire_msg_init(&m, round == 1 ? GOBLIN_WIRE_TYPE_HEARTBEAT : GOBLIN_WIRE_TYPE_RESULT);
+            goblin__wire_msg m;
+            goblin__wire_msg_init(&m, round == 1 ? GOBLIN_WIRE_TYPE_HEARTBEAT : GOBLIN_WIRE_TYPE_RESULT);
             if (round == 2) m.body.result.task_id = 5;
             uint8_t *buf;
             size_t len;
-            cr_assert_eq(goblin_wire_encode(&m, &buf, &len), GOBLIN_OK);
+            cr_assert_eq(goblin__wire_encode(&m, &buf, &len), GOBLIN_OK);
             if (round == 1) buf[16] = 0xff; /* body length */
             cr_assert_eq(nng_send(s, buf, len, 0), 0);
             goblin_buffer_free(buf);
@@ -451,41 +446,41 @@ Test(node, join_token) {
 /* ---- planning a product far larger than memory ------------------------------------ */
 
 Test(node, plan_of_huge_product_allocates_nothing) {
-    goblin_plan_params pp;
-    goblin_plan_params_default(&pp);
+    goblin__plan_params pp;
+    goblin__plan_params_default(&pp);
     pp.m = pp.k = pp.n = 100000;
     pp.dtype = GOBLIN_DTYPE_F32;
     pp.memory_bytes = (uint64_t)1 << 30;
-    goblin_plan *plan = NULL;
-    cr_assert_eq(goblin_plan_matmul(&plan, &pp, NULL, 0), GOBLIN_OK);
-    goblin_plan_info info;
-    cr_assert_eq(goblin_plan_get_info(plan, &info), GOBLIN_OK);
+    goblin__plan *plan = NULL;
+    cr_assert_eq(goblin__plan_matmul(&plan, &pp, NULL, 0), GOBLIN_OK);
+    goblin_job_plan info;
+    cr_assert_eq(goblin__plan_get_info(plan, &info), GOBLIN_OK);
     cr_assert_leq(info.max_task_bytes, info.budget_bytes);
-    int64_t count = goblin_plan_tile_count(plan);
+    int64_t count = goblin__plan_tile_count(plan);
     cr_assert_eq(count, info.grid_rows * info.grid_cols * info.k_slices);
     cr_assert_gt(count, 1);
     /* The tiles of the first row and column cover M, N and K exactly. */
     int64_t rows = 0, cols = 0, ks = 0;
-    goblin_matmul_tile t;
+    goblin__matmul_tile t;
     for (int64_t r = 0; r < info.grid_rows; r++) {
-        cr_assert_eq(goblin_plan_tile(plan, r * info.grid_cols * info.k_slices, &t), GOBLIN_OK);
+        cr_assert_eq(goblin__plan_tile(plan, r * info.grid_cols * info.k_slices, &t), GOBLIN_OK);
         cr_assert_eq(t.row0, rows);
         rows += t.rows;
     }
     for (int64_t c = 0; c < info.grid_cols; c++) {
-        cr_assert_eq(goblin_plan_tile(plan, c * info.k_slices, &t), GOBLIN_OK);
+        cr_assert_eq(goblin__plan_tile(plan, c * info.k_slices, &t), GOBLIN_OK);
         cr_assert_eq(t.col0, cols);
         cols += t.cols;
     }
     for (int64_t q = 0; q < info.k_slices; q++) {
-        cr_assert_eq(goblin_plan_tile(plan, q, &t), GOBLIN_OK);
+        cr_assert_eq(goblin__plan_tile(plan, q, &t), GOBLIN_OK);
         cr_assert_eq(t.k0, ks);
         ks += t.kn;
     }
     cr_assert_eq(rows, 100000);
     cr_assert_eq(cols, 100000);
     cr_assert_eq(ks, 100000);
-    goblin_plan_free(plan);
+    goblin__plan_free(plan);
 }
 
 Test(node, tasks_sized_to_smallest_worker_memory) {
@@ -495,7 +490,7 @@ Test(node, tasks_sized_to_smallest_worker_memory) {
     gp.worker.cache_bytes = 64 * 1024;
     goblin_grid *g = rt_local_grid(2, &gp);
     goblin_node *node = goblin_grid_node(g);
-    goblin_plan_info info;
+    goblin_job_plan info;
     run_product(node, GOBLIN_DTYPE_F32, 300, 310, 290, NULL, &info);
     cr_assert_leq(info.max_task_bytes, 256 * 1024);
     cr_assert_gt(info.grid_rows * info.grid_cols * info.k_slices, 8);
@@ -558,9 +553,9 @@ static void make_identity(goblin_tls_identity *id) {
     goblin_tls_init_params ip;
     goblin_tls_init_params_default(&ip);
     ip.force = true;
-    char why[512];
-    goblin_err e = goblin_tls_init_dir(tls_dir, &ip, id, why, sizeof why);
-    cr_assert_eq(e, GOBLIN_OK, "init identity: %s", why);
+    goblin_errbuf why_eb = {0};
+    goblin_err e = goblin_tls_init_dir(tls_dir, &ip, id, &why_eb);
+    cr_assert_eq(e, GOBLIN_OK, "init identity: %s", why_eb.message);
 }
 
 static void remove_identity(const goblin_tls_identity *id) {
@@ -684,10 +679,10 @@ Test(node, join_token_file) {
 
 /* ---- batches (protocol 1.1) ----------------------------------------------------- */
 
-static void raw_send_msg(nng_socket s, const goblin_wire_msg *m) {
+static void raw_send_msg(nng_socket s, const goblin__wire_msg *m) {
     uint8_t *buf;
     size_t len;
-    cr_assert_eq(goblin_wire_encode(m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode(m, &buf, &len), GOBLIN_OK);
     cr_assert_eq(nng_send(s, buf, len, 0), 0);
     goblin_buffer_free(buf);
 }
@@ -695,8 +690,8 @@ static void raw_send_msg(nng_socket s, const goblin_wire_msg *m) {
 /* HELLO (offering batches or not), HELLO_ACK back (its flags in *ack_flags), then a
  * LEASE_REQUEST for @p slots. */
 static void raw_join(nng_socket s, bool batch, uint8_t *ack_flags, uint32_t slots) {
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
     m.body.hello.backends = 1u | (batch ? GOBLIN_WIRE_CAP_BATCH : 0);
     m.body.hello.threads = 1;
     m.body.hello.memory_bytes = 1 << 24;
@@ -704,13 +699,13 @@ static void raw_join(nng_socket s, bool batch, uint8_t *ack_flags, uint32_t slot
     void *rb;
     size_t rlen;
     cr_assert_eq(nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC), 0, "a HELLO_ACK comes back");
-    goblin_wire_msg *r = NULL;
-    cr_assert_eq(goblin_wire_decode(rb, rlen, NULL, 0, &r, NULL, 0), GOBLIN_OK);
+    goblin__wire_msg *r = NULL;
+    cr_assert_eq(goblin__wire_decode(rb, rlen, NULL, 0, &r, NULL, 0), GOBLIN_OK);
     cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_HELLO_ACK);
     *ack_flags = r->flags;
-    goblin_wire_msg_free(r);
+    goblin__wire_msg_free(r);
     nng_free(rb, rlen);
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
     m.body.lease_request.slots = slots;
     raw_send_msg(s, &m);
 }
@@ -751,7 +746,7 @@ Test(node, batches_only_to_workers_that_offer_them, .timeout = 60) {
     jp.min_tasks = 64;
     goblin_job *job = NULL;
     cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
-    goblin_plan_info info;
+    goblin_job_plan info;
     cr_assert_eq(goblin_job_plan_info(job, &info), GOBLIN_OK);
     cr_assert_geq(info.grid_rows * info.grid_cols * info.k_slices, 32);
 
@@ -766,12 +761,12 @@ Test(node, batches_only_to_workers_that_offer_them, .timeout = 60) {
     void *rb;
     size_t rlen;
     while (nng_recv(s1, &rb, &rlen, NNG_FLAG_ALLOC) == 0) {
-        goblin_wire_msg *t = NULL;
+        goblin__wire_msg *t = NULL;
         char err[256];
-        cr_assert_eq(goblin_wire_decode(rb, rlen, NULL, 0, &t, err, sizeof err), GOBLIN_OK,
+        cr_assert_eq(goblin__wire_decode(rb, rlen, NULL, 0, &t, err, sizeof err), GOBLIN_OK,
                      "a 1.0 worker gets whole single messages: %s", err);
         cr_assert_eq(t->type, GOBLIN_WIRE_TYPE_TASK);
-        goblin_wire_msg_free(t);
+        goblin__wire_msg_free(t);
         nng_free(rb, rlen);
         singles++;
     }
@@ -790,13 +785,13 @@ Test(node, batches_only_to_workers_that_offer_them, .timeout = 60) {
     char err[256];
     do {
         size_t at = off;
-        cr_assert_eq(goblin_wire_batch_next(rb, rlen, &off, NULL, &ml, err, sizeof err), GOBLIN_OK, "%s", err);
-        goblin_wire_msg *t = NULL;
-        cr_assert_eq(goblin_wire_decode((uint8_t *)rb + at, ml, NULL, 0, &t, err, sizeof err), GOBLIN_OK, "%s", err);
+        cr_assert_eq(goblin__wire_batch_next(rb, rlen, &off, NULL, &ml, err, sizeof err), GOBLIN_OK, "%s", err);
+        goblin__wire_msg *t = NULL;
+        cr_assert_eq(goblin__wire_decode((uint8_t *)rb + at, ml, NULL, 0, &t, err, sizeof err), GOBLIN_OK, "%s", err);
         cr_assert_eq(t->type, GOBLIN_WIRE_TYPE_TASK);
         cr_assert_lt(k, 64);
         ids[k++] = t->body.task.task_id;
-        goblin_wire_msg_free(t);
+        goblin__wire_msg_free(t);
     } while (off < rlen);
     nng_free(rb, rlen);
     cr_assert_gt(k, 1, "several TASKs in one message");
@@ -808,15 +803,15 @@ Test(node, batches_only_to_workers_that_offer_them, .timeout = 60) {
     static uint8_t out[4096];
     size_t olen = 0;
     for (int i = 0; i <= k; i++) {
-        goblin_wire_msg m;
+        goblin__wire_msg m;
         if (i == k / 2) {
-            goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
+            goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
         } else {
-            goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ABANDON);
+            goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_ABANDON);
             m.body.abandon.task_id = ids[i < k / 2 ? i : i - 1];
         }
         size_t at = (olen + 7) / 8 * 8, wrote = 0;
-        cr_assert_eq(goblin_wire_encode_into(&m, out + at, sizeof out - at, &wrote), GOBLIN_OK);
+        cr_assert_eq(goblin__wire_encode_into(&m, out + at, sizeof out - at, &wrote), GOBLIN_OK);
         olen = at + wrote;
     }
     cr_assert_eq(nng_send(s2, out, olen, 0), 0);

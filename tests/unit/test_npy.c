@@ -24,8 +24,8 @@ static goblin_err parse(const char *dict, goblin_dtype *dt, int32_t *rank, int64
                         size_t *off) {
     uint8_t buf[1024];
     size_t n = make_header(buf, dict);
-    char msg[256];
-    return goblin_npy_header_parse(buf, n, dt, rank, shape, off, msg, sizeof msg);
+    goblin_errbuf msg_eb = {0};
+    return goblin_npy_header_parse(buf, n, dt, rank, shape, off, &msg_eb);
 }
 
 Test(npy, parses_numpy_headers) {
@@ -83,18 +83,18 @@ Test(npy, refuses_bad_headers) {
     /* Truncated: every prefix of a good header is refused, never read past. */
     uint8_t buf[256];
     size_t n = make_header(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }");
-    char msg[128];
+    goblin_errbuf msg_eb = {0};
     for (size_t k = 0; k < n; k++) {
         uint8_t *cut = malloc(k ? k : 1);
         memcpy(cut, buf, k);
-        cr_assert_neq(goblin_npy_header_parse(cut, k, &dt, &rank, shape, &off, msg, sizeof msg),
+        cr_assert_neq(goblin_npy_header_parse(cut, k, &dt, &rank, shape, &off, &msg_eb),
                       GOBLIN_OK, "prefix of %zu bytes accepted", k);
         free(cut);
     }
     buf[6] = 9; /* unknown format version */
-    cr_assert_eq(goblin_npy_header_parse(buf, n, &dt, &rank, shape, &off, msg, sizeof msg),
+    cr_assert_eq(goblin_npy_header_parse(buf, n, &dt, &rank, shape, &off, &msg_eb),
                  GOBLIN_EFORMAT);
-    cr_assert_eq(goblin_npy_header_parse(NULL, n, &dt, &rank, shape, &off, msg, sizeof msg),
+    cr_assert_eq(goblin_npy_header_parse(NULL, n, &dt, &rank, shape, &off, &msg_eb),
                  GOBLIN_EINVAL);
 }
 
@@ -114,7 +114,7 @@ Test(npy, random_bytes) {
             buf[9] = 0;
             buf[8] = (uint8_t)(n - 10);
         }
-        (void)goblin_npy_header_parse(buf, n, &dt, &rank, shape, &off, NULL, 0);
+        (void)goblin_npy_header_parse(buf, n, &dt, &rank, shape, &off, NULL);
     }
 }
 
@@ -127,8 +127,8 @@ Test(npy, create_save_open_roundtrip) {
     int64_t shape[2] = {2, 3};
     goblin_tensor t;
     cr_assert_eq(goblin_tensor_init(&t, GOBLIN_DTYPE_F64, 2, shape, vals), GOBLIN_OK);
-    char msg[256];
-    cr_assert_eq(goblin_npy_save(path, &t, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_npy_save(path, &t, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     /* The file is exactly what NumPy writes: 64-byte aligned header, then the data. */
     FILE *f = fopen(path, "rb");
     uint8_t head[256];
@@ -140,7 +140,7 @@ Test(npy, create_save_open_roundtrip) {
     cr_assert_eq(head[126], ' ');
     cr_assert(memcmp(head + 128, vals, 48) == 0);
     goblin_npy *r;
-    cr_assert_eq(goblin_npy_open(path, false, &r, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    cr_assert_eq(goblin_npy_open(path, false, &r, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     goblin_tensor *rt = goblin_npy_tensor(r);
     cr_assert_eq(rt->dtype, GOBLIN_DTYPE_F64);
     cr_assert_eq(rt->shape[0], 2);
@@ -151,8 +151,8 @@ Test(npy, create_save_open_roundtrip) {
     /* Non-contiguous (transposed) input is written in C order. */
     goblin_tensor tt = t;
     tt.shape[0] = 3; tt.shape[1] = 2; tt.strides[0] = 1; tt.strides[1] = 3;
-    cr_assert_eq(goblin_npy_save(path, &tt, msg, sizeof msg), GOBLIN_OK);
-    cr_assert_eq(goblin_npy_open(path, false, &r, msg, sizeof msg), GOBLIN_OK);
+    cr_assert_eq(goblin_npy_save(path, &tt, &msg_eb), GOBLIN_OK);
+    cr_assert_eq(goblin_npy_open(path, false, &r, &msg_eb), GOBLIN_OK);
     double *d = goblin_npy_tensor(r)->data;
     double want[6] = {1.5, 0, -2, 1e300, 3.25, -0.0};
     cr_assert(memcmp(d, want, 48) == 0);
@@ -161,23 +161,23 @@ Test(npy, create_save_open_roundtrip) {
     /* A created file is writable through the map and reads back. */
     int64_t s2[2] = {4, 5};
     goblin_npy *w;
-    cr_assert_eq(goblin_npy_create(path, GOBLIN_DTYPE_F32, 2, s2, &w, msg, sizeof msg), GOBLIN_OK);
+    cr_assert_eq(goblin_npy_create(path, GOBLIN_DTYPE_F32, 2, s2, &w, &msg_eb), GOBLIN_OK);
     float *fp = goblin_npy_tensor(w)->data;
     for (int i = 0; i < 20; i++) fp[i] = (float)i * 0.5f;
     goblin_npy_close(w);
-    cr_assert_eq(goblin_npy_open(path, false, &r, msg, sizeof msg), GOBLIN_OK);
+    cr_assert_eq(goblin_npy_open(path, false, &r, &msg_eb), GOBLIN_OK);
     cr_assert_eq(goblin_npy_tensor(r)->dtype, GOBLIN_DTYPE_F32);
     cr_assert_eq(((float *)goblin_npy_tensor(r)->data)[19], 9.5f);
     goblin_npy_close(r);
 
     /* A file whose size disagrees with its header is refused. */
     cr_assert_eq(truncate(path, 128 + 79), 0);
-    cr_assert_eq(goblin_npy_open(path, false, &r, msg, sizeof msg), GOBLIN_EFORMAT);
-    cr_assert(strstr(msg, "header says"), "%s", msg);
-    cr_assert_eq(goblin_npy_open("/nonexistent/x.npy", false, &r, msg, sizeof msg), GOBLIN_EIO);
+    cr_assert_eq(goblin_npy_open(path, false, &r, &msg_eb), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg_eb.message, "header says"), "%s", msg_eb.message);
+    cr_assert_eq(goblin_npy_open("/nonexistent/x.npy", false, &r, &msg_eb), GOBLIN_EIO);
     int64_t bad[1] = {-1};
-    cr_assert_eq(goblin_npy_create(path, GOBLIN_DTYPE_F32, 1, bad, &w, msg, sizeof msg), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_npy_create(path, GOBLIN_DTYPE_I32, 1, s2, &w, msg, sizeof msg), GOBLIN_EDTYPE);
+    cr_assert_eq(goblin_npy_create(path, GOBLIN_DTYPE_F32, 1, bad, &w, &msg_eb), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_npy_create(path, GOBLIN_DTYPE_I32, 1, s2, &w, &msg_eb), GOBLIN_EDTYPE);
     unlink(path);
     rmdir(dir);
 }

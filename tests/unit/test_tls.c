@@ -60,10 +60,11 @@ static void sub_path(char *out, size_t cap, const char *name) {
 }
 
 static void init_identity(const char *name, goblin_tls_identity *id) {
-    char dir[512], msg[512] = "";
+    char dir[512];
+    goblin_errbuf msg_eb = {0};
     sub_path(dir, sizeof dir, name);
-    goblin_err e = goblin_tls_init_dir(dir, NULL, id, msg, sizeof msg);
-    cr_assert_eq(e, GOBLIN_OK, "init_dir: %s: %s", goblin_err_name(e), msg);
+    goblin_err e = goblin_tls_init_dir(dir, NULL, id, &msg_eb);
+    cr_assert_eq(e, GOBLIN_OK, "init_dir: %s: %s", goblin_err_name(e), msg_eb.message);
 }
 
 static size_t read_all(const char *path, char *buf, size_t cap) {
@@ -169,11 +170,12 @@ static int open_req(nng_socket *req) {
 TestSuite(tls, .init = make_tmp, .fini = cleanup_tmp, .timeout = 60);
 
 Test(tls, init_dir_writes_a_loadable_identity) {
-    char dir[512], msg[512] = "";
+    char dir[512];
+    goblin_errbuf msg_eb = {0};
     snprintf(dir, sizeof dir, "%s/a/b/node", tmp_root); /* parents are created too */
     goblin_tls_identity id;
-    goblin_err e = goblin_tls_init_dir(dir, NULL, &id, msg, sizeof msg);
-    cr_assert_eq(e, GOBLIN_OK, "%s", msg);
+    goblin_err e = goblin_tls_init_dir(dir, NULL, &id, &msg_eb);
+    cr_assert_eq(e, GOBLIN_OK, "%s", msg_eb.message);
     cr_assert_eq(strlen(id.fingerprint), 64);
 
     struct stat st;
@@ -241,18 +243,19 @@ Test(tls, init_dir_writes_a_loadable_identity) {
     }
 
     char fp[GOBLIN_TLS_FINGERPRINT_SIZE];
-    cr_assert_eq(goblin_tls_fingerprint_file(id.cert_path, fp, msg, sizeof msg), GOBLIN_OK, "%s",
-                 msg);
+    cr_assert_eq(goblin_tls_fingerprint_file(id.cert_path, fp, &msg_eb), GOBLIN_OK, "%s",
+                 msg_eb.message);
     cr_assert_str_eq(fp, id.fingerprint);
     goblin_tls_identity again;
-    cr_assert_eq(goblin_tls_identity_load(id.cert_path, id.key_path, &again, msg, sizeof msg),
-                 GOBLIN_OK, "%s", msg);
+    cr_assert_eq(goblin_tls_identity_load(id.cert_path, id.key_path, &again, &msg_eb),
+                 GOBLIN_OK, "%s", msg_eb.message);
     cr_assert_str_eq(again.fingerprint, id.fingerprint);
     cr_assert_str_eq(again.cert_path, id.cert_path);
 }
 
 Test(tls, extra_dns_names_and_bad_params) {
-    char dir[512], msg[512] = "";
+    char dir[512];
+    goblin_errbuf msg_eb = {0};
     sub_path(dir, sizeof dir, "named");
     const char *names[] = {"node1.example.org"};
     goblin_tls_init_params p;
@@ -263,7 +266,7 @@ Test(tls, extra_dns_names_and_bad_params) {
     p.n_dns_names = 1;
     p.valid_days = 30;
     goblin_tls_identity id;
-    cr_assert_eq(goblin_tls_init_dir(dir, &p, &id, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    cr_assert_eq(goblin_tls_init_dir(dir, &p, &id, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     mbedtls_x509_crt crt;
     mbedtls_x509_crt_init(&crt);
     cr_assert_eq(mbedtls_x509_crt_parse_file(&crt, id.cert_path), 0);
@@ -277,25 +280,26 @@ Test(tls, extra_dns_names_and_bad_params) {
     const char *bad[] = {"bad name"};
     p.dns_names = bad;
     p.force = true;
-    cr_assert_eq(goblin_tls_init_dir(dir, &p, &id, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_tls_init_dir(dir, &p, &id, &msg_eb), GOBLIN_EINVAL);
     p.dns_names = names;
     p.valid_days = 0;
-    cr_assert_eq(goblin_tls_init_dir(dir, &p, &id, msg, sizeof msg), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_tls_init_dir(NULL, NULL, &id, msg, sizeof msg), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_tls_init_dir(dir, NULL, NULL, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_tls_init_dir(dir, &p, &id, &msg_eb), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_tls_init_dir(NULL, NULL, &id, &msg_eb), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_tls_init_dir(dir, NULL, NULL, &msg_eb), GOBLIN_EINVAL);
 }
 
 Test(tls, existing_files_are_not_overwritten) {
-    char dir[512], msg[512] = "", cert0[4096], key0[4096], buf[4096];
+    char dir[512], cert0[4096], key0[4096], buf[4096];
+    goblin_errbuf msg_eb = {0};
     sub_path(dir, sizeof dir, "node");
     goblin_tls_identity id, id2;
     init_identity("node", &id);
     read_all(id.cert_path, cert0, sizeof cert0);
     read_all(id.key_path, key0, sizeof key0);
 
-    goblin_err e = goblin_tls_init_dir(dir, NULL, &id2, msg, sizeof msg);
+    goblin_err e = goblin_tls_init_dir(dir, NULL, &id2, &msg_eb);
     cr_assert_eq(e, GOBLIN_EBUSY, "%s", goblin_err_name(e));
-    cr_assert(strstr(msg, "already exists"), "message: %s", msg);
+    cr_assert(strstr(msg_eb.message, "already exists"), "message: %s", msg_eb.message);
     read_all(id.cert_path, buf, sizeof buf);
     cr_assert_str_eq(buf, cert0);
     read_all(id.key_path, buf, sizeof buf);
@@ -303,14 +307,14 @@ Test(tls, existing_files_are_not_overwritten) {
 
     /* One file alone also blocks, and the missing one is not created. */
     cr_assert_eq(unlink(id.key_path), 0);
-    cr_assert_eq(goblin_tls_init_dir(dir, NULL, &id2, msg, sizeof msg), GOBLIN_EBUSY);
-    cr_assert(strstr(msg, GOBLIN_TLS_CERT_FILE), "message names the file: %s", msg);
+    cr_assert_eq(goblin_tls_init_dir(dir, NULL, &id2, &msg_eb), GOBLIN_EBUSY);
+    cr_assert(strstr(msg_eb.message, GOBLIN_TLS_CERT_FILE), "message names the file: %s", msg_eb.message);
     cr_assert_neq(access(id.key_path, F_OK), 0);
 
     goblin_tls_init_params p;
     goblin_tls_init_params_default(&p);
     p.force = true;
-    cr_assert_eq(goblin_tls_init_dir(dir, &p, &id2, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    cr_assert_eq(goblin_tls_init_dir(dir, &p, &id2, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     cr_assert_str_neq(id2.fingerprint, id.fingerprint);
     read_all(id.cert_path, buf, sizeof buf);
     cr_assert_str_neq(buf, cert0);
@@ -330,22 +334,23 @@ Test(tls, existing_files_are_not_overwritten) {
 
 Test(tls, identity_load_refuses_bad_pairs) {
     goblin_tls_identity a, b, out;
-    char msg[512] = "", junk[512];
+    char junk[512];
+    goblin_errbuf msg_eb = {0};
     init_identity("a", &a);
     init_identity("b", &b);
-    goblin_err e = goblin_tls_identity_load(a.cert_path, b.key_path, &out, msg, sizeof msg);
-    cr_assert_eq(e, GOBLIN_EAUTH, "%s: %s", goblin_err_name(e), msg);
-    cr_assert(strstr(msg, "does not belong"), "%s", msg);
+    goblin_err e = goblin_tls_identity_load(a.cert_path, b.key_path, &out, &msg_eb);
+    cr_assert_eq(e, GOBLIN_EAUTH, "%s: %s", goblin_err_name(e), msg_eb.message);
+    cr_assert(strstr(msg_eb.message, "does not belong"), "%s", msg_eb.message);
     sub_path(junk, sizeof junk, "junk.pem");
     write_text(junk, "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n");
-    cr_assert_eq(goblin_tls_identity_load(junk, a.key_path, &out, msg, sizeof msg), GOBLIN_EFORMAT);
-    cr_assert_eq(goblin_tls_fingerprint_file(junk, out.fingerprint, msg, sizeof msg),
+    cr_assert_eq(goblin_tls_identity_load(junk, a.key_path, &out, &msg_eb), GOBLIN_EFORMAT);
+    cr_assert_eq(goblin_tls_fingerprint_file(junk, out.fingerprint, &msg_eb),
                  GOBLIN_EFORMAT);
-    cr_assert_eq(goblin_tls_identity_load(a.cert_path, junk, &out, msg, sizeof msg),
+    cr_assert_eq(goblin_tls_identity_load(a.cert_path, junk, &out, &msg_eb),
                  GOBLIN_EFORMAT);
     sub_path(junk, sizeof junk, "missing.pem");
-    cr_assert_eq(goblin_tls_fingerprint_file(junk, out.fingerprint, msg, sizeof msg), GOBLIN_EIO);
-    cr_assert(strstr(msg, "missing.pem"), "%s", msg);
+    cr_assert_eq(goblin_tls_fingerprint_file(junk, out.fingerprint, &msg_eb), GOBLIN_EIO);
+    cr_assert(strstr(msg_eb.message, "missing.pem"), "%s", msg_eb.message);
 }
 
 Test(tls, fingerprint_normalize) {
@@ -579,44 +584,45 @@ Test(tls, token_hash_matches_sha256sum) {
 }
 
 Test(tls, token_check_list) {
-    char msg[256] = "";
+    goblin_errbuf msg_eb = {0};
     const char *list = "# join tokens\r\n"
                        "\n"
                        "salty:" TOKEN2_HASH "\r\n"
                        "  " TOKEN_SALT ":" TOKEN_HASH "  \n";
-    cr_assert_eq(goblin_token_check_list(list, TOKEN, msg, sizeof msg), GOBLIN_OK, "%s", msg);
-    cr_assert_eq(goblin_token_check_list(list, "tok", msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    cr_assert_eq(goblin_token_check_list(list, TOKEN, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
+    cr_assert_eq(goblin_token_check_list(list, "tok", &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
     const char *wrong[] = {"correct horse battery stapl", "correct horse battery staple ",
                            "Correct horse battery staple", "", "tok\n", TOKEN_HASH};
     for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
-        msg[0] = 0;
-        cr_assert_eq(goblin_token_check_list(list, wrong[i], msg, sizeof msg), GOBLIN_EAUTH,
+        msg_eb.message[0] = 0;
+        cr_assert_eq(goblin_token_check_list(list, wrong[i], &msg_eb), GOBLIN_EAUTH,
                      "case %zu", i);
-        cr_assert(!wrong[i][0] || !strstr(msg, wrong[i]), "the token is not echoed: %s", msg);
+        cr_assert(!wrong[i][0] || !strstr(msg_eb.message, wrong[i]), "the token is not echoed: %s", msg_eb.message);
     }
     /* Upper-case hex in the file is accepted. */
     char upper[128];
     snprintf(upper, sizeof upper, "salty:%s\n", TOKEN2_HASH);
     for (char *s = upper + 6; *s; s++)
         if (*s >= 'a' && *s <= 'f') *s = (char)(*s - 32);
-    cr_assert_eq(goblin_token_check_list(upper, "tok", msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    cr_assert_eq(goblin_token_check_list(upper, "tok", &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
 
     /* A pasted plain token is a malformed line: reported by number, never by text. */
     const char *pasted = "salty:" TOKEN2_HASH "\nmy-secret-token\n";
-    cr_assert_eq(goblin_token_check_list(pasted, "tok", msg, sizeof msg), GOBLIN_EFORMAT);
-    cr_assert(strstr(msg, "line 2"), "%s", msg);
-    cr_assert_null(strstr(msg, "my-secret-token"), "%s", msg);
-    cr_assert_eq(goblin_token_check_list("salty:abcd\n", "tok", msg, sizeof msg), GOBLIN_EFORMAT);
-    cr_assert_eq(goblin_token_check_list(":" TOKEN2_HASH, "tok", msg, sizeof msg),
+    cr_assert_eq(goblin_token_check_list(pasted, "tok", &msg_eb), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg_eb.message, "line 2"), "%s", msg_eb.message);
+    cr_assert_null(strstr(msg_eb.message, "my-secret-token"), "%s", msg_eb.message);
+    cr_assert_eq(goblin_token_check_list("salty:abcd\n", "tok", &msg_eb), GOBLIN_EFORMAT);
+    cr_assert_eq(goblin_token_check_list(":" TOKEN2_HASH, "tok", &msg_eb),
                  GOBLIN_EFORMAT);
-    cr_assert_eq(goblin_token_check_list("# nothing\n\n", "tok", msg, sizeof msg),
+    cr_assert_eq(goblin_token_check_list("# nothing\n\n", "tok", &msg_eb),
                  GOBLIN_ENOTFOUND);
-    cr_assert_eq(goblin_token_check_list(NULL, "tok", msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_token_check_list(NULL, "tok", &msg_eb), GOBLIN_EINVAL);
 }
 
 Test(tls, token_entry_generate_and_file) {
     char tok[GOBLIN_TOKEN_SIZE], tok2[GOBLIN_TOKEN_SIZE], line[GOBLIN_TOKEN_ENTRY_SIZE];
-    char line2[GOBLIN_TOKEN_ENTRY_SIZE], msg[256] = "", path[512];
+    char line2[GOBLIN_TOKEN_ENTRY_SIZE], path[512];
+    goblin_errbuf msg_eb = {0};
     cr_assert_eq(goblin_token_generate(tok), GOBLIN_OK);
     cr_assert_eq(goblin_token_generate(tok2), GOBLIN_OK);
     cr_assert_eq(strlen(tok), 64);
@@ -639,14 +645,14 @@ Test(tls, token_entry_generate_and_file) {
     char text[512];
     snprintf(text, sizeof text, "%s\n%s\n", line, "salty:" TOKEN2_HASH);
     write_text(path, text);
-    cr_assert_eq(goblin_token_check_file(path, tok, msg, sizeof msg), GOBLIN_OK, "%s", msg);
-    cr_assert_eq(goblin_token_check_file(path, "tok", msg, sizeof msg), GOBLIN_OK, "%s", msg);
-    cr_assert_eq(goblin_token_check_file(path, tok2, msg, sizeof msg), GOBLIN_EAUTH);
-    cr_assert_null(strstr(msg, tok2));
+    cr_assert_eq(goblin_token_check_file(path, tok, &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
+    cr_assert_eq(goblin_token_check_file(path, "tok", &msg_eb), GOBLIN_OK, "%s", msg_eb.message);
+    cr_assert_eq(goblin_token_check_file(path, tok2, &msg_eb), GOBLIN_EAUTH);
+    cr_assert_null(strstr(msg_eb.message, tok2));
     write_text(path, "plain-token\n");
-    cr_assert_eq(goblin_token_check_file(path, "plain-token", msg, sizeof msg), GOBLIN_EFORMAT);
-    cr_assert(strstr(msg, path), "names the file: %s", msg);
-    cr_assert_null(strstr(msg, "plain-token"));
+    cr_assert_eq(goblin_token_check_file(path, "plain-token", &msg_eb), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg_eb.message, path), "names the file: %s", msg_eb.message);
+    cr_assert_null(strstr(msg_eb.message, "plain-token"));
     sub_path(path, sizeof path, "no-such-file");
-    cr_assert_eq(goblin_token_check_file(path, "tok", msg, sizeof msg), GOBLIN_EIO);
+    cr_assert_eq(goblin_token_check_file(path, "tok", &msg_eb), GOBLIN_EIO);
 }

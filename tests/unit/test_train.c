@@ -186,7 +186,7 @@ static double ref_round(ref_state *r, const mlp *m, const goblin_trainer_params 
     size_t len;
     cr_assert_eq(goblin_graph_serialize(m->g, &buf, &len), GOBLIN_OK);
     goblin_graph_free(g);
-    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, &g, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_deserialize(buf, len, NULL, &g, NULL), GOBLIN_OK);
     goblin_buffer_free(buf);
     int32_t wrt[2 * MAXL], grads[2 * MAXL];
     for (int i = 0; i < m->n_params; i++) wrt[i] = goblin_graph_input_id(g, i);
@@ -231,9 +231,9 @@ static goblin_trainer *trainer(const mlp *m, goblin_grid *grid, const goblin_tra
     goblin_tensor init[2 * MAXL];
     param_tensors(m, m->p, init);
     goblin_trainer *t = NULL;
-    char msg[512];
-    goblin_err e = goblin_trainer_new(&t, grid ? grid : g_remote, tp, init, msg, sizeof msg);
-    cr_assert_eq(e, GOBLIN_OK, "trainer_new: %s: %s", goblin_err_name(e), msg);
+    goblin_errbuf msg_eb = {0};
+    goblin_err e = goblin_trainer_new(&t, grid ? grid : g_remote, tp, init, &msg_eb);
+    cr_assert_eq(e, GOBLIN_OK, "trainer_new: %s: %s", goblin_err_name(e), msg_eb.message);
     return t;
 }
 
@@ -456,10 +456,11 @@ Test(train, cheating_worker_is_caught_and_changes_nothing) {
     wp.connect[0] = goblin_grid_url(grid);
     wp.n_connect = 1;
     wp.threads = 1;
-    wp.misbehave = GOBLIN_MISBEHAVE_WRONG;
-    wp.misbehave_rate = 1.0;
     goblin_worker *bad = NULL;
     cr_assert_eq(goblin_worker_new(&bad, &wp), GOBLIN_OK);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, bad, GOBLIN_MISBEHAVE_WRONG, 1.0,
+                                     (uint64_t)0),
+                 GOBLIN_OK);
     rt_grid hold = {0};
     hold.w[0] = bad;
     rt_ctx[0] = (rt_wctx){&hold, 0};
@@ -591,39 +592,39 @@ Test(train, bad_inputs_are_refused) {
     goblin_tensor init[4];
     param_tensors(&m, m.p, init);
     goblin_trainer *t = NULL;
-    char msg[512];
+    goblin_errbuf msg_eb = {0};
     /* init shape and dtype */
     goblin_tensor keep = init[0];
     init[0].shape[0] = 4;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_ESHAPE);
-    cr_assert(strstr(msg, "init 0"), "%s", msg);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, &msg_eb), GOBLIN_ESHAPE);
+    cr_assert(strstr(msg_eb.message, "init 0"), "%s", msg_eb.message);
     init[0] = keep;
     float f32buf[64];
     init[1] = gt_tensor(GOBLIN_DTYPE_F32, 1, init[1].shape, f32buf);
-    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_EDTYPE);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, &msg_eb), GOBLIN_EDTYPE);
     param_tensors(&m, m.p, init);
     /* params */
     tp.n_params = 0;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, &msg_eb), GOBLIN_EINVAL);
     tp.n_params = m.n_params;
     tp.max_stages = 0;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, &msg_eb), GOBLIN_EINVAL);
     tp.max_stages = 64;
     tp.sgd.lr = -1;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, &msg_eb), GOBLIN_EINVAL);
     tp.sgd.lr = 0.1;
     cr_assert_null(t);
     /* loss not a scalar; an op without a backward rule */
     mlp ml;
     mlp_build(&ml, 2, SMALL, 4, 17, 1);
     tp.model = ml.g;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_ESHAPE);
-    cr_assert(strstr(msg, "loss"), "%s", msg);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, &msg_eb), GOBLIN_ESHAPE);
+    cr_assert(strstr(msg_eb.message, "loss"), "%s", msg_eb.message);
     mlp_free(&ml);
     mlp_build(&ml, 2, SMALL, 4, 17, 2);
     tp.model = ml.g;
-    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, msg, sizeof msg), GOBLIN_ENOTSUP);
-    cr_assert(strstr(msg, "cumsum"), "%s", msg);
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, init, &msg_eb), GOBLIN_ENOTSUP);
+    cr_assert(strstr(msg_eb.message, "cumsum"), "%s", msg_eb.message);
     mlp_free(&ml);
     tp.model = m.g;
     /* data */
@@ -678,8 +679,8 @@ Test(train, through_a_client_and_gateway) {
     goblin_gateway *gw = NULL;
     cr_assert_eq(goblin_gateway_new(&gw, goblin_grid_node(grid), &gp), GOBLIN_OK);
     cr_assert_eq(goblin_gateway_start(gw), GOBLIN_OK);
-    char why[256];
-    cr_assert_eq(goblin_grid_connect(url, NULL, &g_remote, why, sizeof why), GOBLIN_OK, "%s", why);
+    goblin_errbuf why_eb = {0};
+    cr_assert_eq(goblin_grid_connect(url, NULL, &g_remote, &why_eb), GOBLIN_OK, "%s", why_eb.message);
     goblin_trainer_params tp;
     tparams(&tp, &m, GOBLIN_OPTIMIZER_ADAMW);
     tp.micro_batch = 2;

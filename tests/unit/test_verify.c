@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <goblin/goblin.h>
+#include "node/plan.h"
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include "testutil.h"
+#include "proto/wire.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -19,26 +20,26 @@ static void wr_le(uint8_t *p, uint64_t v, int n) {
     for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint8_t *encode(const goblin_wire_msg *m, size_t *len) {
+static uint8_t *encode(const goblin__wire_msg *m, size_t *len) {
     uint8_t *buf = NULL;
-    goblin_err e = goblin_wire_encode(m, &buf, len);
+    goblin_err e = goblin__wire_encode(m, &buf, len);
     cr_assert_eq(e, GOBLIN_OK, "encode: %s", goblin_err_name(e));
     return buf;
 }
 
-static goblin_wire_msg *decode_ok(const uint8_t *buf, size_t len, uint32_t flags) {
-    goblin_wire_msg *m = NULL;
+static goblin__wire_msg *decode_ok(const uint8_t *buf, size_t len, uint32_t flags) {
+    goblin__wire_msg *m = NULL;
     char msg[256];
-    goblin_err e = goblin_wire_decode(buf, len, NULL, flags, &m, msg, sizeof msg);
+    goblin_err e = goblin__wire_decode(buf, len, NULL, flags, &m, msg, sizeof msg);
     cr_assert_eq(e, GOBLIN_OK, "decode: %s: %s", goblin_err_name(e), msg);
     return m;
 }
 
-static goblin_err decode_err(const uint8_t *buf, size_t len, const goblin_wire_limits *lim,
+static goblin_err decode_err(const uint8_t *buf, size_t len, const goblin__wire_limits *lim,
                              char *msg, size_t cap) {
-    goblin_wire_msg *m = NULL;
-    goblin_err e = goblin_wire_decode(buf, len, lim, 0, &m, msg, cap);
-    if (e == GOBLIN_OK) goblin_wire_msg_free(m);
+    goblin__wire_msg *m = NULL;
+    goblin_err e = goblin__wire_decode(buf, len, lim, 0, &m, msg, cap);
+    if (e == GOBLIN_OK) goblin__wire_msg_free(m);
     else cr_assert_null(m, "*out set on failure");
     return e;
 }
@@ -61,12 +62,12 @@ static uint8_t T1[3] = {7, 8, 9};
 static int64_t T2 = -5;
 static goblin_tensor g_ins[3];
 
-static void sample_task(goblin_wire_msg *m) {
+static void sample_task(goblin__wire_msg *m) {
     int64_t s0[] = {2, 3}, s1[] = {3};
     g_ins[0] = gt_tensor(GOBLIN_DTYPE_F32, 2, s0, T0);
     g_ins[1] = gt_tensor(GOBLIN_DTYPE_U8, 1, s1, T1);
     g_ins[2] = gt_tensor(GOBLIN_DTYPE_I64, 0, NULL, &T2);
-    cr_assert_eq(goblin_wire_msg_init(m, GOBLIN_WIRE_TYPE_TASK), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_msg_init(m, GOBLIN_WIRE_TYPE_TASK), GOBLIN_OK);
     m->request_id = 0x1122334455667788ull;
     m->body.task.task_id = 0x0A0B0C0D0E0F1011ull;
     m->body.task.lease_ms = 30000;
@@ -79,12 +80,12 @@ static void sample_task(goblin_wire_msg *m) {
 static const uint8_t TOKEN[5] = {0x00, 0xFF, 't', 'k', 0x80};
 
 /* One sample of every type, filled with distinctive values. */
-static void sample(goblin_wire_type type, goblin_wire_msg *m) {
+static void sample(goblin__wire_type type, goblin__wire_msg *m) {
     if (type == GOBLIN_WIRE_TYPE_TASK) {
         sample_task(m);
         return;
     }
-    cr_assert_eq(goblin_wire_msg_init(m, type), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_msg_init(m, type), GOBLIN_OK);
     m->request_id = 1000 + (uint64_t)type;
     static int64_t s[] = {2, 2};
     static double rv[4] = {1.0, -2.0, 0.25, 1e300};
@@ -128,8 +129,8 @@ static void sample(goblin_wire_type type, goblin_wire_msg *m) {
 /* ---- byte-exact encodings ------------------------------------------------ */
 
 Test(wire, heartbeat_bytes) {
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
     m.request_id = 0x0102030405060708ull;
     m.body.heartbeat.active_tasks = 7;
     static const uint8_t want[] = {'G', 'B', 'L', 'W', 1, 0, 8, 0,
@@ -141,20 +142,20 @@ Test(wire, heartbeat_bytes) {
     cr_assert_eq(len, sizeof want);
     cr_assert_arr_eq(b, want, sizeof want);
     size_t sz;
-    cr_assert_eq(goblin_wire_encoded_size(&m, &sz), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encoded_size(&m, &sz), GOBLIN_OK);
     cr_assert_eq(sz, sizeof want);
-    goblin_wire_msg *d = decode_ok(b, len, 0);
+    goblin__wire_msg *d = decode_ok(b, len, 0);
     cr_assert_eq(d->type, GOBLIN_WIRE_TYPE_HEARTBEAT);
     cr_assert_eq(d->version, 1);
     cr_assert_eq(d->request_id, 0x0102030405060708ull);
     cr_assert_eq(d->body.heartbeat.active_tasks, 7);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 }
 
 Test(wire, refuse_and_error_bytes) {
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
     m.request_id = 5;
     m.body.refuse.reason = GOBLIN_EVERSION; /* 7 */
     m.body.refuse.message = "old";
@@ -165,13 +166,13 @@ Test(wire, refuse_and_error_bytes) {
     uint8_t *b = encode(&m, &len);
     cr_assert_eq(len, sizeof want);
     cr_assert_arr_eq(b, want, sizeof want);
-    goblin_wire_msg *d = decode_ok(b, len, 0);
+    goblin__wire_msg *d = decode_ok(b, len, 0);
     cr_assert_eq(d->body.refuse.reason, GOBLIN_EVERSION);
     cr_assert_str_eq(d->body.refuse.message, "old");
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
     m.body.error.code = GOBLIN_ERANGE; /* 5 */
     m.body.error.task_id = 0x0102;
     m.body.error.message = NULL; /* encodes as "" */
@@ -185,12 +186,12 @@ Test(wire, refuse_and_error_bytes) {
     cr_assert_eq(d->body.error.code, GOBLIN_ERANGE);
     cr_assert_eq(d->body.error.task_id, 0x0102);
     cr_assert_str_eq(d->body.error.message, "");
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 }
 
 Test(wire, hello_bytes) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample(GOBLIN_WIRE_TYPE_HELLO, &m);
     size_t len;
     uint8_t *b = encode(&m, &len);
@@ -207,7 +208,7 @@ Test(wire, hello_bytes) {
     cr_assert_eq(rd_le(b + 40, 8), 0x123456789ull);
     cr_assert_eq(rd_le(b + 48, 4), 5);
     cr_assert_arr_eq(b + 52, TOKEN, 5);
-    goblin_wire_msg *d = decode_ok(b, len, 0);
+    goblin__wire_msg *d = decode_ok(b, len, 0);
     cr_assert_eq(d->body.hello.catalog_version, goblin_catalog_version());
     cr_assert_eq(d->body.hello.software_version, GOBLIN_WIRE_SOFTWARE_VERSION);
     cr_assert_eq(d->body.hello.backends, 3);
@@ -216,12 +217,12 @@ Test(wire, hello_bytes) {
     cr_assert_eq(d->body.hello.token_len, 5);
     cr_assert_arr_eq(d->body.hello.token, TOKEN, 5);
     cr_assert(d->body.hello.token < b || d->body.hello.token >= b + len, "token must be a copy");
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 }
 
 Test(wire, task_bytes) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample_task(&m);
     size_t len;
     uint8_t *b = encode(&m, &len);
@@ -254,8 +255,8 @@ Test(wire, task_bytes) {
     cr_assert_eq(rd_le(b + 152, 8), 8);
     cr_assert_eq((int64_t)rd_le(b + 160, 8), -5);
 
-    goblin_wire_msg *d = decode_ok(b, len, 0);
-    const goblin_wire_task *t = &d->body.task;
+    goblin__wire_msg *d = decode_ok(b, len, 0);
+    const goblin__wire_task *t = &d->body.task;
     cr_assert_eq(d->request_id, 0x1122334455667788ull);
     cr_assert_eq(t->task_id, 0x0A0B0C0D0E0F1011ull);
     cr_assert_eq(t->lease_ms, 30000);
@@ -274,7 +275,7 @@ Test(wire, task_bytes) {
     cr_assert_arr_eq(t->inputs[1].data, T1, 3);
     cr_assert_eq(t->inputs[2].rank, 0);
     cr_assert_eq(*(int64_t *)t->inputs[2].data, -5);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 }
 
@@ -296,11 +297,11 @@ static void same_tensors(const goblin_tensor *a, const goblin_tensor *b, int32_t
 
 Test(wire, every_type_round_trips_and_is_canonical) {
     for (int ty = 1; ty < GOBLIN_WIRE_TYPE_COUNT; ty++) {
-        goblin_wire_msg m;
-        sample((goblin_wire_type)ty, &m);
+        goblin__wire_msg m;
+        sample((goblin__wire_type)ty, &m);
         size_t len, len2;
         uint8_t *b = encode(&m, &len);
-        goblin_wire_msg *d = decode_ok(b, len, 0);
+        goblin__wire_msg *d = decode_ok(b, len, 0);
         cr_assert_eq(d->type, ty);
         cr_assert_eq(d->request_id, m.request_id);
         switch (ty) {
@@ -338,10 +339,10 @@ Test(wire, every_type_round_trips_and_is_canonical) {
         }
         /* canonical: the decoded message encodes to the very same bytes */
         uint8_t *b2 = encode(d, &len2);
-        cr_assert_eq(len2, len, "%s", goblin_wire_type_name((goblin_wire_type)ty));
-        cr_assert_arr_eq(b2, b, len, "%s re-encodes differently", goblin_wire_type_name((goblin_wire_type)ty));
+        cr_assert_eq(len2, len, "%s", goblin__wire_type_name((goblin__wire_type)ty));
+        cr_assert_arr_eq(b2, b, len, "%s re-encodes differently", goblin__wire_type_name((goblin__wire_type)ty));
         goblin_buffer_free(b2);
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         goblin_buffer_free(b);
     }
 }
@@ -356,17 +357,17 @@ Test(wire, every_dtype_and_rank_round_trips) {
             for (int d = 0; d < r; d++) shape[d] = d < 6 ? 2 : 1; /* up to 64 elements */
             ts[r] = gt_tensor((goblin_dtype)dt, r, shape, data);
         }
-        goblin_wire_msg m;
-        goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+        goblin__wire_msg m;
+        goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
         m.body.result.task_id = 1;
         m.body.result.n_outputs = GOBLIN_MAX_RANK + 1;
         m.body.result.outputs = ts;
         size_t len;
         uint8_t *b = encode(&m, &len);
         cr_assert_eq(len % 8, 0);
-        goblin_wire_msg *d = decode_ok(b, len, 0);
+        goblin__wire_msg *d = decode_ok(b, len, 0);
         same_tensors(d->body.result.outputs, ts, GOBLIN_MAX_RANK + 1);
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         goblin_buffer_free(b);
     }
 }
@@ -375,8 +376,8 @@ Test(wire, every_dtype_and_rank_round_trips) {
 
 Test(wire, every_truncation_is_rejected) {
     for (int ty = 1; ty < GOBLIN_WIRE_TYPE_COUNT; ty++) {
-        goblin_wire_msg m;
-        sample((goblin_wire_type)ty, &m);
+        goblin__wire_msg m;
+        sample((goblin__wire_type)ty, &m);
         size_t len;
         uint8_t *b = encode(&m, &len);
         uint8_t *c = malloc(len);
@@ -384,7 +385,7 @@ Test(wire, every_truncation_is_rejected) {
             char msg[256];
             /* as cut: the header's length no longer matches */
             cr_assert_eq(decode_err(b, n, NULL, msg, sizeof msg), GOBLIN_EFORMAT,
-                         "%s cut to %zu accepted", goblin_wire_type_name((goblin_wire_type)ty), n);
+                         "%s cut to %zu accepted", goblin__wire_type_name((goblin__wire_type)ty), n);
             cr_assert_neq(msg[0], 0);
             /* with the header patched to agree, the body parser must notice */
             if (n >= GOBLIN_WIRE_HEADER_SIZE) {
@@ -392,7 +393,7 @@ Test(wire, every_truncation_is_rejected) {
                 wr_le(c + 16, n - GOBLIN_WIRE_HEADER_SIZE, 8);
                 goblin_err e = decode_err(c, n, NULL, msg, sizeof msg);
                 cr_assert_eq(e, GOBLIN_EFORMAT, "%s cut to %zu (header patched): %s %s",
-                             goblin_wire_type_name((goblin_wire_type)ty), n, goblin_err_name(e), msg);
+                             goblin__wire_type_name((goblin__wire_type)ty), n, goblin_err_name(e), msg);
             }
         }
         /* and one byte too many */
@@ -421,8 +422,8 @@ Test(wire, random_byte_flips_never_crash) {
     uint64_t s = 0x9E3779B97F4A7C15ull;
     long accepted = 0, rejected = 0;
     for (int ty = 1; ty < GOBLIN_WIRE_TYPE_COUNT; ty++) {
-        goblin_wire_msg m;
-        sample((goblin_wire_type)ty, &m);
+        goblin__wire_msg m;
+        sample((goblin__wire_type)ty, &m);
         size_t len;
         uint8_t *b = encode(&m, &len);
         /* 8-aligned copy, so zero-copy views are exercised as well */
@@ -435,9 +436,9 @@ Test(wire, random_byte_flips_never_crash) {
                 c[pos] ^= (uint8_t)(1 + rng(&s) % 255);
             }
             uint32_t flags = it & 1 ? GOBLIN_WIRE_DECODE_ZERO_COPY : 0;
-            goblin_wire_msg *d = NULL;
+            goblin__wire_msg *d = NULL;
             char msg[256];
-            goblin_err e = goblin_wire_decode(c, len, NULL, flags, &d, msg, sizeof msg);
+            goblin_err e = goblin__wire_decode(c, len, NULL, flags, &d, msg, sizeof msg);
             if (e == GOBLIN_OK) {
                 accepted++;
                 size_t len2;
@@ -445,7 +446,7 @@ Test(wire, random_byte_flips_never_crash) {
                 cr_assert_eq(len2, len);
                 cr_assert_arr_eq(b2, c, len, "accepted bytes are not canonical");
                 goblin_buffer_free(b2);
-                goblin_wire_msg_free(d);
+                goblin__wire_msg_free(d);
             } else {
                 rejected++;
                 cr_assert_null(d);
@@ -464,21 +465,21 @@ Test(wire, random_byte_flips_never_crash) {
 }
 
 Test(wire, header_fields_are_checked) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample(GOBLIN_WIRE_TYPE_ABANDON, &m);
     size_t len;
     uint8_t *b = encode(&m, &len);
     uint8_t c[64];
     char msg[256];
-    goblin_wire_header h;
+    goblin__wire_header h;
 
-    cr_assert_eq(goblin_wire_header_decode(b, len, NULL, &h, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    cr_assert_eq(goblin__wire_header_decode(b, len, NULL, &h, msg, sizeof msg), GOBLIN_OK, "%s", msg);
     cr_assert_eq(h.version, 1);
     cr_assert_eq(h.type, GOBLIN_WIRE_TYPE_ABANDON);
     cr_assert_eq(h.flags, 0);
     cr_assert_eq(h.request_id, 1007);
     cr_assert_eq(h.body_len, 8);
-    cr_assert_eq(goblin_wire_header_decode(b, 23, NULL, &h, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert_eq(goblin__wire_header_decode(b, 23, NULL, &h, msg, sizeof msg), GOBLIN_EFORMAT);
 
     memcpy(c, b, len);
     c[0] = 'X';
@@ -505,8 +506,8 @@ Test(wire, header_fields_are_checked) {
 }
 
 /* Patch one field of a sample to a value out of its range: must be EFORMAT. */
-static void bad_field(goblin_wire_type ty, size_t off, int width, uint64_t v, const char *needle) {
-    goblin_wire_msg m;
+static void bad_field(goblin__wire_type ty, size_t off, int width, uint64_t v, const char *needle) {
+    goblin__wire_msg m;
     sample(ty, &m);
     size_t len;
     uint8_t *b = encode(&m, &len);
@@ -515,7 +516,7 @@ static void bad_field(goblin_wire_type ty, size_t off, int width, uint64_t v, co
     char msg[256];
     goblin_err e = decode_err(b, len, NULL, msg, sizeof msg);
     cr_assert_eq(e, GOBLIN_EFORMAT, "%s: offset %zu = %llu gave %s (%s)",
-                 goblin_wire_type_name(ty), off, (unsigned long long)v, goblin_err_name(e), msg);
+                 goblin__wire_type_name(ty), off, (unsigned long long)v, goblin_err_name(e), msg);
     cr_assert(strstr(msg, needle), "'%s' not in: %s", needle, msg);
     goblin_buffer_free(b);
 }
@@ -538,20 +539,20 @@ Test(wire, field_values_are_checked) {
     bad_field(GOBLIN_WIRE_TYPE_RESULT, 24, 8, 0, "task id 0");
     bad_field(GOBLIN_WIRE_TYPE_RESULT, 36, 4, 1, "reserved");
     /* in range: accepted */
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample(GOBLIN_WIRE_TYPE_REFUSE, &m);
     m.body.refuse.reason = (goblin_err)65535; /* a code from a newer peer */
     size_t len;
     uint8_t *b = encode(&m, &len);
-    goblin_wire_msg *d = decode_ok(b, len, 0);
+    goblin__wire_msg *d = decode_ok(b, len, 0);
     cr_assert_eq((int)d->body.refuse.reason, 65535);
     cr_assert_str_eq(goblin_strerror(d->body.refuse.reason), "unknown error");
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 }
 
 Test(wire, protocol_version_mismatch_names_both_versions) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample(GOBLIN_WIRE_TYPE_HEARTBEAT, &m);
     size_t len;
     uint8_t *b = encode(&m, &len);
@@ -560,9 +561,9 @@ Test(wire, protocol_version_mismatch_names_both_versions) {
     cr_assert_eq(decode_err(b, len, NULL, msg, sizeof msg), GOBLIN_EVERSION);
     cr_assert(strstr(msg, "protocol version 2, this library speaks 1"), "%s", msg);
     /* the header is still readable, so a reply can echo the request id */
-    goblin_wire_header h;
+    goblin__wire_header h;
     memset(&h, 0, sizeof h);
-    cr_assert_eq(goblin_wire_header_decode(b, len, NULL, &h, msg, sizeof msg), GOBLIN_EVERSION);
+    cr_assert_eq(goblin__wire_header_decode(b, len, NULL, &h, msg, sizeof msg), GOBLIN_EVERSION);
     cr_assert_eq(h.version, 2);
     cr_assert_eq(h.request_id, 1008);
     goblin_buffer_free(b);
@@ -571,7 +572,7 @@ Test(wire, protocol_version_mismatch_names_both_versions) {
 Test(wire, catalog_version_mismatch_names_both_versions) {
     char want[128];
     snprintf(want, sizeof want, "catalogue version 99, this library has %u", goblin_catalog_version());
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample(GOBLIN_WIRE_TYPE_HELLO, &m);
     m.body.hello.catalog_version = 99;
     size_t len;
@@ -591,7 +592,7 @@ Test(wire, catalog_version_mismatch_names_both_versions) {
 }
 
 Test(wire, inconsistent_tensor_byte_lengths_are_rejected) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample_task(&m);
     size_t len;
     uint8_t *b = encode(&m, &len);
@@ -646,7 +647,7 @@ Test(wire, inconsistent_tensor_byte_lengths_are_rejected) {
 }
 
 /* Build a bare header + body by hand. */
-static size_t hand_msg(uint8_t *p, goblin_wire_type ty, const uint8_t *body, size_t body_len) {
+static size_t hand_msg(uint8_t *p, goblin__wire_type ty, const uint8_t *body, size_t body_len) {
     memcpy(p, "GBLW", 4);
     wr_le(p + 4, 1, 2);
     p[6] = (uint8_t)ty;
@@ -658,7 +659,7 @@ static size_t hand_msg(uint8_t *p, goblin_wire_type ty, const uint8_t *body, siz
 }
 
 /* Decode and expect @p want with no allocation at all (limits are checked first). */
-static void reject_without_alloc(const uint8_t *p, size_t n, const goblin_wire_limits *lim,
+static void reject_without_alloc(const uint8_t *p, size_t n, const goblin__wire_limits *lim,
                                  goblin_err want, const char *needle) {
     char msg[256];
     gt_alloc_on();
@@ -726,27 +727,27 @@ Test(wire, oversized_lengths_and_counts_rejected_before_allocation) {
 }
 
 Test(wire, tightened_limits_are_enforced) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample_task(&m);
     size_t len;
     uint8_t *b = encode(&m, &len);
-    goblin_wire_limits lim;
+    goblin__wire_limits lim;
 
-    goblin_wire_limits_default(&lim);
+    goblin__wire_limits_default(&lim);
     cr_assert_eq(lim.max_message_bytes, GOBLIN_WIRE_MAX_MESSAGE_BYTES);
     cr_assert_eq(lim.max_tensors, GOBLIN_WIRE_MAX_TENSORS);
     lim.max_tensors = 2; /* the sample has 3 */
     reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, "3 inputs exceed the limit 2");
-    goblin_wire_limits_default(&lim);
+    goblin__wire_limits_default(&lim);
     lim.max_message_bytes = len - 1;
     reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, NULL);
-    goblin_wire_limits_default(&lim);
+    goblin__wire_limits_default(&lim);
     lim.max_tensor_bytes = 24 + 3 + 7; /* one byte short of all three */
     reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, "input 2");
-    goblin_wire_limits_default(&lim);
+    goblin__wire_limits_default(&lim);
     lim.max_numel = 5; /* the f32 input has 6 */
     reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, "input 0");
-    goblin_wire_limits_default(&lim);
+    goblin__wire_limits_default(&lim);
     lim.max_graph_bytes = 4;
     reject_without_alloc(b, len, &lim, GOBLIN_ELIMIT, "graph");
     /* exactly at every limit: accepted */
@@ -755,35 +756,35 @@ Test(wire, tightened_limits_are_enforced) {
     lim.max_tensor_bytes = 24 + 3 + 8;
     lim.max_numel = 6;
     lim.max_graph_bytes = 5;
-    goblin_wire_msg *d = NULL;
+    goblin__wire_msg *d = NULL;
     char msg[256];
-    cr_assert_eq(goblin_wire_decode(b, len, &lim, 0, &d, msg, sizeof msg), GOBLIN_OK, "%s", msg);
-    goblin_wire_msg_free(d);
+    cr_assert_eq(goblin__wire_decode(b, len, &lim, 0, &d, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin__wire_msg_free(d);
     /* limits above the hard caps are clamped, not trusted */
     lim.max_tensors = UINT32_MAX;
     lim.max_numel = INT64_MAX;
-    cr_assert_eq(goblin_wire_decode(b, len, &lim, 0, &d, msg, sizeof msg), GOBLIN_OK, "%s", msg);
-    goblin_wire_msg_free(d);
+    cr_assert_eq(goblin__wire_decode(b, len, &lim, 0, &d, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 }
 
 Test(wire, decode_allocates_once_and_fails_cleanly) {
     for (int ty = 1; ty < GOBLIN_WIRE_TYPE_COUNT; ty++) {
-        goblin_wire_msg m;
-        sample((goblin_wire_type)ty, &m);
+        goblin__wire_msg m;
+        sample((goblin__wire_type)ty, &m);
         size_t len;
         uint8_t *b = encode(&m, &len);
-        goblin_wire_msg *d = NULL;
+        goblin__wire_msg *d = NULL;
         gt_alloc_on();
-        cr_assert_eq(goblin_wire_decode(b, len, NULL, 0, &d, NULL, 0), GOBLIN_OK);
+        cr_assert_eq(goblin__wire_decode(b, len, NULL, 0, &d, NULL, 0), GOBLIN_OK);
         cr_assert_eq(gt_allocs.asked, 1);
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         cr_assert_eq(gt_allocs.live, 0);
         gt_allocs.asked = 0;
         gt_allocs.fail_at = 0;
         d = NULL;
         char msg[128];
-        cr_assert_eq(goblin_wire_decode(b, len, NULL, 0, &d, msg, sizeof msg), GOBLIN_ENOMEM);
+        cr_assert_eq(goblin__wire_decode(b, len, NULL, 0, &d, msg, sizeof msg), GOBLIN_ENOMEM);
         cr_assert_null(d);
         cr_assert_eq(gt_allocs.live, 0);
         /* encoding: one allocation too; failing it leaks nothing */
@@ -791,7 +792,7 @@ Test(wire, decode_allocates_once_and_fails_cleanly) {
         size_t el;
         gt_allocs.asked = 0;
         gt_allocs.fail_at = 0;
-        cr_assert_eq(goblin_wire_encode(&m, &e, &el), GOBLIN_ENOMEM);
+        cr_assert_eq(goblin__wire_encode(&m, &e, &el), GOBLIN_ENOMEM);
         cr_assert_null(e);
         cr_assert_eq(gt_allocs.live, 0);
         gt_alloc_off();
@@ -802,20 +803,20 @@ Test(wire, decode_allocates_once_and_fails_cleanly) {
 /* ---- the encoder's own checks -------------------------------------------- */
 
 Test(wire, encoder_rejects_bad_messages) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     uint8_t *b = NULL;
     size_t len;
-    cr_assert_eq(goblin_wire_msg_init(&m, (goblin_wire_type)0), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_COUNT), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_wire_encode(NULL, &b, &len), GOBLIN_EINVAL);
+    cr_assert_eq(goblin__wire_msg_init(&m, (goblin__wire_type)0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_COUNT), GOBLIN_EINVAL);
+    cr_assert_eq(goblin__wire_encode(NULL, &b, &len), GOBLIN_EINVAL);
     memset(&m, 0, sizeof m);
-    m.type = (goblin_wire_type)42;
-    cr_assert_eq(goblin_wire_encode(&m, &b, &len), GOBLIN_EINVAL);
+    m.type = (goblin__wire_type)42;
+    cr_assert_eq(goblin__wire_encode(&m, &b, &len), GOBLIN_EINVAL);
 
 #define EXPECT_ENC(err, what)                                                        \
     do {                                                                             \
         b = NULL;                                                                    \
-        cr_assert_eq(goblin_wire_encode(&m, &b, &len), (err), "%s", (what));         \
+        cr_assert_eq(goblin__wire_encode(&m, &b, &len), (err), "%s", (what));         \
         cr_assert_null(b);                                                           \
     } while (0)
 
@@ -831,7 +832,7 @@ Test(wire, encoder_rejects_bad_messages) {
     m.body.hello.token_len = GOBLIN_WIRE_MAX_TOKEN_BYTES + 1;
     EXPECT_ENC(GOBLIN_ELIMIT, "token 257");
     m.body.hello.token_len = GOBLIN_WIRE_MAX_TOKEN_BYTES;
-    cr_assert_eq(goblin_wire_encode(&m, &b, &len), GOBLIN_OK, "token 256");
+    cr_assert_eq(goblin__wire_encode(&m, &b, &len), GOBLIN_OK, "token 256");
     cr_assert_eq(len, 24 + 28 + 256);
     goblin_buffer_free(b);
     m.body.hello.token = NULL;
@@ -891,15 +892,15 @@ Test(wire, encoder_rejects_bad_messages) {
 }
 
 Test(wire, text_is_sanitized_and_truncated) {
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_ERROR);
     m.body.error.code = GOBLIN_EIO;
     m.body.error.message = "bad\nline\x1b[31m\t\xc3\xa9";
     size_t len;
     uint8_t *b = encode(&m, &len);
-    goblin_wire_msg *d = decode_ok(b, len, 0);
+    goblin__wire_msg *d = decode_ok(b, len, 0);
     cr_assert_str_eq(d->body.error.message, "bad?line?[31m???");
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     /* a control byte put on the wire by a hostile peer is refused */
     b[len - 1] = '\n';
     char msg[256];
@@ -913,20 +914,20 @@ Test(wire, text_is_sanitized_and_truncated) {
     b = encode(&m, &len);
     d = decode_ok(b, len, 0);
     cr_assert_eq(strlen(d->body.error.message), GOBLIN_WIRE_MAX_TEXT_BYTES);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 }
 
 Test(wire, encode_into_a_caller_buffer) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample_task(&m);
     size_t need, got;
-    cr_assert_eq(goblin_wire_encoded_size(&m, &need), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encoded_size(&m, &need), GOBLIN_OK);
     cr_assert_eq(need, 168);
     uint8_t buf[200];
     memset(buf, 0xEE, sizeof buf);
-    cr_assert_eq(goblin_wire_encode_into(&m, buf, need - 1, &got), GOBLIN_ELIMIT);
-    cr_assert_eq(goblin_wire_encode_into(&m, buf, sizeof buf, &got), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode_into(&m, buf, need - 1, &got), GOBLIN_ELIMIT);
+    cr_assert_eq(goblin__wire_encode_into(&m, buf, sizeof buf, &got), GOBLIN_OK);
     cr_assert_eq(got, 168);
     cr_assert_eq(buf[168], 0xEE, "wrote past the message");
     uint8_t *b;
@@ -939,18 +940,18 @@ Test(wire, encode_into_a_caller_buffer) {
 /* ---- zero-copy views ----------------------------------------------------- */
 
 Test(wire, zero_copy_views_point_into_the_buffer) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample_task(&m);
     size_t len;
     uint8_t *b = encode(&m, &len); /* library buffers are 64-byte aligned */
-    goblin_wire_msg *d = decode_ok(b, len, GOBLIN_WIRE_DECODE_ZERO_COPY);
-    const goblin_wire_task *t = &d->body.task;
+    goblin__wire_msg *d = decode_ok(b, len, GOBLIN_WIRE_DECODE_ZERO_COPY);
+    const goblin__wire_task *t = &d->body.task;
     cr_assert_eq(t->graph, b + 48);
     cr_assert_eq((uint8_t *)t->inputs[0].data, b + 88);
     cr_assert_eq((uint8_t *)t->inputs[1].data, b + 136);
     cr_assert_eq((uint8_t *)t->inputs[2].data, b + 160);
     cr_assert_eq(((float *)t->inputs[0].data)[5], 3.0f);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
 
     /* one byte off: f32 and i64 data are misaligned there and get copied; u8 is a view */
     uint8_t *shifted = malloc(len + 1);
@@ -963,16 +964,16 @@ Test(wire, zero_copy_views_point_into_the_buffer) {
     cr_assert((uint8_t *)t->inputs[2].data < lo || (uint8_t *)t->inputs[2].data >= hi);
     cr_assert_arr_eq(t->inputs[0].data, T0, sizeof T0);
     cr_assert_eq(*(int64_t *)t->inputs[2].data, -5);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     /* without the flag nothing points into the buffer, which may then go away */
     d = decode_ok(shifted + 1, len, 0);
     memset(shifted, 0, len + 1);
     free(shifted);
     cr_assert_arr_eq(d->body.task.inputs[0].data, T0, sizeof T0);
     cr_assert_arr_eq(d->body.task.graph, FAKE_GRAPH, 5);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     d = NULL;
-    cr_assert_eq(goblin_wire_decode(b, len, NULL, 2, &d, NULL, 0), GOBLIN_EINVAL, "unknown flag");
+    cr_assert_eq(goblin__wire_decode(b, len, NULL, 2, &d, NULL, 0), GOBLIN_EINVAL, "unknown flag");
     cr_assert_null(d);
     goblin_buffer_free(b);
 }
@@ -1007,7 +1008,7 @@ Test(wire, task_to_result_through_a_real_graph) {
     size_t gl;
     cr_assert_eq(goblin_graph_serialize(g, &gb, &gl), GOBLIN_OK);
     goblin_graph_free(g);
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample_task(&m);
     m.body.task.graph = gb;
     m.body.task.graph_len = gl;
@@ -1017,12 +1018,11 @@ Test(wire, task_to_result_through_a_real_graph) {
     goblin_buffer_free(gb);
 
     /* worker side: decode in place, rebuild the graph, run it */
-    goblin_wire_msg *d = decode_ok(b, len, GOBLIN_WIRE_DECODE_ZERO_COPY);
+    goblin__wire_msg *d = decode_ok(b, len, GOBLIN_WIRE_DECODE_ZERO_COPY);
     goblin_graph *h = NULL;
-    char msg[256];
-    cr_assert_eq(goblin_graph_deserialize(d->body.task.graph, d->body.task.graph_len, NULL, &h,
-                                          msg, sizeof msg),
-                 GOBLIN_OK, "%s", msg);
+    goblin_errbuf msg_eb = {0};
+    cr_assert_eq(goblin_graph_deserialize(d->body.task.graph, d->body.task.graph_len, NULL, &h, &msg_eb),
+                 GOBLIN_OK, "%s", msg_eb.message);
     goblin_exec_params p;
     goblin_exec_params_default(&p);
     p.backend = GOBLIN_BACKEND_REF;
@@ -1035,8 +1035,8 @@ Test(wire, task_to_result_through_a_real_graph) {
     cr_assert_float_eq(((float *)out.data)[0], 3.75f, 1e-6);
     cr_assert_float_eq(((float *)out.data)[1], 20.25f, 1e-6);
 
-    goblin_wire_msg r;
-    goblin_wire_msg_init(&r, GOBLIN_WIRE_TYPE_RESULT);
+    goblin__wire_msg r;
+    goblin__wire_msg_init(&r, GOBLIN_WIRE_TYPE_RESULT);
     r.request_id = d->request_id;
     r.body.result.task_id = d->body.task.task_id;
     r.body.result.n_outputs = 1;
@@ -1045,17 +1045,17 @@ Test(wire, task_to_result_through_a_real_graph) {
     uint8_t *rb = encode(&r, &rlen);
     goblin_buffer_free(out.data);
     goblin_graph_free(h);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 
     /* node side */
-    goblin_wire_msg *rd = decode_ok(rb, rlen, 0);
+    goblin__wire_msg *rd = decode_ok(rb, rlen, 0);
     cr_assert_eq(rd->body.result.task_id, 0x0A0B0C0D0E0F1011ull);
     cr_assert_eq(rd->request_id, 0x1122334455667788ull);
     cr_assert_eq(rd->body.result.outputs[0].rank, 1);
     cr_assert_eq(rd->body.result.outputs[0].shape[0], 2);
     cr_assert_float_eq(((float *)rd->body.result.outputs[0].data)[1], 20.25f, 1e-6);
-    goblin_wire_msg_free(rd);
+    goblin__wire_msg_free(rd);
     goblin_buffer_free(rb);
 }
 
@@ -1074,7 +1074,7 @@ Test(wire, task_bytes_carry_no_names) {
      * formula text the user wrote, and must not travel. */
     goblin_graph *g = real_graph();
     goblin_formula *f;
-    goblin_formula_error fe;
+    goblin_errbuf fe;
     cr_assert_eq(goblin_formula_parse("weight * exp(-input) + bias", &f, &fe), GOBLIN_OK, "%s",
                  fe.message);
     int32_t ids[3];
@@ -1088,7 +1088,7 @@ Test(wire, task_bytes_carry_no_names) {
     cr_assert_eq(goblin_graph_serialize(g, &gb, &gl), GOBLIN_OK);
     goblin_graph_free(g);
 
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample_task(&m);
     m.body.task.graph = gb;
     m.body.task.graph_len = gl;
@@ -1104,11 +1104,11 @@ Test(wire, task_bytes_carry_no_names) {
 }
 
 Test(wire, type_names) {
-    cr_assert_str_eq(goblin_wire_type_name(GOBLIN_WIRE_TYPE_HELLO), "HELLO");
-    cr_assert_str_eq(goblin_wire_type_name(GOBLIN_WIRE_TYPE_ERROR), "ERROR");
-    cr_assert_null(goblin_wire_type_name((goblin_wire_type)0));
-    cr_assert_null(goblin_wire_type_name(GOBLIN_WIRE_TYPE_COUNT));
-    cr_assert_null(goblin_wire_type_name((goblin_wire_type)-1));
+    cr_assert_str_eq(goblin__wire_type_name(GOBLIN_WIRE_TYPE_HELLO), "HELLO");
+    cr_assert_str_eq(goblin__wire_type_name(GOBLIN_WIRE_TYPE_ERROR), "ERROR");
+    cr_assert_null(goblin__wire_type_name((goblin__wire_type)0));
+    cr_assert_null(goblin__wire_type_name(GOBLIN_WIRE_TYPE_COUNT));
+    cr_assert_null(goblin__wire_type_name((goblin__wire_type)-1));
 }
 
 /* ---- internal: layout encoding (a worker computes its RESULT in place) and the
@@ -1130,8 +1130,8 @@ Test(wire, layout_encoding_matches_the_plain_encoder_once_filled) {
         empty[i] = full[i];
         empty[i].data = NULL;
     }
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_RESULT);
     m.request_id = 77;
     m.body.result.task_id = 78;
     m.body.result.n_outputs = 3;
@@ -1159,12 +1159,12 @@ Test(wire, layout_encoding_matches_the_plain_encoder_once_filled) {
     memcpy(buf + off[1], c, sizeof c);
     memcpy(buf + off[2], b, sizeof b);
     cr_assert_eq(memcmp(buf, want, want_len), 0, "filled layout differs from the plain encoding");
-    goblin_wire_msg *d = decode_ok(buf, want_len, 0);
+    goblin__wire_msg *d = decode_ok(buf, want_len, 0);
     cr_assert_eq(d->body.result.task_id, 78);
     cr_assert_float_eq(((float *)d->body.result.outputs[0].data)[5], -0.5f, 0);
     cr_assert_eq(((uint8_t *)d->body.result.outputs[1].data)[4], 5);
     cr_assert_float_eq(((double *)d->body.result.outputs[2].data)[0], 1e300, 0);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     free(buf);
     goblin_buffer_free(want);
 }
@@ -1207,24 +1207,24 @@ Test(wire, transport_recv_waits_without_nng_timers) {
 
 /* Append the encoding of @p m to @p buf at *len, after zero padding to a multiple of
  * 8 when something is already there (docs/wire-protocol.md, "Batches"). */
-static void batch_put(uint8_t *buf, size_t cap, size_t *len, const goblin_wire_msg *m) {
+static void batch_put(uint8_t *buf, size_t cap, size_t *len, const goblin__wire_msg *m) {
     size_t at = *len ? (*len + 7) / 8 * 8 : 0, wrote = 0;
     cr_assert_leq(at, cap);
     memset(buf + *len, 0, at - *len);
-    cr_assert_eq(goblin_wire_encode_into(m, buf + at, cap - at, &wrote), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode_into(m, buf + at, cap - at, &wrote), GOBLIN_OK);
     *len = at + wrote;
 }
 
 /* Walk a batch: how many messages it frames, or -1 on the first error (*e). Each
  * framed message also decodes on its own. Checks that the walk always moves on. */
-static int walk(const uint8_t *buf, size_t len, const goblin_wire_limits *lim, goblin_err *e, char *msg,
+static int walk(const uint8_t *buf, size_t len, const goblin__wire_limits *lim, goblin_err *e, char *msg,
                 size_t cap) {
     size_t off = 0, ml = 0;
     int n = 0;
     *e = GOBLIN_OK;
     do {
         size_t at = off;
-        *e = goblin_wire_batch_next(buf, len, &off, lim, &ml, msg, cap);
+        *e = goblin__wire_batch_next(buf, len, &off, lim, &ml, msg, cap);
         if (*e) {
             cr_assert_eq(off, at, "*off moved on failure");
             return -1;
@@ -1241,7 +1241,7 @@ static int walk(const uint8_t *buf, size_t len, const goblin_wire_limits *lim, g
 Test(wire, batch_of_every_type_splits_and_decodes) {
     static uint8_t buf[8192];
     size_t len = 0;
-    goblin_wire_type order[] = {GOBLIN_WIRE_TYPE_HELLO,     GOBLIN_WIRE_TYPE_LEASE_REQUEST, /* 57 and 28 bytes */
+    goblin__wire_type order[] = {GOBLIN_WIRE_TYPE_HELLO,     GOBLIN_WIRE_TYPE_LEASE_REQUEST, /* 57 and 28 bytes */
                                 GOBLIN_WIRE_TYPE_TASK,      GOBLIN_WIRE_TYPE_RESULT,
                                 GOBLIN_WIRE_TYPE_LEASE_REQUEST, GOBLIN_WIRE_TYPE_ERROR,
                                 GOBLIN_WIRE_TYPE_HEARTBEAT, GOBLIN_WIRE_TYPE_ABANDON,
@@ -1249,11 +1249,11 @@ Test(wire, batch_of_every_type_splits_and_decodes) {
     int nm = (int)(sizeof order / sizeof order[0]);
     size_t starts[16];
     for (int i = 0; i < nm; i++) {
-        goblin_wire_msg m;
+        goblin__wire_msg m;
         sample(order[i], &m);
         batch_put(buf, sizeof buf, &len, &m);
         size_t one = 0;
-        cr_assert_eq(goblin_wire_encoded_size(&m, &one), GOBLIN_OK);
+        cr_assert_eq(goblin__wire_encoded_size(&m, &one), GOBLIN_OK);
         starts[i] = len - one;
     }
     /* hand-derived: HELLO is 24 + 28 + 5 = 57 bytes, so the LEASE_REQUEST starts at 64 */
@@ -1264,8 +1264,8 @@ Test(wire, batch_of_every_type_splits_and_decodes) {
     for (int i = 0; i < nm; i++) {
         size_t at = off;
         cr_assert_eq(at, starts[i], "message %d at %zu, expected %zu", i, at, starts[i]);
-        cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, &ml, msg, sizeof msg), GOBLIN_OK, "%s", msg);
-        goblin_wire_msg *d = decode_ok(buf + at, ml, GOBLIN_WIRE_DECODE_ZERO_COPY);
+        cr_assert_eq(goblin__wire_batch_next(buf, len, &off, NULL, &ml, msg, sizeof msg), GOBLIN_OK, "%s", msg);
+        goblin__wire_msg *d = decode_ok(buf + at, ml, GOBLIN_WIRE_DECODE_ZERO_COPY);
         cr_assert_eq(d->type, order[i]);
         if (order[i] == GOBLIN_WIRE_TYPE_TASK) {
             cr_assert_eq(d->body.task.n_inputs, 3);
@@ -1273,29 +1273,29 @@ Test(wire, batch_of_every_type_splits_and_decodes) {
             cr_assert((const uint8_t *)d->body.task.inputs[0].data > buf + at); /* zero copy */
         }
         if (order[i] == GOBLIN_WIRE_TYPE_HELLO) cr_assert_eq(d->body.hello.token_len, 5);
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
     }
     cr_assert_eq(off, len);
     /* past the end, or not aligned: a caller error */
-    cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, &ml, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert_eq(goblin__wire_batch_next(buf, len, &off, NULL, &ml, msg, sizeof msg), GOBLIN_EFORMAT);
     off = len + 8;
-    cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin__wire_batch_next(buf, len, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
     off = 4;
-    cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_wire_batch_next(buf, len, NULL, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin__wire_batch_next(buf, len, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin__wire_batch_next(buf, len, NULL, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
     off = 0;
-    cr_assert_eq(goblin_wire_batch_next(buf, len, &off, NULL, NULL, NULL, 0), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_wire_batch_next(NULL, 8, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin__wire_batch_next(buf, len, &off, NULL, NULL, NULL, 0), GOBLIN_EINVAL);
+    cr_assert_eq(goblin__wire_batch_next(NULL, 8, &off, NULL, &ml, NULL, 0), GOBLIN_EINVAL);
 }
 
 Test(wire, single_message_is_a_batch_of_one) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample(GOBLIN_WIRE_TYPE_LEASE_REQUEST, &m);
     size_t len;
     uint8_t *b = encode(&m, &len);
     cr_assert_eq(len, 28); /* not a multiple of 8: no padding after the last message */
     size_t off = 0, ml = 0;
-    cr_assert_eq(goblin_wire_batch_next(b, len, &off, NULL, &ml, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_batch_next(b, len, &off, NULL, &ml, NULL, 0), GOBLIN_OK);
     cr_assert_eq(ml, 28);
     cr_assert_eq(off, 28);
     goblin_buffer_free(b);
@@ -1304,7 +1304,7 @@ Test(wire, single_message_is_a_batch_of_one) {
 Test(wire, malformed_batches_are_rejected) {
     uint8_t buf[512];
     size_t len = 0;
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample(GOBLIN_WIRE_TYPE_LEASE_REQUEST, &m); /* 28 bytes: 4 padding bytes follow */
     batch_put(buf, sizeof buf, &len, &m);
     sample(GOBLIN_WIRE_TYPE_ABANDON, &m); /* 32 bytes, at 32 */
@@ -1345,8 +1345,8 @@ Test(wire, malformed_batches_are_rejected) {
     wr_le(c + 32 + 16, (uint64_t)1 << 40, 8);
     cr_assert_eq(walk(c, len, NULL, &e, msg, sizeof msg), -1);
     cr_assert_eq(e, GOBLIN_ELIMIT);
-    goblin_wire_limits lim;
-    goblin_wire_limits_default(&lim);
+    goblin__wire_limits lim;
+    goblin__wire_limits_default(&lim);
     lim.max_message_bytes = 30; /* the ABANDON (32 bytes) is over it */
     cr_assert_eq(walk(buf, len, &lim, &e, msg, sizeof msg), -1);
     cr_assert_eq(e, GOBLIN_ELIMIT);
@@ -1373,8 +1373,8 @@ Test(wire, batch_truncations_and_byte_flips_never_crash) {
     size_t len = 0;
     int n = 0;
     for (int r = 0; r < 40; r++) {
-        goblin_wire_msg m;
-        sample((goblin_wire_type)(1 + r % (GOBLIN_WIRE_TYPE_COUNT - 1)), &m);
+        goblin__wire_msg m;
+        sample((goblin__wire_type)(1 + r % (GOBLIN_WIRE_TYPE_COUNT - 1)), &m);
         batch_put(buf, sizeof buf, &len, &m);
         n++;
     }
@@ -1400,17 +1400,17 @@ Test(wire, batch_truncations_and_byte_flips_never_crash) {
         int guard = 0;
         do {
             size_t at = off;
-            if (goblin_wire_batch_next(c, len, &off, NULL, &ml, msg, sizeof msg)) break;
-            goblin_wire_msg *d = NULL;
-            if (goblin_wire_decode(c + at, ml, NULL, GOBLIN_WIRE_DECODE_ZERO_COPY, &d, NULL, 0) == GOBLIN_OK)
-                goblin_wire_msg_free(d);
+            if (goblin__wire_batch_next(c, len, &off, NULL, &ml, msg, sizeof msg)) break;
+            goblin__wire_msg *d = NULL;
+            if (goblin__wire_decode(c + at, ml, NULL, GOBLIN_WIRE_DECODE_ZERO_COPY, &d, NULL, 0) == GOBLIN_OK)
+                goblin__wire_msg_free(d);
             cr_assert_lt(++guard, n + 1);
         } while (off < len);
     }
     /* many tiny messages */
     len = 0;
     for (int r = 0; r < 500; r++) {
-        goblin_wire_msg m;
+        goblin__wire_msg m;
         sample(GOBLIN_WIRE_TYPE_LEASE_REQUEST, &m);
         batch_put(buf, sizeof buf, &len, &m);
     }
@@ -1418,22 +1418,22 @@ Test(wire, batch_truncations_and_byte_flips_never_crash) {
 }
 
 Test(wire, batch_flag_and_capability) {
-    goblin_wire_msg m;
+    goblin__wire_msg m;
     sample(GOBLIN_WIRE_TYPE_HELLO_ACK, &m);
     m.flags = GOBLIN_WIRE_FLAG_BATCH;
     size_t len;
     uint8_t *b = encode(&m, &len);
     cr_assert_eq(b[7], 0x01); /* the header's flags byte */
-    goblin_wire_header h;
-    cr_assert_eq(goblin_wire_header_decode(b, len, NULL, &h, NULL, 0), GOBLIN_OK);
+    goblin__wire_header h;
+    cr_assert_eq(goblin__wire_header_decode(b, len, NULL, &h, NULL, 0), GOBLIN_OK);
     cr_assert_eq(h.flags, GOBLIN_WIRE_FLAG_BATCH);
-    goblin_wire_msg *d = decode_ok(b, len, 0);
+    goblin__wire_msg *d = decode_ok(b, len, 0);
     cr_assert_eq(d->flags, GOBLIN_WIRE_FLAG_BATCH);
     size_t len2;
     uint8_t *b2 = encode(d, &len2); /* canonical */
     cr_assert_eq(len2, len);
     cr_assert_eq(memcmp(b, b2, len), 0);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b2);
     char msg[256];
     b[7] = 0x02; /* undefined */
@@ -1442,11 +1442,11 @@ Test(wire, batch_flag_and_capability) {
     /* only HELLO_ACK may carry it */
     for (int t = 1; t < GOBLIN_WIRE_TYPE_COUNT; t++) {
         if (t == GOBLIN_WIRE_TYPE_HELLO_ACK) continue;
-        sample((goblin_wire_type)t, &m);
+        sample((goblin__wire_type)t, &m);
         m.flags = GOBLIN_WIRE_FLAG_BATCH;
         uint8_t *x = NULL;
         size_t xl = 0;
-        cr_assert_eq(goblin_wire_encode(&m, &x, &xl), GOBLIN_EINVAL, "type %d", t);
+        cr_assert_eq(goblin__wire_encode(&m, &x, &xl), GOBLIN_EINVAL, "type %d", t);
         m.flags = 0;
         x = encode(&m, &xl);
         x[7] = GOBLIN_WIRE_FLAG_BATCH;
@@ -1460,6 +1460,6 @@ Test(wire, batch_flag_and_capability) {
     cr_assert_eq(rd_le(b + 24 + 8, 4), 0x80000002u);
     d = decode_ok(b, len, 0);
     cr_assert_eq(d->body.hello.backends, 0x80000002u);
-    goblin_wire_msg_free(d);
+    goblin__wire_msg_free(d);
     goblin_buffer_free(b);
 }

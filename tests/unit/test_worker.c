@@ -33,15 +33,12 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
         goblin_worker_params_default(&wp[i]);
         wp[i].threads = 1;
     }
-    wp[2].misbehave = mode;
-    wp[2].misbehave_rate = rate;
     /* Seed 5: the cheater's first draw says honest, its second misbehave (at rate 0.3;
      * a worker asks for 2 leases when it joins, so it surely gets two tasks): every mode
      * shows at least once, after an honest result that must then be rechecked. */
-    wp[2].misbehave_seed = 5;
-    wp[2].slow_ms = 150;
+    rt_faults[2] = (rt_fault){.mode = mode, .rate = rate, .seed = 5, .slow_ms = 150};
     char url[80];
-    snprintf(url, sizeof url, "inproc://test-worker-%s-%d", goblin_misbehave_name(mode), (int)dt);
+    snprintf(url, sizeof url, "inproc://test-worker-%s-%d", rt_misbehave_name(mode), (int)dt);
     memset(o, 0, sizeof *o);
     rt_grid g;
     rt_grid_start_joined(&g, url, &np, wp, 3);
@@ -53,13 +50,13 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
     goblin_job *job;
     cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
     goblin_err e = goblin_job_wait(job, 40000);
-    cr_assert_eq(e, GOBLIN_OK, "%s: %s (%s)", goblin_misbehave_name(mode), goblin_strerror(e),
+    cr_assert_eq(e, GOBLIN_OK, "%s: %s (%s)", rt_misbehave_name(mode), goblin_strerror(e),
                  goblin_job_error(job));
     if (test_policy != GOBLIN_VERIFY_UNSAFE_NONE)
-        cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0, "mode %s", goblin_misbehave_name(mode));
+        cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0, "mode %s", rt_misbehave_name(mode));
     else
         o->unsafe_bad = rt_check_product(&a.t, &b.t, &c.t);
-    goblin_plan_info info;
+    goblin_job_plan info;
     goblin_job_plan_info(job, &info);
     int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
     goblin_node_stats_get(g.node, &o->st);
@@ -78,9 +75,9 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
     if (test_policy == GOBLIN_VERIFY_UNSAFE_NONE) {
         cr_assert_eq(o->st.verify_cpu_ns, 0);
     } else {
-        cr_assert_gt(o->st.verify_cpu_ns, 0, "%s", goblin_misbehave_name(mode));
+        cr_assert_gt(o->st.verify_cpu_ns, 0, "%s", rt_misbehave_name(mode));
         cr_assert_leq(o->st.verify_cpu_ns, 2 * o->st.verify_ns + 10000000, "%s: CPU %lld ns, wall %lld ns",
-                      goblin_misbehave_name(mode), (long long)o->st.verify_cpu_ns, (long long)o->st.verify_ns);
+                      rt_misbehave_name(mode), (long long)o->st.verify_cpu_ns, (long long)o->st.verify_ns);
     }
     /* Which session is the cheater: the worker whose misbehave counter moved, or
      * for silent mode the one with failed leases; match by HELLO order is not fixed,
@@ -100,18 +97,18 @@ static void run_with_cheater(goblin_misbehave mode, double rate, goblin_dtype dt
 static void expect_caught(goblin_misbehave mode, goblin_dtype dt, goblin_verify_reason reason) {
     outcome o;
     run_with_cheater(mode, 0.3, dt, &o);
-    cr_assert_gt(o.misbehaved, 0, "%s: the cheater cheated", goblin_misbehave_name(mode));
-    cr_assert_geq(o.st.results_rejected, 1, "%s: a bad result was rejected", goblin_misbehave_name(mode));
+    cr_assert_gt(o.misbehaved, 0, "%s: the cheater cheated", rt_misbehave_name(mode));
+    cr_assert_geq(o.st.results_rejected, 1, "%s: a bad result was rejected", rt_misbehave_name(mode));
     /* Freivalds rejects at once: one rejection quarantines the cheater, who gets no more
      * tasks, so every rejection is the cheater's and exactly one worker is quarantined. */
-    cr_assert_eq(o.st.workers_quarantined, 1, "%s", goblin_misbehave_name(mode));
+    cr_assert_eq(o.st.workers_quarantined, 1, "%s", rt_misbehave_name(mode));
     cr_assert(o.cheater_quarantined);
     int quarantined_rejected = 0, honest_rejected = 0;
     for (int i = 0; i < 3; i++) {
         if (o.ws[i].quarantined) quarantined_rejected += (int)o.ws[i].rejected;
         else honest_rejected += (int)o.ws[i].rejected;
     }
-    cr_assert_eq(honest_rejected, 0, "%s: good results wrongly rejected", goblin_misbehave_name(mode));
+    cr_assert_eq(honest_rejected, 0, "%s: good results wrongly rejected", rt_misbehave_name(mode));
     cr_assert_eq(quarantined_rejected, 1);
     /* Everything the cheater had delivered before it was caught was rechecked; honest
      * results pass the recheck. */
@@ -120,14 +117,14 @@ static void expect_caught(goblin_misbehave mode, goblin_dtype dt, goblin_verify_
         if (o.ws[i].quarantined) cheater_accepted = o.ws[i].accepted;
     cr_assert_eq(o.st.rechecked, cheater_accepted);
     cr_assert_eq(o.st.recheck_failed, 0);
-    cr_assert_eq(o.st.rejected_by_reason[reason], 1, "%s: reason %s", goblin_misbehave_name(mode),
+    cr_assert_eq(o.st.rejected_by_reason[reason], 1, "%s: reason %s", rt_misbehave_name(mode),
                  goblin_verify_reason_name(reason));
     /* A wrong tile of the right shape fails its row panel's check, whose tiles are then
      * judged one by one (a wrong shape is rejected as it arrives). */
     if (test_policy == GOBLIN_VERIFY_FREIVALDS && !test_tile_by_tile && reason != GOBLIN_VERIFY_SHAPE)
-        cr_assert_geq(o.st.freivalds_row_fallbacks, 1, "%s", goblin_misbehave_name(mode));
+        cr_assert_geq(o.st.freivalds_row_fallbacks, 1, "%s", rt_misbehave_name(mode));
     fprintf(stderr, "misbehave %-8s %s: bad results sent %lld (some after quarantine, discarded unread), caught %lld, "
-            "good results wrongly rejected %d\n", goblin_misbehave_name(mode), goblin_dtype_name(dt), (long long)o.misbehaved,
+            "good results wrongly rejected %d\n", rt_misbehave_name(mode), goblin_dtype_name(dt), (long long)o.misbehaved,
             (long long)o.st.results_rejected, honest_rejected);
 }
 
@@ -186,10 +183,8 @@ Test(worker, misbehave_crash_via_hook) {
         goblin_worker_params_default(&wp[i]);
         wp[i].threads = 1;
     }
-    wp[2].misbehave = GOBLIN_MISBEHAVE_CRASH;
-    wp[2].misbehave_rate = 0.3;
-    wp[2].misbehave_seed = 73; /* its first draw is 0.04: it crashes at its first task */
-    wp[2].crash_hook = crash_hook;
+    /* seed 73: its first draw is 0.04: it crashes at its first task */
+    rt_faults[2] = (rt_fault){.mode = GOBLIN_MISBEHAVE_CRASH, .rate = 0.3, .seed = 73, .crash_hook = crash_hook};
     rt_grid g;
     rt_grid_start_joined(&g, "inproc://test-worker-crash", &np, wp, 3);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 200, 150, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 150, 180, 4, true);
@@ -231,7 +226,7 @@ Test(worker, refused_on_catalogue_mismatch) {
     goblin_node_params_default(&np);
     goblin_worker_params wp;
     goblin_worker_params_default(&wp);
-    wp.catalog_version_override = goblin_catalog_version() + 7;
+    rt_faults[0] = (rt_fault){.catalog_version = goblin_catalog_version() + 7};
     wp.log = rt_log_fn;
     wp.log_user = &lg;
     rt_grid g;
@@ -451,17 +446,17 @@ Test(worker, canceled_job_operands_unread_after_wait) {
 Test(worker, params_and_names) {
     goblin_misbehave m;
     double r;
-    cr_assert_eq(goblin_misbehave_parse("wrong:0.2", &m, &r), GOBLIN_OK);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_MISBEHAVE_PARSE, "wrong:0.2", &m, &r), GOBLIN_OK);
     cr_assert_eq(m, GOBLIN_MISBEHAVE_WRONG);
     cr_assert_float_eq(r, 0.2, 1e-12);
-    cr_assert_eq(goblin_misbehave_parse("silent", &m, &r), GOBLIN_OK);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_MISBEHAVE_PARSE, "silent", &m, &r), GOBLIN_OK);
     cr_assert_eq(m, GOBLIN_MISBEHAVE_SILENT);
     cr_assert_eq(r, 1.0);
-    cr_assert_eq(goblin_misbehave_parse("scale:1.5", &m, &r), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_misbehave_parse("scale:", &m, &r), GOBLIN_EINVAL);
-    cr_assert_eq(goblin_misbehave_parse("lie", &m, &r), GOBLIN_EINVAL);
-    for (int i = 0; i < GOBLIN_MISBEHAVE_COUNT; i++) cr_assert_not_null(goblin_misbehave_name((goblin_misbehave)i));
-    cr_assert_null(goblin_misbehave_name(GOBLIN_MISBEHAVE_COUNT));
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_MISBEHAVE_PARSE, "scale:1.5", &m, &r), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_MISBEHAVE_PARSE, "scale:", &m, &r), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_MISBEHAVE_PARSE, "lie", &m, &r), GOBLIN_EINVAL);
+    for (int i = 0; i < GOBLIN_MISBEHAVE_COUNT; i++) cr_assert_not_null(rt_misbehave_name((goblin_misbehave)i));
+    cr_assert_null(rt_misbehave_name(GOBLIN_MISBEHAVE_COUNT));
     goblin_worker_params wp;
     goblin_worker_params_default(&wp);
     goblin_worker *w = NULL;
@@ -471,10 +466,11 @@ Test(worker, params_and_names) {
     wp.slots = 0;
     cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_EINVAL);
     wp.slots = 2;
-    wp.misbehave_rate = 2;
-    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_EINVAL);
-    wp.misbehave_rate = 0;
     cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, w, GOBLIN_MISBEHAVE_WRONG, 2.0, (uint64_t)0),
+                 GOBLIN_EINVAL);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, w, GOBLIN_MISBEHAVE_WRONG, 0.0, (uint64_t)0),
+                 GOBLIN_OK);
     goblin_worker_free(w);
     goblin_node_params np;
     goblin_node_params_default(&np);
@@ -581,9 +577,7 @@ static void tiny_tasks(bool cheat, goblin_dtype dt, goblin_misbehave mode) {
         wp[i].log_user = &lg;
     }
     if (cheat) {
-        wp[2].misbehave = mode;
-        wp[2].misbehave_rate = 0.3;
-        wp[2].misbehave_seed = 77;
+        rt_faults[2] = (rt_fault){.mode = mode, .rate = 0.3, .seed = 77};
     }
     char url[80];
     snprintf(url, sizeof url, "inproc://test-worker-tiny-%d-%d", (int)cheat, (int)mode);
@@ -599,7 +593,7 @@ static void tiny_tasks(bool cheat, goblin_dtype dt, goblin_misbehave mode) {
     goblin_err e = goblin_job_wait(job, 40000);
     cr_assert_eq(e, GOBLIN_OK, "%s (%s)", goblin_strerror(e), goblin_job_error(job));
     cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
-    goblin_plan_info info;
+    goblin_job_plan info;
     goblin_job_plan_info(job, &info);
     int64_t tasks = info.grid_rows * info.grid_cols * info.k_slices;
     cr_assert_geq(tasks, 256);
@@ -650,16 +644,16 @@ static void *run_worker_thread(void *arg) {
 }
 
 /* A stand-in node's HELLO_ACK to HELLO @p d, which came in @p m. */
-static void standin_hello_ack(nng_socket s, const nng_msg *m, const goblin_wire_msg *d) {
-    goblin_wire_msg a;
-    goblin_wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
+static void standin_hello_ack(nng_socket s, const nng_msg *m, const goblin__wire_msg *d) {
+    goblin__wire_msg a;
+    goblin__wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
     a.request_id = d->request_id;
     a.body.hello_ack.session_id = 1;
     a.body.hello_ack.heartbeat_ms = 0;
     a.body.hello_ack.max_message_bytes = 1 << 20;
     uint8_t *buf;
     size_t len;
-    cr_assert_eq(goblin_wire_encode(&a, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode(&a, &buf, &len), GOBLIN_OK);
     nng_msg *r;
     nng_msg_alloc(&r, 0);
     nng_msg_append(r, buf, len);
@@ -686,9 +680,9 @@ Test(worker, asks_again_when_asked_tasks_never_come) {
     for (int got = 0; got < 8 && requests < 2; got++) {
         nng_msg *m;
         cr_assert_eq(nng_recvmsg(s, &m, 0), 0, "the worker went quiet");
-        goblin_wire_msg *d = NULL;
+        goblin__wire_msg *d = NULL;
         char err[200];
-        cr_assert_eq(goblin_wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, err, sizeof err), GOBLIN_OK,
+        cr_assert_eq(goblin__wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, err, sizeof err), GOBLIN_OK,
                      "%s", err);
         if (d->type == GOBLIN_WIRE_TYPE_HELLO) {
             standin_hello_ack(s, m, d);
@@ -700,7 +694,7 @@ Test(worker, asks_again_when_asked_tasks_never_come) {
             else t_second = t;
             cr_assert_geq(d->body.lease_request.slots, 1);
         }
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         nng_msg_free(m);
     }
     cr_assert_eq(requests, 2, "the worker asked %d times", requests);
@@ -721,11 +715,11 @@ static void standin_accept(nng_socket s) {
     for (;;) {
         nng_msg *m;
         cr_assert_eq(nng_recvmsg(s, &m, 0), 0, "no HELLO");
-        goblin_wire_msg *d = NULL;
-        cr_assert_eq(goblin_wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, NULL, 0), GOBLIN_OK);
+        goblin__wire_msg *d = NULL;
+        cr_assert_eq(goblin__wire_decode(nng_msg_body(m), nng_msg_len(m), NULL, 0, &d, NULL, 0), GOBLIN_OK);
         bool hello = d->type == GOBLIN_WIRE_TYPE_HELLO;
         if (hello) standin_hello_ack(s, m, d);
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         nng_msg_free(m);
         if (hello) return;
     }
@@ -744,8 +738,8 @@ static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, u
     goblin_tensor_init(&in[1], GOBLIN_DTYPE_F32, 1, b ? shp : s0, (void *)b);
     int64_t dir[4] = {(int64_t)ida, (int64_t)idb, a ? 0 : 1, b ? 0 : 1};
     goblin_tensor_init(&in[2], GOBLIN_DTYPE_I64, 1, sd, dir);
-    goblin_wire_msg m;
-    goblin_wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_TASK);
     m.request_id = id;
     m.body.task.task_id = id;
     m.body.task.lease_ms = 10000;
@@ -755,7 +749,7 @@ static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, u
     m.body.task.inputs = in;
     uint8_t *buf;
     size_t len;
-    cr_assert_eq(goblin_wire_encode(&m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(goblin__wire_encode(&m, &buf, &len), GOBLIN_OK);
     nng_msg *r;
     nng_msg_alloc(&r, 0);
     nng_msg_append(r, buf, len);
@@ -764,8 +758,8 @@ static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, u
     for (;;) {
         nng_msg *rm;
         cr_assert_eq(nng_recvmsg(s, &rm, 0), 0, "no answer to task %llu", (unsigned long long)id);
-        goblin_wire_msg *d = NULL;
-        cr_assert_eq(goblin_wire_decode(nng_msg_body(rm), nng_msg_len(rm), NULL, 0, &d, NULL, 0), GOBLIN_OK);
+        goblin__wire_msg *d = NULL;
+        cr_assert_eq(goblin__wire_decode(nng_msg_body(rm), nng_msg_len(rm), NULL, 0, &d, NULL, 0), GOBLIN_OK);
         goblin_err e = GOBLIN_EPROTO;
         bool done = false;
         if (d->type == GOBLIN_WIRE_TYPE_RESULT && d->body.result.task_id == id) {
@@ -778,7 +772,7 @@ static goblin_err standin_task(nng_socket s, const uint8_t *gbuf, size_t glen, u
             e = d->body.error.code;
             done = true;
         }
-        goblin_wire_msg_free(d);
+        goblin__wire_msg_free(d);
         nng_msg_free(rm);
         if (done) return e;
     }

@@ -135,11 +135,11 @@ int main(int argc, char **argv) {
         cp.token = (const uint8_t *)token;
         cp.token_len = (uint32_t)tl;
     }
-    char why[600];
+    goblin_errbuf why_eb = {0};
     goblin_client *c;
-    goblin_err e = goblin_client_connect(&c, url, &cp, why, sizeof why);
+    goblin_err e = goblin_client_connect(&c, url, &cp, &why_eb);
     if (e) {
-        fprintf(stderr, "goblin-client: %s (%s)\n", why, goblin_strerror(e));
+        fprintf(stderr, "goblin-client: %s (%s)\n", why_eb.message, goblin_strerror(e));
         return tool_exit_code(e);
     }
     struct timespec t0, t1;
@@ -150,9 +150,9 @@ int main(int argc, char **argv) {
                                        &last);
     } else if (is_mm) {
         goblin_npy *fa = NULL, *fb = NULL;
-        if ((e = goblin_npy_open(pos[0], false, &fa, why, sizeof why)) ||
-            (e = goblin_npy_open(pos[1], false, &fb, why, sizeof why))) {
-            fprintf(stderr, "goblin-client: %s\n", why);
+        if ((e = goblin_npy_open(pos[0], false, &fa, &why_eb)) ||
+            (e = goblin_npy_open(pos[1], false, &fb, &why_eb))) {
+            fprintf(stderr, "goblin-client: %s\n", why_eb.message);
             goblin_npy_close(fa);
             goblin_client_free(c);
             return tool_exit_code(e);
@@ -163,9 +163,9 @@ int main(int argc, char **argv) {
         goblin_npy_close(fa);
         goblin_npy_close(fb);
         if (!e) {
-            e = goblin_npy_save(pos[2], &out, why, sizeof why);
+            e = goblin_npy_save(pos[2], &out, &why_eb);
             goblin_buffer_free(out.data);
-            if (e) fprintf(stderr, "goblin-client: %s\n", why);
+            if (e) fprintf(stderr, "goblin-client: %s\n", why_eb.message);
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);

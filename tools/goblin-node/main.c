@@ -27,10 +27,10 @@ static int run_init(const node_cli *cli) {
         ip.n_dns_names = 1;
     }
     goblin_tls_identity id;
-    char why[512];
-    goblin_err e = goblin_tls_init_dir(cli->init_dir, &ip, &id, why, sizeof why);
+    goblin_errbuf why_eb = {0};
+    goblin_err e = goblin_tls_init_dir(cli->init_dir, &ip, &id, &why_eb);
     if (e) {
-        fprintf(stderr, "goblin-node: init %s: %s (%s)\n", cli->init_dir, why, goblin_strerror(e));
+        fprintf(stderr, "goblin-node: init %s: %s (%s)\n", cli->init_dir, why_eb.message, goblin_strerror(e));
         return tool_exit_code(e);
     }
     printf("identity written:\n  certificate %s\n  private key %s\n", id.cert_path, id.key_path);
@@ -48,10 +48,10 @@ static goblin_err set_node_tls(node_cli *cli) {
     for (int i = 0; i < cli->node.n_listen; i++) any_tls |= tool_url_is_tls(cli->node.listen[i]);
     if (!any_tls) return GOBLIN_OK;
     goblin_tls_identity id;
-    char why[512];
-    goblin_err e = goblin_tls_identity_load(cli->cert_file, cli->key_file, &id, why, sizeof why);
+    goblin_errbuf why_eb = {0};
+    goblin_err e = goblin_tls_identity_load(cli->cert_file, cli->key_file, &id, &why_eb);
     if (e) {
-        tool_logf(cli->log_level, GOBLIN_LOG_ERROR, "identity: %s", why);
+        tool_logf(cli->log_level, GOBLIN_LOG_ERROR, "identity: %s", why_eb.message);
         return e;
     }
     tool_logf(cli->log_level, GOBLIN_LOG_INFO, "identity %s, fingerprint %s", id.cert_path,
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
     }
     if (cli.action == NODE_CLI_VERSION) {
         printf("goblin-node %s (catalogue %u, wire protocol %d)\n", GOBLIN_VERSION_STRING,
-               goblin_catalog_version(), GOBLIN_WIRE_VERSION);
+               goblin_catalog_version(), GOBLIN_PROTOCOL_VERSION);
         return TOOL_EXIT_OK;
     }
     if (cli.action == NODE_CLI_INIT) return run_init(&cli);

@@ -57,6 +57,7 @@ goblin_err worker_cli_parse(int argc, char **argv, worker_cli *cli) {
     memset(cli, 0, sizeof *cli);
     goblin_worker_params_default(&cli->worker);
     cli->log_level = GOBLIN_LOG_INFO;
+    cli->slow_ms = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -122,21 +123,21 @@ goblin_err worker_cli_parse(int argc, char **argv, worker_cli *cli) {
             cli->token = v;
         } else if (strcmp(a, "--misbehave") == 0) {
             NEEDV();
-            if (goblin_misbehave_parse(v, &cli->worker.misbehave, &cli->worker.misbehave_rate))
+            if (goblin_test_control(GOBLIN_TESTCTRL_MISBEHAVE_PARSE, v, &cli->misbehave, &cli->misbehave_rate))
                 return bad("bad --misbehave '%s' (MODE[:RATE], see --help)", v);
         } else if (strcmp(a, "--misbehave-seed") == 0) {
             NEEDV();
             if (!tool_parse_i64(v, 0, INT64_MAX, &n)) return bad("bad --misbehave-seed '%s'", v);
-            cli->worker.misbehave_seed = (uint64_t)n;
+            cli->misbehave_seed = (uint64_t)n;
             cli->seed_given = true;
         } else if (strcmp(a, "--test-catalog-version") == 0) {
             NEEDV();
             if (!tool_parse_i64(v, 1, UINT32_MAX, &n)) return bad("bad --test-catalog-version '%s'", v);
-            cli->worker.catalog_version_override = (uint32_t)n;
+            cli->catalog_version = (uint32_t)n;
         } else if (strcmp(a, "--slow-ms") == 0) {
             NEEDV();
             if (!tool_parse_i64(v, 0, 3600000, &n)) return bad("bad --slow-ms '%s'", v);
-            cli->worker.slow_ms = (uint32_t)n;
+            cli->slow_ms = n;
         } else {
             return bad("unknown argument '%s'", a);
         }

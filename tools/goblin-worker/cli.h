@@ -18,7 +18,14 @@ typedef struct worker_cli {
     const char *ca_file;
     const char *fingerprint;
     const char *token;
+    /* Fault injection (--misbehave, --slow-ms, --test-catalog-version): applied by main
+     * through goblin_test_control once the worker exists. */
+    goblin_misbehave misbehave;
+    double misbehave_rate;
+    uint64_t misbehave_seed;
     bool seed_given;
+    int64_t slow_ms;           /* -1: not given (the library's default) */
+    uint32_t catalog_version;  /* 0: the real one */
     goblin_log_level log_level;
 } worker_cli;
 

@@ -37,6 +37,28 @@ static goblin_err set_worker_tls(worker_cli *cli) {
     return GOBLIN_OK;
 }
 
+/* --misbehave and the other test flags, through the library's test-control entry point. */
+static goblin_err set_fault_injection(worker_cli *cli, goblin_worker *w) {
+    goblin_err e = GOBLIN_OK;
+    if (cli->misbehave != GOBLIN_MISBEHAVE_NONE) {
+        if (!cli->seed_given) cli->misbehave_seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
+        const char *name = NULL;
+        goblin_test_control(GOBLIN_TESTCTRL_MISBEHAVE_NAME, cli->misbehave, &name);
+        tool_logf(cli->log_level, GOBLIN_LOG_WARN,
+                  "FAULT INJECTION: this worker misbehaves (%s, rate %.3g) for tests and demos",
+                  name ? name : "?", cli->misbehave_rate);
+        e = goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, w, cli->misbehave, cli->misbehave_rate,
+                                cli->misbehave_seed);
+        /* A dedicated process may really die for `crash`. */
+        if (!e) e = goblin_test_control(GOBLIN_TESTCTRL_WORKER_CRASH, w, (void (*)(void *))NULL, (void *)NULL, 1);
+    }
+    if (!e && cli->slow_ms >= 0)
+        e = goblin_test_control(GOBLIN_TESTCTRL_WORKER_SLOW_MS, w, (unsigned)cli->slow_ms);
+    if (!e && cli->catalog_version)
+        e = goblin_test_control(GOBLIN_TESTCTRL_WORKER_CATALOG_VERSION, w, (unsigned)cli->catalog_version);
+    return e;
+}
+
 int main(int argc, char **argv) {
     tool_name = "goblin-worker";
     worker_cli cli;
@@ -46,20 +68,12 @@ int main(int argc, char **argv) {
     case WORKER_CLI_HELP: worker_cli_usage(stdout); return TOOL_EXIT_OK;
     case WORKER_CLI_VERSION:
         printf("goblin-worker %s (catalogue %u, wire protocol %d)\n", GOBLIN_VERSION_STRING,
-               goblin_catalog_version(), GOBLIN_WIRE_VERSION);
+               goblin_catalog_version(), GOBLIN_PROTOCOL_VERSION);
         return TOOL_EXIT_OK;
     case WORKER_CLI_LIST_OPS: return list_ops();
     default: break;
     }
     if ((e = set_worker_tls(&cli))) return tool_exit_code(e);
-    if (cli.worker.misbehave != GOBLIN_MISBEHAVE_NONE) {
-        if (!cli.seed_given) cli.worker.misbehave_seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
-        /* A dedicated process may really die for `crash`. */
-        cli.worker.crash_may_exit = true;
-        tool_logf(cli.log_level, GOBLIN_LOG_WARN,
-                  "FAULT INJECTION: this worker misbehaves (%s, rate %.3g) for tests and demos",
-                  goblin_misbehave_name(cli.worker.misbehave), cli.worker.misbehave_rate);
-    }
     cli.worker.log = tool_log;
     /* A dedicated process: large message buffers are kept for reuse (alloc.h). */
     goblin_err te = goblin_tune_allocator_for_service(0);
@@ -74,6 +88,11 @@ int main(int argc, char **argv) {
 
     if ((e = goblin_worker_new(&the_worker, &cli.worker))) {
         tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot create the worker: %s", goblin_strerror(e));
+        return tool_exit_code(e);
+    }
+    if ((e = set_fault_injection(&cli, the_worker))) {
+        tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot set fault injection: %s", goblin_strerror(e));
+        goblin_worker_free(the_worker);
         return tool_exit_code(e);
     }
     sigaction(SIGINT, &sa, NULL);
