@@ -4,12 +4,14 @@
     python3 scripts/check_layers.py                 # includes only
     python3 scripts/check_layers.py --objects DIR   # and calls: nm over DIR's objects
     python3 scripts/check_layers.py --largest 10    # also print the largest source files
+    python3 scripts/check_layers.py --doc docs/architecture.md   # the doc names everything
 
 Includes: every `#include "..."` in libgoblin/ resolves to a file of libgoblin/
 (same folder, or a path from libgoblin/) and must name a folder at or below the
 including file's. Calls: with --objects (a build's libgoblin objects), every
 symbol an object uses from another object must come from a folder at or below its
-own. Exits 1 with one line per violation. CONTRIBUTING.md explains the rule.
+own. With --doc, the page must name every public header, every libgoblin folder
+and every libgoblin source file. Exits 1 with one line per violation. CONTRIBUTING.md explains the rule.
 """
 import argparse
 import os
@@ -127,9 +129,32 @@ def check_calls(objdir, folders):
     return sorted(bad), len(where)
 
 
+def check_doc(doc, top, lib, folders):
+    with open(doc, encoding='utf-8') as fh:
+        text = fh.read()
+    words = set(re.findall(r'[A-Za-z0-9_./-]+', text))
+    names = set()
+    for w in words:
+        names.add(w.rstrip('/.,:;'))
+        names.update(part for part in re.split(r'[/]', w) if part)
+    bad = []
+    for h in sorted(os.listdir(os.path.join(top, 'include', 'goblin'))):
+        if h.endswith('.h') and h not in names:
+            bad.append(f'{doc}: does not name the public header {h}')
+    for f in sorted(folders):
+        if f + '/' not in text and f not in names:
+            bad.append(f'{doc}: does not name the folder {f}/')
+    for root, _, files in os.walk(lib):
+        for f in files:
+            if SRC.search(f) and f not in names:
+                bad.append(f'{doc}: does not name {os.path.relpath(os.path.join(root, f), top)}')
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--objects', help='a directory of libgoblin object files (a build dir)')
+    ap.add_argument('--doc', help='a page that must name every header, folder and source')
     ap.add_argument('--largest', type=int, default=0, help='print the N largest sources')
     args = ap.parse_args()
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,6 +164,8 @@ def main():
     if args.objects:
         calls, n_obj = check_calls(args.objects, seen)
         bad += calls
+    if args.doc:
+        bad += check_doc(args.doc, top, lib, seen)
     if args.largest:
         sizes = []
         for root, _, files in os.walk(lib):

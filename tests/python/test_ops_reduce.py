@@ -604,7 +604,7 @@ def test_blis_falls_back_for_other_cases():
     for op, kw in (("sum", {"axes": [0, 2]}), ("reduce_max", {"axes": [1, 3]})):
         np.testing.assert_array_equal(run_op(op, [x], backend="blis", **kw),
                                       run_op(op, [x], backend="ref", **kw))
-    # f32 softmax over a non-last axis has its own kernel (blis_train3.c, vector exp): within
+    # f32 softmax over a non-last axis has its own kernel (blis_softmax.c, vector exp): within
     # its contract of the reference, not its bits
     np.testing.assert_allclose(run_op("softmax", [x], axis=0, backend="blis"),
                                run_op("softmax", [x], axis=0, backend="ref"), rtol=1e-6, atol=1e-7)

@@ -1,5 +1,5 @@
-/* tests/unit/test_blis_train.c - the BLIS training kernels (backends/blis/blis_train.c:
- * conv2d backward input/weight, scaled dot-product attention forward/backward) against
+/* tests/unit/test_blis_train.c - the BLIS training kernels (backends/blis/blis_conv.c,
+ * blis_attention.c: conv2d backward input/weight, scaled dot-product attention forward/backward) against
  * the reference backend (f64 loops, an independent implementation) on random shapes
  * with odd sizes, strides, padding, dilation, groups, masks and empty tensors, in f32
  * and f64; and BLIS results that are the same bits for 1, 2 and 3 threads. */
@@ -219,7 +219,7 @@ static void one_run_matches_alone(goblin_dtype dt, goblin_tensor *t, int32_t nt,
 }
 
 /* The three backward nodes of one attention share the softmax weights within a run
- * (blis_train.c's sd_memo): interleaved with a second attention's nodes (the kept weights
+ * (blis_attention.c's sd_memo): interleaved with a second attention's nodes (the kept weights
  * change hands), A's first and last (a stale reuse shows at once). Small heads and
  * BLIS-sized ones, a causal one, a masked one, a NaN row. */
 Test(blis_train, sdpa_backward_nodes_in_one_run_match_each_alone) {
@@ -292,7 +292,7 @@ Test(blis_train, sdpa_nan_rows_follow_the_reference) {
     free(go.data);
 }
 
-/* ---- blis_train2.c: batch norm, max pooling, embedding backward, copies ---------------
+/* ---- blis_norm.c, blis_pool.c, blis_copy.c: batch norm, max pooling, embedding backward, copies ---------------
  * Max pooling, embedding backward and the copies do the reference's f64 arithmetic in
  * the reference's order, so they must give its exact bits (and the same bits on 1, 2
  * and 3 threads); batch norm is checked within its contract (compare_bn below). */
@@ -443,7 +443,7 @@ Test(blis_train2, batch_norm_forward_backward_within_contract) {
 }
 
 /* The three backward nodes of a training batch norm share their statistics within a run
- * (blis_train2.c's bn_memo): interleaved with a second batch norm's nodes, layer 0's first
+ * (blis_norm.c's bn_memo): interleaved with a second batch norm's nodes, layer 0's first
  * and last. */
 Test(blis_train2, batch_norm_backward_nodes_in_one_run_match_each_alone) {
     if (!have_blis()) cr_skip_test("no BLIS backend");
@@ -523,7 +523,7 @@ Test(blis_train2, max_pool2d_forward_backward_match_reference) {
             for (int nan = 0; nan < 2; nan++) pool_case_run(&POOL_CASES[i], dts[d], 300 + i * 3 + (uint64_t)d, nan);
 }
 
-/* relu (blis_train2.c): the reference's bits, NaN, infinities and -0 included, on
+/* relu (blis_unary.c): the reference's bits, NaN, infinities and -0 included, on
  * 1, 2 and 3 threads; sizes around the chunking. */
 Test(blis_train2, relu_matches_reference_bits) {
     if (!have_blis()) cr_skip_test("no BLIS backend");
@@ -1595,3 +1595,33 @@ Test(blis_train, sdpa_causal_row_blocks_within_contract_and_consistent) {
             free(go.data);
         }
 }
+
+#ifdef GOBLIN_HAVE_BLIS
+#include "backends/blis/blis_impl.h"
+
+/* The CPU backend's kernel table: one kernel per op whatever the order in which its
+ * families register (no op registered twice, no kernel chained through a saved
+ * pointer), and the ops whose kernels used to be chained have theirs. */
+Test(blis_table, one_kernel_per_op_in_any_order) {
+    static goblin__kernel_fn fwd[GOBLIN_OP_COUNT], rev[GOBLIN_OP_COUNT];
+    cr_assert_eq(goblin__blis_kernel_table(fwd, false), 0, "an op is registered twice");
+    cr_assert_eq(goblin__blis_kernel_table(rev, true), 0, "an op is registered twice");
+    int n = 0;
+    for (int op = 0; op < GOBLIN_OP_COUNT; op++) {
+        cr_assert_eq(fwd[op], rev[op], "op %d (%s): the table depends on the registration order", op,
+                     goblin_op_name((goblin_op)op) ? goblin_op_name((goblin_op)op) : "?");
+        n += fwd[op] != NULL;
+    }
+    const goblin_op chained[] = {GOBLIN_OP_ADD, GOBLIN_OP_SUB, GOBLIN_OP_MUL, GOBLIN_OP_DIV,
+                                 GOBLIN_OP_EXP, GOBLIN_OP_ERF, GOBLIN_OP_GELU, GOBLIN_OP_SOFTMAX,
+                                 GOBLIN_OP_LOG_SOFTMAX, GOBLIN_OP_LAYER_NORM_BACKWARD,
+                                 GOBLIN_OP_GELU_BACKWARD, GOBLIN_OP_MATMUL, GOBLIN_OP_SDPA};
+    for (size_t i = 0; i < sizeof chained / sizeof chained[0]; i++)
+        cr_assert_not_null(fwd[chained[i]], "%s has no BLIS kernel", goblin_op_name(chained[i]));
+    cr_assert_eq(fwd[GOBLIN_OP_SOFTMAX], fwd[GOBLIN_OP_LOG_SOFTMAX]);
+    cr_assert_gt(n, 30);
+    /* registering an op a second time is caught */
+    goblin__blis_set(fwd, GOBLIN_OP_ADD, fwd[GOBLIN_OP_SUB]);
+    cr_assert_neq(fwd[GOBLIN_OP_ADD], fwd[GOBLIN_OP_SUB], "a second registration replaced the first");
+}
+#endif

@@ -8,16 +8,29 @@
 static goblin__kernel_fn g_kernels[GOBLIN_OP_COUNT];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void kernels_init(void) {
-    goblin__blis_register_gemm(g_kernels);
-    goblin__blis_register_elementwise(g_kernels);
-    goblin__blis_register_reduce(g_kernels);
-    goblin__blis_register_formula(g_kernels);
-    goblin__blis_register_train(g_kernels);
-    goblin__blis_register_train2(g_kernels);
-    goblin__blis_register_threaded(g_kernels);
-    goblin__blis_register_train3(g_kernels);
+static int g_conflicts; /* ops set twice while a table is built (under g_once or a test) */
+
+void goblin__blis_set(goblin__kernel_fn *t, goblin_op op, goblin__kernel_fn fn) {
+    if ((unsigned)op >= GOBLIN_OP_COUNT) return;
+    if (t[op]) g_conflicts++;
+    else t[op] = fn;
 }
+
+int goblin__blis_kernel_table(goblin__kernel_fn *t, bool reverse) {
+    static void (*const families[])(goblin__kernel_fn *) = {
+        goblin__blis_register_gemm,      goblin__blis_register_conv,    goblin__blis_register_attention,
+        goblin__blis_register_elementwise, goblin__blis_register_broadcast, goblin__blis_register_unary,
+        goblin__blis_register_reduce,    goblin__blis_register_softmax, goblin__blis_register_norm,
+        goblin__blis_register_pool,      goblin__blis_register_copy,    goblin__blis_register_formula,
+    };
+    int n = (int)(sizeof families / sizeof families[0]);
+    g_conflicts = 0;
+    for (int i = 0; i < n; i++) families[reverse ? n - 1 - i : i](t);
+    goblin__blis_register_threaded(t); /* the rest, always last */
+    return g_conflicts;
+}
+
+static void kernels_init(void) { (void)goblin__blis_kernel_table(g_kernels, false); }
 
 static goblin__kernel_fn blis_kernel(goblin_op op) {
     if ((unsigned)op >= GOBLIN_OP_COUNT) return NULL;

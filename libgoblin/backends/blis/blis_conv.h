@@ -1,5 +1,5 @@
 /* libgoblin/backends/blis/blis_conv.h - short runs for im2col / col2im on small images
- * (blis_gemm.c, blis_train.c): copy, zero and add n elements in 32-byte pieces and a
+ * (blis_gemm.c, blis_conv.c): copy, zero and add n elements in 32-byte pieces and a
  * 16/8/4-byte tail, written out so that the compiler emits vector moves, never libc
  * calls. A row of an 8x8 plane is 8 floats; a memset/memcpy call per row (and GCC turns
  * short zeroing loops into memset calls) cost more than the moves themselves.

@@ -199,6 +199,25 @@ BIN_KERNEL(b_add, plus, 0)
 BIN_KERNEL(b_sub, minus, 0)
 BIN_KERNEL(b_mul, times, 0)
 BIN_KERNEL(b_div, div, 0)
+
+/* ADD SUB MUL DIV of same-shape contiguous operands; the ops' kernels are in
+ * blis_broadcast.c, which calls these first. */
+goblin_err goblin__blis_add(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                            int32_t n_in, goblin_tensor *out) {
+    return b_add(k, node, in, n_in, out);
+}
+goblin_err goblin__blis_sub(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                            int32_t n_in, goblin_tensor *out) {
+    return b_sub(k, node, in, n_in, out);
+}
+goblin_err goblin__blis_mul(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                            int32_t n_in, goblin_tensor *out) {
+    return b_mul(k, node, in, n_in, out);
+}
+goblin_err goblin__blis_div(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                            int32_t n_in, goblin_tensor *out) {
+    return b_div(k, node, in, n_in, out);
+}
 BIN_KERNEL(b_maximum, maximum, 0)
 BIN_KERNEL(b_minimum, minimum, 0)
 BIN_KERNEL(b_eq, eq, 1)
@@ -223,17 +242,13 @@ static goblin_err b_where(goblin__kctx *k, const goblin__node *node, const gobli
 }
 
 void goblin__blis_register_elementwise(goblin__kernel_fn *t) {
-    t[GOBLIN_OP_ADD] = b_add;
-    t[GOBLIN_OP_SUB] = b_sub;
-    t[GOBLIN_OP_MUL] = b_mul;
-    t[GOBLIN_OP_DIV] = b_div;
-    t[GOBLIN_OP_MAXIMUM] = b_maximum;
-    t[GOBLIN_OP_MINIMUM] = b_minimum;
-    t[GOBLIN_OP_EQ] = b_eq;
-    t[GOBLIN_OP_NE] = b_ne;
-    t[GOBLIN_OP_LT] = b_lt;
-    t[GOBLIN_OP_LE] = b_le;
-    t[GOBLIN_OP_GT] = b_gt;
-    t[GOBLIN_OP_GE] = b_ge;
-    t[GOBLIN_OP_WHERE] = b_where;
+    goblin__blis_set(t, GOBLIN_OP_MAXIMUM, b_maximum);
+    goblin__blis_set(t, GOBLIN_OP_MINIMUM, b_minimum);
+    goblin__blis_set(t, GOBLIN_OP_EQ, b_eq);
+    goblin__blis_set(t, GOBLIN_OP_NE, b_ne);
+    goblin__blis_set(t, GOBLIN_OP_LT, b_lt);
+    goblin__blis_set(t, GOBLIN_OP_LE, b_le);
+    goblin__blis_set(t, GOBLIN_OP_GT, b_gt);
+    goblin__blis_set(t, GOBLIN_OP_GE, b_ge);
+    goblin__blis_set(t, GOBLIN_OP_WHERE, b_where);
 }

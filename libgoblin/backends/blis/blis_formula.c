@@ -13,4 +13,4 @@ static goblin_err blis_formula(goblin__kctx *k, const goblin__node *node, const 
     return goblin__formula_eval(k, node, in, n_in, out, threads, goblin__parallel_for);
 }
 
-void goblin__blis_register_formula(goblin__kernel_fn *t) { t[GOBLIN_OP_FORMULA] = blis_formula; }
+void goblin__blis_register_formula(goblin__kernel_fn *t) { goblin__blis_set(t, GOBLIN_OP_FORMULA, blis_formula); }

@@ -27,12 +27,12 @@
 
 static bool is_half(goblin_dtype dt) { return dt == GOBLIN_DTYPE_F16 || dt == GOBLIN_DTYPE_BF16; }
 
-static bool small_gemm(int64_t m, int64_t n, int64_t k) {
+bool goblin__blis_small_gemm(int64_t m, int64_t n, int64_t k) {
     return (double)m * (double)n * (double)k <= SMALL_WORK;
 }
 
 /* The BLIS runtime for one call: sup on one thread, or conventional on @p threads. */
-static void rntm_for(rntm_t *r, bool small, int32_t threads) {
+void goblin__blis_rntm_for(rntm_t *r, bool small, int32_t threads) {
     bli_rntm_init(r);
     if (small) {
         bli_rntm_set_num_threads(1, r);
@@ -109,6 +109,70 @@ static void round_out(goblin_tensor *out, const float *src, int64_t numel) {
         for (int64_t i = 0; i < numel; i++) dst[i] = goblin__f32_to_f16(src[i]);
     else
         for (int64_t i = 0; i < numel; i++) dst[i] = goblin__f32_to_bf16(src[i]);
+}
+
+/* ---- strided products shared by the conv and attention kernels ------------- */
+/* Strides of size-1 dims are free for BLIS; it aborts on zero strides. */
+void goblin__blis_fix_strides(int64_t rows, int64_t cols, int64_t *rs, int64_t *cs) {
+    if (rows <= 1) *rs = 1;
+    if (cols <= 1) *cs = 1;
+}
+
+/* c = alpha a @ b + beta c (m x n x k, element strides); beta 0 never reads c. The
+ * runtime follows goblin__blis_small_gemm(m, n, k): sup on one thread, else @p threads. */
+void goblin__blis_gemm_strided(goblin_dtype dt, int32_t threads, int64_t m, int64_t n, int64_t k, double alpha,
+                 const void *a, int64_t rsa, int64_t csa, const void *b, int64_t rsb, int64_t csb,
+                 double beta, void *c, int64_t rsc, int64_t csc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* an empty sum: beta c (BLIS is not asked) */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t q = 0; q < n; q++) {
+                if (dt == GOBLIN_DTYPE_F64) {
+                    double *x = (double *)c + i * rsc + q * csc;
+                    *x = beta == 0 ? 0 : beta * *x;
+                } else {
+                    float *x = (float *)c + i * rsc + q * csc;
+                    *x = beta == 0 ? 0 : (float)beta * *x;
+                }
+            }
+        return;
+    }
+    rntm_t r;
+    goblin__blis_rntm_for(&r, goblin__blis_small_gemm(m, n, k), threads);
+    goblin__blis_fix_strides(m, k, &rsa, &csa);
+    goblin__blis_fix_strides(k, n, &rsb, &csb);
+    goblin__blis_fix_strides(m, n, &rsc, &csc);
+    if (dt == GOBLIN_DTYPE_F64) {
+        double al = alpha, be = beta;
+        bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (double *)a, rsa, csa,
+                     (double *)b, rsb, csb, &be, (double *)c, rsc, csc, NULL, &r);
+    } else {
+        float al = (float)alpha, be = (float)beta;
+        bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a, rsa, csa,
+                     (float *)b, rsb, csb, &be, (float *)c, rsc, csc, NULL, &r);
+    }
+}
+
+/* c = a @ b + beta c on BLIS's sup path on one thread whatever the size (m, n, k > 0):
+ * for the skinny gemms of a block of images (few output channels, a short K), where
+ * the conventional path's packing of the wide operand costs more than the product. */
+void goblin__blis_gemm_sup1(goblin_dtype dt, int64_t m, int64_t n, int64_t k, const void *a, int64_t rsa,
+                      int64_t csa, const void *b, int64_t rsb, int64_t csb, double beta, void *c, int64_t rsc,
+                      int64_t csc) {
+    rntm_t r;
+    goblin__blis_rntm_for(&r, true, 1);
+    goblin__blis_fix_strides(m, k, &rsa, &csa);
+    goblin__blis_fix_strides(k, n, &rsb, &csb);
+    goblin__blis_fix_strides(m, n, &rsc, &csc);
+    if (dt == GOBLIN_DTYPE_F64) {
+        double al = 1, be = beta;
+        bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (double *)a, rsa, csa, (double *)b, rsb,
+                     csb, &be, (double *)c, rsc, csc, NULL, &r);
+    } else {
+        float al = 1, be = (float)beta;
+        bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &al, (float *)a, rsa, csa, (float *)b, rsb,
+                     csb, &be, (float *)c, rsc, csc, NULL, &r);
+    }
 }
 
 /* ---- MATMUL -------------------------------------------------------------- */
@@ -243,7 +307,7 @@ static bool like_small(const goblin__kctx *k, int32_t n_in, const goblin_tensor 
     goblin__mm_geom lg;
     goblin__mm_geom_init(ln, lt, n_in, &lo, &lg);
     fold_batch(&lg);
-    return small_gemm(lg.m, lg.n, lg.k);
+    return goblin__blis_small_gemm(lg.m, lg.n, lg.k);
 }
 
 static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
@@ -290,7 +354,7 @@ static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const g
     /* c (broadcast) goes into the output first; BLIS then accumulates on top of it. */
     int32_t threads = k->threads > 0 ? k->threads : 1;
     fold_batch(&g);
-    bool small = small_gemm(g.m, g.n, g.k);
+    bool small = goblin__blis_small_gemm(g.m, g.n, g.k);
     if (k->like) small = like_small(k, n_in, in, out);
     bool across = threads > 1 && g.batch > 1 && (small || g.batch >= threads);
     mm_split sp = {NULL, g.m >= g.n, g.m >= g.n ? g.m : g.n, threads, NULL};
@@ -308,7 +372,7 @@ static goblin_err blis_matmul(goblin__kctx *k, const goblin__node *node, const g
         }
     } else {
         mm_job job = {&g, cdt, esz, v[0].data, v[1].data, o.data, beta, {0}};
-        rntm_for(&job.cfg, small, across || split ? 1 : threads);
+        goblin__blis_rntm_for(&job.cfg, small, across || split ? 1 : threads);
         sp.j = &job;
         if (split) goblin__parallel_for(threads, sp.parts, mm_part, &sp);
         else if (across) goblin__parallel_for(threads, g.batch, mm_item, &job);
@@ -614,10 +678,10 @@ static goblin_err blis_conv2d(goblin__kctx *k, const goblin__node *node, const g
         if (j.nb > 1) j.items = (g.n + j.nb - 1) / j.nb * g.groups;
         /* a block of images is a skinny gemm (few output channels, a small K): BLIS's sup
          * path on one thread (no packing of the wide col), blocks spread across threads */
-        bool small = j.nb > 1 || small_gemm(j.og, j.rows_per_block * g.ow, j.kk);
+        bool small = j.nb > 1 || goblin__blis_small_gemm(j.og, j.rows_per_block * g.ow, j.kk);
         bool across = threads > 1 && j.items > 1 && (small || j.items >= threads);
         j.nchunks = across ? (j.items < threads ? j.items : threads) : 1;
-        rntm_for(&j.cfg, small, across ? 1 : threads);
+        goblin__blis_rntm_for(&j.cfg, small, across ? 1 : threads);
         if (!direct) {
             size_t bytes;
             int64_t colw = j.nb > 1 ? j.nb * j.P : j.rows_per_block * g.ow;
@@ -646,6 +710,6 @@ done:
 }
 
 void goblin__blis_register_gemm(goblin__kernel_fn *t) {
-    t[GOBLIN_OP_MATMUL] = blis_matmul;
-    t[GOBLIN_OP_CONV2D] = blis_conv2d;
+    goblin__blis_set(t, GOBLIN_OP_MATMUL, blis_matmul);
+    goblin__blis_set(t, GOBLIN_OP_CONV2D, blis_conv2d);
 }

@@ -453,7 +453,7 @@ CLONES static void softmax_item(void *arg, int64_t i) {
     }
 }
 
-static goblin_err k_softmax(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+goblin_err goblin__blis_softmax_last_axis(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                             int32_t n_in, goblin_tensor *out) {
     (void)n_in;
     const goblin_tensor *x = &in[0];
@@ -559,7 +559,7 @@ static goblin_err k_norm(goblin__kctx *k, const goblin__node *node, const goblin
     }
     if (j.rows == 0 || j.len == 0) return GOBLIN_OK;
     j.rpi = ROW_CHUNK / j.len > 1 ? ROW_CHUNK / j.len : 1;
-    /* layer norm: its statistics kept for the backward of the same run (blis_train3.c) */
+    /* layer norm: its statistics kept for the backward of the same run (blis_norm.c) */
     int slot = -1;
     if (!rms && node->n_inputs > 0)
         j.stats = goblin__blis_ln_stats_add(k->run, node->inputs[0], x->data, j.rows, j.len, j.eps,
@@ -570,12 +570,10 @@ static goblin_err k_norm(goblin__kctx *k, const goblin__node *node, const goblin
 }
 
 void goblin__blis_register_reduce(goblin__kernel_fn *t) {
-    t[GOBLIN_OP_SUM] = k_reduce;
-    t[GOBLIN_OP_MEAN] = k_reduce;
-    t[GOBLIN_OP_REDUCE_MAX] = k_reduce;
-    t[GOBLIN_OP_REDUCE_MIN] = k_reduce;
-    t[GOBLIN_OP_SOFTMAX] = k_softmax;
-    t[GOBLIN_OP_LOG_SOFTMAX] = k_softmax;
-    t[GOBLIN_OP_LAYER_NORM] = k_norm;
-    t[GOBLIN_OP_RMS_NORM] = k_norm;
+    goblin__blis_set(t, GOBLIN_OP_SUM, k_reduce);
+    goblin__blis_set(t, GOBLIN_OP_MEAN, k_reduce);
+    goblin__blis_set(t, GOBLIN_OP_REDUCE_MAX, k_reduce);
+    goblin__blis_set(t, GOBLIN_OP_REDUCE_MIN, k_reduce);
+    goblin__blis_set(t, GOBLIN_OP_LAYER_NORM, k_norm);
+    goblin__blis_set(t, GOBLIN_OP_RMS_NORM, k_norm);
 }

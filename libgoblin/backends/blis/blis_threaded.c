@@ -73,12 +73,19 @@ static goblin_err threaded_elementwise(goblin__kctx *k, const goblin__node *node
     return GOBLIN_OK;
 }
 
+/* Ops the reference kernels can compute slice by slice: elementwise, strided, not random. */
+static bool slices_apply(goblin_op op) {
+    const goblin__op_def *d = goblin__op_def_get(op);
+    return d && (d->flags & GOBLIN__OPF_ELEMENTWISE) && !(d->flags & GOBLIN__OPF_RANDOM) &&
+           (d->flags & GOBLIN__OPF_STRIDED) && goblin__ref_kernel(op);
+}
+
+goblin_err goblin__blis_elementwise_fallback(goblin__kctx *k, const goblin__node *node,
+                                             const goblin_tensor *in, int32_t n_in, goblin_tensor *out) {
+    return slices_apply(node->op) ? threaded_elementwise(k, node, in, n_in, out) : GOBLIN_ENOTSUP;
+}
+
 void goblin__blis_register_threaded(goblin__kernel_fn *t) {
-    for (int op = 0; op < GOBLIN_OP_COUNT; op++) {
-        const goblin__op_def *d = goblin__op_def_get((goblin_op)op);
-        if (!d || t[op]) continue;
-        if ((d->flags & GOBLIN__OPF_ELEMENTWISE) && !(d->flags & GOBLIN__OPF_RANDOM) &&
-            (d->flags & GOBLIN__OPF_STRIDED) && goblin__ref_kernel((goblin_op)op))
-            t[op] = threaded_elementwise;
-    }
+    for (int op = 0; op < GOBLIN_OP_COUNT; op++)
+        if (!t[op] && slices_apply((goblin_op)op)) t[op] = threaded_elementwise;
 }
