@@ -26,6 +26,13 @@ GOBLIN_API const char *goblin_backend_name(goblin_backend_kind kind);
 /** GOBLIN_OK if @p kind can run here; GOBLIN_ENOTSUP if not compiled in;
  *  GOBLIN_ENODEV if compiled but no usable device/driver. */
 GOBLIN_API goblin_err goblin_backend_available(goblin_backend_kind kind);
+/** Total and free bytes of the memory @p kind computes in (CUDA: device 0's, from
+ *  cudaMemGetInfo), e.g. to size a job to a GPU. GOBLIN_ENOTSUP if the backend is not
+ *  compiled in or cannot tell (the CPU backends); GOBLIN_ENODEV if compiled but there
+ *  is no device; GOBLIN_EDEVICE if the device's query fails; GOBLIN_EINVAL for a NULL
+ *  pointer or a kind out of range. On failure both are set to 0 (when not NULL). */
+GOBLIN_API goblin_err goblin_backend_memory(goblin_backend_kind kind, uint64_t *total_bytes,
+                                            uint64_t *free_bytes);
 
 typedef struct goblin_exec_params {
     goblin_backend_kind backend; /* default GOBLIN_BACKEND_BLIS when built, else REF */

@@ -30,7 +30,7 @@ typedef goblin_err (*goblin__kernel_fn)(goblin__kctx *k, const goblin__node *nod
                                         const goblin_tensor *in, int32_t n_in,
                                         goblin_tensor *out);
 
-#define GOBLIN__BACKEND_ABI 1
+#define GOBLIN__BACKEND_ABI 2 /* 2: memory */
 
 typedef struct goblin__backend_vtable {
     uint32_t abi; /* GOBLIN__BACKEND_ABI */
@@ -43,6 +43,10 @@ typedef struct goblin__backend_vtable {
     bool (*supports)(void *ctx, const goblin__node *node, const goblin__node *const *in);
     goblin_err (*compute)(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                           int32_t n_in, goblin_tensor *out);
+    /* Optional (NULL: the backend cannot tell): total and free bytes of the memory its
+     * kernels compute in (CUDA: device 0, cudaMemGetInfo). GOBLIN_ENODEV with no device,
+     * GOBLIN_EDEVICE if the query fails; both set to 0 on failure. */
+    goblin_err (*memory)(uint64_t *total_bytes, uint64_t *free_bytes);
 } goblin__backend_vtable;
 
 extern const goblin__backend_vtable goblin__backend_ref;

@@ -60,6 +60,17 @@ goblin_err goblin_backend_available(goblin_backend_kind kind) {
     return vt->available();
 }
 
+goblin_err goblin_backend_memory(goblin_backend_kind kind, uint64_t *total_bytes,
+                                 uint64_t *free_bytes) {
+    if (total_bytes) *total_bytes = 0;
+    if (free_bytes) *free_bytes = 0;
+    if (!total_bytes || !free_bytes || (unsigned)kind >= GOBLIN_BACKEND_COUNT)
+        return GOBLIN_EINVAL;
+    const goblin__backend_vtable *vt = backend_vt(kind);
+    if (!vt || !vt->memory) return GOBLIN_ENOTSUP;
+    return vt->memory(total_bytes, free_bytes);
+}
+
 void goblin_exec_params_default(goblin_exec_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);

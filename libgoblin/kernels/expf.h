@@ -1,11 +1,13 @@
-/* libgoblin/kernels/expf.h - the f32 exp shared by the formula evaluator and the BLIS
- * backend's EXP kernel (one implementation: the same bits everywhere), and its vector
+/* libgoblin/kernels/expf.h - the f32 exp shared by the formula evaluator, the BLIS
+ * backend's EXP kernel and the CUDA backend's FORMULA kernel (one implementation, GOBLIN_HD:
+ * the same bits everywhere; CUDA builds with --fmad=false), and its vector
  * form for x <= 0 used by the BLIS softmax kernels; one set of constants for both. */
 #ifndef GOBLIN__EXPF_IMPL_H
 #define GOBLIN__EXPF_IMPL_H
 
 #include <math.h>
 #include <stdint.h>
+#include "hd.h"
 
 /* The constants, derived and fitted by tools/fit_expf_f32.py. Cody-Waite reduction:
  * x = n ln2 + r with n = round(x / ln2), ln2 = LN2_HI + LN2_LO, LN2_HI being ln2 rounded
@@ -33,7 +35,7 @@
  * n in range (beyond it the result is 0 or inf anyway) and lets NaN through: a NaN x
  * makes y NaN, so no test for it. Branch-free, so loops over it vectorize. Measured over
  * all 2^32 inputs against exp in double: at most 0.979 ulp (0.9782 at x = 0x1.4e8e1ep+2). */
-static inline __attribute__((always_inline)) float goblin__expf_inline(float x) {
+static inline __attribute__((always_inline)) GOBLIN_HD float goblin__expf_inline(float x) {
     union { float f; uint32_t u; } tb, s1, s2;
     float xc = x < -104.0f ? -104.0f : x;
     xc = xc > 89.0f ? 89.0f : xc;

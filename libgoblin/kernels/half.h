@@ -1,14 +1,16 @@
 /* libgoblin/kernels/half.h - f16 and bf16 <-> f32 conversion (round to nearest even; NaN
- * stays NaN), shared by every backend and the verifier. Header-only. */
+ * stays NaN), shared by every backend (the CUDA kernels too: GOBLIN_HD) and the
+ * verifier. Header-only. */
 #ifndef GOBLIN__KERNELS_HALF_H
 #define GOBLIN__KERNELS_HALF_H
 
 #include <stdint.h>
 #include <string.h>
+#include "hd.h"
 
 /* ---- f16 / bf16 <-> f32 (round to nearest even; NaN stays NaN) ----------- */
 
-static inline float goblin__f16_to_f32(uint16_t h) {
+static inline GOBLIN_HD float goblin__f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -31,7 +33,7 @@ static inline float goblin__f16_to_f32(uint16_t h) {
     return f;
 }
 
-static inline uint16_t goblin__f32_to_f16(float f) {
+static inline GOBLIN_HD uint16_t goblin__f32_to_f16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000u;
@@ -55,14 +57,14 @@ static inline uint16_t goblin__f32_to_f16(float f) {
     return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 
-static inline float goblin__bf16_to_f32(uint16_t h) {
+static inline GOBLIN_HD float goblin__bf16_to_f32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;
     memcpy(&f, &bits, 4);
     return f;
 }
 
-static inline uint16_t goblin__f32_to_bf16(float f) {
+static inline GOBLIN_HD uint16_t goblin__f32_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */

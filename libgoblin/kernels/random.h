@@ -52,15 +52,15 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "scalar_ops.h" /* GOBLIN_HD */
+#include <goblin/dtype.h>
+#include "hd.h"
 
-#ifndef GOBLIN_HD
-#ifdef __CUDACC__
-#define GOBLIN_HD __host__ __device__
-#else
-#define GOBLIN_HD
-#endif
-#endif
+/** What a draw is keyed by: an op's SEED and OFFSET (as uint64) and its stream (the op's
+ *  catalogue value); backends read it from a node with goblin__rng_of (kernel_attrs.h). */
+typedef struct goblin__rng_key {
+    uint64_t seed, offset;
+    uint32_t stream;
+} goblin__rng_key;
 
 /* ---- Philox4x32-10 ----------------------------------------------------------- */
 
@@ -167,6 +167,16 @@ static inline GOBLIN_HD float goblin__i64_to_f32_odd(int64_t v) {
 }
 
 /* ---- uniforms ---------------------------------------------------------------- */
+
+/** The bits p of the uniforms an output of float dtype @p dt draws: its precision. */
+static inline GOBLIN_HD int goblin__rng_bits(goblin_dtype dt) {
+    switch (dt) {
+    case GOBLIN_DTYPE_F64: return 53;
+    case GOBLIN_DTYPE_F16: return 11;
+    case GOBLIN_DTYPE_BF16: return 8;
+    default: return 24;
+    }
+}
 
 /** A uniform in [0, 1) with @p bits of precision (1..24, or 53) from the draw @p x. */
 static inline GOBLIN_HD double goblin__rng_u01(const uint32_t x[4], int bits) {

@@ -61,12 +61,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#ifdef __CUDACC__
-#define GOBLIN_HD __host__ __device__
-#else
-#define GOBLIN_HD
-#endif
+#include "hd.h"
 
 /* ---- floats ---------------------------------------------------------------- */
 

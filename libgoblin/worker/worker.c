@@ -25,9 +25,6 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/log.h"
-#ifdef GOBLIN_HAVE_CUDA
-#include "backends/cuda/cuda_backend.h"
-#endif
 
 void goblin_worker_params_default(goblin_worker_params *p) {
     if (!p) return;
@@ -318,15 +315,13 @@ static void choose_backend(goblin_worker *w) {
         w->p.backend = cpu;
         return;
     }
-#ifdef GOBLIN_HAVE_CUDA
     uint64_t free_b = 0, total_b = 0;
-    if (goblin__cuda_device_memory(0, &free_b, &total_b) == GOBLIN_OK && free_b > 0 &&
+    if (goblin_backend_memory(GOBLIN_BACKEND_CUDA, &total_b, &free_b) == GOBLIN_OK && free_b > 0 &&
         w->p.memory_bytes > free_b / 10 * 9) {
         goblin__worker_log(w, GOBLIN_LOG_INFO, "memory budget lowered to 90%% of the GPU's free %llu bytes",
              (unsigned long long)free_b);
         w->p.memory_bytes = free_b / 10 * 9;
     }
-#endif
 }
 
 goblin_err goblin_worker_run(goblin_worker *w) {

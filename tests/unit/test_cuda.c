@@ -90,6 +90,10 @@ Test(cuda_nodev, hidden_devices_give_enodev_everywhere) {
     cr_assert_eq(tot, 0);
     cr_assert_eq(goblin__cuda_device_memory(0, NULL, &tot), GOBLIN_EINVAL);
 #endif
+    uint64_t mt = 1, mf = 1;
+    cr_assert_eq(goblin_backend_memory(GOBLIN_BACKEND_CUDA, &mt, &mf), want);
+    cr_assert_eq(mt, 0);
+    cr_assert_eq(mf, 0);
     goblin_graph_free(g);
 }
 

@@ -32,6 +32,31 @@ Test(exec, backends_report_availability) {
     cr_assert_null(goblin_backend_name((goblin_backend_kind)42));
 }
 
+/* Memory: the CPU backends cannot tell; CUDA tells when it has a device, and says
+ * why not otherwise (the same error as goblin_backend_available). */
+Test(exec, backend_memory_is_known_or_a_clear_error) {
+    uint64_t tot = 1, fr = 1;
+    cr_assert_eq(goblin_backend_memory(GOBLIN_BACKEND_REF, &tot, &fr), GOBLIN_ENOTSUP);
+    cr_assert_eq(tot, 0);
+    cr_assert_eq(fr, 0);
+    cr_assert_eq(goblin_backend_memory(GOBLIN_BACKEND_BLIS, &tot, &fr), GOBLIN_ENOTSUP);
+    cr_assert_eq(goblin_backend_memory((goblin_backend_kind)42, &tot, &fr), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_backend_memory(GOBLIN_BACKEND_REF, NULL, &fr), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_backend_memory(GOBLIN_BACKEND_REF, &tot, NULL), GOBLIN_EINVAL);
+    goblin_err avail = goblin_backend_available(GOBLIN_BACKEND_CUDA);
+    goblin_err e = goblin_backend_memory(GOBLIN_BACKEND_CUDA, &tot, &fr);
+    if (avail == GOBLIN_OK) {
+        cr_assert_eq(e, GOBLIN_OK, "got %s", goblin_err_name(e));
+        cr_assert_gt(tot, 0);
+        cr_assert_leq(fr, tot);
+    } else {
+        cr_assert_eq(e, avail, "got %s, available says %s", goblin_err_name(e),
+                     goblin_err_name(avail));
+        cr_assert_eq(tot, 0);
+        cr_assert_eq(fr, 0);
+    }
+}
+
 Test(exec, evaluates_with_broadcast_and_strided_input) {
     for (size_t bi = 0; bi < sizeof backends / sizeof *backends; bi++) {
         if (goblin_backend_available(backends[bi])) continue;

@@ -340,9 +340,14 @@ static goblin_err cuda_compute(goblin__kctx *k, const goblin__node *n, const gob
     return g;
 }
 
+/* The vtable's memory query: device 0, as the worker's budget has always used. */
+static goblin_err cuda_memory(uint64_t *total_bytes, uint64_t *free_bytes) {
+    return goblin__cuda_device_memory(0, free_bytes, total_bytes);
+}
+
 extern "C" const goblin__backend_vtable goblin__backend_cuda = {
     GOBLIN__BACKEND_ABI, "cuda", cuda_available, cuda_init, cuda_destroy, cuda_supports,
-    cuda_compute,
+    cuda_compute, cuda_memory,
 };
 
 /* ---- queries for the worker and the tests -------------------------------------- */

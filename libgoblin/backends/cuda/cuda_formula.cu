@@ -14,8 +14,8 @@
  * division-by-zero rule; f32 exp is the same polynomial as the CPU's. */
 #include "cuda_scalar.h"
 
-extern "C" {
 #include "kernels/expf.h"
+extern "C" {
 #include "core/formula_prog.h"
 }
 
@@ -34,33 +34,12 @@ typedef struct gc_fplan {
     int64_t vstr[GOBLIN_FORMULA_MAX_VARS][GOBLIN_MAX_RANK];
 } gc_fplan;
 
-/* f32 exp: expf_impl.h's goblin__expf_inline (formula_eval.c's fe_expf), operation for
- * operation and with its constants (explicit fmaf where it has them; this file is built
- * with --fmad=false so no other product is fused), so FORMULA's f32 exp gives the CPU's
- * bits. Keep the two in step. */
-__device__ __forceinline__ float gc_fexpf(float x) {
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc > 89.0f ? 89.0f : xc;
-    float t = fmaf(xc, GOBLIN__EXPF_LOG2E, 12582912.0f);
-    float nf = t - 12582912.0f;
-    int32_t n = (int32_t)(__float_as_uint(t) - 0x4b400000u);
-    float r = fmaf(nf, -GOBLIN__EXPF_LN2_HI, xc);
-    r = fmaf(nf, -GOBLIN__EXPF_LN2_LO, r);
-    float z = r * r;
-    float y = GOBLIN__EXPF_P5;
-    y = fmaf(y, r, GOBLIN__EXPF_P4);
-    y = fmaf(y, r, GOBLIN__EXPF_P3);
-    y = fmaf(y, r, GOBLIN__EXPF_P2);
-    y = fmaf(y, r, GOBLIN__EXPF_P1);
-    y = fmaf(y, r, GOBLIN__EXPF_P0);
-    y = fmaf(y, z, r) + 1.0f;
-    int32_t n1 = n >> 1, n2 = n - n1;
-    float s1 = __uint_as_float((uint32_t)(n1 + 127) << 23);
-    float s2 = __uint_as_float((uint32_t)(n2 + 127) << 23);
-    return (y * s1) * s2;
-}
+/* f32 exp: kernels/expf.h's goblin__expf_inline (GOBLIN_HD), the very function of the CPU
+ * evaluator (formula_eval.c) and BLIS's EXP: its explicit fmaf are the only fused
+ * operations, as this file is built with --fmad=false, so FORMULA's f32 exp gives the CPU's
+ * bits. */
 __device__ __forceinline__ double gc_fexp(double x) { return exp(x); }
-__device__ __forceinline__ float gc_fexp(float x) { return gc_fexpf(x); }
+__device__ __forceinline__ float gc_fexp(float x) { return goblin__expf_inline(x); }
 
 /* One opcode on compute type C (formula_eval.c's FE_UNARY/FE_BINARY/FE_TERNARY). */
 template <typename C> __device__ __forceinline__ C gc_fop(int op, C x, C y, C z) {

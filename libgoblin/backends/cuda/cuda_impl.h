@@ -30,6 +30,7 @@
 extern "C" {
 #include "backends/backend.h"
 }
+#include "kernels/half.h"
 
 /* ---- cuBLAS, loaded at run time ------------------------------------------
  * libcublas is not part of the toolkit installed on build machines, and a
@@ -165,66 +166,7 @@ struct gc_bool { uint8_t v; };
 
 #define GC_HD __host__ __device__ __forceinline__
 
-GC_HD float gc_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {
-            int e = -1;
-            do { man <<= 1; e++; } while (!(man & 0x400u));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
-        }
-    } else if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* Same rounding (to nearest even) and NaN/inf handling as kernel_util.h. */
-GC_HD uint16_t gc_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) {
-        if (ax < 0x33000000u) return (uint16_t)sign;
-        uint32_t e = ax >> 23;
-        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e;
-        uint32_t half = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1u);
-        uint32_t mid = 1u << (shift - 1u);
-        if (rem > mid || (rem == mid && (half & 1u))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-
-GC_HD float gc_bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-GC_HD uint16_t gc_f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
+/* f16/bf16 <-> f32: kernels/half.h (GOBLIN_HD), the CPU backends' very functions. */
 
 template <typename T> struct gc_ty {
     typedef T acc_t;
@@ -246,14 +188,14 @@ template <> struct gc_ty<double> {
 };
 template <> struct gc_ty<gc_f16> {
     typedef float acc_t;
-    static GC_HD float load(gc_f16 v) { return gc_f16_to_f32(v.bits); }
-    static GC_HD gc_f16 store(float v) { gc_f16 r; r.bits = gc_f32_to_f16(v); return r; }
+    static GC_HD float load(gc_f16 v) { return goblin__f16_to_f32(v.bits); }
+    static GC_HD gc_f16 store(float v) { gc_f16 r; r.bits = goblin__f32_to_f16(v); return r; }
     static const bool is_float = true;
 };
 template <> struct gc_ty<gc_bf16> {
     typedef float acc_t;
-    static GC_HD float load(gc_bf16 v) { return gc_bf16_to_f32(v.bits); }
-    static GC_HD gc_bf16 store(float v) { gc_bf16 r; r.bits = gc_f32_to_bf16(v); return r; }
+    static GC_HD float load(gc_bf16 v) { return goblin__bf16_to_f32(v.bits); }
+    static GC_HD gc_bf16 store(float v) { gc_bf16 r; r.bits = goblin__f32_to_bf16(v); return r; }
     static const bool is_float = true;
 };
 template <> struct gc_ty<gc_bool> {

@@ -6,23 +6,15 @@
  * an fma that the header did not ask for. A seed therefore gives the same
  * numbers on the CPU and the GPU (f64 bit for bit, per random.h's rules). */
 #include "cuda_scalar.h"
-
-static int precision_bits(goblin_dtype dt) {
-    switch (dt) {
-    case GOBLIN_DTYPE_F64: return 53;
-    case GOBLIN_DTYPE_F16: return 11;
-    case GOBLIN_DTYPE_BF16: return 8;
-    default: return 24;
-    }
-}
+#include "backends/kernel_attrs.h"
 
 /* v rounded once to float dtype dt, as a double (ref_unary.c's round_dt). */
 __host__ __device__ static double round_dt(goblin_dtype dt, double v) {
     switch (dt) {
     case GOBLIN_DTYPE_F64: return v;
     case GOBLIN_DTYPE_F32: return (float)v;
-    case GOBLIN_DTYPE_F16: return gc_f16_to_f32(gc_f32_to_f16(goblin__f64_to_f32_odd(v)));
-    default: return gc_bf16_to_f32(gc_f32_to_bf16(goblin__f64_to_f32_odd(v)));
+    case GOBLIN_DTYPE_F16: return goblin__f16_to_f32(goblin__f32_to_f16(goblin__f64_to_f32_odd(v)));
+    default: return goblin__bf16_to_f32(goblin__f32_to_bf16(goblin__f64_to_f32_odd(v)));
     }
 }
 
@@ -31,24 +23,11 @@ static double next_down(goblin_dtype dt, double r) {
     if (dt == GOBLIN_DTYPE_F64) return nextafter(r, -INFINITY);
     if (dt == GOBLIN_DTYPE_F32) return nextafterf((float)r, -INFINITY);
     bool half = dt == GOBLIN_DTYPE_F16;
-    uint16_t h = half ? gc_f32_to_f16((float)r) : gc_f32_to_bf16((float)r);
+    uint16_t h = half ? goblin__f32_to_f16((float)r) : goblin__f32_to_bf16((float)r);
     if ((h & 0x7fffu) == 0) h = 0x8001u;
     else if (h & 0x8000u) h++;
     else h--;
-    return half ? gc_f16_to_f32(h) : gc_bf16_to_f32(h);
-}
-
-typedef struct gc_rng {
-    uint64_t seed, offset;
-    uint32_t stream;
-} gc_rng;
-
-static gc_rng rng_of(const goblin__node *n) {
-    gc_rng r;
-    r.seed = (uint64_t)goblin__attr_i(n, GOBLIN_ATTR_SEED, 0);
-    r.offset = (uint64_t)goblin__attr_i(n, GOBLIN_ATTR_OFFSET, 0);
-    r.stream = (uint32_t)n->op;
-    return r;
+    return half ? goblin__f16_to_f32(h) : goblin__bf16_to_f32(h);
 }
 
 #define GRID_LOOP(i, n)                                                              \
@@ -56,7 +35,7 @@ static gc_rng rng_of(const goblin__node *n) {
          i += (int64_t)gridDim.x * blockDim.x)
 
 template <typename T>
-__global__ void k_uniform(T *y, int64_t n, gc_rng r, goblin_dtype dt, int bits, double lo,
+__global__ void k_uniform(T *y, int64_t n, goblin__rng_key r, goblin_dtype dt, int bits, double lo,
                           double hi, double below) {
     GRID_LOOP(i, n) {
         uint32_t x[4];
@@ -67,7 +46,7 @@ __global__ void k_uniform(T *y, int64_t n, gc_rng r, goblin_dtype dt, int bits, 
 }
 
 template <typename T>
-__global__ void k_normal(T *y, int64_t n, gc_rng r, bool wide, double mean, double std) {
+__global__ void k_normal(T *y, int64_t n, goblin__rng_key r, bool wide, double mean, double std) {
     GRID_LOOP(i, n) {
         uint32_t x[4];
         goblin__rng_draw(r.seed, r.offset, r.stream, (uint64_t)i, x);
@@ -77,7 +56,7 @@ __global__ void k_normal(T *y, int64_t n, gc_rng r, bool wide, double mean, doub
 
 /* probs == NULL: the constant p. */
 template <typename P, typename T>
-__global__ void k_bernoulli(const P *probs, T *y, int64_t n, gc_rng r, double p) {
+__global__ void k_bernoulli(const P *probs, T *y, int64_t n, goblin__rng_key r, double p) {
     GRID_LOOP(i, n) {
         uint32_t x[4];
         goblin__rng_draw(r.seed, r.offset, r.stream, (uint64_t)i, x);
@@ -87,7 +66,7 @@ __global__ void k_bernoulli(const P *probs, T *y, int64_t n, gc_rng r, double p)
 }
 
 template <typename T>
-__global__ void k_randint(T *y, int64_t n, gc_rng r, int64_t lo, uint64_t span) {
+__global__ void k_randint(T *y, int64_t n, goblin__rng_key r, int64_t lo, uint64_t span) {
     GRID_LOOP(i, n) {
         uint32_t x[4];
         goblin__rng_draw(r.seed, r.offset, r.stream, (uint64_t)i, x);
@@ -96,7 +75,7 @@ __global__ void k_randint(T *y, int64_t n, gc_rng r, int64_t lo, uint64_t span) 
 }
 
 template <typename T>
-__global__ void k_dropout(const T *in, T *y, int64_t n, gc_rng r, double p, double scale,
+__global__ void k_dropout(const T *in, T *y, int64_t n, goblin__rng_key r, double p, double scale,
                           float scale32, bool wide) {
     GRID_LOOP(i, n) {
         uint32_t x[4];
@@ -124,7 +103,7 @@ static goblin_err k_rand_uniform(gc_call *c, const goblin__node *n, const goblin
     while (below >= hi) below = next_down(dt, below);
     bool done = false;
     GC_DISPATCH_FLOAT(dt, (k_uniform<T><<<gc_blocks(cnt, GC_THREADS), GC_THREADS, 0, c->stream>>>(
-                               (T *)out->data, cnt, rng_of(n), dt, precision_bits(dt), lo, hi,
+                               (T *)out->data, cnt, goblin__rng_of(n), dt, goblin__rng_bits(dt), lo, hi,
                                below),
                            done = true));
     if (!done) return bad(c, n, dt);
@@ -140,7 +119,7 @@ static goblin_err k_rand_normal(gc_call *c, const goblin__node *n, const goblin_
     double mean = goblin__attr_f(n, GOBLIN_ATTR_MEAN, 0.0), std = goblin__attr_f(n, GOBLIN_ATTR_STD, 1.0);
     bool done = false;
     GC_DISPATCH_FLOAT(dt, (k_normal<T><<<gc_blocks(cnt, GC_THREADS), GC_THREADS, 0, c->stream>>>(
-                               (T *)out->data, cnt, rng_of(n), dt == GOBLIN_DTYPE_F64, mean, std),
+                               (T *)out->data, cnt, goblin__rng_of(n), dt == GOBLIN_DTYPE_F64, mean, std),
                            done = true));
     if (!done) return bad(c, n, dt);
     GC_LAUNCHED(c, "rand_normal");
@@ -148,7 +127,7 @@ static goblin_err k_rand_normal(gc_call *c, const goblin__node *n, const goblin_
 }
 
 template <typename P>
-static void bernoulli_into(gc_call *c, const P *probs, goblin_tensor *out, int64_t cnt, gc_rng r,
+static void bernoulli_into(gc_call *c, const P *probs, goblin_tensor *out, int64_t cnt, goblin__rng_key r,
                            double p) {
     GC_DISPATCH_ALL(out->dtype, (k_bernoulli<P, T><<<gc_blocks(cnt, GC_THREADS), GC_THREADS, 0,
                                                      c->stream>>>(probs, (T *)out->data, cnt, r,
@@ -159,7 +138,7 @@ static goblin_err k_bernoulli_op(gc_call *c, const goblin__node *n, const goblin
                                  int32_t n_in, goblin_tensor *out) {
     int64_t cnt = gc_numel(out);
     if (cnt == 0) return GOBLIN_OK;
-    gc_rng r = rng_of(n);
+    goblin__rng_key r = goblin__rng_of(n);
     if (n_in == 1) {
         GC_DISPATCH_FLOAT(in[0].dtype, bernoulli_into<T>(c, (const T *)in[0].data, out, cnt, r, 0));
     } else {
@@ -179,7 +158,7 @@ static goblin_err k_randint_op(gc_call *c, const goblin__node *n, const goblin_t
     uint64_t span = (uint64_t)hi - (uint64_t)lo;
     bool done = false;
     GC_DISPATCH_NUMERIC(out->dtype, (k_randint<T><<<gc_blocks(cnt, GC_THREADS), GC_THREADS, 0,
-                                                    c->stream>>>((T *)out->data, cnt, rng_of(n),
+                                                    c->stream>>>((T *)out->data, cnt, goblin__rng_of(n),
                                                                  lo, span),
                                      done = true));
     if (!done) return bad(c, n, out->dtype);
@@ -196,7 +175,7 @@ static goblin_err k_dropout_op(gc_call *c, const goblin__node *n, const goblin_t
     bool done = false;
     GC_DISPATCH_FLOAT(out->dtype, (k_dropout<T><<<gc_blocks(cnt, GC_THREADS), GC_THREADS, 0,
                                                   c->stream>>>(
-                                       (const T *)in[0].data, (T *)out->data, cnt, rng_of(n), p,
+                                       (const T *)in[0].data, (T *)out->data, cnt, goblin__rng_of(n), p,
                                        scale, (float)scale, out->dtype == GOBLIN_DTYPE_F64),
                                    done = true));
     if (!done) return bad(c, n, out->dtype);

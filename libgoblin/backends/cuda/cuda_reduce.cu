@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "cuda_scalar.h"
+#include "backends/kernel_attrs.h"
 
 #define GC_RED_THREADS 256
 #define GC_CHUNK 8192
@@ -169,25 +170,6 @@ static goblin_err from_rows(gc_call *c, const void *rows, goblin_tensor *out, co
     for (int32_t d = 0; d < p->rank; d++) dstr[d] = ostr[p->perm[d]];
     return gc_copy_strided(c, rows, out->data, p->rank, p->pshape, sstr, 0, dstr, 0,
                            goblin_dtype_size(out->dtype));
-}
-
-static uint32_t axes_mask(const goblin__node *n, int32_t rank) {
-    int32_t cnt;
-    const int64_t *ax = goblin__attr_ints(n, GOBLIN_ATTR_AXES, &cnt);
-    uint32_t all = (1u << rank) - 1u;
-    if (!ax || cnt == 0) return all;
-    uint32_t m = 0;
-    for (int32_t i = 0; i < cnt; i++) {
-        int64_t a = ax[i] < 0 ? ax[i] + rank : ax[i];
-        if (a >= 0 && a < rank) m |= 1u << a;
-    }
-    return m;
-}
-
-static uint32_t axis_mask(const goblin__node *n, int32_t rank, int64_t def) {
-    int64_t a = goblin__attr_i(n, GOBLIN_ATTR_AXIS, def);
-    if (a < 0) a += rank;
-    return rank > 0 && a >= 0 && a < rank ? 1u << a : 0;
 }
 
 /* ---- reducers ---------------------------------------------------------------------- */
@@ -394,10 +376,10 @@ static goblin_err k_reduce(gc_call *c, const goblin__node *n, const goblin_tenso
     const goblin_tensor *x = &in[0];
     uint32_t mask;
     if (n->op == GOBLIN_OP_ARGMAX || n->op == GOBLIN_OP_ARGMIN)
-        mask = goblin__attr_find(n, GOBLIN_ATTR_AXIS) ? axis_mask(n, x->rank, 0)
+        mask = goblin__attr_find(n, GOBLIN_ATTR_AXIS) ? goblin__axis_mask(n, x->rank, 0)
                                                        : (1u << x->rank) - 1u;
     else
-        mask = axes_mask(n, x->rank);
+        mask = goblin__axes_mask(n, x->rank);
     goblin_err g = GOBLIN_ENOTSUP;
     GC_DISPATCH_ALL(x->dtype, g = reduce_t<T>(c, n, x, out, mask));
     return g == GOBLIN_ENOTSUP ? bad_dtype(c, n, x->dtype) : g;
@@ -429,7 +411,7 @@ template <typename T>
 static goblin_err cumsum_t(gc_call *c, const goblin__node *n, const goblin_tensor *x,
                            goblin_tensor *out) {
     gc_rows p;
-    rows_plan(&p, x, axis_mask(n, x->rank, 0));
+    rows_plan(&p, x, goblin__axis_mask(n, x->rank, 0));
     if (p.M * p.K == 0) return GOBLIN_OK;
     const void *rows = NULL;
     void *dst = NULL;
@@ -514,7 +496,7 @@ template <typename T>
 static goblin_err softmax_t(gc_call *c, const goblin__node *n, const goblin_tensor *x,
                             goblin_tensor *out) {
     gc_rows p;
-    rows_plan(&p, x, axis_mask(n, x->rank, -1));
+    rows_plan(&p, x, goblin__axis_mask(n, x->rank, -1));
     if (p.M * p.K == 0) return GOBLIN_OK;
     const void *rows = NULL;
     void *dst = NULL;

@@ -105,12 +105,12 @@ template <> __device__ __forceinline__ double gc_st_d<double>(double v) { return
 template <> __device__ __forceinline__ float gc_st_d<float>(double v) { return (float)v; }
 template <> __device__ __forceinline__ gc_f16 gc_st_d<gc_f16>(double v) {
     gc_f16 r;
-    r.bits = gc_f32_to_f16(goblin__f64_to_f32_odd(v));
+    r.bits = goblin__f32_to_f16(goblin__f64_to_f32_odd(v));
     return r;
 }
 template <> __device__ __forceinline__ gc_bf16 gc_st_d<gc_bf16>(double v) {
     gc_bf16 r;
-    r.bits = gc_f32_to_bf16(goblin__f64_to_f32_odd(v));
+    r.bits = goblin__f32_to_bf16(goblin__f64_to_f32_odd(v));
     return r;
 }
 template <> __device__ __forceinline__ gc_bool gc_st_d<gc_bool>(double v) {
@@ -149,12 +149,12 @@ template <> __device__ __forceinline__ double gc_st_u64<double>(uint64_t u) { re
 template <> __device__ __forceinline__ float gc_st_u64<float>(uint64_t u) { return (float)(int64_t)u; }
 template <> __device__ __forceinline__ gc_f16 gc_st_u64<gc_f16>(uint64_t u) {
     gc_f16 r;
-    r.bits = gc_f32_to_f16(goblin__i64_to_f32_odd((int64_t)u));
+    r.bits = goblin__f32_to_f16(goblin__i64_to_f32_odd((int64_t)u));
     return r;
 }
 template <> __device__ __forceinline__ gc_bf16 gc_st_u64<gc_bf16>(uint64_t u) {
     gc_bf16 r;
-    r.bits = gc_f32_to_bf16(goblin__i64_to_f32_odd((int64_t)u));
+    r.bits = goblin__f32_to_bf16(goblin__i64_to_f32_odd((int64_t)u));
     return r;
 }
 template <> __device__ __forceinline__ gc_bool gc_st_u64<gc_bool>(uint64_t u) {

@@ -244,8 +244,8 @@ static void value_bytes(goblin_dtype dt, double v, void *out) {
     switch (dt) {
     case GOBLIN_DTYPE_F32: { float f = (float)v; memcpy(out, &f, 4); break; }
     case GOBLIN_DTYPE_F64: memcpy(out, &v, 8); break;
-    case GOBLIN_DTYPE_F16: { uint16_t h = gc_f32_to_f16((float)v); memcpy(out, &h, 2); break; }
-    case GOBLIN_DTYPE_BF16: { uint16_t h = gc_f32_to_bf16((float)v); memcpy(out, &h, 2); break; }
+    case GOBLIN_DTYPE_F16: { uint16_t h = goblin__f32_to_f16((float)v); memcpy(out, &h, 2); break; }
+    case GOBLIN_DTYPE_BF16: { uint16_t h = goblin__f32_to_bf16((float)v); memcpy(out, &h, 2); break; }
     case GOBLIN_DTYPE_BOOL: *(uint8_t *)out = v != 0; break;
     default: {
         int64_t x = v != v ? 0 : v >= 9.2233720368547758e18 ? INT64_MAX

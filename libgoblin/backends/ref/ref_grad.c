@@ -9,6 +9,7 @@
 #include "backends/backend.h"
 #include "backends/kernel_util.h"
 #include "ops/nn.h"
+#include "ref_impl.h"
 
 static double *zeros(int64_t n) {
     return goblin__calloc((size_t)(n > 0 ? n : 1), sizeof(double));
@@ -335,18 +336,6 @@ static goblin_err k_emb_bwd(goblin__kctx *k, const goblin__node *node, const gob
     return store_all(out, acc, total);
 }
 
-/* Batch strides of @p t (contiguous; last two dims are its matrix) against the
- * output's batch shape, 0 where it broadcasts (as the forward SDPA kernel). */
-static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bshape,
-                          int64_t *strides) {
-    int64_t full[GOBLIN_MAX_RANK], st[GOBLIN_MAX_RANK];
-    for (int32_t d = 0; d < br; d++) full[d] = bshape[d];
-    full[br] = t->shape[t->rank - 2];
-    full[br + 1] = t->shape[t->rank - 1];
-    goblin__bcast_strides(t, br + 2, full, st);
-    for (int32_t d = 0; d < br; d++) strides[d] = st[d];
-}
-
 /* SDPA backward for one output (index 0 dq, 1 dk, 2 dv): recompute each row's
  * scores and weights exactly as the forward kernel, then
  * dv_j += p_j g, dp_j = g . v_j, ds_j = p_j (dp_j - sum_j p_j dp_j),
@@ -357,26 +346,11 @@ static goblin_err k_sdpa_bwd(goblin__kctx *k, const goblin__node *node, const go
     const goblin_tensor *mask = n_in >= 5 ? &in[4] : NULL;
     goblin_dtype dt = go->dtype;
     int32_t br = go->rank - 2;
-    int64_t L = go->shape[br], Ev = go->shape[br + 1];
-    int64_t E = q->shape[q->rank - 1], S = kk->shape[kk->rank - 2];
-    double scale = goblin__sdpa_scale(node, E);
-    bool causal = goblin__attr_i(node, GOBLIN_ATTR_CAUSAL, 0) != 0;
+    goblin__ref_sdpa a;
+    goblin__ref_sdpa_init(&a, node, dt, q, kk, v, mask, br, go->shape);
+    int64_t L = a.L, Ev = a.Ev, E = a.E, S = a.S, batch = a.batch;
+    double scale = a.scale;
     int64_t which = goblin__attr_i(node, GOBLIN_ATTR_INDEX, 0);
-    int64_t bs[4][GOBLIN_MAX_RANK];
-    batch_strides(q, br, go->shape, bs[0]);
-    batch_strides(kk, br, go->shape, bs[1]);
-    batch_strides(v, br, go->shape, bs[2]);
-    int64_t mstr[GOBLIN_MAX_RANK] = {0};
-    if (mask) {
-        int64_t full[GOBLIN_MAX_RANK];
-        for (int32_t d = 0; d < br; d++) full[d] = go->shape[d];
-        full[br] = L;
-        full[br + 1] = S;
-        goblin__bcast_strides(mask, br + 2, full, mstr);
-    }
-    for (int32_t d = 0; d < br; d++) bs[3][d] = mstr[d];
-    int64_t batch = 1;
-    for (int32_t d = 0; d < br; d++) batch *= go->shape[d];
     int64_t rows = out->shape[br], cols = out->shape[br + 1], total = goblin__numel(out);
     double *acc = zeros(total), *p = zeros(S), *dp = zeros(S);
     if (!acc || !p || !dp) {
@@ -386,34 +360,12 @@ static goblin_err k_sdpa_bwd(goblin__kctx *k, const goblin__node *node, const go
         return oom(k);
     }
     goblin__nditer it;
-    goblin__nditer_init(&it, br, go->shape, 4, bs);
+    goblin__nditer_init(&it, br, go->shape, 4, a.bs);
     for (int64_t b = 0; b < batch; b++) {
         double *ob = acc + b * rows * cols;
         for (int64_t i = 0; i < L; i++) {
-            double mx = -INFINITY;
             bool nan = false;
-            for (int64_t j = 0; j < S; j++) {
-                double x;
-                if (causal && j > i) {
-                    x = -INFINITY;
-                } else {
-                    double dot = 0;
-                    for (int64_t e = 0; e < E; e++)
-                        dot += goblin__load_f64(dt, q->data, it.off[0] + i * E + e) *
-                               goblin__load_f64(dt, kk->data, it.off[1] + j * E + e);
-                    x = scale * dot;
-                    if (mask) {
-                        int64_t mo = it.off[3] + i * mstr[br] + j * mstr[br + 1];
-                        if (mask->dtype == GOBLIN_DTYPE_BOOL)
-                            x = ((const uint8_t *)mask->data)[mo] ? x : -INFINITY;
-                        else
-                            x += goblin__load_f64(dt, mask->data, mo);
-                    }
-                }
-                if (isnan(x)) nan = true;
-                if (x > mx) mx = x;
-                p[j] = x;
-            }
+            double mx = goblin__ref_sdpa_scores(&a, it.off, i, p, &nan);
             int64_t grow = (b * L + i) * Ev;
             if (nan || mx == INFINITY) {
                 /* the forward row is NaN: so is everything it feeds */

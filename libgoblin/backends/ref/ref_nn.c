@@ -8,6 +8,7 @@
  * attention compute every float dtype in f64 and round once on store. */
 #include <math.h>
 #include "backends/kernel_util.h"
+#include "ref_impl.h"
 #include "ops/nn.h"
 
 static bool is_half(goblin_dtype dt) { return dt == GOBLIN_DTYPE_F16 || dt == GOBLIN_DTYPE_BF16; }
@@ -249,37 +250,85 @@ static void batch_strides(const goblin_tensor *t, int32_t br, const int64_t *bsh
     for (int32_t d = 0; d < br; d++) strides[d] = st[d];
 }
 
+void goblin__ref_sdpa_init(goblin__ref_sdpa *a, const goblin__node *node, goblin_dtype dt,
+                           const goblin_tensor *q, const goblin_tensor *k,
+                           const goblin_tensor *v, const goblin_tensor *mask, int32_t br,
+                           const int64_t *shape) {
+    a->dt = dt;
+    a->q = q;
+    a->k = k;
+    a->v = v;
+    a->mask = mask;
+    a->br = br;
+    a->L = shape[br];
+    a->Ev = shape[br + 1];
+    a->E = q->shape[q->rank - 1];
+    a->S = k->shape[k->rank - 2];
+    a->scale = goblin__sdpa_scale(node, a->E);
+    a->causal = goblin__attr_i(node, GOBLIN_ATTR_CAUSAL, 0) != 0;
+    batch_strides(q, br, shape, a->bs[0]);
+    batch_strides(k, br, shape, a->bs[1]);
+    batch_strides(v, br, shape, a->bs[2]);
+    /* The mask broadcasts over [batch..., L, S] as a whole. */
+    memset(a->mstr, 0, sizeof a->mstr);
+    if (mask) {
+        int64_t full[GOBLIN_MAX_RANK];
+        for (int32_t d = 0; d < br; d++) full[d] = shape[d];
+        full[br] = a->L;
+        full[br + 1] = a->S;
+        goblin__bcast_strides(mask, br + 2, full, a->mstr);
+    }
+    for (int32_t d = 0; d < br; d++) a->bs[3][d] = a->mstr[d];
+    a->qr = q->strides[q->rank - 2];
+    a->qc = q->strides[q->rank - 1];
+    a->kr = k->strides[k->rank - 2];
+    a->kc = k->strides[k->rank - 1];
+    a->vr = v->strides[v->rank - 2];
+    a->vc = v->strides[v->rank - 1];
+    a->batch = 1;
+    for (int32_t d = 0; d < br; d++) a->batch *= shape[d];
+}
+
+double goblin__ref_sdpa_scores(const goblin__ref_sdpa *a, const int64_t *off, int64_t i,
+                               double *s, bool *nan) {
+    goblin_dtype dt = a->dt;
+    const goblin_tensor *mask = a->mask;
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < a->S; j++) {
+        double x;
+        if (a->causal && j > i) {
+            x = -INFINITY;
+        } else {
+            double dot = 0;
+            for (int64_t e = 0; e < a->E; e++)
+                dot += goblin__load_f64(dt, a->q->data, off[0] + i * a->qr + e * a->qc) *
+                       goblin__load_f64(dt, a->k->data, off[1] + j * a->kr + e * a->kc);
+            x = a->scale * dot;
+            if (mask) {
+                int64_t mo = off[3] + i * a->mstr[a->br] + j * a->mstr[a->br + 1];
+                if (mask->dtype == GOBLIN_DTYPE_BOOL)
+                    x = ((const uint8_t *)mask->data)[mo] ? x : -INFINITY;
+                else
+                    x += goblin__load_f64(dt, mask->data, mo);
+            }
+        }
+        if (isnan(x)) *nan = true;
+        if (x > mx) mx = x;
+        s[j] = x;
+    }
+    return mx;
+}
+
 static goblin_err ref_sdpa(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                            int32_t n_in, goblin_tensor *out) {
     goblin_dtype dt = out->dtype;
     const goblin_tensor *q = &in[0], *kk = &in[1], *v = &in[2];
     const goblin_tensor *mask = n_in >= 4 ? &in[3] : NULL;
     int32_t br = out->rank - 2;
-    int64_t L = out->shape[br], Ev = out->shape[br + 1];
-    int64_t E = q->shape[q->rank - 1], S = kk->shape[kk->rank - 2];
-    double scale = goblin__sdpa_scale(node, E);
-    bool causal = goblin__attr_i(node, GOBLIN_ATTR_CAUSAL, 0) != 0;
-    int64_t bs[4][GOBLIN_MAX_RANK];
-    batch_strides(q, br, out->shape, bs[0]);
-    batch_strides(kk, br, out->shape, bs[1]);
-    batch_strides(v, br, out->shape, bs[2]);
-    /* The mask broadcasts over [batch..., L, S] as a whole. */
-    int64_t mstr[GOBLIN_MAX_RANK] = {0};
-    if (mask) {
-        int64_t full[GOBLIN_MAX_RANK];
-        for (int32_t d = 0; d < br; d++) full[d] = out->shape[d];
-        full[br] = L;
-        full[br + 1] = S;
-        goblin__bcast_strides(mask, br + 2, full, mstr);
-    }
-    for (int32_t d = 0; d < br; d++) bs[3][d] = mstr[d];
-    /* q, k and v may be strided views (SDPA reads strided inputs): row and column strides
-     * of their matrices */
-    int64_t qr = q->strides[q->rank - 2], qc = q->strides[q->rank - 1];
-    int64_t kr = kk->strides[kk->rank - 2], kc = kk->strides[kk->rank - 1];
-    int64_t vr = v->strides[v->rank - 2], vc = v->strides[v->rank - 1];
-    int64_t batch = 1;
-    for (int32_t d = 0; d < br; d++) batch *= out->shape[d];
+    /* q, k and v may be strided views (SDPA reads strided inputs) */
+    goblin__ref_sdpa a;
+    goblin__ref_sdpa_init(&a, node, dt, q, kk, v, mask, br, out->shape);
+    int64_t L = a.L, Ev = a.Ev, S = a.S, batch = a.batch;
     double *s = goblin__alloc(sizeof(double) * (size_t)(S > 0 ? S : 1));
     double *acc = goblin__alloc(sizeof(double) * (size_t)(Ev > 0 ? Ev : 1));
     if (!s || !acc) {
@@ -288,34 +337,12 @@ static goblin_err ref_sdpa(goblin__kctx *k, const goblin__node *node, const gobl
         return goblin__errf(k->msg, k->cap, GOBLIN_ENOMEM, "out of memory");
     }
     goblin__nditer it;
-    goblin__nditer_init(&it, br, out->shape, 4, bs);
+    goblin__nditer_init(&it, br, out->shape, 4, a.bs);
     int64_t oidx = 0;
     for (int64_t b = 0; b < batch; b++) {
         for (int64_t i = 0; i < L; i++) {
-            double mx = -INFINITY;
             bool nan = false;
-            for (int64_t j = 0; j < S; j++) {
-                double x;
-                if (causal && j > i) {
-                    x = -INFINITY;
-                } else {
-                    double dot = 0;
-                    for (int64_t e = 0; e < E; e++)
-                        dot += goblin__load_f64(dt, q->data, it.off[0] + i * qr + e * qc) *
-                               goblin__load_f64(dt, kk->data, it.off[1] + j * kr + e * kc);
-                    x = scale * dot;
-                    if (mask) {
-                        int64_t mo = it.off[3] + i * mstr[br] + j * mstr[br + 1];
-                        if (mask->dtype == GOBLIN_DTYPE_BOOL)
-                            x = ((const uint8_t *)mask->data)[mo] ? x : -INFINITY;
-                        else
-                            x += goblin__load_f64(dt, mask->data, mo);
-                    }
-                }
-                if (isnan(x)) nan = true;
-                if (x > mx) mx = x;
-                s[j] = x;
-            }
+            double mx = goblin__ref_sdpa_scores(&a, it.off, i, s, &nan);
             for (int64_t e = 0; e < Ev; e++) acc[e] = 0;
             if (nan || mx == INFINITY) {
                 for (int64_t e = 0; e < Ev; e++) acc[e] = NAN;
@@ -334,7 +361,7 @@ static goblin_err ref_sdpa(goblin__kctx *k, const goblin__node *node, const gobl
                 }
                 for (int64_t j = 0; j < S; j++)
                     for (int64_t e = 0; e < Ev; e++)
-                        acc[e] += s[j] * goblin__load_f64(dt, v->data, it.off[2] + j * vr + e * vc);
+                        acc[e] += s[j] * goblin__load_f64(dt, v->data, it.off[2] + j * a.vr + e * a.vc);
                 for (int64_t e = 0; e < Ev; e++) acc[e] /= z;
             }
             for (int64_t e = 0; e < Ev; e++) goblin__store_f64(dt, out->data, oidx++, acc[e]);

@@ -7,6 +7,7 @@
  * dtype. Integer sums and products wrap modulo 2^64 in unsigned arithmetic (no C
  * undefined behaviour) and come out as i64. Inputs are contiguous (none of these
  * ops takes strided inputs). */
+#include "backends/kernel_attrs.h"
 #include "backends/kernel_util.h"
 
 /* A reduction seen as two nested iterations: the kept dims (row-major, which is
@@ -34,26 +35,6 @@ static void plan_init(rplan *p, const goblin_tensor *t, uint32_t mask) {
             p->n_out *= t->shape[d];
         }
     }
-}
-
-/* AXES as validated by inference; absent or empty means all axes. */
-static uint32_t axes_mask(const goblin__node *n, int32_t rank) {
-    int32_t cnt;
-    const int64_t *ax = goblin__attr_ints(n, GOBLIN_ATTR_AXES, &cnt);
-    uint32_t all = (1u << rank) - 1u;
-    if (!ax || cnt == 0) return all;
-    uint32_t m = 0;
-    for (int32_t i = 0; i < cnt; i++) {
-        int64_t a = ax[i] < 0 ? ax[i] + rank : ax[i];
-        if (a >= 0 && a < rank) m |= 1u << a;
-    }
-    return m;
-}
-
-static uint32_t axis_mask(const goblin__node *n, int32_t rank, int64_t def) {
-    int64_t a = goblin__attr_i(n, GOBLIN_ATTR_AXIS, def);
-    if (a < 0) a += rank;
-    return rank > 0 && a >= 0 && a < rank ? 1u << a : 0;
 }
 
 #define FOR_REDUCED(p, it, j)                                                                     \
@@ -139,7 +120,7 @@ static goblin_err k_reduce(goblin__kctx *k, const goblin__node *node, const gobl
     (void)n_in;
     const goblin_tensor *x = &in[0];
     rplan p;
-    plan_init(&p, x, axes_mask(node, x->rank));
+    plan_init(&p, x, goblin__axes_mask(node, x->rank));
     goblin_op op = node->op;
     if (p.n_red == 0 && p.n_out > 0 && (op == GOBLIN_OP_REDUCE_MAX || op == GOBLIN_OP_REDUCE_MIN))
         return goblin__errf(k->msg, k->cap, GOBLIN_ERANGE, "reduction over zero elements");
@@ -164,7 +145,7 @@ static goblin_err k_arg(goblin__kctx *k, const goblin__node *node, const goblin_
                         int32_t n_in, goblin_tensor *out) {
     (void)n_in;
     const goblin_tensor *x = &in[0];
-    uint32_t mask = goblin__attr_find(node, GOBLIN_ATTR_AXIS) ? axis_mask(node, x->rank, 0)
+    uint32_t mask = goblin__attr_find(node, GOBLIN_ATTR_AXIS) ? goblin__axis_mask(node, x->rank, 0)
                                                                : (1u << x->rank) - 1u;
     rplan p;
     plan_init(&p, x, mask);
@@ -212,7 +193,7 @@ static goblin_err k_cumsum(goblin__kctx *k, const goblin__node *node, const gobl
     (void)k; (void)n_in;
     const goblin_tensor *x = &in[0];
     rplan p;
-    plan_init(&p, x, axis_mask(node, x->rank, 0));
+    plan_init(&p, x, goblin__axis_mask(node, x->rank, 0));
     bool fl = goblin_dtype_is_float(x->dtype);
     goblin__nditer ot;
     goblin__nditer_init(&ot, p.orank, p.oshape, 1, &p.ostr);
@@ -241,7 +222,7 @@ static goblin_err k_softmax(goblin__kctx *k, const goblin__node *node, const gob
     goblin_dtype dt = x->dtype;
     bool lg = node->op == GOBLIN_OP_LOG_SOFTMAX;
     rplan p;
-    plan_init(&p, x, axis_mask(node, x->rank, -1));
+    plan_init(&p, x, goblin__axis_mask(node, x->rank, -1));
     goblin__nditer ot;
     goblin__nditer_init(&ot, p.orank, p.oshape, 1, &p.ostr);
     for (int64_t o = 0; o < p.n_out; o++, goblin__nditer_next(&ot)) {

@@ -9,6 +9,7 @@
  * rounded once on store: that makes the oracle within ~u of exact for f32,
  * f16 and bf16 (f64 gets libm's accuracy). The rules the doc strings of
  * ops_unary.c promise are implemented here and in random.h. */
+#include "backends/kernel_attrs.h"
 #include "backends/kernel_util.h"
 #include "kernels/random.h"
 
@@ -341,28 +342,6 @@ static goblin_err k_cast(goblin__kctx *k, const goblin__node *node, const goblin
 
 /* ---- random ------------------------------------------------------------------------ */
 
-typedef struct rng {
-    uint64_t seed, offset;
-    uint32_t stream;
-} rng;
-
-static rng rng_of(const goblin__node *node) {
-    rng r;
-    r.seed = (uint64_t)goblin__attr_i(node, GOBLIN_ATTR_SEED, 0);
-    r.offset = (uint64_t)goblin__attr_i(node, GOBLIN_ATTR_OFFSET, 0);
-    r.stream = (uint32_t)node->op;
-    return r;
-}
-
-static int precision_bits(goblin_dtype dt) {
-    switch (dt) {
-    case GOBLIN_DTYPE_F64: return 53;
-    case GOBLIN_DTYPE_F16: return 11;
-    case GOBLIN_DTYPE_BF16: return 8;
-    default: return 24;
-    }
-}
-
 /* v rounded to float dtype dt (round to nearest even, once), as a double. */
 static double round_dt(goblin_dtype dt, double v) {
     switch (dt) {
@@ -388,11 +367,11 @@ static double next_down(goblin_dtype dt, double r) {
 static goblin_err k_rand_uniform(goblin__kctx *k, const goblin__node *node,
                                  const goblin_tensor *in, int32_t n_in, goblin_tensor *out) {
     (void)k; (void)in; (void)n_in;
-    rng r = rng_of(node);
+    goblin__rng_key r = goblin__rng_of(node);
     goblin_dtype dt = out->dtype;
     double lo = goblin__attr_f(node, GOBLIN_ATTR_LOW, 0.0);
     double hi = goblin__attr_f(node, GOBLIN_ATTR_HIGH, 1.0);
-    int bits = precision_bits(dt);
+    int bits = goblin__rng_bits(dt);
     /* the largest value of dt below hi: where results that round up to hi go */
     double below = round_dt(dt, hi);
     while (below >= hi) below = next_down(dt, below);
@@ -414,7 +393,7 @@ static goblin_err k_rand_uniform(goblin__kctx *k, const goblin__node *node,
 static goblin_err k_rand_normal(goblin__kctx *k, const goblin__node *node,
                                 const goblin_tensor *in, int32_t n_in, goblin_tensor *out) {
     (void)k; (void)in; (void)n_in;
-    rng r = rng_of(node);
+    goblin__rng_key r = goblin__rng_of(node);
     double mean = goblin__attr_f(node, GOBLIN_ATTR_MEAN, 0.0);
     double std = goblin__attr_f(node, GOBLIN_ATTR_STD, 1.0);
     bool wide = out->dtype == GOBLIN_DTYPE_F64;
@@ -435,7 +414,7 @@ static goblin_err k_rand_normal(goblin__kctx *k, const goblin__node *node,
 static goblin_err k_bernoulli(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                               int32_t n_in, goblin_tensor *out) {
     (void)k;
-    rng r = rng_of(node);
+    goblin__rng_key r = goblin__rng_of(node);
     int64_t n = goblin__numel(out);
     double p = goblin__attr_f(node, GOBLIN_ATTR_P, 0.5);
     src s;
@@ -457,7 +436,7 @@ static goblin_err k_bernoulli(goblin__kctx *k, const goblin__node *node, const g
 static goblin_err k_randint(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                             int32_t n_in, goblin_tensor *out) {
     (void)k; (void)in; (void)n_in;
-    rng r = rng_of(node);
+    goblin__rng_key r = goblin__rng_of(node);
     /* inference checked: integers with |.| <= 2^53 + 1, low < high */
     int64_t lo = (int64_t)goblin__attr_f(node, GOBLIN_ATTR_LOW, 0.0);
     int64_t hi = (int64_t)goblin__attr_f(node, GOBLIN_ATTR_HIGH, 1.0);
@@ -479,7 +458,7 @@ static goblin_err k_randint(goblin__kctx *k, const goblin__node *node, const gob
 static goblin_err k_dropout(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
                             int32_t n_in, goblin_tensor *out) {
     (void)k; (void)n_in;
-    rng r = rng_of(node);
+    goblin__rng_key r = goblin__rng_of(node);
     double p = goblin__attr_f(node, GOBLIN_ATTR_P, 0.5);
     double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0; /* p = 1 keeps nothing */
     float scale32 = (float)scale;
