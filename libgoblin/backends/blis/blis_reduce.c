@@ -17,6 +17,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <math.h>
 #include <string.h>
+#include "backends/kernel_attrs.h"
 #include "blis_impl.h"
 #include "kernels/expf.h"
 
@@ -273,18 +274,6 @@ CLONES static void col_combine_item(void *arg, int64_t i) {
 }
 
 /* AXES as validated by inference; absent or empty means all axes. */
-static uint32_t axes_mask(const goblin__node *n, int32_t rank) {
-    int32_t cnt;
-    const int64_t *ax = goblin__attr_ints(n, GOBLIN_ATTR_AXES, &cnt);
-    if (!ax || cnt == 0) return (1u << rank) - 1u;
-    uint32_t m = 0;
-    for (int32_t i = 0; i < cnt; i++) {
-        int64_t a = ax[i] < 0 ? ax[i] + rank : ax[i];
-        if (a >= 0 && a < rank) m |= 1u << a;
-    }
-    return m;
-}
-
 /* Split shape into [A, R, L] where the dims in mask (ignoring size-1 dims) form
  * one consecutive run. False if they do not. */
 static bool split_arl(const goblin_tensor *t, uint32_t mask, int64_t *A, int64_t *R, int64_t *L) {
@@ -308,7 +297,7 @@ static goblin_err k_reduce(goblin__kctx *k, const goblin__node *node, const gobl
     const goblin_tensor *x = &in[0];
     if (x->dtype != GOBLIN_DTYPE_F32 && x->dtype != GOBLIN_DTYPE_F64) return GOBLIN_ENOTSUP;
     rjob j = {.op = node->op, .f64 = x->dtype == GOBLIN_DTYPE_F64, .x = x->data, .y = out->data};
-    if (!split_arl(x, axes_mask(node, x->rank), &j.A, &j.R, &j.L)) return GOBLIN_ENOTSUP;
+    if (!split_arl(x, goblin__axes_mask(node, x->rank), &j.A, &j.R, &j.L)) return GOBLIN_ENOTSUP;
     if (j.A == 0 || j.L == 0) return GOBLIN_OK; /* empty output */
     bool ext = j.op == GOBLIN_OP_REDUCE_MAX || j.op == GOBLIN_OP_REDUCE_MIN;
     if (j.R == 0) {
