@@ -10,6 +10,7 @@
  *   cc matmul_client.c $(pkg-config --cflags --libs goblin) -o matmul_client */
 #include <goblin/goblin.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool progress(void *user, int64_t done, int64_t total) {
@@ -32,15 +33,17 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--fingerprint") == 0 && i + 1 < argc) cp.fingerprint = argv[++i];
         else if (strcmp(argv[i], "--ca") == 0 && i + 1 < argc) cp.ca_file = argv[++i];
+        else if (strcmp(argv[i], "--credential") == 0 && i + 1 < argc) cp.credential = argv[++i];
         else if (strcmp(argv[i], "--on-node") == 0) on_node = true;
         else if (argv[i][0] != '-' && npos < 4) pos[npos++] = argv[i];
         else npos = 99;
     }
     if (npos != 4) {
         fprintf(stderr, "usage: matmul_client URL A.npy B.npy C.npy [--fingerprint HEX | --ca FILE] "
-                        "[--on-node]\n");
+                        "[--credential C] [--on-node]\n");
         return 2;
     }
+    if (!cp.credential) cp.credential = getenv("GOBLIN_CREDENTIAL"); /* NULL if unset */
     goblin_errbuf why_eb = {0};
     goblin_client *c;
     goblin_err e = goblin_client_connect(&c, pos[0], &cp, &why_eb);
@@ -50,7 +53,7 @@ int main(int argc, char **argv) {
     }
     int last = -1;
     if (on_node) {
-        e = goblin_client_matmul_files(c, pos[1], pos[2], pos[3], progress, &last);
+        e = goblin_client_matmul_files(c, pos[1], pos[2], pos[3], false, progress, &last);
     } else {
         goblin_npy *fa = NULL, *fb = NULL;
         if ((e = goblin_npy_open(pos[1], false, &fa, &why_eb)) ||

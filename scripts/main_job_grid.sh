@@ -38,7 +38,7 @@ PY
 
 echo "== grid: a node and two workers on loopback (worker 2 lies: --misbehave wrong:0.2)"
 "$tools/goblin-node" --listen "tcp://127.0.0.1:$port" --client-listen "tcp://127.0.0.1:$cport" \
-    --min-tasks 64 2>"$tmp/node.log" &
+    --open --data-dir "$tmp" --min-tasks 64 2>"$tmp/node.log" &
 pids="$pids $!"
 sleep 0.5
 "$tools/goblin-worker" --connect "tcp://127.0.0.1:$port" --threads 1 2>"$tmp/worker1.log" &

@@ -28,8 +28,10 @@ export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bindir=$(dirname "$(find "$tmp/root" -name goblin-node -type f | head -n 1)")
 python3 -c 'import numpy' 2>/dev/null || { echo "numpy missing: built only"; exit 0; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cred=$("$bindir/goblin-node" researcher add ci@example.org --credentials "$tmp/researchers" |
+      grep -o 'gbr1_[0-9a-f_]*')
 "$bindir/goblin-node" --listen "tcp://127.0.0.1:$port" --client-listen "ipc://$tmp/client.sock" \
-    --log-level warn &
+    --credentials "$tmp/researchers" --log-level warn &
 node_pid=$!
 "$bindir/goblin-worker" --connect "tcp://127.0.0.1:$port" --threads 1 --log-level warn &
 worker_pid=$!
@@ -40,7 +42,7 @@ rng = np.random.default_rng(7)
 np.save(d + "/a.npy", rng.standard_normal((130, 70)))
 np.save(d + "/b.npy", rng.standard_normal((70, 90)))
 PY
-"$tmp/matmul_client" "ipc://$tmp/client.sock" "$tmp/a.npy" "$tmp/b.npy" "$tmp/c.npy"
+"$tmp/matmul_client" "ipc://$tmp/client.sock" "$tmp/a.npy" "$tmp/b.npy" "$tmp/c.npy" --credential "$cred"
 python3 - "$tmp" <<'PY'
 import sys, numpy as np
 d = sys.argv[1]

@@ -24,22 +24,43 @@
 
 GOBLIN_BEGIN_DECLS
 
+/* ---- job ids ---------------------------------------------------------------- */
+
+/** A job's name on a node: 128 random bits the node's gateway chose (never reused, not
+ *  guessable, and meaningful only to the principal that submitted the job). */
+typedef struct goblin_job_id {
+    uint8_t bytes[16];
+} goblin_job_id;
+
+/** Bytes for a job id as text: 32 lowercase hex digits and the NUL. */
+#define GOBLIN_JOB_ID_TEXT_SIZE 33
+
+/** @p id as 32 lowercase hex digits into @p out (GOBLIN_JOB_ID_TEXT_SIZE bytes). */
+GOBLIN_API void goblin_job_id_format(const goblin_job_id *id, char *out);
+/** Parse 32 hex digits (either case) into *out. GOBLIN_EINVAL for anything else. */
+GOBLIN_API goblin_err goblin_job_id_parse(const char *text, goblin_job_id *out);
+GOBLIN_API bool goblin_job_id_equal(const goblin_job_id *a, const goblin_job_id *b);
+
 /* ---- client ----------------------------------------------------------------- */
 
 typedef struct goblin_client_params {
     const char *ca_file;      /* tls+tcp://: trust these PEM CA certificates, or */
     const char *fingerprint;  /* tls+tcp://: pin the node's certificate SHA-256 (hex) */
     const char *server_name;  /* CA mode: name to check (NULL: see tls_impl rules) */
-    uint32_t timeout_ms;      /* one request/reply (default 120000; uploads can be large) */
-    uint32_t connect_timeout_ms; /* first connection (default 10000) */
+    uint32_t timeout_ms;      /* one request/reply (default 120000; uploads can be large).
+                                 A connection that closes under a request fails it at once
+                                 ("the node at ... closed the connection"), not at this limit */
+    uint32_t connect_timeout_ms; /* the first connection and the node's first answer (default
+                                    10000): a URL where no gateway answers (nobody listening, a
+                                    firewall, the node's worker address) fails within it */
     uint32_t poll_ms;         /* progress polling period of goblin_client_matmul* (default 100) */
     uint64_t recv_max_bytes;  /* largest reply accepted (default 16 GiB) */
-    /* A client token (borrowed during connect, copied): sent in an AUTH request right
-     * after connecting, and once more when a request is answered GOBLIN_EAUTH (the
-     * connection may have been redialed). NULL / 0: none. At most
-     * GOBLIN_TOKEN_MAX_BYTES (tls.h) bytes. */
-    const uint8_t *token;
-    uint32_t token_len;
+    /* The researcher credential (principal.h: what `goblin-node researcher add` printed;
+     * borrowed during connect, copied): sent in an AUTH request right after connecting,
+     * and once more when a request is answered GOBLIN_EAUTH (the connection may have been
+     * redialed). NULL: none (only a node in open mode, on loopback, takes such clients).
+     * At most GOBLIN_TOKEN_MAX_BYTES (tls.h) characters. */
+    const char *credential;
 } goblin_client_params;
 
 GOBLIN_API void goblin_client_params_default(goblin_client_params *p);
@@ -74,22 +95,27 @@ typedef struct goblin_client_job_info {
  *  C = A . B. *job_id set on success. Errors the node reports (GOBLIN_ESHAPE,
  *  GOBLIN_EDTYPE, GOBLIN_ESTATE, ...) come back as they are. */
 GOBLIN_API goblin_err goblin_client_submit_matmul(goblin_client *c, const goblin_tensor *a,
-                                                  const goblin_tensor *b, uint64_t *job_id);
+                                                  const goblin_tensor *b, goblin_job_id *job_id);
 /** Submit C = A . B over .npy files on the NODE's disk (paths borrowed, as the node
- *  sees them): A and B are mapped read-only, @p c_path created (replaced) and mapped.
- *  GOBLIN_ENOTSUP if the gateway does not allow file jobs. */
+ *  sees them; relative paths are taken from the node's first data directory): A and B
+ *  are mapped read-only, @p c_path created new and mapped. Every path must lie under one
+ *  of the node's data directories (gateway.h). @p overwrite: C may already exist (it is
+ *  then replaced; still only inside the data directories, never through a symbolic
+ *  link). GOBLIN_ENOTSUP if the gateway does not allow file jobs; GOBLIN_ENOTFOUND for a
+ *  path that is missing, unreadable or outside the data directories (the node does not
+ *  say which); GOBLIN_EBUSY if C exists and @p overwrite is false. */
 GOBLIN_API goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_path,
                                                         const char *b_path, const char *c_path,
-                                                        uint64_t *job_id);
-GOBLIN_API goblin_err goblin_client_job_status(goblin_client *c, uint64_t job_id,
+                                                        bool overwrite, goblin_job_id *job_id);
+GOBLIN_API goblin_err goblin_client_job_status(goblin_client *c, const goblin_job_id *job_id,
                                                goblin_client_job_info *out);
-GOBLIN_API goblin_err goblin_client_cancel(goblin_client *c, uint64_t job_id);
+GOBLIN_API goblin_err goblin_client_cancel(goblin_client *c, const goblin_job_id *job_id);
 /** Fetch a finished job's result and release the job on the node. For a tensor job,
  *  @p out (if not NULL) receives C in a new buffer (goblin_buffer_free its data); a
  *  file job has no tensor to fetch (@p out untouched): the product is in its file.
  *  Returns the job's own result (GOBLIN_OK, its failure, GOBLIN_ECANCELED), or
  *  GOBLIN_EBUSY if it is still running, GOBLIN_ENOTFOUND for an unknown job. */
-GOBLIN_API goblin_err goblin_client_fetch_result(goblin_client *c, uint64_t job_id,
+GOBLIN_API goblin_err goblin_client_fetch_result(goblin_client *c, const goblin_job_id *job_id,
                                                  goblin_tensor *out);
 
 /** Submit, poll with @p progress (may be NULL) every poll_ms, fetch. @p out: as for
@@ -101,6 +127,7 @@ GOBLIN_API goblin_err goblin_client_matmul(goblin_client *c, const goblin_tensor
 /** The same for a file job (goblin_client_submit_matmul_files). */
 GOBLIN_API goblin_err goblin_client_matmul_files(goblin_client *c, const char *a_path,
                                                  const char *b_path, const char *c_path,
+                                                 bool overwrite,
                                                  goblin_client_progress_fn progress, void *user);
 
 /** Submit a graph job (goblin_node_submit_graph) to the node: @p g is serialized, the
@@ -111,11 +138,11 @@ GOBLIN_API goblin_err goblin_client_matmul_files(goblin_client *c, const char *a
 GOBLIN_API goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
                                                  const goblin_tensor *inputs, int32_t n_inputs,
                                                  const goblin_graph_job_params *jp,
-                                                 uint64_t *job_id);
+                                                 goblin_job_id *job_id);
 /** Fetch a finished graph job's outputs and release the job on the node: @p outputs
  *  (caller's array of @p n_outputs == the graph's output count) receive new buffers
  *  (goblin_buffer_free each .data). Returns as goblin_client_fetch_result. */
-GOBLIN_API goblin_err goblin_client_fetch_outputs(goblin_client *c, uint64_t job_id,
+GOBLIN_API goblin_err goblin_client_fetch_outputs(goblin_client *c, const goblin_job_id *job_id,
                                                   goblin_tensor *outputs, int32_t n_outputs);
 /** Submit, poll with @p progress, fetch: goblin_client_matmul for graphs. */
 GOBLIN_API goblin_err goblin_client_run_graph(goblin_client *c, const goblin_graph *g,

@@ -13,33 +13,53 @@
 #include "error.h"
 #include "log.h"
 #include "node.h"
+#include "principal.h"
 
 GOBLIN_BEGIN_DECLS
 
 #define GOBLIN_GATEWAY_MAX_LISTEN 8
+#define GOBLIN_GATEWAY_MAX_DATA_DIRS 8
 
+/* Who may use the gateway (docs/security.md): every job belongs to the principal
+ * (principal.h) that submitted it, and only that principal or an admin can see, cancel
+ * or fetch it; anyone else, and any id that was never handed out, gets the same
+ * GOBLIN_ENOTFOUND. Job ids are 128 random bits, never reused (a restarted node knows
+ * none of its earlier ids). A connection that has not authenticated can only send AUTH
+ * (everything else is answered GOBLIN_EAUTH), unless the gateway is open. */
 typedef struct goblin_gateway_params {
     const char *listen[GOBLIN_GATEWAY_MAX_LISTEN]; /* URLs (copied) */
     int32_t n_listen;            /* 1 .. GOBLIN_GATEWAY_MAX_LISTEN */
     const char *cert_file;       /* needed for tls+tcp:// URLs (copied) */
     const char *key_file;
-    bool allow_files;            /* accept SUBMIT_MATMUL_FILES (default true) */
+    /* Exactly one of these two. credentials_file: the principals' credentials
+     * (principal.h; copied path), re-read whenever it changes, so that a revoked
+     * credential stops working at once, also on connections already authenticated.
+     * open: no authentication, every connection is the one principal "local" (a
+     * one-person lab, the embedded grid); only for loopback, ipc:// and inproc:// listen
+     * URLs (goblin_gateway_new refuses others with GOBLIN_EINVAL). */
+    const char *credentials_file;
+    bool open;
+    /* File jobs (SUBMIT_MATMUL_FILES): off unless data directories are listed; then
+     * every path a client names must resolve (symbolic links and ".." followed) inside
+     * one of them, outputs are created new unless the client asks to overwrite (still
+     * inside them, never through a link), and errors say nothing about other paths.
+     * Relative paths start in the first one. Copied. */
+    const char *data_dirs[GOBLIN_GATEWAY_MAX_DATA_DIRS];
+    int32_t n_data_dirs;
     uint64_t recv_max_bytes;     /* largest request (default 8 GiB) */
-    int32_t max_jobs;            /* jobs held at once, running or unfetched (default 64) */
+    int32_t max_jobs;            /* jobs held at once, all principals (default 64) */
+    /* Per principal (0 = no limit): jobs held (default 16), bytes held by its jobs'
+     * operands and results (default 16 GiB), submits in any minute (default 120). */
+    int32_t max_jobs_per_principal;
+    uint64_t max_bytes_per_principal;
+    int32_t max_submits_per_minute;
+    /* A principal's jobs that are never fetched are released once it has had no
+     * connection for this long (default 3600000 = one hour; 0 = never). */
+    uint32_t expire_ms;
     goblin_job_params job;       /* for every submitted job (progress fields ignored) */
     goblin_log_fn log;
     void *log_user;
     goblin_log_level log_level;  /* default INFO */
-    /* Client authentication. With either set, a client must send an AUTH request with
-     * a token that matches before anything else (other requests are answered
-     * GOBLIN_EAUTH, "this node requires a client token"); a connection stays
-     * authenticated until it closes. token_file: a file of salted hashes (lines
-     * "salt:hash", the format of the node's token_file, goblin_token_entry), re-read on
-     * every AUTH so that entries can be revoked (copied path). token/token_len: one
-     * token (copied; compared in constant time). Both NULL / 0: no authentication. */
-    const char *token_file;
-    const uint8_t *token;
-    uint32_t token_len;
 } goblin_gateway_params;
 
 GOBLIN_API void goblin_gateway_params_default(goblin_gateway_params *p);
@@ -63,7 +83,12 @@ GOBLIN_API void goblin_gateway_stop(goblin_gateway *gw, uint32_t drain_ms);
 GOBLIN_API void goblin_gateway_free(goblin_gateway *gw);
 
 typedef struct goblin_gateway_stats {
-    int64_t requests, jobs_submitted, jobs_held, refused; /* refused: malformed requests */
+    int64_t requests, jobs_submitted, jobs_held;
+    int64_t refused;             /* malformed requests (their connections were closed) */
+    int64_t auth_refused;        /* AUTH with a credential that is not valid, and requests
+                                    before authenticating */
+    int64_t quota_refused;       /* submits over a principal's quota */
+    int64_t jobs_expired;        /* released unfetched (expire_ms) */
 } goblin_gateway_stats;
 
 GOBLIN_API void goblin_gateway_stats_get(goblin_gateway *gw, goblin_gateway_stats *out);

@@ -20,6 +20,7 @@
 #include "grid.h"
 #include "npy.h"
 #include "client.h"
+#include "principal.h"
 #include "gateway.h"
 #include "autodiff.h"
 #include "optim.h"

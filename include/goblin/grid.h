@@ -102,8 +102,10 @@ GOBLIN_API goblin_err goblin_grid_submit_matmul(goblin_grid *grid, const goblin_
  *  machine: A and B mapped read-only, @p c_path created (replaced), mapped and written,
  *  synced to disk when the job is done. Embedded: files of this process's machine, @p jp
  *  as for goblin_grid_submit_matmul; remote: files on the NODE's disk, as the node sees
- *  them (GOBLIN_ENOTSUP if the gateway does not take file jobs). GOBLIN_EIO / GOBLIN_EFORMAT
- *  for files that cannot be opened, ESHAPE / EDTYPE as for arrays. */
+ *  them, each inside one of the node's data directories (GOBLIN_ENOTSUP if the gateway
+ *  lists none; GOBLIN_ENOTFOUND for a path missing or outside them: gateway.h).
+ *  GOBLIN_EIO / GOBLIN_EFORMAT for files that cannot be opened, ESHAPE / EDTYPE as for
+ *  arrays. */
 GOBLIN_API goblin_err goblin_grid_submit_matmul_files(goblin_grid *grid, const char *a_path,
                                                       const char *b_path, const char *c_path,
                                                       const goblin_job_params *jp,

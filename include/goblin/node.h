@@ -72,6 +72,11 @@ typedef struct goblin_node_params {
 
 GOBLIN_API void goblin_node_params_default(goblin_node_params *p);
 
+/** Is @p url on this machine: ipc://, inproc://, or tcp to a numeric loopback address
+ *  (127.0.0.0/8 or [::1]) with a numeric port? Host names, "localhost" included, are
+ *  not: a name can resolve anywhere. Plain text and open mode are allowed only there. */
+GOBLIN_API bool goblin_url_is_local(const char *url);
+
 typedef struct goblin_node goblin_node;
 
 /** Create a node (not yet listening). @p p copied. *out set only on success.

@@ -25,7 +25,7 @@ struct goblin_grid_job {
     goblin_npy *fa, *fb, *fc; /* a file job's mapped files */
     bool synced;
     /* remote */
-    uint64_t id;
+    goblin_job_id id;
     goblin_tensor *outs;      /* the caller's output tensors (borrowed) */
     int32_t n_out;
     goblin_tensor *fetched;   /* [n_out] for a remote fetch */
@@ -131,7 +131,7 @@ goblin_err goblin_grid_submit_matmul_files(goblin_grid *g, const char *a_path, c
     goblin_grid_job *j = job_new(g, JOB_FILES, NULL, 0);
     if (!j) return goblin__grid_fail(g, GOBLIN_ENOMEM, 0, "out of memory");
     if (g->client)
-        return remote_submitted(g, goblin_client_submit_matmul_files(g->client, a_path, b_path, c_path, &j->id),
+        return remote_submitted(g, goblin_client_submit_matmul_files(g->client, a_path, b_path, c_path, true, &j->id),
                                 j, out);
     /* What a gateway does with a file job, in this process. */
     goblin_errbuf why = {0};
@@ -235,8 +235,8 @@ static void free_fetched(goblin_grid_job *j) {
 static goblin_err remote_fetch(goblin_grid_job *j) {
     goblin_client *c = j->grid->client;
     goblin_err e;
-    if (j->kind == JOB_GRAPH) e = goblin_client_fetch_outputs(c, j->id, j->fetched, j->n_out);
-    else e = goblin_client_fetch_result(c, j->id, j->kind == JOB_MATMUL ? j->fetched : NULL);
+    if (j->kind == JOB_GRAPH) e = goblin_client_fetch_outputs(c, &j->id, j->fetched, j->n_out);
+    else e = goblin_client_fetch_result(c, &j->id, j->kind == JOB_MATMUL ? j->fetched : NULL);
     if (e == GOBLIN_EBUSY) return e;
     if (e) {
         free_fetched(j);
@@ -297,7 +297,7 @@ void goblin_grid_job_progress(goblin_grid_job *j, int64_t *done, int64_t *total)
     } else if (j) {
         if (!j->ended) {
             goblin_client_job_info info;
-            if (goblin_client_job_status(j->grid->client, j->id, &info) == GOBLIN_OK) {
+            if (goblin_client_job_status(j->grid->client, &j->id, &info) == GOBLIN_OK) {
                 j->done = info.done;
                 j->total = info.total;
             }
@@ -317,7 +317,7 @@ goblin_job_status goblin_grid_job_status(goblin_grid_job *j) {
     }
     if (j->ended) return j->status;
     goblin_client_job_info info;
-    if (goblin_client_job_status(j->grid->client, j->id, &info) != GOBLIN_OK) return GOBLIN_JOB_RUNNING;
+    if (goblin_client_job_status(j->grid->client, &j->id, &info) != GOBLIN_OK) return GOBLIN_JOB_RUNNING;
     j->done = info.done;
     j->total = info.total;
     return info.status;
@@ -326,7 +326,7 @@ goblin_job_status goblin_grid_job_status(goblin_grid_job *j) {
 void goblin_grid_job_cancel(goblin_grid_job *j) {
     if (!j) return;
     if (!j->grid->client) goblin_job_cancel(j->job);
-    else if (!j->ended) goblin_client_cancel(j->grid->client, j->id);
+    else if (!j->ended) goblin_client_cancel(j->grid->client, &j->id);
 }
 
 const char *goblin_grid_job_error(goblin_grid_job *j) {
@@ -341,7 +341,7 @@ void goblin_grid_job_free(goblin_grid_job *j) {
         goblin_job_free(j->job); /* cancels a running job */
     } else if (!j->ended) {
         /* Nobody will read the outputs: release the job on the node without them. */
-        goblin_client_cancel(j->grid->client, j->id);
+        goblin_client_cancel(j->grid->client, &j->id);
         j->n_out = 0;
         j->kind = JOB_FILES;
         for (int tries = 0; tries < RELEASE_TRIES && remote_fetch(j) == GOBLIN_EBUSY; tries++)

@@ -1,5 +1,6 @@
 /* libgoblin/io/npy.c - .npy header parsing (hostile bytes) and memory-mapped arrays. */
 #include "goblin/npy.h"
+#include "npy_fd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -246,6 +247,16 @@ goblin_err goblin_npy_open(const char *path, bool writable, goblin_npy **out, go
     int fd = open(path, writable ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return goblin__errf(msg, cap, GOBLIN_EIO, "cannot open %s: %s", path, strerror(errno));
+    return goblin__npy_open_fd(fd, path, writable, out, err);
+}
+
+goblin_err goblin__npy_open_fd(int fd, const char *path, bool writable, goblin_npy **out,
+                               goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
+    if (fd < 0 || !path || !out) {
+        if (fd >= 0) close(fd);
+        return goblin__errf(msg, cap, GOBLIN_EINVAL, "bad arguments");
+    }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -311,10 +322,42 @@ goblin_err goblin_npy_create(const char *path, goblin_dtype dt, int32_t rank,
     size_t hl;
     if (header_build(dt, rank, shape, head, sizeof head, &hl))
         return goblin__errf(msg, cap, GOBLIN_ELIMIT, "header too long");
-    uint64_t need = hl + (uint64_t)numel * goblin_dtype_size(dt);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return goblin__errf(msg, cap, GOBLIN_EIO, "cannot create %s: %s", path, strerror(errno));
+    return goblin__npy_create_fd(fd, path, dt, rank, shape, out, err);
+}
+
+goblin_err goblin__npy_create_fd(int fd, const char *path, goblin_dtype dt, int32_t rank,
+                                 const int64_t *shape, goblin_npy **out, goblin_errbuf *err) {
+    GOBLIN__ERRBUF(err, msg, cap);
+    if (fd < 0 || !path || !out || rank < 0 || rank > GOBLIN_MAX_RANK || (rank > 0 && !shape)) {
+        if (fd >= 0) close(fd);
+        return goblin__errf(msg, cap, GOBLIN_EINVAL, "bad arguments");
+    }
+    if (dt != GOBLIN_DTYPE_F32 && dt != GOBLIN_DTYPE_F64) {
+        close(fd);
+        return goblin__errf(msg, cap, GOBLIN_EDTYPE, ".npy output must be f32 or f64");
+    }
+    int64_t numel = 1;
+    for (int32_t i = 0; i < rank; i++) {
+        if (shape[i] < 0 || !goblin__mul_i64(numel, shape[i], &numel) || numel > INT64_MAX / 16) {
+            close(fd);
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, "bad shape");
+        }
+    }
+    char head[1024];
+    size_t hl;
+    if (header_build(dt, rank, shape, head, sizeof head, &hl)) {
+        close(fd);
+        return goblin__errf(msg, cap, GOBLIN_ELIMIT, "header too long");
+    }
+    uint64_t need = hl + (uint64_t)numel * goblin_dtype_size(dt);
+    if (ftruncate(fd, 0) != 0) {
+        int s = errno;
+        close(fd);
+        return goblin__errf(msg, cap, GOBLIN_EIO, "cannot truncate %s: %s", path, strerror(s));
+    }
     size_t w = 0;
     while (w < hl) {
         ssize_t r = pwrite(fd, head + w, hl - w, (off_t)w);

@@ -1,11 +1,14 @@
 /* libgoblin/net/transport.c - socket setup for node and worker (see transport.h). */
 #include "transport.h"
+#include "goblin/node.h"
 #include "tls_impl.h"
 
 #include <nng/protocol/pair1/pair.h>
 #include <nng/supplemental/util/platform.h>
 #include <errno.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -60,13 +63,40 @@ bool goblin__transport_url_is_plain_tcp(const char *url) {
 }
 
 bool goblin__transport_url_is_local(const char *url) {
+    if (!url) return false;
     if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0) return true;
     const char *h = strstr(url, "://");
     if (!h) return false;
     h += 3;
-    return strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost:", 10) == 0 ||
-           strncmp(h, "[::1]:", 6) == 0;
+    /* The host is what precedes the port: "[v6]:port" or "v4:port". Only a numeric
+     * address counts, parsed whole: 127.0.0.0/8 or ::1 (a name such as
+     * "127.0.0.1.example.com" or "localhost" could resolve anywhere). */
+    char host[64];
+    const char *end;
+    if (*h == '[') {
+        end = strchr(h, ']');
+        if (!end || end[1] != ':') return false;
+        h++;
+    } else {
+        end = strrchr(h, ':');
+        if (!end) return false;
+    }
+    size_t n = (size_t)(end - h);
+    if (n == 0 || n >= sizeof host) return false;
+    memcpy(host, h, n);
+    host[n] = 0;
+    const char *port = end + (*end == ']' ? 2 : 1);
+    if (!*port) return false;
+    for (const char *q = port; *q; q++)
+        if (*q < '0' || *q > '9') return false;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+    return false;
 }
+
+bool goblin_url_is_local(const char *url) { return goblin__transport_url_is_local(url); }
 
 goblin_err goblin__transport_listen(nng_socket s, const char *url, const char *cert_file,
                                     const char *key_file, char *msg, size_t cap) {

@@ -38,6 +38,46 @@ const char *goblin__cw_type_name(uint8_t t) {
 
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
+static void put_id(uint8_t *p, const goblin_job_id *id) { memcpy(p, id->bytes, GOBLIN__CW_ID_BYTES); }
+static void get_id(const uint8_t *p, goblin_job_id *id) { memcpy(id->bytes, p, GOBLIN__CW_ID_BYTES); }
+
+void goblin_job_id_format(const goblin_job_id *id, char *out) {
+    static const char hex[] = "0123456789abcdef";
+    if (!out) return;
+    if (!id) {
+        out[0] = 0;
+        return;
+    }
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[id->bytes[i] >> 4];
+        out[2 * i + 1] = hex[id->bytes[i] & 15];
+    }
+    out[32] = 0;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+goblin_err goblin_job_id_parse(const char *text, goblin_job_id *out) {
+    if (!text || !out || strlen(text) != 32) return GOBLIN_EINVAL;
+    goblin_job_id id;
+    for (int i = 0; i < 16; i++) {
+        int hi = hexval(text[2 * i]), lo = hexval(text[2 * i + 1]);
+        if (hi < 0 || lo < 0) return GOBLIN_EINVAL;
+        id.bytes[i] = (uint8_t)(hi << 4 | lo);
+    }
+    *out = id;
+    return GOBLIN_OK;
+}
+
+bool goblin_job_id_equal(const goblin_job_id *a, const goblin_job_id *b) {
+    return a && b && memcmp(a->bytes, b->bytes, sizeof a->bytes) == 0;
+}
+
 /* @p strided: any strides are fine (the data is packed while encoding). */
 static goblin_err tensor_size_any(const goblin_tensor *t, bool strided, size_t *out) {
     if (t->rank < 0 || t->rank > GOBLIN_MAX_RANK || t->dtype < 0 || t->dtype >= GOBLIN_DTYPE_COUNT)
@@ -104,6 +144,7 @@ static goblin_err body_size(const goblin__cw_msg *m, size_t *out) {
         }
         break;
     case GOBLIN__CW_SUBMIT_MATMUL_FILES:
+        if (m->file_flags & ~(uint32_t)GOBLIN__CW_FILE_FLAGS) return GOBLIN_EINVAL;
         n = 16;
         for (int i = 0; i < 3; i++) {
             size_t l = strnlen(m->paths[i], GOBLIN__CW_MAX_PATH + 1);
@@ -114,17 +155,17 @@ static goblin_err body_size(const goblin__cw_msg *m, size_t *out) {
         break;
     case GOBLIN__CW_STATUS: case GOBLIN__CW_CANCEL: case GOBLIN__CW_FETCH:
     case GOBLIN__CW_RELEASE: case GOBLIN__CW_OK:
-        n = 8;
+        n = GOBLIN__CW_ID_BYTES;
         break;
     case GOBLIN__CW_STATS: n = 0; break;
     case GOBLIN__CW_AUTH:
         if (m->token_len == 0 || m->token_len > GOBLIN__CW_MAX_TOKEN) return GOBLIN_EINVAL;
         n = 8 + pad8(m->token_len);
         break;
-    case GOBLIN__CW_SUBMITTED: n = 16; break;
-    case GOBLIN__CW_JOB_STATUS: n = 40 + pad8(text_len(m->text)); break;
+    case GOBLIN__CW_SUBMITTED: n = 24; break;
+    case GOBLIN__CW_JOB_STATUS: n = 48 + pad8(text_len(m->text)); break;
     case GOBLIN__CW_RESULT:
-        n = 16;
+        n = 24;
         if (m->has_tensor) {
             if ((e = tensor_size(&m->tensors[0], &a))) return e;
             n += a;
@@ -149,7 +190,7 @@ static goblin_err body_size(const goblin__cw_msg *m, size_t *out) {
     case GOBLIN__CW_OUTPUTS:
         if (m->n_io > GOBLIN__CW_MAX_IO || (m->n_io && !m->io)) return GOBLIN_EINVAL;
         if ((e = tensors_size(m->io, m->n_io, false, &a))) return e;
-        n = 16 + a;
+        n = 24 + a;
         break;
     default: return GOBLIN_EINVAL;
     }
@@ -265,6 +306,7 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
             l[i] = strlen(m->paths[i]);
             w32(p + 4 * i, (uint32_t)l[i]);
         }
+        w32(p + 12, m->file_flags);
         o = 16;
         for (int i = 0; i < 3; i++) {
             memcpy(p + o, m->paths[i], l[i]);
@@ -274,7 +316,7 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
     }
     case GOBLIN__CW_STATUS: case GOBLIN__CW_CANCEL: case GOBLIN__CW_FETCH:
     case GOBLIN__CW_RELEASE: case GOBLIN__CW_OK:
-        w64(p, m->job_id);
+        put_id(p, &m->job_id);
         break;
     case GOBLIN__CW_STATS: break;
     case GOBLIN__CW_AUTH:
@@ -282,24 +324,24 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
         memcpy(p + 8, m->token, m->token_len);
         break;
     case GOBLIN__CW_SUBMITTED:
-        w64(p, m->job_id);
-        w64(p + 8, (uint64_t)m->total);
+        put_id(p, &m->job_id);
+        w64(p + 16, (uint64_t)m->total);
         break;
     case GOBLIN__CW_JOB_STATUS: {
         size_t tl = text_len(m->text);
-        w64(p, m->job_id);
-        p[8] = m->status;
-        w32(p + 12, (uint32_t)m->code);
-        w64(p + 16, (uint64_t)m->done);
-        w64(p + 24, (uint64_t)m->total);
-        w32(p + 32, (uint32_t)tl);
-        put_text(p + 40, m->text, tl);
+        put_id(p, &m->job_id);
+        p[16] = m->status;
+        w32(p + 20, (uint32_t)m->code);
+        w64(p + 24, (uint64_t)m->done);
+        w64(p + 32, (uint64_t)m->total);
+        w32(p + 40, (uint32_t)tl);
+        put_text(p + 48, m->text, tl);
         break;
     }
     case GOBLIN__CW_RESULT:
-        w64(p, m->job_id);
-        p[8] = m->has_tensor ? 1 : 0;
-        if (m->has_tensor) put_tensor(p + 16, &m->tensors[0]);
+        put_id(p, &m->job_id);
+        p[16] = m->has_tensor ? 1 : 0;
+        if (m->has_tensor) put_tensor(p + 24, &m->tensors[0]);
         break;
     case GOBLIN__CW_STATS_REPLY: {
         w32(p, STATS_N);
@@ -355,9 +397,9 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
         for (uint32_t i = 0; i < m->n_io; i++) o += put_tensor(p + o, &m->io[i]);
         break;
     case GOBLIN__CW_OUTPUTS:
-        w64(p, m->job_id);
-        w32(p + 8, m->n_io);
-        o = 16;
+        put_id(p, &m->job_id);
+        w32(p + 16, m->n_io);
+        o = 24;
         for (uint32_t i = 0; i < m->n_io; i++) o += put_tensor(p + o, &m->io[i]);
         break;
     default: return GOBLIN_EINVAL;
@@ -552,14 +594,14 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
 }
 
 static goblin_err get_outputs(rd *r, const goblin__cw_limits *lim, goblin__cw_msg *m) {
-    NEED(r, 16, "OUTPUTS");
-    m->job_id = r64(r->p);
-    uint32_t n = r32(r->p + 8);
+    NEED(r, 24, "OUTPUTS");
+    get_id(r->p, &m->job_id);
+    uint32_t n = r32(r->p + 16);
     if (n > GOBLIN__CW_MAX_IO)
         return goblin__errf(r->msg, r->cap, GOBLIN_ELIMIT, "%u outputs over the limit of %d", n,
                             GOBLIN__CW_MAX_IO);
-    if (r32(r->p + 12)) return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero padding");
-    r->o = 16;
+    if (r32(r->p + 20)) return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "non-zero padding");
+    r->o = 24;
     NEED(r, 8 * (size_t)n, "OUTPUTS tensors");
     goblin_err e = alloc_io(r, m, n, 0);
     if (e) return e;
@@ -610,7 +652,10 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
                                     l[i],
                                     GOBLIN__CW_MAX_PATH);
         }
-        if (r32(r.p + 12)) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
+        m->file_flags = r32(r.p + 12);
+        if (m->file_flags & ~(uint32_t)GOBLIN__CW_FILE_FLAGS)
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "unknown file-job flags 0x%x",
+                                m->file_flags);
         r.o = 16;
         size_t sum = (size_t)l[0] + l[1] + l[2];
         NEED(&r, pad8(16 + sum) - 16, "paths");
@@ -632,9 +677,9 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
     }
     case GOBLIN__CW_STATUS: case GOBLIN__CW_CANCEL: case GOBLIN__CW_FETCH:
     case GOBLIN__CW_RELEASE: case GOBLIN__CW_OK:
-        NEED(&r, 8, "job id");
-        m->job_id = r64(r.p);
-        r.o = 8;
+        NEED(&r, GOBLIN__CW_ID_BYTES, "job id");
+        get_id(r.p, &m->job_id);
+        r.o = GOBLIN__CW_ID_BYTES;
         break;
     case GOBLIN__CW_STATS: break;
     case GOBLIN__CW_AUTH: {
@@ -654,37 +699,37 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         break;
     }
     case GOBLIN__CW_SUBMITTED:
-        NEED(&r, 16, "SUBMITTED");
-        m->job_id = r64(r.p);
-        m->total = (int64_t)r64(r.p + 8);
-        r.o = 16;
+        NEED(&r, 24, "SUBMITTED");
+        get_id(r.p, &m->job_id);
+        m->total = (int64_t)r64(r.p + 16);
+        r.o = 24;
         break;
     case GOBLIN__CW_JOB_STATUS: {
-        NEED(&r, 40, "JOB_STATUS");
-        m->job_id = r64(r.p);
-        m->status = r.p[8];
+        NEED(&r, 48, "JOB_STATUS");
+        get_id(r.p, &m->job_id);
+        m->status = r.p[16];
         if (m->status >= GOBLIN_JOB_STATUS_COUNT)
             return goblin__errf(msg, cap, GOBLIN_EFORMAT, "unknown job status %u", m->status);
-        if (!zeros(r.p + 9, 3) || r32(r.p + 36))
+        if (!zeros(r.p + 17, 3) || r32(r.p + 44))
             return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
-        m->code = (int32_t)r32(r.p + 12);
-        m->done = (int64_t)r64(r.p + 16);
-        m->total = (int64_t)r64(r.p + 24);
+        m->code = (int32_t)r32(r.p + 20);
+        m->done = (int64_t)r64(r.p + 24);
+        m->total = (int64_t)r64(r.p + 32);
         if (m->done < 0 || m->total < 0 || m->done > m->total)
             return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad progress %lld of %lld",
                                 (long long)m->done,
                                 (long long)m->total);
-        r.o = 40;
-        if ((e = get_text(&r, r32(r.p + 32), m->text))) return e;
+        r.o = 48;
+        if ((e = get_text(&r, r32(r.p + 40), m->text))) return e;
         break;
     }
     case GOBLIN__CW_RESULT:
-        NEED(&r, 16, "RESULT");
-        m->job_id = r64(r.p);
-        if (r.p[8] > 1 || !zeros(r.p + 9, 7))
+        NEED(&r, 24, "RESULT");
+        get_id(r.p, &m->job_id);
+        if (r.p[16] > 1 || !zeros(r.p + 17, 7))
             return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad RESULT flags");
-        m->has_tensor = r.p[8];
-        r.o = 16;
+        m->has_tensor = r.p[16];
+        r.o = 24;
         if (m->has_tensor && (e = get_tensor(&r, lim, &m->tensors[0]))) return e;
         break;
     case GOBLIN__CW_STATS_REPLY: {

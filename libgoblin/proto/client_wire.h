@@ -4,23 +4,26 @@
  *   "GBLC"  u16 version (GOBLIN__CW_VERSION)  u8 type  u8 flags(0)  u64 request id  u64 body length
  * Bodies (offsets from the body start; tensors and strings padded to 8 bytes):
  *   SUBMIT_MATMUL        tensor A, tensor B
- *   SUBMIT_MATMUL_FILES  u32 len_a, len_b, len_c, u32 0, then the three paths (no NUL)
+ *   SUBMIT_MATMUL_FILES  u32 len_a, len_b, len_c, u32 flags (bit 0: overwrite C), then the
+ *                        three paths (no NUL)
  *   SUBMIT_GRAPH         u32 n_inputs, u32 n_outputs, u8 verify, u8 have (bit 0 split, bit 1
  *                        combine, bit 2 cache ids), u16 spot_rows, u8 0 x4, f64 min_replication,
  *                        f64 trust_halflife, i64 chunk_rows, u64 task_memory_bytes,
  *                        i64 min_tasks, u64 graph_len, graph (pad 8), [u8 split[n_inputs]
  *                        (pad 8)], [u8 combine[n_outputs] (pad 8)], [u64 cache_ids[n_inputs]],
  *                        tensor[n_inputs]
- *   STATUS/CANCEL/FETCH/RELEASE  u64 job id
+ *   STATUS/CANCEL/FETCH/RELEASE  job id
  *   STATS                (empty)
- *   AUTH                 u32 len (1 .. GOBLIN__CW_MAX_TOKEN), u32 0, token bytes (pad 8)
- *   SUBMITTED            u64 job id, i64 total tasks
- *   JOB_STATUS           u64 job, u8 status, u8 0 x3, i32 error, i64 done, i64 total, u32 len, u32 0, text
- *   RESULT               u64 job, u8 has_tensor, u8 0 x7, [tensor]
- *   OUTPUTS              u64 job, u32 n, u32 0, tensor[n]      (FETCH of a graph job)
+ *   AUTH                 u32 len (1 .. GOBLIN__CW_MAX_TOKEN), u32 0, credential bytes (pad 8)
+ *   SUBMITTED            job id, i64 total tasks
+ *   JOB_STATUS           job id, u8 status, u8 0 x3, i32 error, i64 done, i64 total, u32 len,
+ *                        u32 0, text
+ *   RESULT               job id, u8 has_tensor, u8 0 x7, [tensor]
+ *   OUTPUTS              job id, u32 n, u32 0, tensor[n]      (FETCH of a graph job)
  *   STATS_REPLY          u32 n_counters, u32 n_workers, i64 counters[n], workers[n] (56 bytes each)
  *   ERROR                i32 code, u32 len, text
- *   OK                   u64 job id
+ *   OK                   job id (zero when the request named no job)
+ * job id: 16 bytes (goblin_job_id: 128 random bits chosen by the gateway).
  * tensor: u8 dtype, u8 rank, u16 0, u32 0, i64 shape[rank], data (numel * size), pad to 8.
  * The decoder treats every byte as hostile: each read is bounds-checked, lengths are
  * checked against the limits and the bytes left, padding must be zero, trailing bytes
@@ -31,12 +34,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "goblin/client.h"
 #include "goblin/error.h"
 #include "goblin/node.h"
 #include "goblin/tensor.h"
 #include "wire.h"
 
-#define GOBLIN__CW_VERSION 1
+#define GOBLIN__CW_VERSION 2
+#define GOBLIN__CW_ID_BYTES 16
+#define GOBLIN__CW_FILE_OVERWRITE 1u /* SUBMIT_MATMUL_FILES: C may already exist */
+#define GOBLIN__CW_FILE_FLAGS GOBLIN__CW_FILE_OVERWRITE
 #define GOBLIN__CW_HEADER_SIZE 24
 #define GOBLIN__CW_MAX_PATH 4096
 #define GOBLIN__CW_MAX_TEXT 512
@@ -71,10 +78,11 @@ typedef enum goblin__cw_type {
 typedef struct goblin__cw_msg {
     uint8_t type;
     uint64_t request_id;
-    uint64_t job_id;
+    goblin_job_id job_id;
     goblin_tensor tensors[2]; /* SUBMIT_MATMUL: A, B; RESULT: [0] if has_tensor */
     bool has_tensor;
     char paths[3][GOBLIN__CW_MAX_PATH + 1]; /* SUBMIT_MATMUL_FILES */
+    uint32_t file_flags;      /* SUBMIT_MATMUL_FILES: GOBLIN__CW_FILE_* */
     uint8_t status;           /* JOB_STATUS: a goblin_job_status */
     int32_t code;             /* JOB_STATUS error / ERROR code */
     int64_t done, total;      /* JOB_STATUS; SUBMITTED uses total */

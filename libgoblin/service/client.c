@@ -23,9 +23,14 @@ struct goblin_client {
     pthread_mutex_t mu;
     uint64_t next_rid;
     char err[600];
+    char url[256];                     /* for messages */
     bool node_eauth;                   /* the last request was answered ERROR EAUTH */
     bool transport_failed;             /* the last request got no reply (connection lost) */
-    uint8_t token[GOBLIN__CW_MAX_TOKEN]; /* c->p.token points here (token_len bytes) */
+    char credential[GOBLIN__CW_MAX_TOKEN + 1]; /* c->p.credential points here */
+    /* A request waiting for its reply, and the connection under it (pipe callbacks). */
+    pthread_mutex_t wmu;
+    pthread_cond_t wcv;
+    bool waiting, reply_done, conn_lost;
 };
 
 void goblin_client_params_default(goblin_client_params *p) {
@@ -35,6 +40,32 @@ void goblin_client_params_default(goblin_client_params *p) {
     p->connect_timeout_ms = 10000;
     p->poll_ms = 100;
     p->recv_max_bytes = (uint64_t)16 << 30;
+}
+
+/* ---- waiting for a reply ----------------------------------------------------------
+ * A reply is received through an aio, so that a connection that closes under a request
+ * ends the wait at once (the pipe callback says so) instead of at timeout_ms: nng would
+ * otherwise redial and wait on, and a SUBMIT resent on the new connection could start a
+ * second job. */
+
+static void on_reply(void *arg) {
+    goblin_client *c = arg;
+    pthread_mutex_lock(&c->wmu);
+    c->reply_done = true;
+    pthread_cond_signal(&c->wcv);
+    pthread_mutex_unlock(&c->wmu);
+}
+
+static void on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg) {
+    (void)p;
+    (void)ev;
+    goblin_client *c = arg;
+    pthread_mutex_lock(&c->wmu);
+    if (c->waiting) {
+        c->conn_lost = true;
+        pthread_cond_signal(&c->wcv);
+    }
+    pthread_mutex_unlock(&c->wmu);
 }
 
 /* The client's message (goblin_client_error) and @p e. */
@@ -131,7 +162,8 @@ static goblin_err dial_bounded(goblin_client *c, nng_dialer d, const char *url,
     return GOBLIN_OK;
 }
 
-static goblin_err send_auth(goblin_client *c);
+static goblin_err send_auth(goblin_client *c, uint32_t timeout_ms);
+static goblin_err probe(goblin_client *c, uint32_t timeout_ms);
 
 goblin_err goblin_client_connect(goblin_client **out, const char *url,
                                  const goblin_client_params *p, goblin_errbuf *err) {
@@ -148,31 +180,54 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
     bool tls = strncmp(url, "tls+", 4) == 0;
     if (tls && !!p->ca_file == !!p->fingerprint)
         FAIL(GOBLIN_EINVAL, "%s needs exactly one of a CA file and a fingerprint", url);
-    if (p->token_len > GOBLIN__CW_MAX_TOKEN || (p->token_len && !p->token))
-        FAIL(GOBLIN_EINVAL, "a client token must have 1 to %d bytes", GOBLIN__CW_MAX_TOKEN);
+    if (p->credential && (!p->credential[0] || strlen(p->credential) > GOBLIN__CW_MAX_TOKEN))
+        FAIL(GOBLIN_EINVAL, "a credential must have 1 to %d characters", GOBLIN__CW_MAX_TOKEN);
     goblin_client *c = goblin__calloc(1, sizeof *c);
     if (!c) FAIL(GOBLIN_ENOMEM, "out of memory");
     c->p = *p;
     c->p.ca_file = c->p.fingerprint = c->p.server_name = NULL; /* used during connect only */
-    if (p->token_len) memcpy(c->token, p->token, p->token_len);
-    c->p.token = p->token_len ? c->token : NULL;
+    if (p->credential) snprintf(c->credential, sizeof c->credential, "%s", p->credential);
+    c->p.credential = p->credential ? c->credential : NULL;
+    snprintf(c->url, sizeof c->url, "%s", url);
     c->next_rid = 1;
+    if (pthread_mutex_init(&c->wmu, NULL) != 0) {
+        goblin__free(c);
+        FAIL(GOBLIN_ENOMEM, "cannot create a mutex");
+    }
+    pthread_condattr_t ca;
+    bool cv_ok = pthread_condattr_init(&ca) == 0;
+    cv_ok = cv_ok && pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0;
+    cv_ok = cv_ok && pthread_cond_init(&c->wcv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+    if (!cv_ok) {
+        pthread_mutex_destroy(&c->wmu);
+        goblin__free(c);
+        FAIL(GOBLIN_ENOMEM, "cannot create a condition variable");
+    }
     int rv = nng_req0_open(&c->sock);
     if (rv) {
+        pthread_cond_destroy(&c->wcv);
+        pthread_mutex_destroy(&c->wmu);
         goblin__free(c);
         FAIL(nng_to_err(rv), "cannot open socket: %s", nng_strerror(rv));
     }
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         nng_close(c->sock);
+        pthread_cond_destroy(&c->wcv);
+        pthread_mutex_destroy(&c->wmu);
         goblin__free(c);
         FAIL(GOBLIN_ENOMEM, "cannot create a mutex");
     }
+    nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, c);
     /* A request is never resent by nng on a timer: a resent SUBMIT would start a
      * second job. */
     nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, (size_t)p->recv_max_bytes);
     nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, (nng_duration)p->timeout_ms);
-    nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, (nng_duration)p->timeout_ms);
+    /* A send waits only for a connection to hand the request to (req0 queues it), so
+     * it is bounded like connecting: a node that is gone fails fast. */
+    nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO,
+                      (nng_duration)(p->connect_timeout_ms ? p->connect_timeout_ms : p->timeout_ms));
     nng_dialer d;
     goblin_err e = GOBLIN_OK;
     char why[512] = "";
@@ -189,17 +244,27 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
         nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 2000);
         e = dial_bounded(c, d, url, p->connect_timeout_ms, why, sizeof why);
     }
-    if (!e && c->p.token_len) {
-        e = send_auth(c);
+    /* The first answer proves a gateway is there: a URL where something accepts the
+     * connection but never answers (the node's worker address speaks another protocol,
+     * and nng then redials forever) fails within connect_timeout_ms too. */
+    if (!e) {
+        e = c->p.credential ? send_auth(c, p->connect_timeout_ms) : probe(c, p->connect_timeout_ms);
         if (e == GOBLIN_EAUTH && c->node_eauth)
-            snprintf(why, sizeof why, "the node at %s refused the client token", url);
+            snprintf(why, sizeof why, "%.300s", c->err);
+        else if (e == GOBLIN_ETIMEDOUT)
+            snprintf(why, sizeof why, "no GPU Goblin node answered at %s within %u ms "
+                     "(connect_timeout_ms): is this the node's worker address? Clients connect "
+                     "to its client address (goblin-node --client-listen)", url,
+                     p->connect_timeout_ms);
         else if (e)
-            snprintf(why, sizeof why, "cannot present the client token to %s: %.300s", url, c->err);
+            snprintf(why, sizeof why, "%.400s", c->err);
     }
     if (e) {
         nng_close(c->sock);
         pthread_mutex_destroy(&c->mu);
-        memset(c->token, 0, sizeof c->token);
+        pthread_cond_destroy(&c->wcv);
+        pthread_mutex_destroy(&c->wmu);
+        memset(c->credential, 0, sizeof c->credential);
         goblin__free(c);
         FAIL(e, "%s", why);
     }
@@ -213,14 +278,47 @@ void goblin_client_free(goblin_client *c) {
     if (!c) return;
     nng_close(c->sock);
     pthread_mutex_destroy(&c->mu);
-    memset(c->token, 0, sizeof c->token);
+    pthread_cond_destroy(&c->wcv);
+    pthread_mutex_destroy(&c->wmu);
+    memset(c->credential, 0, sizeof c->credential);
     goblin__free(c);
+}
+
+/* Receive the reply to the request just sent, for at most @p timeout_ms (0: none), or
+ * until the connection under it closes. */
+static int recv_reply(goblin_client *c, uint32_t timeout_ms, nng_msg **out, bool *lost) {
+    nng_aio *aio;
+    int rv = nng_aio_alloc(&aio, on_reply, c);
+    if (rv) return rv;
+    nng_aio_set_timeout(aio, timeout_ms ? (nng_duration)timeout_ms : NNG_DURATION_INFINITE);
+    pthread_mutex_lock(&c->wmu);
+    c->waiting = true;
+    c->reply_done = false;
+    c->conn_lost = false;
+    pthread_mutex_unlock(&c->wmu);
+    nng_recv_aio(c->sock, aio);
+    pthread_mutex_lock(&c->wmu);
+    while (!c->reply_done && !c->conn_lost) pthread_cond_wait(&c->wcv, &c->wmu);
+    *lost = c->conn_lost && !c->reply_done;
+    c->waiting = false;
+    pthread_mutex_unlock(&c->wmu);
+    if (*lost) nng_aio_cancel(aio);
+    nng_aio_wait(aio);
+    rv = nng_aio_result(aio);
+    if (rv == 0) {
+        *out = nng_aio_get_msg(aio);
+        *lost = false; /* the reply made it after all */
+    } else if (rv == NNG_ECONNRESET || rv == NNG_ECONNABORTED) {
+        *lost = true; /* req0 fails a request whose connection dropped */
+    }
+    nng_aio_free(aio);
+    return rv;
 }
 
 /* One request/reply. On success *reply is decoded from *keep (free it with
  * nng_msg_free after using the reply's tensors); an ERROR reply becomes its code. */
 static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
-                                 nng_msg **keep) {
+                                 nng_msg **keep, uint32_t timeout_ms) {
     c->node_eauth = false;
     c->transport_failed = false;
     req->request_id = c->next_rid++;
@@ -234,13 +332,23 @@ static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__
     int rv = nng_sendmsg(c->sock, m, 0);
     if (rv) {
         nng_msg_free(m);
-        c->transport_failed = rv != NNG_ETIMEDOUT;
-        return cerr(c, nng_to_err(rv), "cannot send the request: %s", nng_strerror(rv));
+        c->transport_failed = true;
+        if (rv == NNG_ETIMEDOUT)
+            return cerr(c, GOBLIN_ETIMEDOUT, "cannot send the request: no connection to the node "
+                        "at %s (it is not running, or not reachable)", c->url);
+        return cerr(c, nng_to_err(rv), "cannot send the request to %s: %s", c->url, nng_strerror(rv));
     }
-    nng_msg *in;
-    if ((rv = nng_recvmsg(c->sock, &in, 0)) != 0) {
-        c->transport_failed = rv != NNG_ETIMEDOUT;
-        return cerr(c, nng_to_err(rv), "no reply from the node: %s", nng_strerror(rv));
+    nng_msg *in = NULL;
+    bool lost = false;
+    if ((rv = recv_reply(c, timeout_ms, &in, &lost)) != 0) {
+        c->transport_failed = lost || rv != NNG_ETIMEDOUT;
+        if (lost)
+            return cerr(c, GOBLIN_ECLOSED, "the node at %s closed the connection before it "
+                        "answered (it stopped or restarted; a job it held is gone with it)", c->url);
+        if (rv == NNG_ETIMEDOUT)
+            return cerr(c, GOBLIN_ETIMEDOUT, "the node at %s is not answering: no reply within "
+                        "%u ms", c->url, timeout_ms);
+        return cerr(c, nng_to_err(rv), "no reply from the node at %s: %s", c->url, nng_strerror(rv));
     }
     goblin__cw_limits lim = {c->p.recv_max_bytes, GOBLIN_MAX_NUMEL};
     char why[256];
@@ -272,43 +380,67 @@ static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__
  * sending it again cannot start a second job. */
 static goblin_err roundtrip(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
                             nng_msg **keep) {
-    goblin_err e = roundtrip_once(c, req, reply, keep);
+    goblin_err e = roundtrip_once(c, req, reply, keep, c->p.timeout_ms);
     /* The connection dropped under a request (the node restarted, say): nng redials by
      * itself. A request that changes nothing on the node (STATS, STATUS, AUTH) is sent
      * once more on the new connection; SUBMIT, FETCH, CANCEL and RELEASE are not, since
      * the node may have acted on them before the reply was lost. */
     if (e && c->transport_failed &&
         (req->type == GOBLIN__CW_STATS || req->type == GOBLIN__CW_STATUS || req->type == GOBLIN__CW_AUTH)) {
+        char first[sizeof c->err];
+        memcpy(first, c->err, sizeof first);
+        goblin_err e1 = e;
         struct timespec ts = {0, 200 * 1000000L};
         nanosleep(&ts, NULL);
-        if (c->p.token_len && req->type != GOBLIN__CW_AUTH) {
-            goblin_err ea = send_auth(c);
-            if (ea) return ea;
+        if (c->p.credential && req->type != GOBLIN__CW_AUTH) e = send_auth(c, c->p.timeout_ms);
+        else e = GOBLIN_OK;
+        if (!e) e = roundtrip_once(c, req, reply, keep, c->p.timeout_ms);
+        /* No new connection either: the first failure says best what happened. */
+        if (e && c->transport_failed) {
+            memcpy(c->err, first, sizeof first);
+            return e1;
         }
-        e = roundtrip_once(c, req, reply, keep);
+        if (e) return e;
     }
-    if (e == GOBLIN_EAUTH && c->node_eauth && c->p.token_len && req->type != GOBLIN__CW_AUTH) {
-        goblin_err ea = send_auth(c);
+    if (e == GOBLIN_EAUTH && c->node_eauth && c->p.credential && req->type != GOBLIN__CW_AUTH) {
+        goblin_err ea = send_auth(c, c->p.timeout_ms);
         if (ea) return ea;
-        e = roundtrip_once(c, req, reply, keep);
+        e = roundtrip_once(c, req, reply, keep, c->p.timeout_ms);
     }
     return e;
 }
 
-/* Present the client token: AUTH, answered OK (or ERROR EAUTH). */
-static goblin_err send_auth(goblin_client *c) {
+/* Present the credential: AUTH, answered OK (or ERROR EAUTH). */
+static goblin_err send_auth(goblin_client *c, uint32_t timeout_ms) {
     goblin__cw_msg *p = goblin__calloc(2, sizeof *p);
     if (!p) return cerr(c, GOBLIN_ENOMEM, "out of memory");
     p[0].type = GOBLIN__CW_AUTH;
-    p[0].token_len = c->p.token_len;
-    memcpy(p[0].token, c->token, c->p.token_len);
+    p[0].token_len = (uint32_t)strlen(c->credential);
+    memcpy(p[0].token, c->credential, p[0].token_len);
     nng_msg *keep = NULL;
-    goblin_err e = roundtrip_once(c, &p[0], &p[1], &keep);
+    goblin_err e = roundtrip_once(c, &p[0], &p[1], &keep, timeout_ms);
     if (e == GOBLIN_EAUTH && c->node_eauth)
-        cerr(c, e, "the node refused the client token");
+        cerr(c, e, "the node at %s refused the credential (unknown, revoked or mistyped)", c->url);
     else if (!e && p[1].type != GOBLIN__CW_OK)
         e = cerr(c, GOBLIN_EPROTO, "node answered %s to AUTH", goblin__cw_type_name(p[1].type));
     memset(p[0].token, 0, sizeof p[0].token);
+    goblin__cw_msg_clear(&p[1]);
+    if (keep) nng_msg_free(keep);
+    goblin__free(p);
+    return e;
+}
+
+/* Without a credential: a STATS request proves a gateway answers (an EAUTH answer says
+ * the node wants a credential). */
+static goblin_err probe(goblin_client *c, uint32_t timeout_ms) {
+    goblin__cw_msg *p = goblin__calloc(2, sizeof *p);
+    if (!p) return cerr(c, GOBLIN_ENOMEM, "out of memory");
+    p[0].type = GOBLIN__CW_STATS;
+    nng_msg *keep = NULL;
+    goblin_err e = roundtrip_once(c, &p[0], &p[1], &keep, timeout_ms);
+    if (e == GOBLIN_EAUTH && c->node_eauth)
+        cerr(c, e, "the node at %s requires a researcher credential (ask its operator: "
+             "goblin-node researcher add EMAIL)", c->url);
     goblin__cw_msg_clear(&p[1]);
     if (keep) nng_msg_free(keep);
     goblin__free(p);
@@ -333,7 +465,7 @@ static goblin_err expect(goblin_client *c, const goblin__cw_msg *rep, uint8_t ty
     return GOBLIN_OK;
 }
 
-static goblin_err submit_common(goblin_client *c, pair *p, uint64_t *job_id) {
+static goblin_err submit_common(goblin_client *c, pair *p, goblin_job_id *job_id) {
     nng_msg *keep = NULL;
     goblin_err e = roundtrip(c, &p->req, &p->rep, &keep);
     if (!e && !(e = expect(c, &p->rep, GOBLIN__CW_SUBMITTED))) {
@@ -346,7 +478,7 @@ static goblin_err submit_common(goblin_client *c, pair *p, uint64_t *job_id) {
 }
 
 goblin_err goblin_client_submit_matmul(goblin_client *c, const goblin_tensor *a,
-                                       const goblin_tensor *b, uint64_t *job_id) {
+                                       const goblin_tensor *b, goblin_job_id *job_id) {
     if (!c || !a || !b || !job_id) return GOBLIN_EINVAL;
     pthread_mutex_lock(&c->mu);
     pair *p = pair_new(c);
@@ -364,7 +496,7 @@ goblin_err goblin_client_submit_matmul(goblin_client *c, const goblin_tensor *a,
 
 goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_path,
                                              const char *b_path, const char *c_path,
-                                             uint64_t *job_id) {
+                                             bool overwrite, goblin_job_id *job_id) {
     if (!c || !a_path || !b_path || !c_path || !job_id) return GOBLIN_EINVAL;
     const char *paths[3] = {a_path, b_path, c_path};
     for (int i = 0; i < 3; i++) {
@@ -377,6 +509,7 @@ goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_pat
     if (p) {
         p->req.type = GOBLIN__CW_SUBMIT_MATMUL_FILES;
         for (int i = 0; i < 3; i++) snprintf(p->req.paths[i], sizeof p->req.paths[i], "%s", paths[i]);
+        p->req.file_flags = overwrite ? GOBLIN__CW_FILE_OVERWRITE : 0;
         e = submit_common(c, p, job_id);
     }
     goblin__free(p);
@@ -384,14 +517,14 @@ goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_pat
     return e;
 }
 
-static goblin_err job_request(goblin_client *c, uint8_t type, uint64_t job_id,
+static goblin_err job_request(goblin_client *c, uint8_t type, const goblin_job_id *job_id,
                               goblin_client_job_info *info) {
     pthread_mutex_lock(&c->mu);
     pair *p = pair_new(c);
     goblin_err e = GOBLIN_ENOMEM;
     if (p) {
         p->req.type = type;
-        p->req.job_id = job_id;
+        p->req.job_id = *job_id;
         nng_msg *keep = NULL;
         e = roundtrip(c, &p->req, &p->rep, &keep);
         if (!e && !(e = expect(c, &p->rep, GOBLIN__CW_JOB_STATUS))) {
@@ -412,13 +545,14 @@ static goblin_err job_request(goblin_client *c, uint8_t type, uint64_t job_id,
     return e;
 }
 
-goblin_err goblin_client_job_status(goblin_client *c, uint64_t job_id, goblin_client_job_info *out) {
-    if (!c || !out) return GOBLIN_EINVAL;
+goblin_err goblin_client_job_status(goblin_client *c, const goblin_job_id *job_id,
+                                    goblin_client_job_info *out) {
+    if (!c || !out || !job_id) return GOBLIN_EINVAL;
     return job_request(c, GOBLIN__CW_STATUS, job_id, out);
 }
 
-goblin_err goblin_client_cancel(goblin_client *c, uint64_t job_id) {
-    if (!c) return GOBLIN_EINVAL;
+goblin_err goblin_client_cancel(goblin_client *c, const goblin_job_id *job_id) {
+    if (!c || !job_id) return GOBLIN_EINVAL;
     return job_request(c, GOBLIN__CW_CANCEL, job_id, NULL);
 }
 
@@ -436,14 +570,14 @@ static goblin_err copy_out(goblin_client *c, const goblin_tensor *t, goblin_tens
  * OUTPUTS. @p outs (NULL: only release the job) receives the reply's tensors in new
  * buffers: exactly @p n_outs of them, or with @p any_count at most that many (a file
  * job's RESULT has none, and leaves @p outs untouched). */
-static goblin_err fetch(goblin_client *c, uint64_t job_id, goblin_tensor *outs, int32_t n_outs,
+static goblin_err fetch(goblin_client *c, const goblin_job_id *job_id, goblin_tensor *outs, int32_t n_outs,
                         bool any_count) {
     pthread_mutex_lock(&c->mu);
     pair *p = pair_new(c);
     goblin_err e = GOBLIN_ENOMEM;
     if (p) {
         p->req.type = GOBLIN__CW_FETCH;
-        p->req.job_id = job_id;
+        p->req.job_id = *job_id;
         nng_msg *keep = NULL;
         e = roundtrip(c, &p->req, &p->rep, &keep);
         const goblin_tensor *ts = NULL;
@@ -459,8 +593,8 @@ static goblin_err fetch(goblin_client *c, uint64_t job_id, goblin_tensor *outs, 
         }
         if (!e && outs) {
             if (any_count ? nt > (uint32_t)n_outs : nt != (uint32_t)n_outs) {
-                e = cerr(c, GOBLIN_EINVAL, "job %llu has %u output(s), %d expected (job released)",
-                         (unsigned long long)job_id, nt, n_outs);
+                e = cerr(c, GOBLIN_EINVAL, "the job has %u output(s), %d expected (job released)",
+                         nt, n_outs);
             } else {
                 int32_t k = 0;
                 for (; k < n_outs && k < (int32_t)nt && !e; k++) e = copy_out(c, &ts[k], &outs[k]);
@@ -480,15 +614,16 @@ static goblin_err fetch(goblin_client *c, uint64_t job_id, goblin_tensor *outs, 
     return e;
 }
 
-goblin_err goblin_client_fetch_result(goblin_client *c, uint64_t job_id, goblin_tensor *out) {
-    if (!c) return GOBLIN_EINVAL;
+goblin_err goblin_client_fetch_result(goblin_client *c, const goblin_job_id *job_id,
+                                     goblin_tensor *out) {
+    if (!c || !job_id) return GOBLIN_EINVAL;
     /* A file job has no tensor: *out untouched. A graph job with one output is fine. */
     return fetch(c, job_id, out, out ? 1 : 0, true);
 }
 
-goblin_err goblin_client_fetch_outputs(goblin_client *c, uint64_t job_id, goblin_tensor *outputs,
-                                       int32_t n_outputs) {
-    if (!c || n_outputs < 0 || n_outputs > GOBLIN__CW_MAX_IO || (n_outputs && !outputs))
+goblin_err goblin_client_fetch_outputs(goblin_client *c, const goblin_job_id *job_id,
+                                       goblin_tensor *outputs, int32_t n_outputs) {
+    if (!c || !job_id || n_outputs < 0 || n_outputs > GOBLIN__CW_MAX_IO || (n_outputs && !outputs))
         return GOBLIN_EINVAL;
     return fetch(c, job_id, outputs, n_outputs, false);
 }
@@ -501,7 +636,7 @@ static void sleep_ms(uint32_t ms) {
 
 /* Poll job @p id until it ends, then fetch its @p n_outs outputs into @p outs (a
  * matmul job: at most one, and a file job none). */
-static goblin_err follow_n(goblin_client *c, uint64_t id, goblin_tensor *outs, int32_t n_outs,
+static goblin_err follow_n(goblin_client *c, const goblin_job_id *id, goblin_tensor *outs, int32_t n_outs,
                            bool any_count, goblin_client_progress_fn progress, void *user) {
     goblin_client_job_info info;
     for (;;) {
@@ -518,24 +653,24 @@ static goblin_err follow_n(goblin_client *c, uint64_t id, goblin_tensor *outs, i
     return fetch(c, id, outs, n_outs, any_count);
 }
 
-static goblin_err follow(goblin_client *c, uint64_t id, goblin_tensor *out,
+static goblin_err follow(goblin_client *c, const goblin_job_id *id, goblin_tensor *out,
                          goblin_client_progress_fn progress, void *user) {
     return follow_n(c, id, out, out ? 1 : 0, true, progress, user);
 }
 
 goblin_err goblin_client_matmul(goblin_client *c, const goblin_tensor *a, const goblin_tensor *b,
                                 goblin_tensor *out, goblin_client_progress_fn progress, void *user) {
-    uint64_t id;
+    goblin_job_id id;
     goblin_err e = goblin_client_submit_matmul(c, a, b, &id);
-    return e ? e : follow(c, id, out, progress, user);
+    return e ? e : follow(c, &id, out, progress, user);
 }
 
 goblin_err goblin_client_matmul_files(goblin_client *c, const char *a_path, const char *b_path,
-                                      const char *c_path, goblin_client_progress_fn progress,
-                                      void *user) {
-    uint64_t id;
-    goblin_err e = goblin_client_submit_matmul_files(c, a_path, b_path, c_path, &id);
-    return e ? e : follow(c, id, NULL, progress, user);
+                                      const char *c_path, bool overwrite,
+                                      goblin_client_progress_fn progress, void *user) {
+    goblin_job_id id;
+    goblin_err e = goblin_client_submit_matmul_files(c, a_path, b_path, c_path, overwrite, &id);
+    return e ? e : follow(c, &id, NULL, progress, user);
 }
 
 goblin_err goblin_client_stats(goblin_client *c, goblin_node_stats *out,
@@ -567,7 +702,7 @@ goblin_err goblin_client_stats(goblin_client *c, goblin_node_stats *out,
 
 goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
                                       const goblin_tensor *inputs, int32_t n_inputs,
-                                      const goblin_graph_job_params *jp, uint64_t *job_id) {
+                                      const goblin_graph_job_params *jp, goblin_job_id *job_id) {
     if (!c || !g || !job_id || n_inputs < 0 || (n_inputs && !inputs)) return GOBLIN_EINVAL;
     int32_t gi = goblin_graph_input_count(g), go = goblin_graph_output_count(g);
     if (n_inputs != gi)
@@ -659,7 +794,7 @@ goblin_err goblin_client_run_graph(goblin_client *c, const goblin_graph *g,
     if (n_outputs != goblin_graph_output_count(g))
         return cerr(c, GOBLIN_EINVAL, "%d outputs for a graph of %d", n_outputs,
                     goblin_graph_output_count(g));
-    uint64_t id;
+    goblin_job_id id;
     goblin_err e = goblin_client_submit_graph(c, g, inputs, n_inputs, jp, &id);
-    return e ? e : follow_n(c, id, outputs, n_outputs, false, progress, user);
+    return e ? e : follow_n(c, &id, outputs, n_outputs, false, progress, user);
 }

@@ -321,7 +321,7 @@ class Grid:
         return _train.train(self, model, loss_fn, **kw)
 
 
-def connect(url=None, *, ca=None, fingerprint=None, token=None, server_name=None, workers=None,
+def connect(url=None, *, ca=None, fingerprint=None, credential=None, server_name=None, workers=None,
             threads=None, memory=None, verify="freivalds", backend=None, connect_timeout=10.0,
             timeout=120.0):
     """Open a grid.
@@ -335,13 +335,16 @@ def connect(url=None, *, ca=None, fingerprint=None, token=None, server_name=None
     goblin.connect("tls+tcp://host:port", fingerprint=... or ca=...) (or "tcp://..." on
     loopback) connects to the client gateway of a running goblin-node; a node that does
     not answer within connect_timeout seconds raises GoblinConnectionError or
-    GoblinTimeoutError, a certificate that does not match raises AuthError. token= (str or
-    bytes) is the client token a node started with --clients-token-file asks for; a wrong or
-    missing one raises AuthError (at connect, or at the first request when none was given).
+    GoblinTimeoutError, a certificate that does not match raises AuthError. credential= is the
+    researcher credential the node's operator made for you (`goblin-node researcher add
+    EMAIL`, a string "gbr1_..."); without one, the environment variable GOBLIN_CREDENTIAL is
+    used if set. A wrong, revoked or missing one raises AuthError at connect (only a node
+    started with --open, on loopback, takes clients without one). Jobs belong to you: no
+    other researcher can see, cancel or fetch them.
     """
     if url is None:
-        if any(v is not None for v in (ca, fingerprint, token, server_name)):
-            raise _goblin.InvalidArgumentError("ca/fingerprint/token/server_name are for a node URL; "
+        if any(v is not None for v in (ca, fingerprint, credential, server_name)):
+            raise _goblin.InvalidArgumentError("ca/fingerprint/credential/server_name are for a node URL; "
                                                "goblin.connect() without a URL starts an embedded grid")
         dw, dt = _default_layout()
         w = dw if workers is None else workers
@@ -363,16 +366,15 @@ def connect(url=None, *, ca=None, fingerprint=None, token=None, server_name=None
     if not url.startswith(("tcp://", "tls+tcp://", "ipc://", "inproc://")):
         raise _goblin.InvalidArgumentError(f"unsupported URL {url!r} (tls+tcp://host:port, or tcp:// on "
                                            "loopback)")
-    if token is not None:
-        if isinstance(token, str):
-            token = token.encode("utf-8")
-        elif isinstance(token, (bytearray, memoryview)):
-            token = bytes(token)
-        if not isinstance(token, bytes):
-            raise TypeError(f"token must be str or bytes, got {type(token).__name__}")
-        if not 1 <= len(token) <= 256:
-            raise _goblin.InvalidArgumentError("a client token must have 1 to 256 bytes")
+    if credential is None:
+        credential = os.environ.get("GOBLIN_CREDENTIAL") or None
+    if credential is not None:
+        if not isinstance(credential, str):
+            raise TypeError(f"credential must be a str, got {type(credential).__name__}")
+        credential = credential.strip()
+        if not 1 <= len(credential) <= 256:
+            raise _goblin.InvalidArgumentError("a credential must have 1 to 256 characters")
     ca = os.fspath(ca) if ca is not None else None
     native = _goblin.Grid.remote(url, ca, fingerprint, server_name, float(connect_timeout), float(timeout),
-                                 token)
+                                 credential)
     return Grid(native)

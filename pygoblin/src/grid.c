@@ -144,25 +144,14 @@ static PyObject *grid_local(PyTypeObject *type, PyObject *args, PyObject *kw)
 static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"url", "ca", "fingerprint", "server_name", "connect_timeout", "timeout",
-                             "token", NULL};
-    const char *url, *ca = NULL, *fp = NULL, *sn = NULL;
+                             "credential", NULL};
+    const char *url, *ca = NULL, *fp = NULL, *sn = NULL, *cred = NULL;
     double connect_timeout = 10.0, timeout = 120.0;
-    PyObject *tok = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzddO:remote", kwlist, &url, &ca, &fp, &sn,
-                                     &connect_timeout, &timeout, &tok))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzddz:remote", kwlist, &url, &ca, &fp, &sn,
+                                     &connect_timeout, &timeout, &cred))
         return NULL;
-    char *tok_bytes = NULL;
-    Py_ssize_t tok_len = 0;
-    if (tok != Py_None) {
-        if (!PyBytes_Check(tok)) {
-            PyErr_SetString(PyExc_TypeError, "token must be bytes or None");
-            return NULL;
-        }
-        if (PyBytes_AsStringAndSize(tok, &tok_bytes, &tok_len) < 0)
-            return NULL;
-        if (tok_len < 1 || tok_len > GOBLIN_TOKEN_MAX_BYTES)
-            return pygoblin_raise(GOBLIN_EINVAL, "a client token must have 1 to 256 bytes");
-    }
+    if (cred && (!cred[0] || strlen(cred) > GOBLIN_TOKEN_MAX_BYTES))
+        return pygoblin_raise(GOBLIN_EINVAL, "a credential must have 1 to 256 characters");
     if (!(connect_timeout > 0 && connect_timeout < 86400 && timeout > 0 && timeout < 86400 * 30))
         return pygoblin_raise(GOBLIN_EINVAL, "timeouts must be positive numbers of seconds");
     goblin_client_params p;
@@ -172,8 +161,7 @@ static PyObject *grid_remote(PyTypeObject *type, PyObject *args, PyObject *kw)
     p.server_name = sn;
     p.connect_timeout_ms = (uint32_t)(connect_timeout * 1000.0 + 0.5);
     p.timeout_ms = (uint32_t)(timeout * 1000.0 + 0.5);
-    p.token = (const uint8_t *)tok_bytes; /* tok is borrowed from args for this call */
-    p.token_len = (uint32_t)tok_len;
+    p.credential = cred; /* borrowed from args for this call; the client copies it */
     if (!p.connect_timeout_ms)
         p.connect_timeout_ms = 1;
     pygoblin_grid *self = (pygoblin_grid *)type->tp_alloc(type, 0);
@@ -860,7 +848,7 @@ static PyMethodDef grid_methods[] = {
     {"local", (PyCFunction)(void (*)(void))grid_local, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "local(workers=2, threads=1, memory=0, verify='freivalds', backend=None): an embedded grid"},
     {"remote", (PyCFunction)(void (*)(void))grid_remote, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "remote(url, ca=None, fingerprint=None, server_name=None, connect_timeout=10.0, timeout=120.0, token=None): "
+     "remote(url, ca=None, fingerprint=None, server_name=None, connect_timeout=10.0, timeout=120.0, credential=None): "
      "a client of a running node's gateway"},
     {"matmul", (PyCFunction)(void (*)(void))grid_matmul, METH_VARARGS | METH_KEYWORDS,
      "matmul(a, b, out=None, progress=None, min_tasks=0, task_memory=0) -> C = A @ B"},

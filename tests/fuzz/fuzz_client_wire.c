@@ -157,7 +157,8 @@ void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx) {
         memset(m, 0, sizeof *m);
         m->type = idmsgs[i];
         m->request_id = 7 + i;
-        m->job_id = 1000 + i;
+        m->job_id.bytes[0] = (uint8_t)(1000 + i);
+        m->job_id.bytes[15] = 0xee;
         emit_cw(m, emit, ctx);
     }
 
@@ -174,13 +175,13 @@ void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx) {
 
     memset(m, 0, sizeof *m);
     m->type = GOBLIN__CW_SUBMITTED;
-    m->job_id = 3;
+    m->job_id.bytes[3] = 3;
     m->total = 12;
     emit_cw(m, emit, ctx);
 
     memset(m, 0, sizeof *m);
     m->type = GOBLIN__CW_JOB_STATUS;
-    m->job_id = 3;
+    m->job_id.bytes[3] = 3;
     m->status = GOBLIN_JOB_FAILED;
     m->code = GOBLIN_ELIMIT;
     m->done = 5;
@@ -190,7 +191,7 @@ void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx) {
 
     memset(m, 0, sizeof *m);
     m->type = GOBLIN__CW_RESULT;
-    m->job_id = 4;
+    m->job_id.bytes[3] = 4;
     m->has_tensor = true;
     m->tensors[0] = ts[2];
     emit_cw(m, emit, ctx);
@@ -214,7 +215,7 @@ void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx) {
 
     memset(m, 0, sizeof *m);
     m->type = GOBLIN__CW_OUTPUTS;
-    m->job_id = 5;
+    m->job_id.bytes[3] = 5;
     m->n_io = 3;
     m->io = ts + 1;
     emit_cw(m, emit, ctx);

@@ -225,7 +225,7 @@ def test_bad_inputs_raise_clear_errors(grid):
     gs.output(goblin.ops.sum(xs, axes=[0]))
     with pytest.raises(goblin.InvalidArgumentError, match="spot-check"):
         grid.run(gs, np.ones((6, 3), np.float32), verify="spot", progress=False)
-    for bad in ({"workers": 0}, {"memory": "lots"}, {"token": "t"}, {"verify": "off"}):
+    for bad in ({"workers": 0}, {"memory": "lots"}, {"credential": "t"}, {"verify": "off"}):
         with pytest.raises(goblin.InvalidArgumentError):
             goblin.connect(**bad)
     with pytest.raises(TypeError):
@@ -445,7 +445,7 @@ class Proxy:
 class Node:
     """goblin-node with two goblin-worker processes; workers and clients go through proxies."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, data_dir):
         self.tmp = tmp
         ident = os.path.join(tmp, "identity")
         r = subprocess.run([NODE, "init", ident], capture_output=True, text=True, timeout=60)
@@ -456,7 +456,8 @@ class Node:
         self.node = subprocess.Popen(
             [NODE, "--listen", f"tcp://127.0.0.1:{self.port}", "--client-listen", f"tcp://127.0.0.1:{self.cport}",
              "--client-listen", f"tls+tcp://127.0.0.1:{self.tport}", "--cert", os.path.join(ident, "cert.pem"),
-             "--key", os.path.join(ident, "key.pem")], stderr=open(self.log, "w"))
+             "--key", os.path.join(ident, "key.pem"), "--open", "--data-dir", data_dir],
+            stderr=open(self.log, "w"))
         self.workers = []
         self.wproxy = self.cproxy = None
         self._wait_port(self.cport)
@@ -501,11 +502,12 @@ class Node:
 
 
 @pytest.fixture(scope="module")
-def node():
+def node(tmp_path_factory):
     if not HAVE_TOOLS:
         pytest.skip(f"goblin-node/goblin-worker not built in {BUILD}")
     with tempfile.TemporaryDirectory(prefix="goblin-pkg-grid-") as tmp:
-        n = Node(tmp)
+        # file jobs: the tests' own tmp_path directories lie under the base temp dir
+        n = Node(tmp, str(tmp_path_factory.getbasetemp()))
         try:
             yield n
         finally:
@@ -617,27 +619,22 @@ def test_data_rule_no_names_leave_the_client_or_the_node(node, remote, tmp_path)
         assert name.encode("utf-16-le") not in sent, name
 
 
-# ---- client tokens: a node started with --clients-token-file ---------------------------------
-
-def _token_entry(token):
-    """One token-file line for `token`, built from the documented format (docs/security.md):
-    salt:hex(SHA-256(salt || token)) with a random salt, independently of libgoblin."""
-    import hashlib
-    import secrets
-    salt = secrets.token_hex(16)
-    return salt + ":" + hashlib.sha256((salt + token).encode()).hexdigest()
-
+# ---- researcher credentials: a node started with --credentials -------------------------------
 
 @needs_tools
-def test_client_token_required_by_node(tmp_path):
-    import secrets
-    good, other = secrets.token_hex(32), secrets.token_hex(32)
-    tf = tmp_path / "clients.tokens"
-    tf.write_text("# client tokens\n" + _token_entry(good) + "\n" + _token_entry(other) + "\n")
+def test_researcher_credential_required_by_node(tmp_path, monkeypatch):
+    credf = str(tmp_path / "researchers")
+    creds = {}
+    for email in ("alice@lab.example", "bob@lab.example"):
+        r = subprocess.run([NODE, "researcher", "add", email, "--credentials", credf],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        creds[email] = [w for w in r.stdout.split() if w.startswith("gbr1_")][0]
+    alice, bob = creds["alice@lab.example"], creds["bob@lab.example"]
     port, cport = free_port(), free_port()
     log = open(tmp_path / "node.log", "w")
     procs = [subprocess.Popen([NODE, "--listen", f"tcp://127.0.0.1:{port}", "--client-listen",
-                               f"tcp://127.0.0.1:{cport}", "--clients-token-file", str(tf)], stderr=log)]
+                               f"tcp://127.0.0.1:{cport}", "--credentials", credf], stderr=log)]
     try:
         t0 = time.time()
         while True:
@@ -651,30 +648,38 @@ def test_client_token_required_by_node(tmp_path):
         procs.append(subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1",
                                        "--memory", "128M"], stderr=open(tmp_path / "worker.log", "w")))
         url = f"tcp://127.0.0.1:{cport}"
-        # the right token (str or bytes) works
-        with goblin.connect(url, token=good, connect_timeout=10) as g:
+        # the right credential works, for a real verified job
+        with goblin.connect(url, credential=alice, connect_timeout=10) as g:
             t0 = time.time()
             while g.stats()["workers_connected"] < 1:
                 assert time.time() - t0 < 20, "the worker did not connect"
                 time.sleep(0.05)
             a, b = operands(60, 40, 50, np.float64, 21)
             contract_ok(g.matmul(a, b, progress=False), a, b)
-        with goblin.connect(url, token=other.encode(), connect_timeout=10) as g:
-            assert g.stats()["workers_connected"] >= 0
-        # a wrong token is refused at connect, a missing one at the first request
-        with pytest.raises(goblin.AuthError, match="refused the client token"):
-            goblin.connect(url, token="not-" + good, connect_timeout=10)
+        # from the environment too
+        monkeypatch.setenv("GOBLIN_CREDENTIAL", bob)
         with goblin.connect(url, connect_timeout=10) as g:
-            with pytest.raises(goblin.AuthError, match="requires a client token"):
-                g.stats()
-        # revoking `other` (its line deleted) takes effect for the next connection
-        tf.write_text(_token_entry(good) + "\n")
+            assert g.stats()["workers_connected"] >= 0
+        monkeypatch.delenv("GOBLIN_CREDENTIAL")
+        # a wrong credential, or none, is refused at connect
+        with pytest.raises(goblin.AuthError, match="refused the credential"):
+            goblin.connect(url, credential=alice[:-4] + "0000", connect_timeout=10)
+        with pytest.raises(goblin.AuthError, match="requires a researcher credential"):
+            goblin.connect(url, connect_timeout=10)
+        # revoking bob takes effect for his open connection at its next request
+        g = goblin.connect(url, credential=bob, connect_timeout=10)
+        r = subprocess.run([NODE, "researcher", "revoke", "bob@lab.example", "--credentials", credf],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
         with pytest.raises(goblin.AuthError):
-            goblin.connect(url, token=other, connect_timeout=10)
-        with goblin.connect(url, token=good, connect_timeout=10) as g:
+            g.stats()
+        g.close()
+        with pytest.raises(goblin.AuthError):
+            goblin.connect(url, credential=bob, connect_timeout=10)
+        with goblin.connect(url, credential=alice, connect_timeout=10) as g:
             assert g.stats()["workers_connected"] >= 0
         with pytest.raises(TypeError):
-            goblin.connect(url, token=123, connect_timeout=10)
+            goblin.connect(url, credential=123, connect_timeout=10)
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)

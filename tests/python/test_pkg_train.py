@@ -490,7 +490,7 @@ class ProcessGrid:
         self.url = f"tcp://127.0.0.1:{_port()}"
         self.client_url = f"tcp://127.0.0.1:{_port()}"
         self.log = os.path.join(tmp, "node.log")
-        self.node = subprocess.Popen([NODE, "--listen", self.url, "--client-listen", self.client_url],
+        self.node = subprocess.Popen([NODE, "--listen", self.url, "--client-listen", self.client_url, "--open"],
                                      stderr=open(self.log, "w"))
         self.workers = []
         t0 = time.time()

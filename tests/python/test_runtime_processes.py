@@ -68,7 +68,10 @@ class Grid:
         self.client_url = f"tcp://{host}:{self.cport}"
         self.workers = []
         self.logs = []
-        args = [NODE, "--listen", self.url, "--client-listen", self.client_url, *node_args]
+        args = [NODE, "--listen", self.url, "--client-listen", self.client_url, "--data-dir", tmp,
+                *node_args]
+        if "--credentials" not in node_args:
+            args.append("--open")  # loopback only: one principal, no credentials
         if cert:
             args += ["--cert", cert, "--key", key]
         self.node_log = os.path.join(tmp, f"node-{self.port}.log")
@@ -256,7 +259,7 @@ def test_file_job_on_node(tmp):
         r = g.client("matmul", pa, pb, pc, "--on-node", check=False)
         assert r.returncode != 0 and "inner dimensions" in r.stderr
         r = g.client("matmul", pa, os.path.join(tmp, "missing.npy"), pc, "--on-node", check=False)
-        assert r.returncode != 0 and "cannot open" in r.stderr
+        assert r.returncode != 0 and "no readable file" in r.stderr, r.stderr
         assert g.stats()["workers_connected"] == 2
     finally:
         g.close()
@@ -308,7 +311,8 @@ def test_tls_client_gateway_fingerprint(tmp):
     port, cport = free_port(), free_port()
     log = os.path.join(tmp, "node.log")
     node = subprocess.Popen([NODE, "--listen", f"tcp://127.0.0.1:{port}", "--client-listen",
-                             f"tls+tcp://127.0.0.1:{cport}", "--cert", cert, "--key", key],
+                             f"tls+tcp://127.0.0.1:{cport}", "--cert", cert, "--key", key, "--open",
+                             "--data-dir", tmp],
                             stderr=open(log, "w"))
     w = subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1"],
                          stderr=subprocess.DEVNULL)
@@ -559,26 +563,84 @@ def test_sigterm_tells_clients(tmp):
     assert g.node.returncode == 0
 
 
-def test_clients_token_file(tmp):
-    """--clients-token-file: goblin-client needs --token / --token-file with a listed token."""
-    import hashlib
-    tokf, listf = os.path.join(tmp, "client.token"), os.path.join(tmp, "clients.list")
-    with open(tokf, "w") as f:
-        f.write("c0ffee-client-token\n")
-    salt = "5a17f00d"  # the documented line format: salt:hex(SHA-256(salt || token))
-    with open(listf, "w") as f:
-        f.write(salt + ":" + hashlib.sha256((salt + "c0ffee-client-token").encode()).hexdigest() + "\n")
-    g = Grid(tmp, node_args=("--clients-token-file", listf))
+def researcher_add(tmp, email, *extra):
+    """goblin-node researcher add: the credential it prints once."""
+    r = subprocess.run([NODE, "researcher", "add", email, "--credentials",
+                        os.path.join(tmp, "researchers"), *extra], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    creds = [w for w in r.stdout.split() if w.startswith("gbr1_")]
+    assert len(creds) == 1, r.stdout
+    return creds[0]
+
+
+def test_researcher_credentials(tmp):
+    """--credentials: each client signs in as a researcher; list and revoke work, and the
+    credentials file never holds a credential."""
+    alice = researcher_add(tmp, "alice@lab.example")
+    bob = researcher_add(tmp, "bob@lab.example")
+    credf = os.path.join(tmp, "researchers")
+    assert os.stat(credf).st_mode & 0o777 == 0o600
+    text = open(credf).read()
+    assert alice not in text and alice.split("_")[2] not in text  # only salted hashes
+    r = subprocess.run([NODE, "researcher", "add", "ALICE@lab.example", "--credentials", credf],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "already" in r.stderr, r.stderr
+    r = subprocess.run([NODE, "researcher", "list", "--credentials", credf], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "alice@lab.example" in r.stdout and "bob@lab.example" in r.stdout
+    g = Grid(tmp, node_args=("--credentials", credf))
     try:
         r = g.client("stats", check=False)
-        assert r.returncode != 0 and "requires a client token" in r.stderr, r.stderr
-        r = g.client("--token", "c0ffee-client-tokeN", "stats", check=False)
-        assert r.returncode != 0 and "refused the client token" in r.stderr, r.stderr
-        assert json.loads(g.client("--token-file", tokf, "stats").stdout)["workers_connected"] == 0
-        assert json.loads(g.client("--token", "c0ffee-client-token", "stats").stdout)["tasks_issued"] == 0
+        assert r.returncode != 0 and "requires a researcher credential" in r.stderr, r.stderr
+        r = g.client("--credential", alice[:-1] + ("0" if alice[-1] != "0" else "1"), "stats",
+                     check=False)
+        assert r.returncode != 0 and "refused the credential" in r.stderr, r.stderr
+        assert json.loads(g.client("--credential", alice, "stats").stdout)["workers_connected"] == 0
+        cf = os.path.join(tmp, "bob.credential")
+        with open(cf, "w") as f:
+            f.write(bob + "\n")
+        assert json.loads(g.client("--credential-file", cf, "stats").stdout)["tasks_issued"] == 0
+        # revoked: refused from the next connection on
+        r = subprocess.run([NODE, "researcher", "revoke", "bob@lab.example", "--credentials", credf],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        r = g.client("--credential-file", cf, "stats", check=False)
+        assert r.returncode != 0 and "refused the credential" in r.stderr, r.stderr
+        assert json.loads(g.client("--credential", alice, "stats").stdout)["workers_connected"] == 0
     finally:
         g.close()
     assert g.node.returncode == 0
+
+
+def test_node_refuses_unsafe_client_setups(tmp):
+    """--client-listen needs --credentials or --open, and --open only on loopback."""
+    for extra, why in (([], "needs --credentials"),
+                       (["--open", "--client-listen", "tcp://0.0.0.0:1"], "only loopback"),
+                       (["--open", "--client-listen", "tcp://127.0.0.1.evil.example:1"], "only loopback")):
+        args = [NODE, "--listen", "tcp://127.0.0.1:1", "--client-listen", "tcp://127.0.0.1:2", *extra,
+                "--insecure-plaintext"]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and why in r.stderr, (extra, r.stderr)
+
+
+def test_token_new_and_init_lines(tmp):
+    """token new appends a salted hash and prints the token once; init prints every line."""
+    tf = os.path.join(tmp, "workers.tokens")
+    r = subprocess.run([NODE, "token", "new", "--tokens", tf], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    tok = [w for w in r.stdout.split() if len(w) == 64 and all(c in "0123456789abcdef" for c in w)][0]
+    line = open(tf).read().strip()
+    salt, h = line.split(":")
+    import hashlib
+    assert h == hashlib.sha256((salt + tok).encode()).hexdigest() and tok not in line
+    d = os.path.join(tmp, "ident")
+    r = subprocess.run([NODE, "init", d, "--host", "node.example"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    for want in ("--client-listen", "--credentials", "token new", "researcher add",
+                 "goblin-worker --connect tls+tcp://node.example", "goblin.connect(", "fingerprint="):
+        assert want in r.stdout, (want, r.stdout)
 
 
 # ---- the issue's full-size products, and a product larger than 1 GiB on disk -----------

@@ -38,24 +38,26 @@ Test(client_wire, status_request_bytes) {
     goblin__cw_msg *m = msg_new();
     m->type = GOBLIN__CW_STATUS;
     m->request_id = 0x0102030405060708ull;
-    m->job_id = 42;
+    for (int i = 0; i < 16; i++) m->job_id.bytes[i] = (uint8_t)(0xa0 + i);
     size_t n;
     uint8_t *b = enc(m, &n);
-    const uint8_t want[32] = {'G', 'B', 'L', 'C', 1, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
-                              8, 0, 0, 0, 0, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0};
-    cr_assert_eq(n, 32);
-    cr_assert(memcmp(b, want, 32) == 0);
+    /* version 2; the job id is 16 bytes as given */
+    const uint8_t want[40] = {'G', 'B', 'L', 'C', 2, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+                              16, 0, 0, 0, 0, 0, 0, 0, 0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6,
+                              0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf};
+    cr_assert_eq(n, 40);
+    cr_assert(memcmp(b, want, 40) == 0);
     goblin__cw_limits l = lim();
     goblin__cw_msg *d = msg_new();
     char why[256];
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
     cr_assert_eq(d->type, GOBLIN__CW_STATUS);
-    cr_assert_eq(d->job_id, 42);
+    cr_assert(goblin_job_id_equal(&d->job_id, &m->job_id));
     cr_assert_eq(d->request_id, 0x0102030405060708ull);
-    /* Wrong version, unknown type, flags, bad magic, length mismatch. */
-    b[4] = 2;
+    /* Wrong version (the old 8-byte ids: 1), unknown type, flags, bad magic, length mismatch. */
+    b[4] = 1;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EVERSION);
-    b[4] = 1; b[6] = 99;
+    b[4] = 2; b[6] = 99;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EPROTO);
     b[6] = 3; b[7] = 1;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EPROTO);
@@ -125,6 +127,12 @@ Test(client_wire, files_status_stats_error) {
     cr_assert_eq(n, 24 + 16 + 40);
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
     cr_assert_str_eq(d->paths[2], "/data/c.npy");
+    cr_assert_eq(d->file_flags, 0);
+    b[24 + 12] = 2; /* an unknown flag */
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
+    b[24 + 12] = GOBLIN__CW_FILE_OVERWRITE;
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(d->file_flags, GOBLIN__CW_FILE_OVERWRITE);
     b[24 + 16 + 3] = '\n'; /* a control byte in a path */
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
     free(b);
@@ -134,7 +142,7 @@ Test(client_wire, files_status_stats_error) {
 
     memset(m, 0, sizeof *m);
     m->type = GOBLIN__CW_JOB_STATUS;
-    m->job_id = 3;
+    m->job_id.bytes[0] = 3;
     m->status = GOBLIN_JOB_FAILED;
     m->code = GOBLIN_ELIMIT;
     m->done = 5;
@@ -145,7 +153,7 @@ Test(client_wire, files_status_stats_error) {
     cr_assert_eq(d->status, GOBLIN_JOB_FAILED);
     cr_assert_eq(d->done, 5);
     cr_assert_str_eq(d->text, "task 4 failed?"); /* control bytes never reach logs */
-    b[24 + 16] = 10; /* done > total */
+    b[24 + 24] = 10; /* done > total */
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
     free(b);
 
@@ -412,27 +420,27 @@ Test(client_wire, outputs_roundtrip) {
     goblin_tensor_init(&ts[2], GOBLIN_DTYPE_F32, 2, se, NULL);
     goblin__cw_msg *m = msg_new(), *d = msg_new();
     m->type = GOBLIN__CW_OUTPUTS;
-    m->job_id = 12;
+    m->job_id.bytes[15] = 12;
     m->n_io = 3;
     m->io = ts;
     size_t n;
     uint8_t *b = enc(m, &n);
-    cr_assert_eq(n, 24 + 16 + (8 + 16 + 48) + (8 + 8 + 16) + (8 + 16));
+    cr_assert_eq(n, 24 + 24 + (8 + 16 + 48) + (8 + 8 + 16) + (8 + 16));
     goblin__cw_limits l = lim();
     char why[256];
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
-    cr_assert_eq(d->job_id, 12);
+    cr_assert(goblin_job_id_equal(&d->job_id, &m->job_id));
     cr_assert_eq(d->n_io, 3);
     cr_assert(memcmp(d->io[0].data, a, sizeof a) == 0);
     cr_assert_eq(((int32_t *)d->io[1].data)[2], 7);
     cr_assert_eq(d->io[2].shape[1], 2);
     goblin__cw_msg_clear(d);
     /* A count the bytes cannot hold; over the limit; non-zero reserved word. */
-    b[24 + 8] = 200;
+    b[24 + 16] = 200;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
-    b[24 + 8] = 0; b[24 + 9] = 0x10;
+    b[24 + 16] = 0; b[24 + 17] = 0x10;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_ELIMIT);
-    b[24 + 9] = 0; b[24 + 8] = 3; b[24 + 12] = 1;
+    b[24 + 17] = 0; b[24 + 16] = 3; b[24 + 20] = 1;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
     cr_assert_null(d->owned);
     /* Strided outputs are not encodable (only SUBMIT_GRAPH packs). */
@@ -459,6 +467,7 @@ static void gw_start(gw_fixture *f, int port, uint64_t recv_max) {
     goblin_gateway_params_default(&gp);
     gp.listen[0] = f->url;
     gp.n_listen = 1;
+    gp.open = true; /* loopback: one principal, no credentials */
     if (recv_max) gp.recv_max_bytes = recv_max;
     cr_assert_eq(goblin_gateway_new(&f->gw, goblin_grid_node(f->grid), &gp), GOBLIN_OK);
     cr_assert_eq(goblin_gateway_start(f->gw), GOBLIN_OK);
@@ -570,23 +579,23 @@ Test(client_wire, graph_job_end_to_end, .timeout = 120) {
     in2[0].strides[1] = B;
     goblin_graph_job_params_default(&jp);
     jp.chunk_rows = 16;
-    uint64_t id;
+    goblin_job_id id;
     cr_assert_eq(goblin_client_submit_graph(f.c, g, in2, 3, &jp, &id), GOBLIN_OK, "%s",
                  goblin_client_error(f.c));
     goblin_client_job_info info;
     for (int k = 0; k < 6000; k++) {
-        cr_assert_eq(goblin_client_job_status(f.c, id, &info), GOBLIN_OK);
+        cr_assert_eq(goblin_client_job_status(f.c, &id, &info), GOBLIN_OK);
         if (info.status != GOBLIN_JOB_RUNNING) break;
         nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
     cr_assert_eq(info.status, GOBLIN_JOB_DONE, "%s", info.message);
     cr_assert_eq(info.done, info.total);
     memset(out, 0, sizeof out);
-    cr_assert_eq(goblin_client_fetch_outputs(f.c, id, out, 4), GOBLIN_OK, "%s", goblin_client_error(f.c));
+    cr_assert_eq(goblin_client_fetch_outputs(f.c, &id, out, 4), GOBLIN_OK, "%s", goblin_client_error(f.c));
     check_outputs(&d, out);
     free_outputs(out, 4);
     /* Fetched means released. */
-    cr_assert_eq(goblin_client_fetch_outputs(f.c, id, out, 4), GOBLIN_ENOTFOUND);
+    cr_assert_eq(goblin_client_fetch_outputs(f.c, &id, out, 4), GOBLIN_ENOTFOUND);
     free(xt);
 
     /* A wrong input shape is the node's ESHAPE; wrong counts are the client's EINVAL. */
@@ -603,7 +612,7 @@ Test(client_wire, graph_job_end_to_end, .timeout = 120) {
     goblin_tensor one;
     goblin_err fe;
     do {
-        fe = goblin_client_fetch_result(f.c, id, &one);
+        fe = goblin_client_fetch_result(f.c, &id, &one);
     } while (fe == GOBLIN_EBUSY);
     cr_assert_eq(fe, GOBLIN_EINVAL, "%s", goblin_client_error(f.c));
 
@@ -779,7 +788,7 @@ Test(client_wire, hostile_submit_graph_frames, .timeout = 120) {
     gw_stop(&f);
 }
 
-/* ---- AUTH: bytes, hostile frames, and client tokens end to end ----------------------- */
+/* ---- AUTH: bytes and hostile frames (credentials end to end: test_principal.c) ---------- */
 
 Test(client_wire, auth_bytes_and_hostile_frames) {
     goblin__cw_msg *m = msg_new(), *d = msg_new();
@@ -836,143 +845,6 @@ Test(client_wire, auth_bytes_and_hostile_frames) {
     free(b);
     free(m);
     free(d);
-}
-
-static goblin_err try_connect(const char *url, const char *token, goblin_client **out, char *why,
-                              size_t cap) {
-    goblin_client_params cp;
-    goblin_client_params_default(&cp);
-    if (token) {
-        cp.token = (const uint8_t *)token;
-        cp.token_len = (uint32_t)strlen(token);
-    }
-    *out = NULL;
-    goblin_errbuf eb;
-    goblin_err e = goblin_client_connect(out, url, &cp, &eb);
-    snprintf(why, cap, "%s", eb.message);
-    return e;
-}
-
-static goblin_err stats_of(goblin_client *c) {
-    goblin_node_stats s;
-    return goblin_client_stats(c, &s, NULL, 0, NULL);
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-Test(client_wire, client_tokens, .timeout = 120) {
-    goblin_grid *grid;
-    cr_assert_eq(goblin_grid_local(1, NULL, &grid), GOBLIN_OK);
-    char tf[64], line1[GOBLIN_TOKEN_ENTRY_SIZE], line2[GOBLIN_TOKEN_ENTRY_SIZE], text[512];
-    snprintf(tf, sizeof tf, "/tmp/h2b-client-tokens-%d", (int)getpid());
-    cr_assert_eq(goblin_token_entry("alice-token", line1), GOBLIN_OK);
-    cr_assert_eq(goblin_token_entry("bob-token", line2), GOBLIN_OK);
-    snprintf(text, sizeof text, "# clients\n%s\n%s\n", line1, line2);
-    write_file(tf, text);
-
-    /* a gateway with a token file and one with a single token */
-    const char *url1 = "tcp://127.0.0.1:27711", *url2 = "tcp://127.0.0.1:27712";
-    goblin_gateway_params gp;
-    goblin_gateway_params_default(&gp);
-    gp.listen[0] = url1;
-    gp.n_listen = 1;
-    gp.token_file = tf;
-    goblin_gateway *g1, *g2;
-    cr_assert_eq(goblin_gateway_new(&g1, goblin_grid_node(grid), &gp), GOBLIN_OK);
-    cr_assert_eq(goblin_gateway_start(g1), GOBLIN_OK);
-    gp.listen[0] = url2;
-    gp.token_file = NULL;
-    gp.token = (const uint8_t *)"the-one-token";
-    gp.token_len = 13;
-    cr_assert_eq(goblin_gateway_new(&g2, goblin_grid_node(grid), &gp), GOBLIN_OK);
-    cr_assert_eq(goblin_gateway_start(g2), GOBLIN_OK);
-
-    goblin_errbuf why_eb = {0};
-    goblin_client *c;
-    /* no token: connects, but every request is answered EAUTH */
-    cr_assert_eq(try_connect(url1, NULL, &c, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
-    cr_assert_eq(stats_of(c), GOBLIN_EAUTH);
-    cr_assert(strstr(goblin_client_error(c), "requires a client token"), "%s", goblin_client_error(c));
-    uint64_t id;
-    cr_assert_eq(goblin_client_submit_matmul_files(c, "/a", "/b", "/c", &id), GOBLIN_EAUTH);
-    goblin_client_free(c);
-    /* a wrong token is refused at connect */
-    cr_assert_eq(try_connect(url1, "mallory-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
-    cr_assert_null(c);
-    cr_assert(strstr(why_eb.message, "refused the client token"), "%s", why_eb.message);
-    cr_assert_eq(try_connect(url2, "the-one-tokeN", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
-    cr_assert_eq(try_connect(url2, "the-one-token-", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
-    cr_assert_eq(try_connect(url2, "alice-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
-    /* right tokens */
-    goblin_client *ca, *cb, *c2;
-    cr_assert_eq(try_connect(url1, "alice-token", &ca, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
-    cr_assert_eq(try_connect(url1, "bob-token", &cb, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
-    cr_assert_eq(try_connect(url2, "the-one-token", &c2, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
-    cr_assert_eq(stats_of(ca), GOBLIN_OK, "%s", goblin_client_error(ca));
-    cr_assert_eq(stats_of(cb), GOBLIN_OK, "%s", goblin_client_error(cb));
-    cr_assert_eq(stats_of(c2), GOBLIN_OK, "%s", goblin_client_error(c2));
-    /* a real job through an authenticated connection */
-    double av[4] = {1, 2, 3, 4}, bv[2] = {5, 6};
-    goblin_tensor a, b, out;
-    goblin_tensor_init(&a, GOBLIN_DTYPE_F64, 2, (int64_t[]){2, 2}, av);
-    goblin_tensor_init(&b, GOBLIN_DTYPE_F64, 2, (int64_t[]){2, 1}, bv);
-    cr_assert_eq(goblin_client_matmul(ca, &a, &b, &out, NULL, NULL), GOBLIN_OK, "%s",
-                 goblin_client_error(ca));
-    cr_assert_eq(((double *)out.data)[0], 17.0);
-    cr_assert_eq(((double *)out.data)[1], 39.0);
-    goblin_buffer_free(out.data);
-    /* the node's gateway restarts: c2's connection is redialed, starts unauthenticated,
-     * and the client presents its token again by itself */
-    goblin_gateway_free(g2);
-    cr_assert_eq(goblin_gateway_new(&g2, goblin_grid_node(grid), &gp), GOBLIN_OK);
-    cr_assert_eq(goblin_gateway_start(g2), GOBLIN_OK);
-    cr_assert_eq(stats_of(c2), GOBLIN_OK, "%s", goblin_client_error(c2));
-    /* revoking bob (his line deleted): new connections with his token are refused, alice's
-     * still work */
-    snprintf(text, sizeof text, "%s\n", line1);
-    write_file(tf, text);
-    cr_assert_eq(try_connect(url1, "bob-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
-    cr_assert_eq(try_connect(url1, "alice-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
-    cr_assert_eq(stats_of(c), GOBLIN_OK);
-    goblin_client_free(c);
-    /* an unreadable token file refuses everyone (and is logged), it does not open up */
-    unlink(tf);
-    cr_assert_eq(try_connect(url1, "alice-token", &c, why_eb.message, sizeof why_eb.message), GOBLIN_EAUTH);
-    /* a client token given to a gateway that needs none is accepted */
-    goblin_gateway *g3;
-    goblin_gateway_params_default(&gp);
-    gp.listen[0] = "tcp://127.0.0.1:27713";
-    gp.n_listen = 1;
-    cr_assert_eq(goblin_gateway_new(&g3, goblin_grid_node(grid), &gp), GOBLIN_OK);
-    cr_assert_eq(goblin_gateway_start(g3), GOBLIN_OK);
-    cr_assert_eq(try_connect(gp.listen[0], "any", &c, why_eb.message, sizeof why_eb.message), GOBLIN_OK, "%s", why_eb.message);
-    cr_assert_eq(stats_of(c), GOBLIN_OK);
-    goblin_client_free(c);
-    /* bad params */
-    goblin_gateway *gx;
-    gp.token_len = 3;
-    gp.token = NULL;
-    cr_assert_eq(goblin_gateway_new(&gx, goblin_grid_node(grid), &gp), GOBLIN_EINVAL);
-    gp.token = (const uint8_t *)"x";
-    gp.token_len = GOBLIN__CW_MAX_TOKEN + 1;
-    cr_assert_eq(goblin_gateway_new(&gx, goblin_grid_node(grid), &gp), GOBLIN_EINVAL);
-    goblin_client_params cp;
-    goblin_client_params_default(&cp);
-    cp.token_len = 4;
-    cr_assert_eq(goblin_client_connect(&c, url1, &cp, &why_eb), GOBLIN_EINVAL);
-
-    goblin_client_free(ca);
-    goblin_client_free(cb);
-    goblin_client_free(c2);
-    goblin_gateway_free(g1);
-    goblin_gateway_free(g2);
-    goblin_gateway_free(g3);
-    goblin_grid_free(grid);
 }
 
 /* A listener that never accepts (and whose one-slot backlog is taken): the connect must

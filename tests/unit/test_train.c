@@ -676,6 +676,7 @@ Test(train, through_a_client_and_gateway) {
     goblin_gateway_params_default(&gp);
     gp.listen[0] = url;
     gp.n_listen = 1;
+    gp.open = true;
     goblin_gateway *gw = NULL;
     cr_assert_eq(goblin_gateway_new(&gw, goblin_grid_node(grid), &gp), GOBLIN_OK);
     cr_assert_eq(goblin_gateway_start(gw), GOBLIN_OK);

@@ -104,16 +104,7 @@ static inline bool tool_parse_bytes(const char *s, uint64_t *out) {
 
 /* Is @p url's host a loopback address (or an ipc:// / inproc:// URL)? Only such
  * addresses may be listened on in plain text without --insecure-plaintext. */
-static inline bool tool_url_is_local(const char *url) {
-    if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0) return true;
-    const char *h = strstr(url, "://");
-    if (!h) return false;
-    h += 3;
-    if (strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost:", 10) == 0 ||
-        strncmp(h, "[::1]:", 6) == 0)
-        return true;
-    return false;
-}
+static inline bool tool_url_is_local(const char *url) { return goblin_url_is_local(url); }
 
 static inline bool tool_url_is_plain_tcp(const char *url) {
     return strncmp(url, "tcp://", 6) == 0 || strncmp(url, "tcp4://", 7) == 0 ||

@@ -5,6 +5,7 @@
  *   goblin-client --connect URL [--fingerprint HEX | --ca FILE] matmul A B C [--on-node] [--progress]
  *   goblin-client --connect URL [...] stats */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -13,12 +14,14 @@
 static void usage(FILE *f) {
     fprintf(f,
         "Usage: goblin-client --connect URL [--fingerprint HEX | --ca FILE]\n"
-        "                     [--token T | --token-file F] COMMAND\n"
-        "  --token T / --token-file F  the client token the node asks for (F: a file\n"
-        "      holding the token on its first line)\n"
-        "  matmul A.npy B.npy C.npy [--on-node] [--progress]\n"
+        "                     [--credential C | --credential-file F] COMMAND\n"
+        "  --credential C / --credential-file F  your researcher credential (from the\n"
+        "      node's operator: goblin-node researcher add; F: a file holding it on its\n"
+        "      first line; default: the environment variable GOBLIN_CREDENTIAL)\n"
+        "  matmul A.npy B.npy C.npy [--on-node [--overwrite]] [--progress]\n"
         "      C = A . B through the node. Without --on-node A and B are read here and C\n"
-        "      written here; with it the paths are files on the node's disk.\n"
+        "      written here; with it the paths are files in the node's data directories\n"
+        "      (C is created new unless --overwrite).\n"
         "      Prints one JSON line: seconds and the node's counters.\n"
         "  stats   print the node's counters as one JSON line\n"
         TOOL_EXIT_CODES_HELP);
@@ -83,6 +86,7 @@ int main(int argc, char **argv) {
     const char *url = NULL, *cmd = NULL, *pos[3];
     int npos = 0;
     bool on_node = false, progress = false;
+    bool overwrite = false;
     const char *token = NULL, *token_file = NULL;
     char token_buf[GOBLIN_TOKEN_MAX_BYTES + 2];
     for (int i = 1; i < argc; i++) {
@@ -94,8 +98,9 @@ int main(int argc, char **argv) {
         } else if (strcmp(a, "--connect") == 0 && hasv) url = argv[++i];
         else if (strcmp(a, "--fingerprint") == 0 && hasv) cp.fingerprint = argv[++i];
         else if (strcmp(a, "--ca") == 0 && hasv) cp.ca_file = argv[++i];
-        else if (strcmp(a, "--token") == 0 && hasv) token = argv[++i];
-        else if (strcmp(a, "--token-file") == 0 && hasv) token_file = argv[++i];
+        else if (strcmp(a, "--credential") == 0 && hasv) token = argv[++i];
+        else if (strcmp(a, "--credential-file") == 0 && hasv) token_file = argv[++i];
+        else if (strcmp(a, "--overwrite") == 0) overwrite = true;
         else if (strcmp(a, "--on-node") == 0) on_node = true;
         else if (strcmp(a, "--progress") == 0) progress = true;
         else if (a[0] != '-' && !cmd) cmd = a;
@@ -112,13 +117,13 @@ int main(int argc, char **argv) {
         return TOOL_EXIT_USAGE;
     }
     if (token && token_file) {
-        fprintf(stderr, "goblin-client: --token and --token-file go one at a time\n");
+        fprintf(stderr, "goblin-client: --credential and --credential-file go one at a time\n");
         return TOOL_EXIT_USAGE;
     }
     if (token_file) {
         FILE *tf = fopen(token_file, "r");
         if (!tf || !fgets(token_buf, sizeof token_buf, tf)) {
-            fprintf(stderr, "goblin-client: cannot read a token from %s\n", token_file);
+            fprintf(stderr, "goblin-client: cannot read a credential from %s\n", token_file);
             if (tf) fclose(tf);
             return TOOL_EXIT_USAGE;
         }
@@ -126,14 +131,16 @@ int main(int argc, char **argv) {
         token_buf[strcspn(token_buf, "\r\n")] = 0;
         token = token_buf;
     }
+    if (!token && getenv("GOBLIN_CREDENTIAL") && *getenv("GOBLIN_CREDENTIAL"))
+        token = getenv("GOBLIN_CREDENTIAL");
     if (token) {
         size_t tl = strlen(token);
         if (tl == 0 || tl > GOBLIN_TOKEN_MAX_BYTES) {
-            fprintf(stderr, "goblin-client: a token has 1 to %d bytes\n", GOBLIN_TOKEN_MAX_BYTES);
+            fprintf(stderr, "goblin-client: a credential has 1 to %d characters\n",
+                    GOBLIN_TOKEN_MAX_BYTES);
             return TOOL_EXIT_USAGE;
         }
-        cp.token = (const uint8_t *)token;
-        cp.token_len = (uint32_t)tl;
+        cp.credential = token;
     }
     goblin_errbuf why_eb = {0};
     goblin_client *c;
@@ -146,7 +153,7 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int last = -1;
     if (is_mm && on_node) {
-        e = goblin_client_matmul_files(c, pos[0], pos[1], pos[2], progress ? show_progress : NULL,
+        e = goblin_client_matmul_files(c, pos[0], pos[1], pos[2], overwrite, progress ? show_progress : NULL,
                                        &last);
     } else if (is_mm) {
         goblin_npy *fa = NULL, *fb = NULL;

@@ -9,6 +9,10 @@ void node_cli_usage(FILE *f) {
     fprintf(f,
         "Usage: goblin-node --listen URL [--listen URL ...] [options]\n"
         "       goblin-node init DIR [--force] [--host NAME] [--port N]\n"
+        "       goblin-node researcher add EMAIL [--admin] --credentials FILE\n"
+        "       goblin-node researcher list --credentials FILE\n"
+        "       goblin-node researcher revoke EMAIL|ID --credentials FILE\n"
+        "       goblin-node token new --tokens FILE\n"
         "\n"
         "Runs the node of a GPU Goblin grid: it plans jobs into tasks, leases them to\n"
         "workers (which dial in), verifies every result and assembles the output.\n"
@@ -21,9 +25,17 @@ void node_cli_usage(FILE *f) {
         "                          for tls+tcp:// addresses\n"
         "  --workers-token-file F  workers must present a token whose salted hash is in F\n"
         "                          (lines salt:hash, see goblin_token_entry)\n"
-        "  --clients-token-file F  clients must present a token whose salted hash is in\n"
-        "                          F (same format; re-read on every check, so deleting a\n"
-        "                          line revokes that token for new connections)\n"
+        "  --credentials FILE      researchers' credentials (goblin-node researcher add):\n"
+        "                          each client signs in with its own; a job is its\n"
+        "                          owner's alone. Re-read when it changes (revocation\n"
+        "                          takes effect at once)\n"
+        "  --open                  no client authentication: one principal for everyone;\n"
+        "                          only with loopback or ipc:// client addresses\n"
+        "  --data-dir DIR          allow file jobs on .npy files under DIR (repeatable,\n"
+        "                          up to %d; none: no file jobs). Paths may not leave them\n"
+        "  --max-jobs-per-researcher N  jobs one researcher holds at once (default 16)\n"
+        "  --expire-unfetched-ms N  release a researcher's unfetched jobs after N ms with\n"
+        "                          no connection of theirs (default 3600000; 0: never)\n"
         "  --insecure-plaintext    allow plain tcp:// on a non-loopback address\n"
         "  --verify MODE           freivalds (default) | recompute | unsafe-none\n"
         "  --freivalds-tile-by-tile  judge each matmul tile alone as it arrives (default:\n"
@@ -42,11 +54,14 @@ void node_cli_usage(FILE *f) {
         "TLS is the default for anything that is not loopback or ipc: the node refuses\n"
         "to listen on a non-loopback tcp:// address unless --insecure-plaintext is given.\n"
         "`init DIR` writes DIR/cert.pem and DIR/key.pem (self-signed, EC P-256) and\n"
-        "prints the certificate's SHA-256 fingerprint and the worker command line.\n"
+        "prints the certificate's SHA-256 fingerprint and the node, worker and client\n"
+        "command lines. `researcher add` prints the new credential once (it is stored\n"
+        "hashed); `token new` appends a worker join token's hash to FILE and prints the\n"
+        "token once. docs/run-a-node.md walks through it.\n"
         "SIGINT/SIGTERM stop the node: running jobs end (canceled) and clients are told\n"
         "(the gateway keeps answering for up to 10 s, until each client heard).\n"
         TOOL_EXIT_CODES_HELP,
-        GOBLIN_NODE_MAX_LISTEN, GOBLIN_GATEWAY_MAX_LISTEN);
+        GOBLIN_NODE_MAX_LISTEN, GOBLIN_GATEWAY_MAX_LISTEN, GOBLIN_GATEWAY_MAX_DATA_DIRS);
 }
 
 static goblin_err bad(const char *fmt, const char *arg) {
@@ -68,6 +83,15 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
     if (argc > 1 && strcmp(argv[1], "init") == 0) {
         cli->action = NODE_CLI_INIT;
         i = 2;
+    } else if (argc > 1 && (strcmp(argv[1], "researcher") == 0 || strcmp(argv[1], "token") == 0)) {
+        bool res = strcmp(argv[1], "researcher") == 0;
+        cli->action = res ? NODE_CLI_RESEARCHER : NODE_CLI_TOKEN;
+        if (argc < 3) return bad("%s needs a subcommand", argv[1]);
+        cli->sub = argv[2];
+        if (res ? strcmp(cli->sub, "add") && strcmp(cli->sub, "list") && strcmp(cli->sub, "revoke")
+                : strcmp(cli->sub, "new"))
+            return bad("unknown subcommand '%s'", cli->sub);
+        i = 3;
     }
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -84,6 +108,12 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         } else if (strcmp(a, "--log-level") == 0) {
             NEEDV();
             if (!tool_parse_level(v, &cli->log_level)) return bad("unknown log level '%s'", v);
+        } else if (cli->action == NODE_CLI_RESEARCHER || cli->action == NODE_CLI_TOKEN) {
+            if (strcmp(a, "--credentials") == 0) { NEEDV(); cli->credentials_file = v; }
+            else if (strcmp(a, "--tokens") == 0) { NEEDV(); cli->tokens_file = v; }
+            else if (strcmp(a, "--admin") == 0) cli->admin = true;
+            else if (a[0] != '-' && !cli->sub_arg) cli->sub_arg = a;
+            else return bad("unknown argument '%s'", a);
         } else if (cli->action == NODE_CLI_INIT) {
             if (strcmp(a, "--force") == 0) cli->init_force = true;
             else if (strcmp(a, "--host") == 0) { NEEDV(); cli->init_host = v; }
@@ -112,9 +142,26 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         } else if (strcmp(a, "--workers-token-file") == 0) {
             NEEDV();
             cli->token_file = v;
-        } else if (strcmp(a, "--clients-token-file") == 0) {
+        } else if (strcmp(a, "--credentials") == 0) {
             NEEDV();
-            cli->gateway.token_file = v;
+            cli->gateway.credentials_file = v;
+        } else if (strcmp(a, "--open") == 0) {
+            cli->gateway.open = true;
+        } else if (strcmp(a, "--data-dir") == 0) {
+            NEEDV();
+            if (cli->gateway.n_data_dirs >= GOBLIN_GATEWAY_MAX_DATA_DIRS)
+                return bad("too many --data-dir (%s)", v);
+            cli->gateway.data_dirs[cli->gateway.n_data_dirs++] = v;
+        } else if (strcmp(a, "--max-jobs-per-researcher") == 0) {
+            NEEDV();
+            int64_t n;
+            if (!tool_parse_i64(v, 0, 65536, &n)) return bad("bad --max-jobs-per-researcher '%s'", v);
+            cli->gateway.max_jobs_per_principal = (int32_t)n;
+        } else if (strcmp(a, "--expire-unfetched-ms") == 0) {
+            NEEDV();
+            int64_t n;
+            if (!tool_parse_i64(v, 0, UINT32_MAX, &n)) return bad("bad --expire-unfetched-ms '%s'", v);
+            cli->gateway.expire_ms = (uint32_t)n;
         } else if (strcmp(a, "--insecure-plaintext") == 0) {
             cli->insecure_plaintext = true;
         } else if (strcmp(a, "--verify") == 0) {
@@ -158,9 +205,31 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         if (!cli->init_dir) return bad("%s", "init needs a directory");
         return GOBLIN_OK;
     }
+    if (cli->action == NODE_CLI_RESEARCHER) {
+        if (!cli->credentials_file) return bad("%s", "researcher needs --credentials FILE");
+        if (strcmp(cli->sub, "list") != 0 && !cli->sub_arg)
+            return bad("researcher %s needs an email address", cli->sub);
+        if (strcmp(cli->sub, "list") == 0 && cli->sub_arg)
+            return bad("unexpected argument '%s'", cli->sub_arg);
+        return GOBLIN_OK;
+    }
+    if (cli->action == NODE_CLI_TOKEN) {
+        if (!cli->tokens_file) return bad("%s", "token new needs --tokens FILE");
+        if (cli->sub_arg) return bad("unexpected argument '%s'", cli->sub_arg);
+        return GOBLIN_OK;
+    }
     if (cli->node.n_listen == 0) return bad("%s", "at least one --listen URL is needed");
     if (!!cli->cert_file != !!cli->key_file) return bad("%s", "--cert and --key go together");
     cli->node.log_level = cli->gateway.log_level = cli->log_level;
+    if (cli->gateway.n_listen && !cli->gateway.open && !cli->gateway.credentials_file)
+        return bad("%s", "--client-listen needs --credentials FILE (make them with `goblin-node "
+                   "researcher add EMAIL --credentials FILE`), or --open on a loopback address");
+    if (cli->gateway.open && cli->gateway.credentials_file)
+        return bad("%s", "--open and --credentials exclude each other");
+    for (int k = 0; cli->gateway.open && k < cli->gateway.n_listen; k++)
+        if (!tool_url_is_local(cli->gateway.listen[k]))
+            return bad("--open takes only loopback or ipc:// client addresses, not %s",
+                       cli->gateway.listen[k]);
     cli->gateway.cert_file = cli->cert_file;
     cli->gateway.key_file = cli->key_file;
     /* The security rule: plain tcp only on loopback unless explicitly waived; TLS

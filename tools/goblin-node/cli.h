@@ -9,6 +9,8 @@ typedef enum node_cli_action {
     NODE_CLI_INIT = 1,
     NODE_CLI_HELP = 2,
     NODE_CLI_VERSION = 3,
+    NODE_CLI_RESEARCHER = 4, /* researcher add|list|revoke */
+    NODE_CLI_TOKEN = 5,      /* token new */
 } node_cli_action;
 
 typedef struct node_cli {
@@ -26,6 +28,12 @@ typedef struct node_cli {
     bool init_force;
     const char *init_host;         /* host name put in the printed command lines */
     int init_port;
+    /* researcher / token */
+    const char *sub;               /* "add", "list", "revoke", "new" */
+    const char *sub_arg;           /* the email (add), email or id (revoke) */
+    bool admin;                    /* researcher add --admin */
+    const char *credentials_file;  /* --credentials */
+    const char *tokens_file;       /* token new --tokens */
 } node_cli;
 
 /** Parse argv into @p cli. On error prints why to stderr and returns GOBLIN_EINVAL. */

@@ -1,6 +1,8 @@
 /* tools/goblin-node/main.c - goblin-node: parse the command line, then run a node
  * (and a client gateway) through the library until SIGINT/SIGTERM. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,12 +35,103 @@ static int run_init(const node_cli *cli) {
         fprintf(stderr, "goblin-node: init %s: %s (%s)\n", cli->init_dir, why_eb.message, goblin_strerror(e));
         return tool_exit_code(e);
     }
+    int cp = cli->init_port == 65535 ? cli->init_port - 1 : cli->init_port + 1;
     printf("identity written:\n  certificate %s\n  private key %s\n", id.cert_path, id.key_path);
     printf("fingerprint (SHA-256): %s\n\n", id.fingerprint);
-    printf("start the node:\n  goblin-node --listen tls+tcp://0.0.0.0:%d --cert %s --key %s\n\n",
-           cli->init_port, id.cert_path, id.key_path);
-    printf("start a worker:\n  goblin-worker --connect tls+tcp://%s:%d --fingerprint %s\n",
+    printf("1. make a worker join token (printed once; give it to your volunteers):\n"
+           "  goblin-node token new --tokens %s/workers.tokens\n\n", cli->init_dir);
+    printf("2. make a credential for each researcher (printed once):\n"
+           "  goblin-node researcher add EMAIL --credentials %s/researchers\n\n", cli->init_dir);
+    printf("3. start the node (workers on port %d, clients on port %d):\n"
+           "  goblin-node --listen tls+tcp://0.0.0.0:%d --client-listen tls+tcp://0.0.0.0:%d \\\n"
+           "    --cert %s --key %s \\\n"
+           "    --workers-token-file %s/workers.tokens --credentials %s/researchers\n\n",
+           cli->init_port, cp, cli->init_port, cp, id.cert_path, id.key_path, cli->init_dir,
+           cli->init_dir);
+    printf("4. start a worker (on each volunteer's machine):\n"
+           "  goblin-worker --connect tls+tcp://%s:%d --fingerprint %s --token TOKEN\n\n",
            cli->init_host, cli->init_port, id.fingerprint);
+    printf("5. connect from Python (the researcher's machine):\n"
+           "  import goblin\n"
+           "  grid = goblin.connect(\"tls+tcp://%s:%d\", fingerprint=\"%s\",\n"
+           "                        credential=\"gbr1_...\")\n"
+           "  or from C/the shell: goblin-client --connect tls+tcp://%s:%d --fingerprint %s "
+           "--credential gbr1_... A.npy B.npy C.npy\n",
+           cli->init_host, cp, id.fingerprint, cli->init_host, cp, id.fingerprint);
+    return TOOL_EXIT_OK;
+}
+
+static int run_researcher(const node_cli *cli) {
+    goblin_errbuf eb = {0};
+    goblin_err e;
+    if (strcmp(cli->sub, "add") == 0) {
+        char cred[GOBLIN_CREDENTIAL_SIZE];
+        goblin_principal_info info;
+        e = goblin_principal_add(cli->credentials_file, cli->sub_arg,
+                                 cli->admin ? GOBLIN_ROLE_ADMIN : GOBLIN_ROLE_RESEARCHER, cred, &info,
+                                 &eb);
+        if (e) {
+            fprintf(stderr, "goblin-node: researcher add: %s\n", eb.message);
+            return tool_exit_code(e);
+        }
+        printf("%s (%s, id %s) added to %s.\nTheir credential, shown this once (the node keeps "
+               "only its hash):\n\n  %s\n\nThey pass it as goblin.connect(url, ..., "
+               "credential=\"...\") or in the environment variable GOBLIN_CREDENTIAL.\n",
+               info.email, goblin_role_name(info.role), info.id, cli->credentials_file, cred);
+        memset(cred, 0, sizeof cred);
+        return TOOL_EXIT_OK;
+    }
+    if (strcmp(cli->sub, "revoke") == 0) {
+        if ((e = goblin_principal_revoke(cli->credentials_file, cli->sub_arg, &eb))) {
+            fprintf(stderr, "goblin-node: researcher revoke: %s\n", eb.message);
+            return tool_exit_code(e);
+        }
+        printf("%s revoked: its credential no longer works on a node reading %s.\n", cli->sub_arg,
+               cli->credentials_file);
+        return TOOL_EXIT_OK;
+    }
+    int32_t n = 0;
+    if ((e = goblin_principal_list(cli->credentials_file, NULL, 0, &n, &eb))) {
+        fprintf(stderr, "goblin-node: researcher list: %s\n", eb.message);
+        return tool_exit_code(e);
+    }
+    goblin_principal_info *all = n ? calloc((size_t)n, sizeof *all) : NULL;
+    if (n && !all) return tool_exit_code(GOBLIN_ENOMEM);
+    if (n && (e = goblin_principal_list(cli->credentials_file, all, n, &n, &eb))) {
+        fprintf(stderr, "goblin-node: researcher list: %s\n", eb.message);
+        free(all);
+        return tool_exit_code(e);
+    }
+    for (int32_t i = 0; i < n; i++)
+        printf("%s  %-10s  %s\n", all[i].id, goblin_role_name(all[i].role), all[i].email);
+    free(all);
+    return TOOL_EXIT_OK;
+}
+
+/* token new: a worker join token, its salted hash appended to the token file. */
+static int run_token(const node_cli *cli) {
+    char tok[GOBLIN_TOKEN_SIZE], line[GOBLIN_TOKEN_ENTRY_SIZE];
+    goblin_err e = goblin_token_generate(tok);
+    if (!e) e = goblin_token_entry(tok, line);
+    if (e) {
+        fprintf(stderr, "goblin-node: token new: %s\n", goblin_strerror(e));
+        return tool_exit_code(e);
+    }
+    int fd = open(cli->tokens_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+    bool ok = f && fprintf(f, "%s\n", line) > 0;
+    ok = f && fclose(f) == 0 && ok;
+    if (!f && fd >= 0) close(fd);
+    if (!ok) {
+        fprintf(stderr, "goblin-node: token new: cannot append to %s: %s\n", cli->tokens_file,
+                strerror(errno));
+        memset(tok, 0, sizeof tok);
+        return tool_exit_code(GOBLIN_EIO);
+    }
+    printf("A worker join token, shown this once (%s keeps only its salted hash; delete its "
+           "line there to revoke it):\n\n  %s\n\nWorkers pass it as goblin-worker --token %s\n",
+           cli->tokens_file, tok, tok);
+    memset(tok, 0, sizeof tok);
     return TOOL_EXIT_OK;
 }
 
@@ -96,6 +189,8 @@ int main(int argc, char **argv) {
         return TOOL_EXIT_OK;
     }
     if (cli.action == NODE_CLI_INIT) return run_init(&cli);
+    if (cli.action == NODE_CLI_RESEARCHER) return run_researcher(&cli);
+    if (cli.action == NODE_CLI_TOKEN) return run_token(&cli);
 
     /* A file of salted hashes (tls.h): the node never holds the tokens themselves. */
     cli.node.token_file = cli.token_file;

@@ -1,0 +1,115 @@
+/* libgoblin/service/gateway_impl.h - the gateway's state (internal to service/):
+ * the connections and who they are (gateway.c), the jobs it holds and the handlers that
+ * make, report and release them (gateway_job.c). */
+#ifndef GOBLIN__SERVICE_GATEWAY_IMPL_H
+#define GOBLIN__SERVICE_GATEWAY_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "goblin/gateway.h"
+#include "goblin/npy.h"
+#include "data_dir.h"
+#include "principal_impl.h"
+#include "proto/client_wire.h"
+
+/* The principal every connection of an open gateway is. */
+#define GOBLIN__GW_LOCAL "local"
+
+typedef struct gw_job {
+    bool used;
+    goblin_job_id id;
+    char owner[GOBLIN_PRINCIPAL_ID_SIZE];
+    uint64_t bytes; /* operands and results held for it (the owner's quota) */
+    goblin_job *job;
+    bool is_file;
+    bool end_reported;
+    void *a_buf, *b_buf, *c_buf;
+    goblin_tensor a, b, c;
+    goblin_npy *fa, *fb, *fc;
+    /* a graph job: its inputs (copied from the request) and outputs (allocated with
+     * the graph's output shapes), each set in one block */
+    bool is_graph;
+    int32_t n_in, n_out;
+    goblin_tensor *io;  /* n_in inputs then n_out outputs */
+    void *in_buf, *out_buf;
+} gw_job;
+
+/* A connection the gateway remembers, by nng pipe id. */
+typedef struct gw_pipe {
+    uint32_t id;
+    bool authed;
+    char principal[GOBLIN_PRINCIPAL_ID_SIZE];
+    goblin_role role;
+    bool told; /* draining: sent a reply, not yet known to have arrived */
+} gw_pipe;
+
+/* A principal's use of the gateway: its connections and its recent submits. */
+typedef struct gw_user {
+    char id[GOBLIN_PRINCIPAL_ID_SIZE];
+    int32_t conns;
+    int64_t gone_since_ms;  /* when conns last fell to 0 */
+    int64_t window_ms;      /* start of the current minute of submits */
+    int32_t window_submits;
+} gw_user;
+
+/* Who sent a request. */
+typedef struct gw_who {
+    char id[GOBLIN_PRINCIPAL_ID_SIZE];
+    goblin_role role;
+} gw_who;
+
+struct goblin_gateway {
+    goblin_gateway_params p;
+    char *listen[GOBLIN_GATEWAY_MAX_LISTEN];
+    char *cert, *key;
+    goblin_node *node;
+    nng_socket sock;
+    bool sock_open, started;
+    pthread_t thread;
+    atomic_bool stop;
+    atomic_bool draining;
+    int64_t drain_deadline_ms;
+    int64_t next_expiry_check_ms;
+    pthread_mutex_t mu; /* jobs, stats, principals table */
+    gw_job *jobs;
+    goblin_gateway_stats stats;
+    goblin__principal_table principals;
+    goblin__data_dirs data;
+    /* Connections and principals' use, under their own lock (pmu: taken inside mu, never
+     * held while calling into nng). Pipes are forgotten when nng removes them. */
+    pthread_mutex_t pmu;
+    gw_pipe *pipes;
+    int32_t n_pipes, cap_pipes;
+    gw_user *users;
+    int32_t n_users, cap_users;
+};
+
+void goblin__gw_log(goblin_gateway *g, goblin_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int goblin__gw_send(goblin_gateway *g, const goblin__cw_msg *m);
+void goblin__gw_reply_error(goblin_gateway *g, goblin__cw_msg *r, uint64_t rid, goblin_err code,
+                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The principal's use record (pmu held), created if @p add; NULL if absent / no memory. */
+gw_user *goblin__gw_user(goblin_gateway *g, const char *id, bool add);
+
+/* gateway_job.c (mu held) */
+void goblin__gw_job_release(gw_job *j);
+void goblin__gw_submit_matmul(goblin_gateway *g, const gw_who *who, goblin__cw_msg *m,
+                              goblin__cw_msg *r);
+void goblin__gw_submit_files(goblin_gateway *g, const gw_who *who, goblin__cw_msg *m,
+                             goblin__cw_msg *r);
+void goblin__gw_submit_graph(goblin_gateway *g, const gw_who *who, goblin__cw_msg *m,
+                             goblin__cw_msg *r);
+/* STATUS, CANCEL, FETCH, RELEASE of one of @p who's jobs. */
+void goblin__gw_job_request(goblin_gateway *g, const gw_who *who, goblin__cw_msg *m,
+                            goblin__cw_msg *r);
+void goblin__gw_stats(goblin_gateway *g, goblin__cw_msg *m, goblin__cw_msg *r);
+/* Release the unfetched jobs of principals gone for longer than expire_ms. */
+void goblin__gw_expire(goblin_gateway *g, int64_t now_ms);
+
+#endif
