@@ -499,8 +499,8 @@ def test_garbage_frames_refused(tmp):
         g.wait_workers(1)
         rng = np.random.default_rng(10)
         # To the node (pair1: 4-byte hop header, then the message).
-        for payload in (rng.bytes(64), b"GBLW\x01\x00\x01\x00" + b"\0" * 8 + b"\xff" * 8,
-                        b"GBLW\x01\x00\x06\x00" + b"\0" * 16 + rng.bytes(40), b"GB"):
+        for payload in (rng.bytes(64), b"GBLW\x02\x00\x01\x00" + b"\0" * 8 + b"\xff" * 8,
+                        b"GBLW\x02\x00\x06\x00" + b"\0" * 16 + rng.bytes(40), b"GB"):
             s = sp_connect(g.port, 0x11)
             sp_send(s, b"\0\0\0\1" + payload)
             time.sleep(0.2)
