@@ -68,6 +68,21 @@ typedef struct goblin_node_params {
      * the node has heard nothing from for 3 x heartbeat_ms is dropped and its leases are
      * reissued (docs/runtime.md). 0 = off. Default 5000. */
     uint32_t heartbeat_ms;
+    /* Worker identities (docs/security.md, "Worker identities"). Every worker proves at
+     * HELLO that it holds the private key of its identity (the SHA-256 fingerprint of
+     * its public key, 64 hex digits). Paths are copied; each file is read by _new
+     * (GOBLIN_EINVAL with a log line for one that cannot be read or has a bad line);
+     * lines hold a fingerprint first, '#' starts a comment. */
+    /* Quarantined identities, one fingerprint a line: read by _new, rewritten (mode 0600,
+     * atomically) whenever an identity is quarantined, so a caught worker stays refused
+     * across reconnects and node restarts. Missing: none yet (made at the first
+     * quarantine). NULL: quarantine lasts while the node runs. The only state kept. */
+    const char *quarantine_file;
+    /* If set, only identities listed here (one fingerprint a line) are admitted. */
+    const char *allow_identities_file;
+    /* Lines "fingerprint owner": identities of one owner count as one worker (a replica
+     * never goes to the same owner) and are quarantined together. */
+    const char *owners_file;
 } goblin_node_params;
 
 GOBLIN_API void goblin_node_params_default(goblin_node_params *p);
@@ -301,6 +316,9 @@ typedef struct goblin_node_stats {
                                   thread and the Freivalds checks' second threads
                                   (verify_threads); not a recomputation's other BLIS
                                   threads (recompute_threads) */
+    int64_t peers_tracked;     /* entries of the peer table now: connected peers and gone ones
+                                  whose leases have not ended yet (bounded: freed after) */
+    int64_t identities_tracked;/* identity records now (at most 4096) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);
@@ -311,9 +329,13 @@ typedef struct goblin_node_worker_stats {
     int32_t threads;
     uint64_t memory_bytes;
     int64_t issued, accepted, rejected, failed_leases;
+    char identity[65]; /* the worker's identity (SHA-256 of its public key, hex) */
+    char owner[64];    /* its owner from owners_file, or "" */
 } goblin_node_worker_stats;
 
-/** Counters of worker @p i (0 .. workers_seen - 1, in HELLO order). GOBLIN_EINDEX. */
+/** Counters of worker @p i, in HELLO order among the peers the node still tracks
+ *  (connected ones, and gone ones until their leases end: fewer than workers_seen once
+ *  workers have left). GOBLIN_EINDEX past the last. */
 GOBLIN_API goblin_err goblin_node_worker_stats_get(goblin_node *node, int64_t i,
                                                    goblin_node_worker_stats *out);
 

@@ -2,6 +2,9 @@
  * its verification clocks. */
 #include "node_impl.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "base/clock.h"
 #include "verify/verify_impl.h"
 
@@ -44,6 +47,11 @@ goblin_err goblin_node_worker_stats_get(goblin_node *n, int64_t i, goblin_node_w
                                           .accepted = p->accepted,
                                           .rejected = p->rejected,
                                           .failed_leases = p->failed};
+        const ident *id = goblin__node_peer_ident(n, k);
+        if (id) {
+            memcpy(out->identity, id->fp, sizeof out->identity);
+            if (id->owner >= 0) snprintf(out->owner, sizeof out->owner, "%s", n->owner_names[id->owner]);
+        }
         e = GOBLIN_OK;
         break;
     }
