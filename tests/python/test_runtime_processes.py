@@ -94,8 +94,9 @@ class Grid:
     def add_worker(self, *extra, threads=1, memory="512M"):
         i = len(self.workers)
         log = os.path.join(self.tmp, f"worker-{self.port}-{i}.log")
+        # A key directory per worker: one identity each (docs/security.md).
         args = [WORKER, "--connect", self.url, "--threads", str(threads), "--memory", memory,
-                *extra]
+                "--config-dir", os.path.join(self.tmp, f"worker-{self.port}-{i}.id"), *extra]
         p = subprocess.Popen(args, stderr=open(log, "w"))
         self.workers.append(p)
         self.logs.append(log)
@@ -310,8 +311,8 @@ def test_tls_client_gateway_fingerprint(tmp):
     node = subprocess.Popen([NODE, "--listen", f"tcp://127.0.0.1:{port}", "--client-listen",
                              f"tls+tcp://127.0.0.1:{cport}", "--cert", cert, "--key", key],
                             stderr=open(log, "w"))
-    w = subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1"],
-                         stderr=subprocess.DEVNULL)
+    w = subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1",
+                          "--config-dir", os.path.join(tmp, "worker.id")], stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
         a, b = operands(300, 200, 250, np.float32, 6)

@@ -24,6 +24,11 @@ void node_cli_usage(FILE *f) {
         "  --clients-token-file F  clients must present a token whose salted hash is in\n"
         "                          F (same format; re-read on every check, so deleting a\n"
         "                          line revokes that token for new connections)\n"
+        "  --quarantine-file F     keep quarantined worker identities in F (read at start,\n"
+        "                          rewritten at each quarantine): caught workers stay out\n"
+        "  --allow-identities F    admit only the worker identities listed in F\n"
+        "  --owners F              lines \"fingerprint owner\": one owner's identities count\n"
+        "                          as one worker for replicas and are quarantined together\n"
         "  --insecure-plaintext    allow plain tcp:// on a non-loopback address\n"
         "  --verify MODE           freivalds (default) | recompute | unsafe-none\n"
         "  --freivalds-tile-by-tile  judge each matmul tile alone as it arrives (default:\n"
@@ -115,6 +120,15 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         } else if (strcmp(a, "--clients-token-file") == 0) {
             NEEDV();
             cli->gateway.token_file = v;
+        } else if (strcmp(a, "--quarantine-file") == 0) {
+            NEEDV();
+            cli->node.quarantine_file = v;
+        } else if (strcmp(a, "--allow-identities") == 0) {
+            NEEDV();
+            cli->node.allow_identities_file = v;
+        } else if (strcmp(a, "--owners") == 0) {
+            NEEDV();
+            cli->node.owners_file = v;
         } else if (strcmp(a, "--insecure-plaintext") == 0) {
             cli->insecure_plaintext = true;
         } else if (strcmp(a, "--verify") == 0) {
