@@ -292,7 +292,8 @@ typedef struct goblin_node_stats {
     int64_t rechecked;         /* earlier accepted results re-verified after a quarantine */
     int64_t recheck_failed;    /* of which failed and were recomputed */
     int64_t peers_dropped;     /* connections closed for protocol violations */
-    int64_t workers_refused;   /* HELLOs refused (version, token) */
+    int64_t workers_refused;   /* HELLOs refused (version, token, identity proof, allow list,
+                                  quarantined identity) */
     int64_t workers_connected; /* currently */
     int64_t workers_quarantined;
     int64_t workers_seen;      /* ever said HELLO; index range of goblin_node_worker_stats */

@@ -14,6 +14,11 @@
 #include <mbedtls/pk.h>
 #include <mbedtls/sha256.h>
 #include <mbedtls/version.h>
+#if MBEDTLS_VERSION_NUMBER >= 0x03000000
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <psa/crypto.h>
+#endif
 #include <nng/nng.h>
 #include <nng/protocol/pair1/pair.h>
 #include <sys/stat.h>
@@ -69,7 +74,15 @@ static void fingerprint_of_key_file(const char *path, char hex[65]) {
     mbedtls_pk_context pk;
     mbedtls_pk_init(&pk);
 #if MBEDTLS_VERSION_NUMBER >= 0x03000000
-    cr_assert_eq(mbedtls_pk_parse_key(&pk, pem, n + 1, NULL, 0, NULL, NULL), 0);
+    mbedtls_entropy_context ent;
+    mbedtls_ctr_drbg_context drbg;
+    mbedtls_entropy_init(&ent);
+    mbedtls_ctr_drbg_init(&drbg);
+    cr_assert_eq(psa_crypto_init(), PSA_SUCCESS);
+    cr_assert_eq(mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &ent, NULL, 0), 0);
+    cr_assert_eq(mbedtls_pk_parse_key(&pk, pem, n + 1, NULL, 0, mbedtls_ctr_drbg_random, &drbg), 0);
+    mbedtls_ctr_drbg_free(&drbg);
+    mbedtls_entropy_free(&ent);
 #else
     cr_assert_eq(mbedtls_pk_parse_key(&pk, pem, n + 1, NULL, 0), 0);
 #endif
