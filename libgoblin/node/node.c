@@ -207,6 +207,8 @@ static void pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     pthread_mutex_unlock(&n->ev_mu);
 }
 
+#define HANDSHAKE_MS 15000 /* the least time from a peer's first message to its PROOF */
+
 static void housekeeping(goblin_node *n) {
     pthread_mutex_lock(&n->ev_mu);
     int32_t ne = n->n_ev;
@@ -258,6 +260,11 @@ static void housekeeping(goblin_node *n) {
     }
     for (int32_t i = 0; i < n->n_peers; i++) {
         peer *p = &n->peers[i];
+        /* A connection that began a HELLO and never finished its proof holds a slot: it
+         * gets HANDSHAKE_MS, or a worker's allowed silence if longer. */
+        int64_t grace = 3 * (int64_t)n->p.heartbeat_ms > HANDSHAKE_MS ? 3 * (int64_t)n->p.heartbeat_ms : HANDSHAKE_MS;
+        if (p->connected && !p->hello && !p->close_at_ms && p->last_heard_ms && now - p->last_heard_ms > grace)
+            goblin__node_drop_peer(n, i, "no identity proof after HELLO");
         if (p->connected && p->close_at_ms && p->close_at_ms <= now) {
             nng_pipe pp = p->pipe;
             goblin__node_peer_gone(n, i);

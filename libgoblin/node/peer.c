@@ -240,7 +240,8 @@ void goblin__node_handle_msg(goblin_node *n, nng_msg *msg) {
         /* A message that outlived its pipe (closed, its removal already handled) makes
          * no peer: nothing would ever free it. */
         nng_sockaddr sa;
-        if (nng_pipe_get_addr(pp, NNG_OPT_REMADDR, &sa) != 0 || (pi = peer_new(n, pp)) < 0) return;
+        int rv = nng_pipe_get_addr(pp, NNG_OPT_REMADDR, &sa); /* ENOTSUP on some transports: fine */
+        if (rv == NNG_ENOENT || rv == NNG_ECLOSED || (pi = peer_new(n, pp)) < 0) return;
     }
     peer *p = &n->peers[pi];
     if (p->close_at_ms) return; /* refused: ignore until closed */
