@@ -193,15 +193,15 @@ GOBLIN_API void goblin_job_free(goblin_job *job);
  *           the submit fails with GOBLIN_EINVAL naming the output.
  *
  * Verification (docs/verification.md): REPLICATE runs a task on two workers of
- * different identity; bit-equal results are accepted at once, results that differ are
+ * different identity (and different owner, when owners_file names owners); bit-equal results are accepted at once, results that differ are
  * decided by recomputing the task on the node (a worker whose result disagrees with the
  * node's beyond the ops' numeric contracts is caught: result rejected, worker
  * quarantined, its unreplicated results in running jobs recomputed). Adaptive trust:
  * a worker's tasks are replicated with probability
  *     max(min_replication, 1 / (1 + accepted_agreements / trust_halflife)),
- * so a new worker is always replicated and never drops below min_replication. With
- * only one eligible worker connected, a task that must be replicated is recomputed on
- * the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
+ * so a new worker is always replicated and never drops below min_replication (trust
+ * belongs to the identity, over its connections). With only one eligible identity (or
+ * owner) connected, a task that must be replicated is recomputed on the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
  * shapes only (benchmarks).
  *
  * SPOT (for graphs whose outputs are all CONCAT, i.e. computed row by row: inference
