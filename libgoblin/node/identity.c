@@ -37,23 +37,23 @@ static int32_t fplist_find(const fplist *l, const char *fp) {
     return i >= 0 && strcmp(l->fp[i], fp) == 0 ? i : -1;
 }
 
-/* Add @p fp (owner @p owner) unless there; false: out of memory or a 64-bit collision. */
-static bool fplist_add(fplist *l, const char *fp, int32_t owner) {
+/* Add @p fp (owner @p owner) unless there: ENOMEM, or EINVAL for a 64-bit collision. */
+static goblin_err fplist_add(fplist *l, const char *fp, int32_t owner) {
     int32_t i = goblin__node_index_get(&l->ix, fp_key(fp));
     if (i >= 0) {
-        if (strcmp(l->fp[i], fp) != 0) return false;
+        if (strcmp(l->fp[i], fp) != 0) return GOBLIN_EINVAL;
         l->owner[i] = owner;
-        return true;
+        return GOBLIN_OK;
     }
     int64_t c = l->cap;
-    if (!goblin__node_grow((void **)&l->fp, &c, l->n + 1, sizeof *l->fp)) return false;
+    if (!goblin__node_grow((void **)&l->fp, &c, l->n + 1, sizeof *l->fp)) return GOBLIN_ENOMEM;
     c = l->cap;
-    if (!goblin__node_grow((void **)&l->owner, &c, l->n + 1, sizeof *l->owner)) return false;
+    if (!goblin__node_grow((void **)&l->owner, &c, l->n + 1, sizeof *l->owner)) return GOBLIN_ENOMEM;
     l->cap = (int32_t)c;
-    if (!goblin__node_index_put(&l->ix, fp_key(fp), l->n)) return false;
+    if (!goblin__node_index_put(&l->ix, fp_key(fp), l->n)) return GOBLIN_ENOMEM;
     memcpy(l->fp[l->n], fp, GOBLIN__WKEY_FP_HEX);
     l->owner[l->n++] = owner;
-    return true;
+    return GOBLIN_OK;
 }
 
 static void fplist_free(fplist *l) {
@@ -120,9 +120,11 @@ static goblin_err load_list(goblin_node *n, const char *path, const char *what, 
         if (!e && name)
             e = goblin__errf(msg, cap, GOBLIN_EINVAL, "%s %s line %lld: unexpected \"%.40s\"", what, path, (long long)no,
                              name);
-        if (!e && !fplist_add(l, fp, owner))
-            e = goblin__errf(msg, cap, GOBLIN_EINVAL, "%s %s line %lld: cannot add %s (out of memory or a "
-                             "colliding fingerprint)", what, path, (long long)no, fp);
+        goblin_err ae = e ? GOBLIN_OK : fplist_add(l, fp, owner);
+        if (ae == GOBLIN_ENOMEM) e = goblin__errf(msg, cap, GOBLIN_ENOMEM, "out of memory");
+        else if (ae)
+            e = goblin__errf(msg, cap, GOBLIN_EINVAL, "%s %s line %lld: %s collides with an earlier line in 64 bits",
+                             what, path, (long long)no, fp);
     }
     if (!e && ferror(f)) e = goblin__errf(msg, cap, GOBLIN_EINVAL, "cannot read the %s %s", what, path);
     fclose(f);
@@ -329,7 +331,7 @@ void goblin__node_identity_quarantine(goblin_node *n, int32_t id) {
     ident *r = &n->idents[id];
     bool added = fplist_find(&n->qlist, r->fp) < 0;
     r->quarantined = true;
-    if (!fplist_add(&n->qlist, r->fp, -1))
+    if (fplist_add(&n->qlist, r->fp, -1) != GOBLIN_OK) /* the record stays quarantined meanwhile */
         goblin__node_log(n, GOBLIN_LOG_ERROR, "out of memory recording the quarantine of %s", r->fp);
     if (r->owner >= 0) {
         /* The owner is caught: all of its identities go, known and connected or not. */

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "runtime_util.h"
+#include "testutil.h"
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
@@ -684,4 +685,71 @@ Test(identity, thousand_connections_leave_the_peer_table_empty) {
     wthread_end(&w);
     goblin__wkey_free(key);
     goblin_node_free(node);
+}
+
+/* ---- allocation failures ------------------------------------------------------------ */
+
+/* A node reading all three identity files and a worker loading its key: any allocation
+ * may fail; each fails with ENOMEM and frees what it had. */
+static goblin_err alloc_scenario(const char *dir, const char *allow, const char *owners, const char *qf) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.listen[0] = "inproc://identity-alloc";
+    np.n_listen = 1;
+    np.allow_identities_file = allow;
+    np.owners_file = owners;
+    np.quarantine_file = qf;
+    goblin_node *node = NULL;
+    goblin_err e = goblin_node_new(&node, &np);
+    if (e) return e;
+    goblin_node_free(node);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = "inproc://identity-alloc";
+    wp.n_connect = 1;
+    wp.config_dir = dir;
+    goblin_worker *w = NULL;
+    if ((e = goblin_worker_new(&w, &wp))) return e;
+    goblin_worker_free(w);
+    return GOBLIN_OK;
+}
+
+Test(identity, allocation_failures_are_clean) {
+    char dir[128], allow[200], owners[200], qf[200], text[1024];
+    temp_dir(dir);
+    snprintf(allow, sizeof allow, "%s/allow", dir);
+    snprintf(owners, sizeof owners, "%s/owners", dir);
+    snprintf(qf, sizeof qf, "%s/quarantine", dir);
+    /* the key exists first: the scenario loads it */
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = "inproc://identity-alloc";
+    wp.n_connect = 1;
+    wp.config_dir = dir;
+    goblin_worker *w = NULL;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
+    goblin_worker_free(w);
+    text[0] = 0;
+    for (int i = 0; i < 12; i++) {
+        char line[80];
+        snprintf(line, sizeof line, "%08x%056d owner%d\n", i + 1, 0, i % 3); /* distinct leading bits */
+        strcat(text, line);
+    }
+    write_text(owners, text);
+    write_text(allow, "0000000000000000000000000000000000000000000000000000000000000001\n");
+    write_text(qf, "0000000000000000000000000000000000000000000000000000000000000002\n");
+    gt_alloc_on();
+    int failures = 0;
+    for (long n = 0; n < 10000; n++) {
+        gt_alloc_fail_from(n);
+        goblin_err e = alloc_scenario(dir, allow, owners, qf);
+        cr_assert_eq(gt_allocs.live, 0, "allocation %ld failed: %ld blocks leaked", n, gt_allocs.live);
+        if (e == GOBLIN_OK) break;
+        cr_assert_eq(e, GOBLIN_ENOMEM, "allocation %ld failed: got %s", n, goblin_err_name(e));
+        failures++;
+    }
+    gt_alloc_fail_from(-1);
+    gt_alloc_off();
+    cr_assert_gt(failures, 10, "the scenario allocates in many places (%d)", failures);
+    rm_tree(dir);
 }
