@@ -264,6 +264,8 @@ static int32_t ident_record(goblin_node *n, const char *fp, char *why, size_t ca
     if (!goblin__node_index_put(&n->ident_ix, key, i)) {
         goblin__errf(why, cap, GOBLIN_ENOMEM, "out of memory");
         n->idents[i].used = false;
+        if (i == n->n_idents - 1 && n->n_idents < IDENT_MAX) n->n_idents--; /* not left unused */
+        n->st.identities_tracked = n->live_idents;
         return -1;
     }
     ident *r = &n->idents[i];
