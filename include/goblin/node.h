@@ -68,6 +68,21 @@ typedef struct goblin_node_params {
      * the node has heard nothing from for 3 x heartbeat_ms is dropped and its leases are
      * reissued (docs/runtime.md). 0 = off. Default 5000. */
     uint32_t heartbeat_ms;
+    /* Worker identities (docs/security.md, "Worker identities"). Every worker proves at
+     * HELLO that it holds the private key of its identity (the SHA-256 fingerprint of
+     * its public key, 64 hex digits). Paths are copied; each file is read by _new
+     * (GOBLIN_EINVAL with a log line for one that cannot be read or has a bad line);
+     * lines hold a fingerprint first, '#' starts a comment. */
+    /* Quarantined identities, one fingerprint a line: read by _new, rewritten (mode 0600,
+     * atomically) whenever an identity is quarantined, so a caught worker stays refused
+     * across reconnects and node restarts. Missing: none yet (made at the first
+     * quarantine). NULL: quarantine lasts while the node runs. The only state kept. */
+    const char *quarantine_file;
+    /* If set, only identities listed here (one fingerprint a line) are admitted. */
+    const char *allow_identities_file;
+    /* Lines "fingerprint owner": identities of one owner count as one worker (a replica
+     * never goes to the same owner) and are quarantined together. */
+    const char *owners_file;
 } goblin_node_params;
 
 GOBLIN_API void goblin_node_params_default(goblin_node_params *p);
@@ -183,15 +198,15 @@ GOBLIN_API void goblin_job_free(goblin_job *job);
  *           the submit fails with GOBLIN_EINVAL naming the output.
  *
  * Verification (docs/verification.md): REPLICATE runs a task on two workers of
- * different identity; bit-equal results are accepted at once, results that differ are
+ * different identity (and different owner, when owners_file names owners); bit-equal results are accepted at once, results that differ are
  * decided by recomputing the task on the node (a worker whose result disagrees with the
  * node's beyond the ops' numeric contracts is caught: result rejected, worker
  * quarantined, its unreplicated results in running jobs recomputed). Adaptive trust:
  * a worker's tasks are replicated with probability
  *     max(min_replication, 1 / (1 + accepted_agreements / trust_halflife)),
- * so a new worker is always replicated and never drops below min_replication. With
- * only one eligible worker connected, a task that must be replicated is recomputed on
- * the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
+ * so a new worker is always replicated and never drops below min_replication (trust
+ * belongs to the identity, over its connections). With only one eligible identity (or
+ * owner) connected, a task that must be replicated is recomputed on the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
  * shapes only (benchmarks).
  *
  * SPOT (for graphs whose outputs are all CONCAT, i.e. computed row by row: inference
@@ -282,7 +297,8 @@ typedef struct goblin_node_stats {
     int64_t rechecked;         /* earlier accepted results re-verified after a quarantine */
     int64_t recheck_failed;    /* of which failed and were recomputed */
     int64_t peers_dropped;     /* connections closed for protocol violations */
-    int64_t workers_refused;   /* HELLOs refused (version, token) */
+    int64_t workers_refused;   /* HELLOs refused (version, token, identity proof, allow list,
+                                  quarantined identity) */
     int64_t workers_connected; /* currently */
     int64_t workers_quarantined;
     int64_t workers_seen;      /* ever said HELLO; index range of goblin_node_worker_stats */
@@ -306,6 +322,9 @@ typedef struct goblin_node_stats {
                                   thread and the Freivalds checks' second threads
                                   (verify_threads); not a recomputation's other BLIS
                                   threads (recompute_threads) */
+    int64_t peers_tracked;     /* entries of the peer table now: connected peers and gone ones
+                                  whose leases have not ended yet (bounded: freed after) */
+    int64_t identities_tracked;/* identity records now (at most 4096) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);
@@ -316,9 +335,13 @@ typedef struct goblin_node_worker_stats {
     int32_t threads;
     uint64_t memory_bytes;
     int64_t issued, accepted, rejected, failed_leases;
+    char identity[65]; /* the worker's identity (SHA-256 of its public key, hex) */
+    char owner[64];    /* its owner from owners_file, or "" */
 } goblin_node_worker_stats;
 
-/** Counters of worker @p i (0 .. workers_seen - 1, in HELLO order). GOBLIN_EINDEX. */
+/** Counters of worker @p i, in HELLO order among the peers the node still tracks
+ *  (connected ones, and gone ones until their leases end: fewer than workers_seen once
+ *  workers have left). GOBLIN_EINDEX past the last. */
 GOBLIN_API goblin_err goblin_node_worker_stats_get(goblin_node *node, int64_t i,
                                                    goblin_node_worker_stats *out);
 

@@ -16,9 +16,9 @@
  * an op's semantics, attributes or numeric contract change. */
 #define GOBLIN_CATALOG_VERSION 4
 
-/* The version of the node/worker/client protocols (docs/wire-protocol.md): peers
- * must speak exactly this one (protocol 1.1, batches, is negotiated in HELLO and
- * does not change it). */
-#define GOBLIN_PROTOCOL_VERSION 1
+/* The version of the node/worker protocol (docs/wire-protocol.md): peers must speak
+ * exactly this one (batches are negotiated in HELLO and do not change it). 2: workers
+ * prove their identity (CHALLENGE, PROOF) before HELLO_ACK. */
+#define GOBLIN_PROTOCOL_VERSION 2
 
 #endif

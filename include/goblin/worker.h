@@ -48,13 +48,24 @@ typedef struct goblin_worker_params {
     const char *tls_ca_file;
     const char *tls_fingerprint;
     const char *tls_server_name;
+    /* The directory of this installation's identity key (copied; docs/security.md,
+     * "Worker identities"): worker_key.pem there is loaded, or made (mode 0600, the
+     * directory 0700) on first start; the only file a worker writes. NULL: a fresh key
+     * in memory for this worker object only (in-process workers, tests). */
+    const char *config_dir;
 } goblin_worker_params;
 
 GOBLIN_API void goblin_worker_params_default(goblin_worker_params *p);
 
 typedef struct goblin_worker goblin_worker;
 
+/** Create a worker; its identity key is loaded or made here. @p p copied; *out only on
+ *  success. GOBLIN_EINVAL; GOBLIN_EIO / GOBLIN_EFORMAT for a config_dir whose key cannot
+ *  be made or read (logged); GOBLIN_ENOMEM. */
 GOBLIN_API goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p);
+/** The worker's identity: the SHA-256 fingerprint of its public key, 64 lowercase hex
+ *  digits (valid until goblin_worker_free; "" for NULL). */
+GOBLIN_API const char *goblin_worker_identity(const goblin_worker *w);
 /** Dial out and serve until goblin_worker_stop (GOBLIN_OK), a node REFUSEs the worker
  *  (its reason, e.g. GOBLIN_EVERSION or GOBLIN_EAUTH, logged) or, under fault
  *  injection (testctrl.h), a CRASH (GOBLIN_ECLOSED).

@@ -88,6 +88,20 @@ int goblin__tls_pk_check_pair(const mbedtls_pk_context *pub, const mbedtls_pk_co
 #endif
 }
 
+int goblin__tls_pk_sign(mbedtls_pk_context *pk, const uint8_t hash[32], unsigned char *sig, size_t cap,
+                        size_t *len, goblin__tls_rng *r) {
+#if MBEDTLS_VERSION_NUMBER >= 0x03000000
+    return mbedtls_pk_sign(pk, MBEDTLS_MD_SHA256, hash, 32, sig, cap, len, mbedtls_ctr_drbg_random, &r->drbg);
+#else
+    /* 2.28 writes at most MBEDTLS_PK_SIGNATURE_MAX_SIZE with no size argument. */
+    unsigned char tmp[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
+    int rc = mbedtls_pk_sign(pk, MBEDTLS_MD_SHA256, hash, 32, tmp, len, mbedtls_ctr_drbg_random, &r->drbg);
+    if (rc == 0 && *len > cap) rc = MBEDTLS_ERR_PK_BAD_INPUT_DATA;
+    if (rc == 0) memcpy(sig, tmp, *len);
+    return rc;
+#endif
+}
+
 int goblin__tls_crt_set_serial(mbedtls_x509write_cert *crt, const unsigned char *bytes, size_t n) {
 #if MBEDTLS_VERSION_NUMBER >= 0x03040000
     return mbedtls_x509write_crt_set_serial_raw(crt, (unsigned char *)bytes, n);

@@ -39,6 +39,9 @@ int goblin__tls_pk_parse(mbedtls_pk_context *pk, const unsigned char *buf, size_
 /** mbedtls_pk_check_pair: does private key @p prv belong to public key @p pub? */
 int goblin__tls_pk_check_pair(const mbedtls_pk_context *pub, const mbedtls_pk_context *prv,
                               goblin__tls_rng *r);
+/** mbedtls_pk_sign of SHA-256 digest @p hash into @p sig (@p cap bytes), its length *@p len. */
+int goblin__tls_pk_sign(mbedtls_pk_context *pk, const uint8_t hash[32], unsigned char *sig, size_t cap,
+                        size_t *len, goblin__tls_rng *r);
 /** The serial number of a certificate being written, from @p n big-endian bytes. */
 int goblin__tls_crt_set_serial(mbedtls_x509write_cert *crt, const unsigned char *bytes, size_t n);
 

@@ -170,7 +170,7 @@ static bool dns_name_ok(const char *s) {
 }
 
 /* mkdir -p with mode 0700 for what it creates. */
-static goblin_err make_dirs(const char *dir, char *msg, size_t cap) {
+goblin_err goblin__tls_make_dirs(const char *dir, char *msg, size_t cap) {
     size_t n = strlen(dir);
     char *p = goblin__alloc(n + 1);
     if (!p) return goblin__errf(msg, cap, GOBLIN_ENOMEM, "out of memory");
@@ -210,8 +210,8 @@ static bool write_all(int fd, const void *buf, size_t n) {
 /* Write @p data to @p path with @p mode. Without force the file must not exist
  * (O_EXCL: no window for a race). With force it goes to a temporary name first and is
  * renamed over the old file, so readers never see a partial file. */
-static goblin_err write_file(const char *path, const void *data, size_t n, mode_t mode,
-                             bool force, char *msg, size_t cap) {
+goblin_err goblin__tls_write_file(const char *path, const void *data, size_t n, mode_t mode,
+                                  bool force, char *msg, size_t cap) {
     char tmp[GOBLIN_TLS_PATH_MAX + 32];
     const char *target = path;
     if (force) {
@@ -428,7 +428,7 @@ goblin_err goblin_tls_init_dir(const char *dir, const goblin_tls_init_params *pa
             }
         }
     }
-    if ((e = make_dirs(dir, msg, cap))) goto out_id;
+    if ((e = goblin__tls_make_dirs(dir, msg, cap))) goto out_id;
 
     goblin__tls_rng r;
     int rc = goblin__tls_rng_init(&r);
@@ -454,9 +454,9 @@ goblin_err goblin_tls_init_dir(const char *dir, const goblin_tls_init_params *pa
 
     size_t key_len = strlen(key_pem);
     /* Key first: a directory never holds a certificate without its key. */
-    if ((e = write_file(id->key_path, key_pem, key_len, 0600, params->force, msg, cap)))
+    if ((e = goblin__tls_write_file(id->key_path, key_pem, key_len, 0600, params->force, msg, cap)))
         goto out_gen;
-    if ((e = write_file(id->cert_path, cert_pem, cert_pem_len, 0644, params->force, msg, cap))) {
+    if ((e = goblin__tls_write_file(id->cert_path, cert_pem, cert_pem_len, 0644, params->force, msg, cap))) {
         if (!params->force) unlink(id->key_path); /* ours: created just above */
         goto out_gen;
     }

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/types.h>
+
 #include <goblin/error.h>
 #include <mbedtls/x509_crt.h>
 
@@ -32,5 +34,13 @@ goblin_err goblin__tls_load_certs(const char *path, mbedtls_x509_crt *crt, char 
  *  the leaf's fingerprint into @p fp. */
 goblin_err goblin__tls_load_pair(const char *cert_file, const char *key_file, char **chain_pem,
                                  char **key_pem, uint8_t fp[32], char *msg, size_t cap);
+
+/** mkdir -p @p dir, mode 0700 for what it creates. EIO, ENOMEM. */
+goblin_err goblin__tls_make_dirs(const char *dir, char *msg, size_t cap);
+/** Write @p n bytes to @p path with exactly @p mode (umask ignored), fsynced. Without
+ *  @p force the file must not exist (O_EXCL: EBUSY); with it, a temporary file is
+ *  renamed over the old one. EIO, ELIMIT. */
+goblin_err goblin__tls_write_file(const char *path, const void *data, size_t n, mode_t mode,
+                                  bool force, char *msg, size_t cap);
 
 #endif

@@ -237,7 +237,7 @@ void goblin__node_graph_task_accept(goblin_node *n, goblin_job *j, int64_t ti, v
         if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
     t->n_leases = 0;
     t->state = T_DONE;
-    t->accepted_peer = by;
+    goblin__node_task_set_by(n, t, by);
     t->replicated = replicated;
     goblin__node_free_bufs(&t->held, j->g->n_out);
     t->holder = 0;

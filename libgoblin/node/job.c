@@ -71,7 +71,7 @@ static void job_progress_cb(goblin_job *j) {
 void goblin__node_task_settle(goblin_node *n, goblin_job *j, int64_t ti, uint8_t state, int32_t by) {
     task *t = &j->tasks[ti];
     t->state = state;
-    t->accepted_peer = by;
+    goblin__node_task_set_by(n, t, by);
     /* n_leases counts the task's live leases, the one answered included (already
      * removed by the caller, or by recheck/escalation paths that hold none): only a
      * task with another live lease (a speculative duplicate) has any to mark. */

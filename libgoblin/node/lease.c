@@ -11,6 +11,8 @@
 /* ---- leases --------------------------------------------------------------------- */
 
 void goblin__node_remove_lease(goblin_node *n, int64_t li) {
+    int32_t pi = n->leases[li].peer;
+    if (pi >= 0 && pi < n->n_peers && n->peers[pi].n_leases > 0) n->peers[pi].n_leases--;
     n->leases[li] = n->leases[--n->n_leases];
 }
 
@@ -187,6 +189,7 @@ bool goblin__node_send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t p
     int64_t now = goblin__now_ms();
     n->leases[n->n_leases++] = (lease){.id = lid, .msg = mid, .job = j, .task = ti, .peer = pi,
                                        .deadline_ms = now + n->p.lease_ms};
+    p->n_leases++;
     task *tk = &j->tasks[ti];
     tk->state = T_LEASED;
     tk->n_leases++;
@@ -196,6 +199,6 @@ bool goblin__node_send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t p
     n->st.tasks_issued++;
     if (speculative) n->st.tasks_speculative++;
     if (j->kind == JOB_GRAPH && tk->holder) n->st.replicas_issued++;
-    goblin__node_decide_replication(j, ti, p);
+    goblin__node_decide_replication(n, j, ti, pi);
     return true;
 }

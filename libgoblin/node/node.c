@@ -121,10 +121,34 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
         n->p.listen[i] = n->urls[i];
     }
     n->p.cert_file = n->p.key_file = n->p.token_file = NULL;
+    n->p.quarantine_file = n->p.allow_identities_file = n->p.owners_file = NULL;
     if ((p->cert_file && !(n->cert_file = goblin__strdup(p->cert_file))) ||
         (p->key_file && !(n->key_file = goblin__strdup(p->key_file))) ||
-        (p->token_file && !(n->token_file = goblin__strdup(p->token_file))))
+        (p->token_file && !(n->token_file = goblin__strdup(p->token_file))) ||
+        (p->quarantine_file && !(n->quarantine_file = goblin__strdup(p->quarantine_file))) ||
+        (p->allow_identities_file && !(n->allow_file = goblin__strdup(p->allow_identities_file))) ||
+        (p->owners_file && !(n->owners_file = goblin__strdup(p->owners_file))))
         goto nomem;
+    n->p.quarantine_file = n->quarantine_file;
+    n->p.allow_identities_file = n->allow_file;
+    n->p.owners_file = n->owners_file;
+    {
+        char why[512] = "";
+        goblin_err ie = goblin__node_identity_load(n, why, sizeof why);
+        if (ie) {
+            plog(p, GOBLIN_LOG_ERROR, "worker identities: %s", why);
+            goblin__node_identity_free(n);
+            for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
+            goblin__free(n->cert_file);
+            goblin__free(n->key_file);
+            goblin__free(n->token_file);
+            goblin__free(n->quarantine_file);
+            goblin__free(n->allow_file);
+            goblin__free(n->owners_file);
+            goblin__free(n);
+            return ie;
+        }
+    }
     n->p.token_file = n->token_file;
     n->p.cert_file = n->cert_file;
     n->p.key_file = n->key_file;
@@ -156,10 +180,15 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     *out = n;
     return GOBLIN_OK;
 nomem:
+    goblin__node_identity_free(n);
     for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
     goblin__free(n->cert_file);
     goblin__free(n->key_file);
     goblin__free(n->token_file);
+    goblin__free(n->quarantine_file);
+    goblin__free(n->allow_file);
+    goblin__free(n->owners_file);
+    goblin__free(n->token);
     goblin__free(n);
     return GOBLIN_ENOMEM;
 }
@@ -178,6 +207,8 @@ static void pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     pthread_mutex_unlock(&n->ev_mu);
 }
 
+#define HANDSHAKE_MS 15000 /* the least time from a peer's first message to its PROOF */
+
 static void housekeeping(goblin_node *n) {
     pthread_mutex_lock(&n->ev_mu);
     int32_t ne = n->n_ev;
@@ -193,12 +224,12 @@ static void housekeeping(goblin_node *n) {
         int32_t pi = goblin__node_find_peer(n, ev[k]);
         if (pi < 0) continue;
         peer *p = &n->peers[pi];
-        p->connected = false;
         if (p->hello && p->counted) {
             n->st.workers_connected--;
             p->counted = false;
             goblin__node_log(n, GOBLIN_LOG_INFO, "worker %llu disconnected", (unsigned long long)p->session_id);
         }
+        goblin__node_peer_gone(n, pi);
         goblin__node_fail_peer_leases(n, pi, true, GOBLIN_ECLOSED, "worker disconnected");
     }
     int64_t now = goblin__now_ms();
@@ -229,11 +260,18 @@ static void housekeeping(goblin_node *n) {
     }
     for (int32_t i = 0; i < n->n_peers; i++) {
         peer *p = &n->peers[i];
+        /* A connection that began a HELLO and never finished its proof holds a slot: it
+         * gets HANDSHAKE_MS, or a worker's allowed silence if longer. */
+        int64_t grace = 3 * (int64_t)n->p.heartbeat_ms > HANDSHAKE_MS ? 3 * (int64_t)n->p.heartbeat_ms : HANDSHAKE_MS;
+        if (p->connected && !p->hello && !p->close_at_ms && p->last_heard_ms && now - p->last_heard_ms > grace)
+            goblin__node_drop_peer(n, i, "no identity proof after HELLO");
         if (p->connected && p->close_at_ms && p->close_at_ms <= now) {
-            p->connected = false;
-            nng_pipe_close(p->pipe);
+            nng_pipe pp = p->pipe;
+            goblin__node_peer_gone(n, i);
+            nng_pipe_close(pp);
         }
     }
+    goblin__node_reap_peers(n);
 }
 
 /* Wake node_main now (callable from any thread). */
@@ -345,7 +383,11 @@ void goblin_node_free(goblin_node *n) {
     goblin__free(n->cert_file);
     goblin__free(n->key_file);
     goblin__free(n->token_file);
-    goblin__free(n->peers);
+    goblin__free(n->quarantine_file);
+    goblin__free(n->allow_file);
+    goblin__free(n->owners_file);
+    goblin__node_peers_free(n);
+    goblin__node_identity_free(n);
     goblin__free(n->leases);
     goblin__free(n->ready);
     goblin__free(n->jobs);

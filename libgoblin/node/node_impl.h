@@ -20,7 +20,16 @@
  *   trust.c: adaptive trust: the rate of checks a worker's agreements earn
  *   spot.c: SPOT: a few secret rows of a chunk recomputed on the node
  *   replica.c: a graph job's RESULT judged; REPLICATE: two workers' results compared
- *   quarantine.c: a caught worker quarantined, its accepted results rechecked */
+ *   quarantine.c: a caught worker quarantined, its accepted results rechecked
+ *   identity.c: worker identities (the proof at HELLO), owners, the allow list and
+ *               the quarantine file; the per-identity record (trust, quarantine)
+ *   index.c: small hash maps from pipe, session or identity to a table slot
+ *
+ * Peers and identities: a peer is one connection (its pipe, session, leases, what it
+ * caches); its slot is freed once it is gone and no lease names it, and reused. An
+ * identity (the SHA-256 of a worker's public key) is what trust, quarantine and the
+ * independence of replicas are about; its record outlives the peer. Tasks name the
+ * worker of a result by session and identity serial (never reused), not by slot. */
 #ifndef GOBLIN__NODE_IMPL_H
 #define GOBLIN__NODE_IMPL_H
 
@@ -38,6 +47,7 @@
 #include "proto/wire.h"
 #include "graph/hoist.h"
 #include "net/share.h"
+#include "net/worker_key.h"
 
 #define PANEL_MEMO 32     /* matmul panel ids remembered per worker and kind (A, B) */
 #define GID_MEMO 160      /* graph-job input ids remembered per worker (a captured model's
@@ -62,6 +72,47 @@ _Static_assert(GID_MEMO % PANEL_MEMO == 0 && 2 * PANEL_MEMO + GID_MEMO < 256, "w
 #define BATCH_TASK_BYTES ((size_t)64 << 10)
 
 
+/* ---- index.c: hash maps from a 64-bit key to a slot -------------------------------- */
+
+typedef struct goblin__node_index {
+    uint64_t *keys;
+    int32_t *vals; /* slot, or -1 empty, -2 deleted */
+    uint32_t cap, used, tombs;
+} goblin__node_index;
+
+/** Map @p key to @p val (>= 0), replacing any mapping; false: out of memory. */
+bool goblin__node_index_put(goblin__node_index *x, uint64_t key, int32_t val);
+/** The slot of @p key, or -1. */
+int32_t goblin__node_index_get(const goblin__node_index *x, uint64_t key);
+void goblin__node_index_del(goblin__node_index *x, uint64_t key);
+void goblin__node_index_free(goblin__node_index *x);
+
+/* ---- identity.c: identities, owners, allow list, quarantine file ------------------ */
+
+#define IDENT_MAX 4096 /* identity records kept; the least recently seen unconnected one
+                          goes when a new identity needs a record (its trust restarts) */
+
+/* The record of one worker identity. */
+typedef struct ident {
+    bool used;
+    bool quarantined;
+    char fp[GOBLIN__WKEY_FP_HEX];
+    int32_t owner;       /* index into the owners' names, -1: none known */
+    uint64_t serial;     /* never reused; 0: none */
+    int64_t agreements;  /* checked results that agreed (adaptive trust) */
+    int32_t connected;   /* peers of this identity admitted and connected */
+    int64_t last_seen_ms;
+} ident;
+
+/* A list of fingerprints read from a file (allow list, owners, quarantine), each with
+ * an owner index (owners file) or -1. */
+typedef struct fplist {
+    char (*fp)[GOBLIN__WKEY_FP_HEX];
+    int32_t *owner;
+    int32_t n, cap;
+    goblin__node_index ix;
+} fplist;
+
 /* T_HELD: a matmul tile whose result is in C, waiting for the check of its whole row
  * panel (row_panel_check); neither leased again nor done until then. */
 enum { T_PENDING = 0, T_LEASED = 1, T_DONE = 2, T_HELD = 3 };
@@ -70,7 +121,15 @@ typedef struct peer {
     nng_pipe pipe;
     uint32_t pipe_id;
     uint64_t session_id;
+    bool used;       /* the slot holds a peer (freed slots are reused) */
     bool connected, hello, quarantined, counted;
+    bool challenged; /* HELLO answered with a CHALLENGE; PROOF awaited */
+    int32_t ident;   /* index into node->idents once admitted, else -1 */
+    int32_t n_leases; /* leases naming this peer: the slot is not freed before they end */
+    bool gone;       /* on node->gone, to be freed */
+    uint64_t hello_rid;
+    uint8_t nonce[GOBLIN__WKEY_NONCE_BYTES];
+    uint8_t hello_hash[32];
     int64_t close_at_ms;
     int32_t threads;
     uint64_t memory;
@@ -89,7 +148,6 @@ typedef struct peer {
                          HELLO does not say how big the worker's cache is */
     uint64_t gids[GID_MEMO]; /* graph jobs: cache ids of broadcast inputs it holds */
     int32_t gnext;
-    int64_t agreements; /* replicated results that agreed (adaptive trust) */
     int64_t last_heard_ms; /* any message from the peer */
     bool ready; /* in node->ready (schedule) */
 } peer;
@@ -98,7 +156,8 @@ typedef struct task {
     uint8_t state;
     uint8_t n_leases;
     int32_t attempts;
-    int32_t accepted_peer; /* peer index, -1: the node computed it */
+    /* who gave the accepted (or held) result: its session and identity serial; 0: the node */
+    uint64_t by_session, by_ident;
     int64_t leased_at_ms;
     void *partial;         /* split-K partial tile (contiguous rows x cols) until summed */
     /* graph jobs */
@@ -112,7 +171,7 @@ typedef struct task {
      * worker spot_peer is checked (spot_state), and for a checked task its secret rows
      * spot_idx[spot_k] (sorted) with their outputs as the node computed them. */
     uint8_t spot_state;
-    int32_t spot_peer;
+    uint64_t spot_session;
     int64_t *spot_idx;
     void **spot_mine;
 } task;
@@ -228,8 +287,22 @@ struct goblin_node {
      * (a job submitted or canceled, a stop) instead of at its 10 ms timeout. -1: none. */
     int wake_rd, wake_wr;
     goblin__wire_limits limits;
+    /* Peer slots [0, n_peers): used ones, and freed ones on free_peers for reuse. */
     peer *peers;
     int32_t n_peers, cap_peers;
+    int32_t *free_peers, n_free, cap_free;
+    int32_t *gone, n_gone, cap_gone; /* disconnected peers waiting for their leases to end */
+    int32_t live_peers;              /* used slots (goblin_node_stats.peers_tracked) */
+    goblin__node_index by_pipe, by_session;
+    /* identities (identity.c) */
+    ident *idents;
+    int32_t n_idents, cap_idents, live_idents;
+    goblin__node_index ident_ix;
+    uint64_t next_ident_serial;
+    fplist allow, owners, qlist;     /* allow list, owners, quarantined identities */
+    char **owner_names;
+    int32_t n_owner_names;
+    char *quarantine_file, *allow_file, *owners_file; /* copies behind p.* */
     /* Peers that may take a task (schedule): added when a message comes from one or
      * one of its leases ends, dropped once it cannot take more; every housekeeping
      * tick adds all eligible peers. With hundreds of workers, a pass over all of them
@@ -293,6 +366,15 @@ void goblin__node_wake(goblin_node *n);
 
 /** The index of the connected peer on pipe @p pipe_id, or -1. */
 int32_t goblin__node_find_peer(goblin_node *n, uint32_t pipe_id);
+/** The index of the peer of session @p sid (still in the table), or -1. */
+int32_t goblin__node_find_session(goblin_node *n, uint64_t sid);
+/** Peer @p pi is no longer connected: its pipe forgotten, its identity's count, its held
+ *  results dropped; its slot is freed by reap_peers once no lease names it. */
+void goblin__node_peer_gone(goblin_node *n, int32_t pi);
+/** Free the slots of gone peers that no lease names any more. */
+void goblin__node_reap_peers(goblin_node *n);
+/** Free the peer table (node_free). */
+void goblin__node_peers_free(goblin_node *n);
 /** Can peer @p k take tasks (connected, said HELLO, neither quarantined nor refused)? */
 bool goblin__node_peer_eligible(const goblin_node *n, int32_t k);
 /** Does peer @p p hold matmul panel @p id of @p kind (0: A, 1: B), as far as the node knows? */
@@ -389,9 +471,9 @@ goblin_err goblin__node_check_tile(goblin_node *n, goblin_job *j, int64_t ti, bo
 void goblin__node_prepare_ahead(goblin_node *n);
 /** Task @p ti's result (from peer @p by) goes into C, to be judged with its row panel. */
 void goblin__node_task_hold(goblin_node *n, goblin_job *j, int64_t ti, const void *data, int32_t by);
-/** Quarantined peer @p pi's results waiting for their row panel's check are dropped, the tasks
- * leased again. */
-void goblin__node_drop_held_tiles(goblin_node *n, int32_t pi);
+/** The results of identity serial @p by_ident waiting for their row panel's check are dropped,
+ * the tasks leased again. */
+void goblin__node_drop_held_tiles(goblin_node *n, uint64_t by_ident);
 
 /* ---- stats.c -------------------------------------------------------------------- */
 
@@ -439,14 +521,43 @@ void goblin__node_graph_decide(goblin_node *n, goblin_job *j, int64_t ti, int32_
 /** Combine the reduction outputs over the chunks, in chunk order. */
 goblin_err goblin__node_graph_combine(goblin_job *j);
 
+/* ---- identity.c ----------------------------------------------------------------- */
+
+/** Read the allow list, owners and quarantine files of the node's params; EINVAL with
+ *  a message for a file that cannot be read or has a bad line. */
+goblin_err goblin__node_identity_load(goblin_node *n, char *msg, size_t cap);
+/** Free what identity_load and the records hold. */
+void goblin__node_identity_free(goblin_node *n);
+/** HELLO from peer @p pi (its bytes @p hello): remember them and send a CHALLENGE. */
+void goblin__node_identity_challenge(goblin_node *n, int32_t pi, const uint8_t *hello, size_t len);
+/** PROOF from peer @p pi: check the signature, the allow list and the quarantine, and
+ *  bind the peer to its identity's record. GOBLIN_EAUTH (or ENOMEM) with a reason for
+ *  the REFUSE and the log in (why, cap). */
+goblin_err goblin__node_identity_admit(goblin_node *n, int32_t pi, const goblin__wire_proof *pf, char *why,
+                                       size_t cap);
+/** The identity record of peer @p pi, or NULL (not admitted). */
+ident *goblin__node_peer_ident(const goblin_node *n, int32_t pi);
+/** Do identities @p a and @p b (record indices) count as one party (the same identity, or
+ *  the same owner)? */
+bool goblin__node_ident_same_party(const goblin_node *n, int32_t a, int32_t b);
+/** Do peers @p a and @p b count as one party? */
+bool goblin__node_same_party(const goblin_node *n, int32_t a, int32_t b);
+/** The record of identity serial @p serial, or -1. */
+int32_t goblin__node_ident_by_serial(const goblin_node *n, uint64_t serial);
+/** Record identity @p id (and every identity of its owner) as quarantined, in memory
+ *  and in the quarantine file. */
+void goblin__node_identity_quarantine(goblin_node *n, int32_t id);
+
 /* ---- trust.c -------------------------------------------------------------------- */
 
 /** A uniform double in [0, 1) from the node's secret random source. */
 double goblin__node_rand_u01(void);
-/** REPLICATE graph jobs: decide, at the first lease to peer @p p, whether task @p ti runs twice. */
-void goblin__node_decide_replication(goblin_job *j, int64_t ti, const peer *p);
-/** The share of peer @p p's SPOT results that are checked. */
-double goblin__node_spot_rate(const gjob *G, const peer *p);
+/** REPLICATE graph jobs: decide, at the first lease to peer @p pi, whether task @p ti runs twice. */
+void goblin__node_decide_replication(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi);
+/** The share of peer @p pi's SPOT results that are checked (its identity's trust). */
+double goblin__node_spot_rate(const goblin_node *n, const gjob *G, int32_t pi);
+/** Name peer @p by (-1: the node) as the giver of task @p t's result. */
+void goblin__node_task_set_by(const goblin_node *n, task *t, int32_t by);
 /** Count a rejected result of task @p ti from peer @p pi (reason @p why) and log it. */
 void goblin__node_count_reject(goblin_node *n, int32_t pi, int64_t ti, goblin_verify_reason why);
 /** Count an accepted result from peer @p pi; @p agreed: it was checked and agreed (trust). */
@@ -473,8 +584,10 @@ void goblin__node_drop_held(goblin_node *n, int32_t pi);
 
 /* ---- quarantine.c --------------------------------------------------------------- */
 
-/** Quarantine peer @p pi (a wrong result): no more tasks, its held results dropped, its accepted
- * ones rechecked. */
+/** Quarantine peer @p pi's identity (a wrong result; with its owner's other identities): its
+ * peers get no more tasks, their held results are dropped, accepted ones rechecked. */
 void goblin__node_quarantine(goblin_node *n, int32_t pi);
+/** As goblin__node_quarantine, for identity record @p id (its peer may be gone). */
+void goblin__node_quarantine_identity(goblin_node *n, int32_t id);
 
 #endif

@@ -1,11 +1,14 @@
-/* libgoblin/node/peer.c - the peer protocol: the peer table, HELLO (catalogue, join
- * token) or REFUSE, the messages of a worker dispatched (batches of them included), and
- * what each worker is believed to cache (matmul panels, graph-job inputs). */
+/* libgoblin/node/peer.c - the peer protocol: the peer table (slots freed once a peer
+ * is gone and no lease names it, found by pipe and by session through hash maps), HELLO
+ * (catalogue, join token), the identity proof (CHALLENGE, PROOF: identity.c) and
+ * HELLO_ACK or REFUSE, the messages of a worker dispatched (batches of them included),
+ * and what each worker is believed to cache (matmul panels, graph-job inputs). */
 #include "node_impl.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/clock.h"
 #include "goblin/ops.h"
 #include "goblin/tls.h"
@@ -17,14 +20,107 @@
 /* ---- the peer table ------------------------------------------------------------- */
 
 int32_t goblin__node_find_peer(goblin_node *n, uint32_t pipe_id) {
-    for (int32_t i = n->n_peers - 1; i >= 0; i--)
-        if (n->peers[i].pipe_id == pipe_id && n->peers[i].connected) return i;
-    return -1;
+    int32_t i = goblin__node_index_get(&n->by_pipe, pipe_id);
+    return i >= 0 && n->peers[i].connected && n->peers[i].pipe_id == pipe_id ? i : -1;
+}
+
+int32_t goblin__node_find_session(goblin_node *n, uint64_t sid) {
+    if (!sid) return -1;
+    int32_t i = goblin__node_index_get(&n->by_session, sid);
+    return i >= 0 && n->peers[i].used && n->peers[i].session_id == sid ? i : -1;
 }
 
 bool goblin__node_peer_eligible(const goblin_node *n, int32_t k) {
     const peer *q = &n->peers[k];
     return q->connected && q->hello && !q->quarantined && !q->close_at_ms;
+}
+
+static bool push_slot(int32_t **arr, int32_t *len, int32_t *cap, int32_t v) {
+    int64_t c = *cap;
+    if (!goblin__node_grow((void **)arr, &c, *len + 1, sizeof(int32_t))) return false;
+    *cap = (int32_t)c;
+    (*arr)[(*len)++] = v;
+    return true;
+}
+
+/* A slot for a new peer on pipe @p pp: a freed one, else a new one; -1: out of memory. */
+static int32_t peer_new(goblin_node *n, nng_pipe pp) {
+    int32_t pi;
+    /* Room on the lists a slot may go on later, made now: freeing never fails. */
+    int64_t c = n->cap_free;
+    if (!goblin__node_grow((void **)&n->free_peers, &c, n->n_peers + 1, sizeof(int32_t))) return -1;
+    n->cap_free = (int32_t)c;
+    c = n->cap_gone;
+    if (!goblin__node_grow((void **)&n->gone, &c, n->n_peers + 1, sizeof(int32_t))) return -1;
+    n->cap_gone = (int32_t)c;
+    if (n->n_free > 0) {
+        pi = n->free_peers[--n->n_free];
+    } else {
+        c = n->cap_peers;
+        if (!goblin__node_grow((void **)&n->peers, &c, n->n_peers + 1, sizeof(peer))) return -1;
+        n->cap_peers = (int32_t)c;
+        pi = n->n_peers++;
+    }
+    peer *p = &n->peers[pi];
+    memset(p, 0, sizeof *p);
+    if (!goblin__node_index_put(&n->by_pipe, nng_pipe_id(pp), pi)) {
+        push_slot(&n->free_peers, &n->n_free, &n->cap_free, pi);
+        return -1;
+    }
+    p->used = true;
+    p->pipe = pp;
+    p->pipe_id = nng_pipe_id(pp);
+    p->connected = true;
+    p->ident = -1;
+    n->live_peers++;
+    n->st.peers_tracked = n->live_peers;
+    return pi;
+}
+
+void goblin__node_peer_gone(goblin_node *n, int32_t pi) {
+    peer *p = &n->peers[pi];
+    if (!p->used || !p->connected) return;
+    p->connected = false;
+    goblin__node_index_del(&n->by_pipe, p->pipe_id);
+    ident *id = goblin__node_peer_ident(n, pi);
+    if (id && id->connected > 0) id->connected--;
+    /* A result held for its replica names this slot: dropped, the task runs again. */
+    goblin__node_drop_held(n, pi);
+    if (!p->gone) {
+        p->gone = true;
+        n->gone[n->n_gone++] = pi; /* room made by peer_new */
+    }
+}
+
+void goblin__node_reap_peers(goblin_node *n) {
+    for (int32_t k = n->n_gone - 1; k >= 0; k--) {
+        int32_t pi = n->gone[k];
+        peer *p = &n->peers[pi];
+        if (p->n_leases > 0 || n->bpeer == pi) continue;
+        if (p->ready)
+            for (int32_t r = 0; r < n->n_ready; r++)
+                if (n->ready[r] == pi) {
+                    n->ready[r] = n->ready[--n->n_ready];
+                    break;
+                }
+        if (p->session_id) goblin__node_index_del(&n->by_session, p->session_id);
+        memset(p, 0, sizeof *p);
+        p->ident = -1;
+        n->gone[k] = n->gone[--n->n_gone];
+        n->free_peers[n->n_free++] = pi; /* room made by peer_new */
+        n->live_peers--;
+    }
+    n->st.peers_tracked = n->live_peers;
+}
+
+void goblin__node_peers_free(goblin_node *n) {
+    goblin__free(n->peers);
+    goblin__free(n->free_peers);
+    goblin__free(n->gone);
+    goblin__node_index_free(&n->by_pipe);
+    goblin__node_index_free(&n->by_session);
+    n->peers = NULL;
+    n->n_peers = n->cap_peers = 0;
 }
 
 /* ---- what a worker is believed to cache: matmul panels, graph-job inputs -------- */
@@ -84,13 +180,14 @@ void goblin__node_drop_peer(goblin_node *n, int32_t pi, const char *why) {
     goblin__node_log(n, GOBLIN_LOG_WARN, "dropping peer %u (session %llu): %s", (unsigned)p->pipe_id,
                      (unsigned long long)p->session_id, why);
     n->st.peers_dropped++;
-    p->connected = false;
     if (p->hello && p->counted) {
         n->st.workers_connected--;
         p->counted = false;
     }
+    nng_pipe pp = p->pipe;
+    goblin__node_peer_gone(n, pi);
     goblin__node_fail_peer_leases(n, pi, false, GOBLIN_ECLOSED, "worker dropped");
-    nng_pipe_close(p->pipe);
+    nng_pipe_close(pp);
 }
 
 /* ---- messages ------------------------------------------------------------------- */
@@ -140,14 +237,11 @@ void goblin__node_handle_msg(goblin_node *n, nng_msg *msg) {
     uint32_t pid = nng_pipe_id(pp);
     int32_t pi = goblin__node_find_peer(n, pid);
     if (pi < 0) {
-        int64_t cap = n->cap_peers;
-        if (!goblin__node_grow((void **)&n->peers, &cap, n->n_peers + 1, sizeof(peer))) return;
-        n->cap_peers = (int32_t)cap;
-        pi = n->n_peers++;
-        memset(&n->peers[pi], 0, sizeof(peer));
-        n->peers[pi].pipe = pp;
-        n->peers[pi].pipe_id = pid;
-        n->peers[pi].connected = true;
+        /* A message that outlived its pipe (closed, its removal already handled) makes
+         * no peer: nothing would ever free it. */
+        nng_sockaddr sa;
+        int rv = nng_pipe_get_addr(pp, NNG_OPT_REMADDR, &sa); /* ENOTSUP on some transports: fine */
+        if (rv == NNG_ENOENT || rv == NNG_ECLOSED || (pi = peer_new(n, pp)) < 0) return;
     }
     peer *p = &n->peers[pi];
     if (p->close_at_ms) return; /* refused: ignore until closed */
@@ -206,7 +300,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         goblin__node_drop_peer(n, pi, why);
         return;
     }
-    if (!p->hello && m->type != GOBLIN_WIRE_TYPE_HELLO) {
+    if (!p->hello && m->type != GOBLIN_WIRE_TYPE_HELLO && !(m->type == GOBLIN_WIRE_TYPE_PROOF && p->challenged)) {
         char why[96];
         snprintf(why, sizeof why, "%s before HELLO", goblin__wire_type_name(m->type));
         goblin__node_drop_peer(n, pi, why);
@@ -214,7 +308,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
     }
     switch (m->type) {
     case GOBLIN_WIRE_TYPE_HELLO: {
-        if (p->hello) {
+        if (p->hello || p->challenged) {
             goblin__node_drop_peer(n, pi, "second HELLO");
             break;
         }
@@ -230,13 +324,35 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
             refuse(n, pi, GOBLIN_EAUTH, "join token not accepted");
             break;
         }
+        p->threads = (int32_t)h->threads;
+        p->memory = h->memory_bytes;
+        p->batch = (h->backends & GOBLIN_WIRE_CAP_BATCH) != 0;
+        p->hello_rid = m->request_id;
+        /* Admitted only once it proves its identity (PROOF). */
+        goblin__node_identity_challenge(n, pi, buf, len);
+        break;
+    }
+    case GOBLIN_WIRE_TYPE_PROOF: {
+        if (p->hello || !p->challenged) {
+            goblin__node_drop_peer(n, pi, "unexpected PROOF");
+            break;
+        }
+        p->challenged = false;
+        char why[300];
+        goblin_err ae = goblin__node_identity_admit(n, pi, &m->body.proof, why, sizeof why);
+        if (ae) {
+            refuse(n, pi, ae == GOBLIN_ENOMEM ? GOBLIN_ENOMEM : GOBLIN_EAUTH, why);
+            break;
+        }
         p->hello = true;
         p->counted = true;
         p->session_id = ++n->next_session;
-        p->threads = (int32_t)h->threads;
+        if (!goblin__node_index_put(&n->by_session, p->session_id, pi)) {
+            p->hello = p->counted = false;
+            goblin__node_drop_peer(n, pi, "out of memory");
+            break;
+        }
         p->memo_cap = PANEL_MEMO;
-        p->memory = h->memory_bytes;
-        p->batch = (h->backends & GOBLIN_WIRE_CAP_BATCH) != 0;
         nng_sockaddr sa;
         p->shared = n->share && nng_pipe_get_addr(p->pipe, NNG_OPT_REMADDR, &sa) == 0 &&
                     sa.s_family == NNG_AF_INPROC;
@@ -244,15 +360,17 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         n->st.workers_connected++;
         goblin__wire_msg a;
         goblin__wire_msg_init(&a, GOBLIN_WIRE_TYPE_HELLO_ACK);
-        a.request_id = m->request_id;
+        a.request_id = p->hello_rid;
         a.body.hello_ack.session_id = p->session_id;
         a.body.hello_ack.heartbeat_ms = n->p.heartbeat_ms;
         a.body.hello_ack.max_message_bytes = n->p.recv_max_bytes;
         if (p->batch) a.flags = GOBLIN_WIRE_FLAG_BATCH;
         goblin__node_send_wire(n, pp, &a);
-        goblin__node_log(n, GOBLIN_LOG_INFO, "worker %llu joined (pipe %u, %u threads, %llu bytes)",
-                         (unsigned long long)p->session_id, (unsigned)pid, (unsigned)h->threads,
-                         (unsigned long long)h->memory_bytes);
+        const ident *id = goblin__node_peer_ident(n, pi);
+        goblin__node_log(n, GOBLIN_LOG_INFO, "worker %llu joined (pipe %u, identity %.16s%s%s, %u threads, %llu bytes)",
+                         (unsigned long long)p->session_id, (unsigned)pid, id ? id->fp : "?",
+                         id && id->owner >= 0 ? ", owner " : "", id && id->owner >= 0 ? n->owner_names[id->owner] : "",
+                         (unsigned)p->threads, (unsigned long long)p->memory);
         break;
     }
     case GOBLIN_WIRE_TYPE_LEASE_REQUEST:

@@ -1,18 +1,21 @@
-/* libgoblin/node/quarantine.c - quarantine: a worker caught returning a wrong result
- * gets no more tasks, its results held for a check are dropped, and the results it had
- * accepted in running jobs are rechecked (recomputed where they fail). */
+/* libgoblin/node/quarantine.c - quarantine: the identity of a worker caught returning a
+ * wrong result (with every identity of its owner, when known) is quarantined for good
+ * (identity.c keeps it, in the quarantine file too): its connections get no more tasks,
+ * their results held for a check are dropped, and the results it had accepted in
+ * running jobs, over all its connections, are rechecked (recomputed where they fail). */
 #include "node_impl.h"
 
 #include "base/alloc.h"
 
 /* ---- rechecks of a quarantined worker's results --------------------------------- */
 
-/* Recompute on the node what quarantined peer @p pi had accepted without a replica. */
-static void recheck_graph(goblin_node *n, goblin_job *j, int32_t pi) {
+/* Recompute on the node what quarantined identity serial @p by had accepted without a
+ * replica. */
+static void recheck_graph(goblin_node *n, goblin_job *j, uint64_t by) {
     gjob *G = j->g;
     for (int64_t i = 0; i < j->ntasks && j->running; i++) {
         task *t = &j->tasks[i];
-        if (t->state != T_DONE || t->accepted_peer != pi || t->replicated) continue;
+        if (t->state != T_DONE || t->by_ident != by || t->replicated) continue;
         n->st.rechecked++;
         void **mine = NULL;
         goblin_err e = goblin__node_graph_compute(n, j, i, &mine);
@@ -38,26 +41,27 @@ static void recheck_graph(goblin_node *n, goblin_job *j, int32_t pi) {
             if (!goblin__node_graph_store(j, i, mine))
                 goblin__node_job_finish(j, GOBLIN_JOB_FAILED, GOBLIN_ENOMEM, "out of memory");
         }
-        t->accepted_peer = -1;
+        goblin__node_task_set_by(n, t, -1);
         t->replicated = true;
         goblin__free(have);
         goblin__node_free_bufs(&mine, G->n_out);
     }
 }
 
-/* Re-verify what peer @p pi had accepted in running jobs; recompute what fails. */
-static void recheck_peer(goblin_node *n, int32_t pi) {
+/* Re-verify what identity serial @p by had accepted in running jobs; recompute what fails. */
+static void recheck_identity(goblin_node *n, uint64_t by) {
+    if (!by) return;
     for (int32_t k = 0; k < n->n_jobs; k++) {
         goblin_job *j = n->jobs[k];
         if (!j->running) continue;
         if (j->kind == JOB_GRAPH) {
-            recheck_graph(n, j, pi);
+            recheck_graph(n, j, by);
             continue;
         }
         int64_t s = j->info.k_slices;
         for (int64_t i = 0; i < j->ntasks && j->running; i++) {
             task *t = &j->tasks[i];
-            if (t->state != T_DONE || t->accepted_peer != pi) continue;
+            if (t->state != T_DONE || t->by_ident != by) continue;
             goblin__matmul_tile tl;
             goblin__node_job_tile(j, i, &tl);
             goblin_verdict v;
@@ -103,7 +107,9 @@ static void recheck_peer(goblin_node *n, int32_t pi) {
 
 /* ---- quarantine ----------------------------------------------------------------- */
 
-void goblin__node_quarantine(goblin_node *n, int32_t pi) {
+/* Peer @p pi (of a quarantined identity) gets no more tasks; its leases end and its
+ * results held for a replica are dropped. */
+static void quarantine_peer(goblin_node *n, int32_t pi) {
     peer *p = &n->peers[pi];
     if (p->quarantined) return;
     p->quarantined = true;
@@ -112,6 +118,30 @@ void goblin__node_quarantine(goblin_node *n, int32_t pi) {
                      "its earlier results are rechecked", (unsigned long long)p->session_id);
     goblin__node_fail_peer_leases(n, pi, false, GOBLIN_EVERIFY, "worker quarantined");
     goblin__node_drop_held(n, pi);
-    goblin__node_drop_held_tiles(n, pi);
-    recheck_peer(n, pi);
+}
+
+void goblin__node_quarantine_identity(goblin_node *n, int32_t id) {
+    if (id < 0 || id >= n->n_idents || !n->idents[id].used) return;
+    goblin__node_identity_quarantine(n, id);
+    for (int32_t k = 0; k < n->n_peers; k++)
+        if (n->peers[k].used && n->peers[k].hello &&
+            goblin__node_ident_same_party(n, n->peers[k].ident, id))
+            quarantine_peer(n, k);
+    /* The results of every identity of the party, whichever connection gave them. */
+    for (int32_t k = 0; k < n->n_idents; k++) {
+        if (!n->idents[k].used || !goblin__node_ident_same_party(n, k, id)) continue;
+        uint64_t serial = n->idents[k].serial;
+        goblin__node_drop_held_tiles(n, serial);
+        recheck_identity(n, serial);
+    }
+}
+
+void goblin__node_quarantine(goblin_node *n, int32_t pi) {
+    peer *p = &n->peers[pi];
+    if (p->quarantined) return;
+    if (p->ident < 0) { /* not admitted (cannot happen: tasks go to admitted peers only) */
+        quarantine_peer(n, pi);
+        return;
+    }
+    goblin__node_quarantine_identity(n, p->ident);
 }

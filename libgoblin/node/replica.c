@@ -1,7 +1,7 @@
 /* libgoblin/node/replica.c - a graph job's RESULT judged by the job's verification;
- * REPLICATE: the result held until a different worker's replica arrives and the two
- * compared bit for bit, the node deciding when they differ or no other worker can take
- * it. */
+ * REPLICATE: the result held until a replica from another party (another identity, and
+ * another owner when the node knows owners) arrives and the two compared bit for bit,
+ * the node deciding when they differ or no other party can take it. */
 #include "node_impl.h"
 
 #include <stdio.h>
@@ -11,10 +11,13 @@
 
 /* ---- REPLICATE: a second worker, results compared ------------------------------- */
 
-/* Is a worker other than peer @p pi able to take task @p ti? */
+/* Is a worker of another party than peer @p pi (another identity, and another owner when
+ * known) able to take task @p ti? */
 static bool other_eligible(const goblin_node *n, const goblin_job *j, int64_t ti, int32_t pi) {
     for (int32_t k = 0; k < n->n_peers; k++)
-        if (k != pi && goblin__node_peer_eligible(n, k) && goblin__node_task_fits(j, ti, &n->peers[k])) return true;
+        if (goblin__node_peer_eligible(n, k) && !goblin__node_same_party(n, k, pi) &&
+            goblin__node_task_fits(j, ti, &n->peers[k]))
+            return true;
     return false;
 }
 
@@ -35,7 +38,6 @@ void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, go
     gjob *G = j->g;
     int64_t ti = L.task;
     task *t = &j->tasks[ti];
-    peer *p = &n->peers[pi];
     goblin_verify_reason why;
     if (!goblin__node_graph_result_shape_ok(j, ti, r, &why)) {
         goblin__node_count_reject(n, pi, ti, why);
@@ -48,7 +50,7 @@ void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, go
     goblin__node_remove_lease(n, li);
     goblin__node_lease_msg_done(n, &L);
     if (t->n_leases > 0) t->n_leases--;
-    if (t->holder == pi + 1) { /* cannot replicate itself */
+    if (t->holder && goblin__node_same_party(n, t->holder - 1, pi)) { /* cannot replicate itself */
         n->st.results_duplicate++;
         if (t->n_leases == 0 && t->state == T_LEASED) t->state = T_PENDING;
         if (ti < j->scan_from) j->scan_from = ti;
@@ -94,7 +96,7 @@ void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, go
             }
         }
     } else {
-        if (t->rep == REP_UNDECIDED) goblin__node_decide_replication(j, ti, p);
+        if (t->rep == REP_UNDECIDED) goblin__node_decide_replication(n, j, ti, pi);
         if (t->rep == REP_SINGLE) {
             goblin__node_count_accept(n, pi, false);
             goblin__node_graph_task_accept(n, j, ti, data, pi, false);
@@ -126,31 +128,36 @@ void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, go
 
 /* ---- held results: orphans, quarantined holders --------------------------------- */
 
-/* A held result whose replica can go nowhere (no other eligible worker): the node decides. */
+/* A held result whose replica can go nowhere (every eligible worker is of the holder's
+ * party: its identity or owner): the node decides. With eligible workers of two parties
+ * or more (the usual case) this costs one pass over the peers and nothing else. */
 void goblin__node_resolve_orphans(goblin_node *n) {
-    int32_t eligible = 0, only = -1;
-    for (int32_t k = 0; k < n->n_peers; k++)
+    int32_t first = -1;
+    bool several = false;
+    for (int32_t k = 0; k < n->n_peers && !several; k++)
         if (goblin__node_peer_eligible(n, k)) {
-            eligible++;
-            only = k;
+            if (first < 0) first = k;
+            else if (!goblin__node_same_party(n, first, k)) several = true;
         }
-    if (eligible != 1) return;
+    if (first < 0 || several) return;
     for (int32_t q = 0; q < n->n_jobs; q++) {
         goblin_job *j = n->jobs[q];
         if (!j->running || j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_REPLICATE) continue;
         for (int64_t i = 0; i < j->ntasks && j->running; i++) {
             task *t = &j->tasks[i];
-            if (t->holder != only + 1 || t->state != T_PENDING) continue;
+            if (!t->holder || t->state != T_PENDING) continue;
+            int32_t h = t->holder - 1;
+            if (!goblin__node_peer_eligible(n, h)) continue;
+            if (!goblin__node_same_party(n, first, h)) continue;
             goblin_tensor *ht = goblin__calloc((size_t)j->g->n_out, sizeof *ht);
             if (!ht) return;
             for (int32_t o = 0; o < j->g->n_out; o++) ht[o] = goblin__node_out_tensor(j, i, o, t->held[o]);
             void **held = t->held;
             t->held = NULL;
             const goblin_tensor *rs = ht;
-            goblin__node_graph_decide(n, j, i, 1, &only, &rs);
+            goblin__node_graph_decide(n, j, i, 1, &h, &rs);
             goblin__node_free_bufs(&held, j->g->n_out);
             goblin__free(ht);
-            if (n->peers[only].quarantined) return;
         }
     }
 }

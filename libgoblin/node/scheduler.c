@@ -19,9 +19,16 @@ bool goblin__node_task_fits(const goblin_job *j, int64_t ti, const peer *p) {
 
 static bool lease_held_by(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi) {
     for (int64_t i = 0; i < n->n_leases; i++)
-        if (n->leases[i].job == j && n->leases[i].task == ti && n->leases[i].peer == pi && !n->leases[i].moot)
+        if (n->leases[i].job == j && n->leases[i].task == ti && !n->leases[i].moot &&
+            goblin__node_same_party(n, n->leases[i].peer, pi))
             return true;
     return false;
+}
+
+/* Does task @p t hold a result, for its replica, of peer @p pi's party (its identity or
+ * owner)? A replica must come from another party. */
+static bool held_by_party(const goblin_node *n, const task *t, int32_t pi) {
+    return t->holder && goblin__node_same_party(n, t->holder - 1, pi);
 }
 
 /* Pick a task for peer @p pi: a pending task whose panels it holds, else the first
@@ -38,7 +45,7 @@ static bool assign_one(goblin_node *n, int32_t pi) {
             seen++;
             if (!goblin__node_task_fits(j, i, p)) continue;
             if (j->kind == JOB_GRAPH) {
-                if (j->tasks[i].holder == pi + 1) continue; /* a replica goes elsewhere */
+                if (held_by_party(n, &j->tasks[i], pi)) continue; /* a replica goes to another party */
                 first = i;
                 break;
             }
@@ -97,7 +104,7 @@ static bool assign_one(goblin_node *n, int32_t pi) {
                 if (t->leased_at_ms + thresh < gate) gate = t->leased_at_ms + thresh;
                 continue;
             }
-            if (lease_held_by(n, j, i, pi) || !goblin__node_task_fits(j, i, p) || t->holder == pi + 1) {
+            if (lease_held_by(n, j, i, pi) || !goblin__node_task_fits(j, i, p) || held_by_party(n, t, pi)) {
                 if (now + 1 < gate) gate = now + 1; /* another worker may take it */
                 continue;
             }

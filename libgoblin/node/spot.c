@@ -235,8 +235,8 @@ void goblin__node_spot_prepare(goblin_node *n) {
             for (int64_t i = 0; i < n->n_leases && pi < 0; i++)
                 if (n->leases[i].job == j && n->leases[i].task == ti && !n->leases[i].moot) pi = n->leases[i].peer;
             if (pi < 0) continue;
-            t->spot_peer = pi;
-            if (goblin__node_rand_u01() >= goblin__node_spot_rate(G, &n->peers[pi])) {
+            t->spot_session = n->peers[pi].session_id;
+            if (goblin__node_rand_u01() >= goblin__node_spot_rate(n, G, pi)) {
                 t->spot_state = SPOT_TRUSTED;
                 continue;
             }
@@ -267,8 +267,9 @@ void goblin__node_graph_spot(goblin_node *n, goblin_job *j, int64_t ti, int32_t 
     gjob *G = j->g;
     task *t = &j->tasks[ti];
     /* The decision prepared for this worker (spot_prepare), else one made now. */
-    bool check = t->spot_state != SPOT_UNDECIDED && t->spot_peer == pi ? t->spot_state == SPOT_CHECK
-                                                                        : goblin__node_rand_u01() < goblin__node_spot_rate(G, &n->peers[pi]);
+    bool check = t->spot_state != SPOT_UNDECIDED && t->spot_session == n->peers[pi].session_id
+                     ? t->spot_state == SPOT_CHECK
+                     : goblin__node_rand_u01() < goblin__node_spot_rate(n, G, pi);
     if (!check) {
         goblin__node_task_free_spot(j, t);
         goblin__node_count_accept(n, pi, false);

@@ -2,6 +2,11 @@
  * its verification clocks. */
 #include "node_impl.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
 #include "base/clock.h"
 #include "verify/verify_impl.h"
 
@@ -26,15 +31,30 @@ void goblin_node_stats_get(goblin_node *n, goblin_node_stats *out) {
     pthread_mutex_unlock(&n->mu);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Slots are reused, so HELLO order is session order, not slot order. */
 goblin_err goblin_node_worker_stats_get(goblin_node *n, int64_t i, goblin_node_worker_stats *out) {
     if (!n || !out) return GOBLIN_EINVAL;
     pthread_mutex_lock(&n->mu);
-    int64_t seen = 0;
     goblin_err e = GOBLIN_EINDEX;
-    for (int32_t k = 0; k < n->n_peers; k++) {
+    uint64_t *sids = n->n_peers ? goblin__alloc((size_t)n->n_peers * sizeof *sids) : NULL;
+    int32_t ns = 0;
+    if (n->n_peers && !sids) e = GOBLIN_ENOMEM;
+    for (int32_t k = 0; sids && k < n->n_peers; k++)
+        if (n->peers[k].used && n->peers[k].session_id) sids[ns++] = n->peers[k].session_id;
+    int32_t at = -1;
+    if (sids && i >= 0 && i < ns) {
+        qsort(sids, (size_t)ns, sizeof *sids, cmp_u64);
+        at = goblin__node_find_session(n, sids[i]);
+    }
+    goblin__free(sids);
+    if (at >= 0) {
+        int32_t k = at;
         peer *p = &n->peers[k];
-        if (!p->session_id) continue;
-        if (seen++ != i) continue;
         *out = (goblin_node_worker_stats){.session_id = p->session_id,
                                           .connected = p->connected && p->hello,
                                           .quarantined = p->quarantined,
@@ -44,8 +64,12 @@ goblin_err goblin_node_worker_stats_get(goblin_node *n, int64_t i, goblin_node_w
                                           .accepted = p->accepted,
                                           .rejected = p->rejected,
                                           .failed_leases = p->failed};
+        const ident *id = goblin__node_peer_ident(n, k);
+        if (id) {
+            memcpy(out->identity, id->fp, sizeof out->identity);
+            if (id->owner >= 0) snprintf(out->owner, sizeof out->owner, "%s", n->owner_names[id->owner]);
+        }
         e = GOBLIN_OK;
-        break;
     }
     pthread_mutex_unlock(&n->mu);
     return e;

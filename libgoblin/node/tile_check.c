@@ -180,7 +180,8 @@ void goblin__node_task_hold(goblin_node *n, goblin_job *j, int64_t ti, const voi
 static void accept_held(goblin_node *n, goblin_job *j, int64_t ti) {
     task *t = &j->tasks[ti];
     t->state = T_DONE;
-    if (t->accepted_peer >= 0 && t->accepted_peer < n->n_peers) n->peers[t->accepted_peer].accepted++;
+    int32_t pi = goblin__node_find_session(n, t->by_session);
+    if (pi >= 0) n->peers[pi].accepted++;
     n->st.results_accepted++;
     goblin__node_task_done(n, j, ti);
 }
@@ -190,8 +191,9 @@ static void accept_held(goblin_node *n, goblin_job *j, int64_t ti) {
  * result rejected as it arrives). */
 static void reject_held(goblin_node *n, goblin_job *j, int64_t ti, const goblin_verdict *v) {
     task *t = &j->tasks[ti];
-    int32_t pi = t->accepted_peer;
-    peer *p = pi >= 0 && pi < n->n_peers ? &n->peers[pi] : NULL;
+    int32_t pi = goblin__node_find_session(n, t->by_session);
+    peer *p = pi >= 0 ? &n->peers[pi] : NULL;
+    int32_t id = goblin__node_ident_by_serial(n, t->by_ident); /* the peer may be gone */
     n->st.results_rejected++;
     n->st.rejected_by_reason[v->reason < GOBLIN_VERIFY_REASON_COUNT ? v->reason : 0]++;
     goblin__node_log(n, GOBLIN_LOG_WARN, "rejected result of task %lld from worker %llu: %s (worst ratio %.3g)", (long long)ti,
@@ -199,7 +201,7 @@ static void reject_held(goblin_node *n, goblin_job *j, int64_t ti, const goblin_
     /* The worker may learn that it was rejected: the job's vectors are drawn anew. */
     goblin__node_job_drop_panels(j);
     t->state = T_PENDING;
-    t->accepted_peer = -1;
+    goblin__node_task_set_by(n, t, -1);
     if (ti < j->scan_from) j->scan_from = ti;
     n->st.tasks_reissued++;
     t->attempts++;
@@ -219,20 +221,21 @@ static void reject_held(goblin_node *n, goblin_job *j, int64_t ti, const goblin_
                                 (long long)(tl.col0 + tl.cols), (int)t->attempts, goblin_verify_reason_name(v->reason));
     }
     if (p) goblin__node_quarantine(n, pi);
+    else if (id >= 0) goblin__node_quarantine_identity(n, id);
 }
 
-/* Peer @p pi was quarantined: its results still waiting for their row panel's check
- * are dropped, unjudged, like its later results and its graph results waiting for a
- * replica (drop_held): the tasks are leased again, and their rows of C overwritten. */
-void goblin__node_drop_held_tiles(goblin_node *n, int32_t pi) {
+/* Identity @p by_ident was quarantined: its results still waiting for their row panel's
+ * check are dropped, unjudged, like its later results and its graph results waiting for
+ * a replica (drop_held): the tasks are leased again, and their rows of C overwritten. */
+void goblin__node_drop_held_tiles(goblin_node *n, uint64_t by_ident) {
     for (int32_t k = 0; k < n->n_jobs; k++) {
         goblin_job *j = n->jobs[k];
         if (!j->running || j->kind != JOB_MATMUL || !j->rowcheck) continue;
         for (int64_t i = 0; i < j->ntasks; i++) {
             task *t = &j->tasks[i];
-            if (t->state != T_HELD || t->accepted_peer != pi) continue;
+            if (t->state != T_HELD || !by_ident || t->by_ident != by_ident) continue;
             t->state = T_PENDING;
-            t->accepted_peer = -1;
+            goblin__node_task_set_by(n, t, -1);
             if (i < j->scan_from) j->scan_from = i;
             n->st.tasks_reissued++;
         }

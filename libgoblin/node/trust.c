@@ -1,6 +1,7 @@
 /* libgoblin/node/trust.c - adaptive trust: the share of a worker's results that are
- * checked (a replica under REPLICATE, secret rows under SPOT) falls with the checks it
- * has passed, never under the job's min_replication; verdicts counted per worker. */
+ * checked (a replica under REPLICATE, secret rows under SPOT) falls with the checks its
+ * identity has passed (over all its connections), never under the job's
+ * min_replication; verdicts counted per connection. */
 #include "node_impl.h"
 
 #include "base/secret.h"
@@ -14,19 +15,24 @@ double goblin__node_rand_u01(void) { return (double)(goblin__secret_u64() >> 11)
  * worker's trust gives (docs/verification.md); the replica lease then goes to another
  * worker at once, so both copies run side by side instead of one after the other. A
  * worker cannot tell whether its lease has a twin. */
-void goblin__node_decide_replication(goblin_job *j, int64_t ti, const peer *p) {
+static int64_t agreements(const goblin_node *n, int32_t pi) {
+    const ident *id = goblin__node_peer_ident(n, pi);
+    return id ? id->agreements : 0;
+}
+
+void goblin__node_decide_replication(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi) {
     task *t = &j->tasks[ti];
     if (j->kind != JOB_GRAPH || j->g->verify != GOBLIN_VERIFY_REPLICATE || t->rep != REP_UNDECIDED)
         return;
-    double rate = 1.0 / (1.0 + (double)p->agreements / j->g->halflife);
+    double rate = 1.0 / (1.0 + (double)agreements(n, pi) / j->g->halflife);
     if (rate < j->g->min_rep) rate = j->g->min_rep;
     t->rep = goblin__node_rand_u01() < rate ? REP_TWICE : REP_SINGLE;
 }
 
 /* The share of a worker's SPOT results that are checked: adaptive in its agreements,
  * never under the job's min_replication. */
-double goblin__node_spot_rate(const gjob *G, const peer *p) {
-    double rate = 1.0 / (1.0 + (double)p->agreements / G->halflife);
+double goblin__node_spot_rate(const goblin_node *n, const gjob *G, int32_t pi) {
+    double rate = 1.0 / (1.0 + (double)agreements(n, pi) / G->halflife);
     return rate < G->min_rep ? G->min_rep : rate;
 }
 
@@ -44,5 +50,12 @@ void goblin__node_count_reject(goblin_node *n, int32_t pi, int64_t ti, goblin_ve
 void goblin__node_count_accept(goblin_node *n, int32_t pi, bool agreed) {
     n->st.results_accepted++;
     n->peers[pi].accepted++;
-    if (agreed) n->peers[pi].agreements++;
+    ident *id = goblin__node_peer_ident(n, pi);
+    if (agreed && id) id->agreements++;
+}
+
+void goblin__node_task_set_by(const goblin_node *n, task *t, int32_t by) {
+    const ident *id = by >= 0 ? goblin__node_peer_ident(n, by) : NULL;
+    t->by_session = by >= 0 ? n->peers[by].session_id : 0;
+    t->by_ident = id ? id->serial : 0;
 }

@@ -47,6 +47,8 @@ static const char *const TYPE_NAMES[GOBLIN_WIRE_TYPE_COUNT] = {
     [GOBLIN_WIRE_TYPE_ABANDON] = "ABANDON",
     [GOBLIN_WIRE_TYPE_HEARTBEAT] = "HEARTBEAT",
     [GOBLIN_WIRE_TYPE_ERROR] = "ERROR",
+    [GOBLIN_WIRE_TYPE_CHALLENGE] = "CHALLENGE",
+    [GOBLIN_WIRE_TYPE_PROOF] = "PROOF",
 };
 
 const char *goblin__wire_type_name(goblin__wire_type type) {
@@ -286,6 +288,20 @@ static goblin_err put_body(wr *w, const goblin__wire_msg *m) {
     case GOBLIN_WIRE_TYPE_HEARTBEAT:
         PUT_U32(w, m->body.heartbeat.active_tasks);
         return GOBLIN_OK;
+    case GOBLIN_WIRE_TYPE_CHALLENGE:
+        put(w, m->body.challenge.nonce, GOBLIN_WIRE_NONCE_BYTES);
+        return GOBLIN_OK;
+    case GOBLIN_WIRE_TYPE_PROOF: {
+        const goblin__wire_proof *pf = &m->body.proof;
+        if (pf->key_len < 1 || pf->sig_len < 1 || !pf->key || !pf->sig) return GOBLIN_EINVAL;
+        if (pf->key_len > GOBLIN_WIRE_MAX_KEY_BYTES || pf->sig_len > GOBLIN_WIRE_MAX_SIG_BYTES)
+            return GOBLIN_ELIMIT;
+        PUT_U32(w, pf->key_len);
+        PUT_U32(w, pf->sig_len);
+        put(w, pf->key, pf->key_len);
+        put(w, pf->sig, pf->sig_len);
+        return GOBLIN_OK;
+    }
     default:
         return GOBLIN_EINVAL;
     }
@@ -726,6 +742,35 @@ static goblin_err get_body(rd *r, goblin__wire_msg *m) {
     case GOBLIN_WIRE_TYPE_HEARTBEAT:
         GET(r, 4, m->body.heartbeat.active_tasks, "active task count");
         return GOBLIN_OK;
+    case GOBLIN_WIRE_TYPE_CHALLENGE:
+        if (left(r) < GOBLIN_WIRE_NONCE_BYTES)
+            return rfail(r, GOBLIN_EFORMAT, "truncated: nonce of %d bytes, %zu left", GOBLIN_WIRE_NONCE_BYTES, left(r));
+        memcpy(m->body.challenge.nonce, r->buf + r->pos, GOBLIN_WIRE_NONCE_BYTES);
+        r->pos += GOBLIN_WIRE_NONCE_BYTES;
+        return GOBLIN_OK;
+    case GOBLIN_WIRE_TYPE_PROOF: {
+        goblin__wire_proof *pf = &m->body.proof;
+        uint64_t kl, sl;
+        GET(r, 4, kl, "public key length");
+        GET(r, 4, sl, "signature length");
+        if (kl < 1 || kl > GOBLIN_WIRE_MAX_KEY_BYTES)
+            return rfail(r, GOBLIN_EFORMAT, "public key of %llu bytes out of 1..%d", (unsigned long long)kl,
+                         GOBLIN_WIRE_MAX_KEY_BYTES);
+        if (sl < 1 || sl > GOBLIN_WIRE_MAX_SIG_BYTES)
+            return rfail(r, GOBLIN_EFORMAT, "signature of %llu bytes out of 1..%d", (unsigned long long)sl,
+                         GOBLIN_WIRE_MAX_SIG_BYTES);
+        if (kl + sl > left(r))
+            return rfail(r, GOBLIN_EFORMAT, "truncated: key and signature of %llu bytes, %zu left",
+                         (unsigned long long)(kl + sl), left(r));
+        uint8_t *c = arena_take(r, kl + sl, 1);
+        if (c) memcpy(c, r->buf + r->pos, (size_t)(kl + sl));
+        r->pos += (size_t)(kl + sl);
+        pf->key_len = (uint32_t)kl;
+        pf->sig_len = (uint32_t)sl;
+        pf->key = c;
+        pf->sig = c ? c + kl : NULL;
+        return GOBLIN_OK;
+    }
     default:
         return rfail(r, GOBLIN_EPROTO, "unknown message type %d", (int)m->type);
     }

@@ -42,6 +42,9 @@
 #define GOBLIN_WIRE_MAX_TEXT_BYTES 512                    /* REFUSE / ERROR message */
 #define GOBLIN_WIRE_MAX_SLOTS 4096                        /* LEASE_REQUEST */
 #define GOBLIN_WIRE_MAX_THREADS 65536                     /* HELLO */
+#define GOBLIN_WIRE_NONCE_BYTES 32                        /* CHALLENGE */
+#define GOBLIN_WIRE_MAX_KEY_BYTES 256                     /* PROOF public key */
+#define GOBLIN_WIRE_MAX_SIG_BYTES 256                     /* PROOF signature */
 
 /** Header flags (protocol 1.1). Each is valid on the message types named; the decoder
  *  rejects any other flag (GOBLIN_EPROTO), as version 1.0 decoders reject every flag. */
@@ -76,6 +79,8 @@ typedef enum goblin__wire_type {
     GOBLIN_WIRE_TYPE_ABANDON = 7,       /* either way: this lease is given up */
     GOBLIN_WIRE_TYPE_HEARTBEAT = 8,     /* either way: still alive */
     GOBLIN_WIRE_TYPE_ERROR = 9,         /* either way: a request or task failed */
+    GOBLIN_WIRE_TYPE_CHALLENGE = 10,    /* node -> worker: prove your identity (protocol 2) */
+    GOBLIN_WIRE_TYPE_PROOF = 11,        /* worker -> node: public key and signature */
     GOBLIN_WIRE_TYPE_COUNT
 } goblin__wire_type;
 
@@ -133,6 +138,21 @@ typedef struct goblin__wire_error {
     const char *message; /* as for REFUSE */
 } goblin__wire_error;
 
+/** CHALLENGE: the node's answer to a HELLO it may accept: a fresh secret nonce. */
+typedef struct goblin__wire_challenge {
+    uint8_t nonce[GOBLIN_WIRE_NONCE_BYTES];
+} goblin__wire_challenge;
+
+/** PROOF: the worker's public key (opaque here: DER SubjectPublicKeyInfo; the node
+ *  checks its form) and its signature of the proof digest (net/worker_key.h: the nonce,
+ *  the HELLO's bytes, the key). */
+typedef struct goblin__wire_proof {
+    uint32_t key_len; /* 1 .. GOBLIN_WIRE_MAX_KEY_BYTES */
+    const uint8_t *key;
+    uint32_t sig_len; /* 1 .. GOBLIN_WIRE_MAX_SIG_BYTES */
+    const uint8_t *sig;
+} goblin__wire_proof;
+
 /** LEASE_REQUEST: the worker can take @p slots more tasks. */
 typedef struct goblin__wire_lease_request {
     uint32_t slots; /* 1 .. GOBLIN_WIRE_MAX_SLOTS */
@@ -185,6 +205,8 @@ typedef struct goblin__wire_msg {
         goblin__wire_abandon abandon;
         goblin__wire_heartbeat heartbeat;
         goblin__wire_error error;
+        goblin__wire_challenge challenge;
+        goblin__wire_proof proof;
     } body;
 } goblin__wire_msg;
 

@@ -73,6 +73,9 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
         (p->tls_fingerprint && !(w->tls_fp = goblin__strdup(p->tls_fingerprint))) ||
         (p->tls_server_name && !(w->tls_name = goblin__strdup(p->tls_server_name))))
         goto nomem;
+    w->p.config_dir = NULL;
+    if (p->config_dir && !(w->config_dir = goblin__strdup(p->config_dir))) goto nomem;
+    w->p.config_dir = w->config_dir;
     w->p.tls_ca_file = w->tls_ca;
     w->p.tls_fingerprint = w->tls_fp;
     w->p.tls_server_name = w->tls_name;
@@ -80,6 +83,26 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
     if (p->token_len) {
         if (!(w->token = goblin__memdup(p->join_token, p->token_len))) goto nomem;
         w->p.join_token = w->token;
+    }
+    {
+        char kmsg[512] = "";
+        bool created = false;
+        goblin_err ke = w->config_dir ? goblin__wkey_load_or_create(w->config_dir, &w->key, &created, kmsg, sizeof kmsg)
+                                      : goblin__wkey_ephemeral(&w->key, kmsg, sizeof kmsg);
+        if (ke) {
+            goblin__worker_log(w, GOBLIN_LOG_ERROR, "worker identity: %s", kmsg);
+            goblin__free(w->config_dir);
+            for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
+            goblin__free(w->tls_ca);
+            goblin__free(w->tls_fp);
+            goblin__free(w->tls_name);
+            goblin__free(w->token);
+            goblin__free(w);
+            return ke;
+        }
+        if (created)
+            goblin__worker_log(w, GOBLIN_LOG_INFO, "made a new worker identity %s in %s",
+                               goblin__wkey_fingerprint(w->key), w->config_dir);
     }
     goblin__wire_limits_default(&w->limits);
     w->limits.max_message_bytes = p->recv_max_bytes;
@@ -95,6 +118,8 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
     *out = w;
     return GOBLIN_OK;
 nomem:
+    goblin__free(w->config_dir);
+    goblin__free(w->token);
     for (int32_t i = 0; i < GOBLIN_WORKER_MAX_CONNECT; i++) goblin__free(w->urls[i]);
     goblin__free(w->tls_ca);
     goblin__free(w->tls_fp);
@@ -135,6 +160,8 @@ void goblin_worker_free(goblin_worker *w) {
     goblin__free(w->tls_fp);
     goblin__free(w->tls_name);
     goblin__free(w->token);
+    goblin__free(w->config_dir);
+    goblin__wkey_free(w->key);
     pthread_mutex_destroy(&w->st_mu);
     pthread_mutex_destroy(&w->rx_mu);
     pthread_mutex_destroy(&w->hb_mu);
@@ -250,8 +277,35 @@ static void send_hello(goblin_worker *w) {
     m.body.hello.memory_bytes = w->p.memory_bytes;
     m.body.hello.token_len = w->p.token_len;
     m.body.hello.token = w->p.join_token;
+    nng_msg *msg = NULL;
+    if (wencode(&m, &msg)) return;
+    /* The PROOF signs this HELLO's bytes: an identity proof cannot be moved to another
+     * HELLO (other token, other memory claims). */
+    goblin__wkey_hash(nng_msg_body(msg), nng_msg_len(msg), w->hello_hash);
+    if (nng_sendmsg(w->sock, msg, 0) != 0) nng_msg_free(msg);
+}
+
+/* CHALLENGE: sign the node's nonce, this connection's HELLO and the public key. */
+static void send_proof(goblin_worker *w, const goblin__wire_challenge *c) {
+    uint8_t digest[32], sig[GOBLIN__WKEY_SIG_MAX];
+    size_t sl = 0;
+    char msg[256];
+    goblin_err e = goblin__wkey_proof_digest(c->nonce, w->hello_hash, goblin__wkey_public(w->key), digest);
+    if (!e) e = goblin__wkey_sign(w->key, digest, sig, &sl, msg, sizeof msg);
+    if (e) {
+        goblin__worker_log(w, GOBLIN_LOG_ERROR, "cannot answer the node's challenge: %s", msg);
+        return;
+    }
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_PROOF);
+    m.body.proof.key = goblin__wkey_public(w->key);
+    m.body.proof.key_len = GOBLIN__WKEY_PUBLIC_BYTES;
+    m.body.proof.sig = sig;
+    m.body.proof.sig_len = (uint32_t)sl;
     wsend(w, &m);
 }
+
+const char *goblin_worker_identity(const goblin_worker *w) { return w ? goblin__wkey_fingerprint(w->key) : ""; }
 
 /* ---- the loop ---------------------------------------------------------------------- */
 
@@ -456,6 +510,9 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                 break;
             }
             switch (m->type) {
+            case GOBLIN_WIRE_TYPE_CHALLENGE:
+                send_proof(w, &m->body.challenge);
+                break;
             case GOBLIN_WIRE_TYPE_HELLO_ACK:
                 goblin__worker_log(w, GOBLIN_LOG_INFO, "joined the node as worker %llu%s",
                      (unsigned long long)m->body.hello_ack.session_id,

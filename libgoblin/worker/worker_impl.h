@@ -14,6 +14,7 @@
 #include "goblin/testctrl.h"
 #include "net/share.h"
 #include "net/transport.h"
+#include "net/worker_key.h"
 #include "proto/wire.h"
 
 /* What goblin_test_control set for a worker (tests and demos only). */
@@ -63,6 +64,9 @@ struct goblin_worker {
     goblin__share *share; /* a node of this process over inproc:// lends inputs in place */
     char *urls[GOBLIN_WORKER_MAX_CONNECT];
     char *tls_ca, *tls_fp, *tls_name; /* copies behind p.tls_* */
+    char *config_dir;                 /* copy behind p.config_dir */
+    goblin__wkey *key;                /* the identity (net/worker_key.h) */
+    uint8_t hello_hash[32];           /* SHA-256 of the HELLO sent on this connection */
     uint8_t *token;
     atomic_bool stop;
     atomic_int pipes_added, pipes_removed;

@@ -220,6 +220,22 @@ void fuzz_wire_seeds(fuzz_emit_fn emit, void *ctx) {
     m.body.error.message = "node 2 (gather): index 9 out of range";
     emit_msg(&m, emit, ctx);
 
+    /* protocol 2: the identity proof */
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_CHALLENGE);
+    m.request_id = 1;
+    for (int i = 0; i < GOBLIN_WIRE_NONCE_BYTES; i++) m.body.challenge.nonce[i] = (uint8_t)(i * 7 + 1);
+    emit_msg(&m, emit, ctx);
+
+    static const uint8_t key[91] = {0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06,
+                                    0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00, 0x04};
+    static const uint8_t sig[8] = {0x30, 0x06, 0x02, 0x01, 0x01, 0x02, 0x01, 0x01};
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_PROOF);
+    m.body.proof.key = key;
+    m.body.proof.key_len = sizeof key;
+    m.body.proof.sig = sig;
+    m.body.proof.sig_len = sizeof sig;
+    emit_msg(&m, emit, ctx);
+
     /* TASK with a real graph and inputs of several dtypes and ranks */
     first_graph fg = {.len = 0};
     fuzz_graph_seeds(keep_first, &fg);

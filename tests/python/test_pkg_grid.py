@@ -465,7 +465,8 @@ class Node:
         self.cproxy = Proxy(self.cport)
         for i in range(2):
             self.workers.append(subprocess.Popen(
-                [WORKER, "--connect", f"tcp://127.0.0.1:{self.wproxy.port}", "--threads", "1", "--memory", "256M"],
+                [WORKER, "--connect", f"tcp://127.0.0.1:{self.wproxy.port}", "--threads", "1", "--memory", "256M",
+                 "--config-dir", os.path.join(tmp, f"worker{i}.id")],
                 stderr=open(os.path.join(tmp, f"worker{i}.log"), "w")))
         self.url = f"tcp://127.0.0.1:{self.cproxy.port}"
         self.tls_url = f"tls+tcp://127.0.0.1:{self.tport}"
@@ -646,7 +647,8 @@ def test_researcher_credential_required_by_node(tmp_path, monkeypatch):
                 assert time.time() - t0 < 20, "goblin-node did not listen"
                 time.sleep(0.05)
         procs.append(subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1",
-                                       "--memory", "128M"], stderr=open(tmp_path / "worker.log", "w")))
+                                       "--memory", "128M", "--config-dir", str(tmp_path / "worker.id")],
+                                      stderr=open(tmp_path / "worker.log", "w")))
         url = f"tcp://127.0.0.1:{cport}"
         # the right credential works, for a real verified job
         with goblin.connect(url, credential=alice, connect_timeout=10) as g:

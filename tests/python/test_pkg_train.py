@@ -506,7 +506,9 @@ class ProcessGrid:
 
     def add_worker(self, *extra):
         log = os.path.join(self.tmp, f"worker{len(self.workers)}.log")
-        self.workers.append(subprocess.Popen([WORKER, "--connect", self.url, "--threads", "1", *extra],
+        cfg = os.path.join(self.tmp, f"worker{len(self.workers)}.id")  # one identity per worker
+        self.workers.append(subprocess.Popen([WORKER, "--connect", self.url, "--threads", "1", "--config-dir", cfg,
+                                              *extra],
                                              stderr=open(log, "w")))
 
     def close(self):

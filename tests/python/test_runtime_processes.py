@@ -97,8 +97,9 @@ class Grid:
     def add_worker(self, *extra, threads=1, memory="512M"):
         i = len(self.workers)
         log = os.path.join(self.tmp, f"worker-{self.port}-{i}.log")
+        # A key directory per worker: one identity each (docs/security.md).
         args = [WORKER, "--connect", self.url, "--threads", str(threads), "--memory", memory,
-                *extra]
+                "--config-dir", os.path.join(self.tmp, f"worker-{self.port}-{i}.id"), *extra]
         p = subprocess.Popen(args, stderr=open(log, "w"))
         self.workers.append(p)
         self.logs.append(log)
@@ -314,8 +315,8 @@ def test_tls_client_gateway_fingerprint(tmp):
                              f"tls+tcp://127.0.0.1:{cport}", "--cert", cert, "--key", key, "--open",
                              "--data-dir", tmp],
                             stderr=open(log, "w"))
-    w = subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1"],
-                         stderr=subprocess.DEVNULL)
+    w = subprocess.Popen([WORKER, "--connect", f"tcp://127.0.0.1:{port}", "--threads", "1",
+                          "--config-dir", os.path.join(tmp, "worker.id")], stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
         a, b = operands(300, 200, 250, np.float32, 6)
@@ -503,8 +504,8 @@ def test_garbage_frames_refused(tmp):
         g.wait_workers(1)
         rng = np.random.default_rng(10)
         # To the node (pair1: 4-byte hop header, then the message).
-        for payload in (rng.bytes(64), b"GBLW\x01\x00\x01\x00" + b"\0" * 8 + b"\xff" * 8,
-                        b"GBLW\x01\x00\x06\x00" + b"\0" * 16 + rng.bytes(40), b"GB"):
+        for payload in (rng.bytes(64), b"GBLW\x02\x00\x01\x00" + b"\0" * 8 + b"\xff" * 8,
+                        b"GBLW\x02\x00\x06\x00" + b"\0" * 16 + rng.bytes(40), b"GB"):
             s = sp_connect(g.port, 0x11)
             sp_send(s, b"\0\0\0\1" + payload)
             time.sleep(0.2)

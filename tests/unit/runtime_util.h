@@ -7,11 +7,14 @@
 #define GOBLIN_RUNTIME_UTIL_H
 
 #include <criterion/criterion.h>
+#include <goblin/alloc.h>
 #include <goblin/grid.h>
 #include <goblin/node.h>
 #include <goblin/ops.h>
 #include <goblin/testctrl.h>
 #include "node/plan.h"
+#include <nng/nng.h>
+#include "net/worker_key.h"
 #include "proto/wire.h"
 #include <goblin/worker.h>
 #include <math.h>
@@ -234,6 +237,69 @@ static inline goblin_job *rt_run_graph(goblin_node *node, const goblin_graph *g,
     cr_assert_eq(goblin_node_submit_graph(node, g, in, n_in, out, n_out, jp, &job), GOBLIN_OK);
     cr_assert_eq(goblin_job_wait(job, 20000), GOBLIN_OK, "%s", goblin_job_error(job));
     return job;
+}
+
+/* ---- raw peers: the worker protocol spoken by hand ------------------------------- */
+
+/* The next message on @p s decoded (NULL: none within the socket's receive timeout, or
+ * undecodable). */
+static inline goblin__wire_msg *rt_raw_next(nng_socket s) {
+    void *rb;
+    size_t rlen;
+    if (nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC) != 0) return NULL;
+    goblin__wire_msg *r = NULL;
+    goblin_err e = goblin__wire_decode(rb, rlen, NULL, 0, &r, NULL, 0);
+    nng_free(rb, rlen);
+    return e == GOBLIN_OK ? r : NULL;
+}
+
+/* How rt_raw_join lies (tests of the identity proof). */
+typedef struct rt_proof_lie {
+    const uint8_t *pub; /* present this public key instead of the signer's (NULL: the signer's) */
+    bool flip_sig;      /* change one bit of the signature */
+} rt_proof_lie;
+
+/* Send @p hello, answer the node's CHALLENGE with a PROOF signed by @p key (with @p lie, if
+ * not NULL), and return the node's answer to it: HELLO_ACK or REFUSE (or a REFUSE of the
+ * HELLO itself); NULL if nothing came. Criterion-asserts on what cannot fail. */
+static inline goblin__wire_msg *rt_raw_join(nng_socket s, const goblin__wire_msg *hello, goblin__wkey *key,
+                                            const rt_proof_lie *lie) {
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(goblin__wire_encode(hello, &buf, &len), GOBLIN_OK);
+    uint8_t hh[32];
+    cr_assert_eq(goblin__wkey_hash(buf, len, hh), GOBLIN_OK);
+    cr_assert_eq(nng_send(s, buf, len, 0), 0);
+    goblin_buffer_free(buf);
+    goblin__wire_msg *c = rt_raw_next(s);
+    if (!c || c->type != GOBLIN_WIRE_TYPE_CHALLENGE) return c;
+    const uint8_t *pub = lie && lie->pub ? lie->pub : goblin__wkey_public(key);
+    uint8_t digest[32], sig[GOBLIN__WKEY_SIG_MAX];
+    size_t sl = 0;
+    cr_assert_eq(goblin__wkey_proof_digest(c->body.challenge.nonce, hh, pub, digest), GOBLIN_OK);
+    goblin__wire_msg_free(c);
+    cr_assert_eq(goblin__wkey_sign(key, digest, sig, &sl, NULL, 0), GOBLIN_OK);
+    if (lie && lie->flip_sig) sig[sl / 2] ^= 0x01;
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_PROOF);
+    m.body.proof.key = pub;
+    m.body.proof.key_len = GOBLIN__WKEY_PUBLIC_BYTES;
+    m.body.proof.sig = sig;
+    m.body.proof.sig_len = (uint32_t)sl;
+    cr_assert_eq(goblin__wire_encode(&m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(nng_send(s, buf, len, 0), 0);
+    goblin_buffer_free(buf);
+    return rt_raw_next(s);
+}
+
+/* A HELLO of a 1-thread worker with @p memory bytes. */
+static inline goblin__wire_msg rt_raw_hello(uint64_t memory, bool batch) {
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
+    m.body.hello.backends = 1u | (batch ? GOBLIN_WIRE_CAP_BATCH : 0);
+    m.body.hello.threads = 1;
+    m.body.hello.memory_bytes = memory;
+    return m;
 }
 
 #endif

@@ -690,21 +690,15 @@ static void raw_send_msg(nng_socket s, const goblin__wire_msg *m) {
 /* HELLO (offering batches or not), HELLO_ACK back (its flags in *ack_flags), then a
  * LEASE_REQUEST for @p slots. */
 static void raw_join(nng_socket s, bool batch, uint8_t *ack_flags, uint32_t slots) {
-    goblin__wire_msg m;
-    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
-    m.body.hello.backends = 1u | (batch ? GOBLIN_WIRE_CAP_BATCH : 0);
-    m.body.hello.threads = 1;
-    m.body.hello.memory_bytes = 1 << 24;
-    raw_send_msg(s, &m);
-    void *rb;
-    size_t rlen;
-    cr_assert_eq(nng_recv(s, &rb, &rlen, NNG_FLAG_ALLOC), 0, "a HELLO_ACK comes back");
-    goblin__wire_msg *r = NULL;
-    cr_assert_eq(goblin__wire_decode(rb, rlen, NULL, 0, &r, NULL, 0), GOBLIN_OK);
+    goblin__wire_msg m = rt_raw_hello(1 << 24, batch);
+    goblin__wkey *key = NULL;
+    cr_assert_eq(goblin__wkey_ephemeral(&key, NULL, 0), GOBLIN_OK);
+    goblin__wire_msg *r = rt_raw_join(s, &m, key, NULL);
+    goblin__wkey_free(key);
+    cr_assert_not_null(r, "a HELLO_ACK comes back");
     cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_HELLO_ACK);
     *ack_flags = r->flags;
     goblin__wire_msg_free(r);
-    nng_free(rb, rlen);
     goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
     m.body.lease_request.slots = slots;
     raw_send_msg(s, &m);

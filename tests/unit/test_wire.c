@@ -78,6 +78,8 @@ static void sample_task(goblin__wire_msg *m) {
 }
 
 static const uint8_t TOKEN[5] = {0x00, 0xFF, 't', 'k', 0x80};
+static const uint8_t PROOF_KEY[3] = {0x30, 0x59, 0x30};
+static const uint8_t PROOF_SIG[2] = {0x30, 0x44};
 
 /* One sample of every type, filled with distinctive values. */
 static void sample(goblin__wire_type type, goblin__wire_msg *m) {
@@ -122,6 +124,15 @@ static void sample(goblin__wire_type type, goblin__wire_msg *m) {
         m->body.error.task_id = 9;
         m->body.error.message = "node 3 (gather): index 12 out of range [0, 4)";
         break;
+    case GOBLIN_WIRE_TYPE_CHALLENGE:
+        for (int i = 0; i < GOBLIN_WIRE_NONCE_BYTES; i++) m->body.challenge.nonce[i] = (uint8_t)(0xA0 + i);
+        break;
+    case GOBLIN_WIRE_TYPE_PROOF:
+        m->body.proof.key = PROOF_KEY;
+        m->body.proof.key_len = sizeof PROOF_KEY;
+        m->body.proof.sig = PROOF_SIG;
+        m->body.proof.sig_len = sizeof PROOF_SIG;
+        break;
     default: cr_assert_fail("no sample for type %d", type);
     }
 }
@@ -133,7 +144,7 @@ Test(wire, heartbeat_bytes) {
     goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HEARTBEAT);
     m.request_id = 0x0102030405060708ull;
     m.body.heartbeat.active_tasks = 7;
-    static const uint8_t want[] = {'G', 'B', 'L', 'W', 1, 0, 8, 0,
+    static const uint8_t want[] = {'G', 'B', 'L', 'W', 2, 0, 8, 0,
                                    8,   7,   6,   5,   4, 3, 2, 1,
                                    4,   0,   0,   0,   0, 0, 0, 0,
                                    7,   0,   0,   0};
@@ -146,7 +157,7 @@ Test(wire, heartbeat_bytes) {
     cr_assert_eq(sz, sizeof want);
     goblin__wire_msg *d = decode_ok(b, len, 0);
     cr_assert_eq(d->type, GOBLIN_WIRE_TYPE_HEARTBEAT);
-    cr_assert_eq(d->version, 1);
+    cr_assert_eq(d->version, 2);
     cr_assert_eq(d->request_id, 0x0102030405060708ull);
     cr_assert_eq(d->body.heartbeat.active_tasks, 7);
     goblin__wire_msg_free(d);
@@ -159,7 +170,7 @@ Test(wire, refuse_and_error_bytes) {
     m.request_id = 5;
     m.body.refuse.reason = GOBLIN_EVERSION; /* 7 */
     m.body.refuse.message = "old";
-    static const uint8_t want[] = {'G', 'B', 'L', 'W', 1, 0, 3, 0, 5, 0, 0, 0, 0, 0, 0, 0,
+    static const uint8_t want[] = {'G', 'B', 'L', 'W', 2, 0, 3, 0, 5, 0, 0, 0, 0, 0, 0, 0,
                                    9,   0,   0,   0,   0, 0, 0, 0, /* body: 4 + 2 + 3 */
                                    7,   0,   0,   0,   3, 0, 'o', 'l', 'd'};
     size_t len;
@@ -176,7 +187,7 @@ Test(wire, refuse_and_error_bytes) {
     m.body.error.code = GOBLIN_ERANGE; /* 5 */
     m.body.error.task_id = 0x0102;
     m.body.error.message = NULL; /* encodes as "" */
-    static const uint8_t want2[] = {'G', 'B', 'L', 'W', 1, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    static const uint8_t want2[] = {'G', 'B', 'L', 'W', 2, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                     14,  0,   0,   0,   0, 0, 0, 0, /* 4 + 8 + 2 */
                                     5,   0,   0,   0,   2, 1, 0, 0, 0, 0, 0, 0, 0, 0};
     b = encode(&m, &len);
@@ -187,6 +198,47 @@ Test(wire, refuse_and_error_bytes) {
     cr_assert_eq(d->body.error.task_id, 0x0102);
     cr_assert_str_eq(d->body.error.message, "");
     goblin__wire_msg_free(d);
+    goblin_buffer_free(b);
+}
+
+Test(wire, challenge_and_proof_bytes) {
+    goblin__wire_msg m;
+    sample(GOBLIN_WIRE_TYPE_PROOF, &m);
+    m.request_id = 0;
+    /* header, then u32 key length 3, u32 signature length 2, the key, the signature */
+    static const uint8_t want[] = {'G', 'B', 'L', 'W', 2, 0, 11, 0, 0,    0,    0,    0,    0,    0, 0, 0,
+                                   13,  0,   0,   0,   0, 0, 0,  0, /* 4 + 4 + 3 + 2 */
+                                   3,   0,   0,   0,   2, 0, 0,  0, 0x30, 0x59, 0x30, 0x30, 0x44};
+    size_t len;
+    uint8_t *b = encode(&m, &len);
+    cr_assert_eq(len, sizeof want);
+    cr_assert_arr_eq(b, want, sizeof want);
+    goblin__wire_msg *d = decode_ok(b, len, 0);
+    cr_assert_eq(d->body.proof.key_len, 3);
+    cr_assert_arr_eq(d->body.proof.key, PROOF_KEY, 3);
+    cr_assert_eq(d->body.proof.sig_len, 2);
+    cr_assert_arr_eq(d->body.proof.sig, PROOF_SIG, 2);
+    goblin__wire_msg_free(d);
+    goblin_buffer_free(b);
+    /* an empty signature and an oversized key are refused both ways */
+    m.body.proof.sig_len = 0;
+    cr_assert_eq(goblin__wire_encode(&m, &b, &len), GOBLIN_EINVAL);
+    m.body.proof.sig_len = 2;
+    m.body.proof.key_len = GOBLIN_WIRE_MAX_KEY_BYTES + 1;
+    cr_assert_eq(goblin__wire_encode(&m, &b, &len), GOBLIN_ELIMIT);
+    uint8_t bad[sizeof want];
+    memcpy(bad, want, sizeof want);
+    bad[28] = 0; /* signature length 0 */
+    char msg[256];
+    cr_assert_eq(decode_err(bad, sizeof bad, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
+    cr_assert(strstr(msg, "signature"), "%s", msg);
+
+    sample(GOBLIN_WIRE_TYPE_CHALLENGE, &m);
+    b = encode(&m, &len);
+    cr_assert_eq(len, 24 + GOBLIN_WIRE_NONCE_BYTES);
+    cr_assert_eq(b[6], GOBLIN_WIRE_TYPE_CHALLENGE);
+    for (int i = 0; i < GOBLIN_WIRE_NONCE_BYTES; i++) cr_assert_eq(b[24 + i], 0xA0 + i);
+    cr_assert_eq(decode_err(b, len - 1, NULL, msg, sizeof msg), GOBLIN_EFORMAT);
     goblin_buffer_free(b);
 }
 
@@ -474,7 +526,7 @@ Test(wire, header_fields_are_checked) {
     goblin__wire_header h;
 
     cr_assert_eq(goblin__wire_header_decode(b, len, NULL, &h, msg, sizeof msg), GOBLIN_OK, "%s", msg);
-    cr_assert_eq(h.version, 1);
+    cr_assert_eq(h.version, 2);
     cr_assert_eq(h.type, GOBLIN_WIRE_TYPE_ABANDON);
     cr_assert_eq(h.flags, 0);
     cr_assert_eq(h.request_id, 1007);
@@ -556,15 +608,15 @@ Test(wire, protocol_version_mismatch_names_both_versions) {
     sample(GOBLIN_WIRE_TYPE_HEARTBEAT, &m);
     size_t len;
     uint8_t *b = encode(&m, &len);
-    wr_le(b + 4, 2, 2);
+    wr_le(b + 4, 1, 2); /* a protocol 1 peer (no identity proofs) */
     char msg[256];
     cr_assert_eq(decode_err(b, len, NULL, msg, sizeof msg), GOBLIN_EVERSION);
-    cr_assert(strstr(msg, "protocol version 2, this library speaks 1"), "%s", msg);
+    cr_assert(strstr(msg, "protocol version 1, this library speaks 2"), "%s", msg);
     /* the header is still readable, so a reply can echo the request id */
     goblin__wire_header h;
     memset(&h, 0, sizeof h);
     cr_assert_eq(goblin__wire_header_decode(b, len, NULL, &h, msg, sizeof msg), GOBLIN_EVERSION);
-    cr_assert_eq(h.version, 2);
+    cr_assert_eq(h.version, 1);
     cr_assert_eq(h.request_id, 1008);
     goblin_buffer_free(b);
 }
@@ -649,7 +701,7 @@ Test(wire, inconsistent_tensor_byte_lengths_are_rejected) {
 /* Build a bare header + body by hand. */
 static size_t hand_msg(uint8_t *p, goblin__wire_type ty, const uint8_t *body, size_t body_len) {
     memcpy(p, "GBLW", 4);
-    wr_le(p + 4, 1, 2);
+    wr_le(p + 4, GOBLIN_WIRE_VERSION, 2);
     p[6] = (uint8_t)ty;
     p[7] = 0;
     wr_le(p + 8, 42, 8);

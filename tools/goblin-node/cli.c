@@ -36,6 +36,11 @@ void node_cli_usage(FILE *f) {
         "  --max-jobs-per-researcher N  jobs one researcher holds at once (default 16)\n"
         "  --expire-unfetched-ms N  release a researcher's unfetched jobs after N ms with\n"
         "                          no connection of theirs (default 3600000; 0: never)\n"
+        "  --quarantine-file F     keep quarantined worker identities in F (read at start,\n"
+        "                          rewritten at each quarantine): caught workers stay out\n"
+        "  --allow-identities F    admit only the worker identities listed in F\n"
+        "  --owners F              lines \"fingerprint owner\": one owner's identities count\n"
+        "                          as one worker for replicas and are quarantined together\n"
         "  --insecure-plaintext    allow plain tcp:// on a non-loopback address\n"
         "  --verify MODE           freivalds (default) | recompute | unsafe-none\n"
         "  --freivalds-tile-by-tile  judge each matmul tile alone as it arrives (default:\n"
@@ -162,6 +167,15 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
             int64_t n;
             if (!tool_parse_i64(v, 0, UINT32_MAX, &n)) return bad("bad --expire-unfetched-ms '%s'", v);
             cli->gateway.expire_ms = (uint32_t)n;
+        } else if (strcmp(a, "--quarantine-file") == 0) {
+            NEEDV();
+            cli->node.quarantine_file = v;
+        } else if (strcmp(a, "--allow-identities") == 0) {
+            NEEDV();
+            cli->node.allow_identities_file = v;
+        } else if (strcmp(a, "--owners") == 0) {
+            NEEDV();
+            cli->node.owners_file = v;
         } else if (strcmp(a, "--insecure-plaintext") == 0) {
             cli->insecure_plaintext = true;
         } else if (strcmp(a, "--verify") == 0) {

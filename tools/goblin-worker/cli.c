@@ -1,5 +1,6 @@
 /* tools/goblin-worker/cli.c - argv -> worker_cli (params structs); no other logic. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/tool_common.h"
@@ -25,6 +26,9 @@ void worker_cli_usage(FILE *f) {
         "  --keep-inputs S      drop the inputs kept in memory for reuse after S seconds\n"
         "                       without a task (default 30; 0: until evicted)\n"
         "  --token T            join token the node asks for\n"
+        "  --config-dir DIR     where this installation's identity key lives (made on first\n"
+        "                       start, mode 0600; the only file the worker writes); default\n"
+        "                       $XDG_CONFIG_HOME/goblin, else ~/.config/goblin\n"
         "  --list-ops           print the catalogue this worker computes and exit\n"
         "  -v, --verbose        more logging (repeatable); --log-level LEVEL sets it:\n"
         "                       error, warn, info (default), debug\n"
@@ -134,6 +138,10 @@ goblin_err worker_cli_parse(int argc, char **argv, worker_cli *cli) {
             NEEDV();
             if (!tool_parse_i64(v, 1, UINT32_MAX, &n)) return bad("bad --test-catalog-version '%s'", v);
             cli->catalog_version = (uint32_t)n;
+        } else if (strcmp(a, "--config-dir") == 0) {
+            NEEDV();
+            if (!*v) return bad("%s", "--config-dir needs a directory");
+            cli->worker.config_dir = v;
         } else if (strcmp(a, "--slow-ms") == 0) {
             NEEDV();
             if (!tool_parse_i64(v, 0, 3600000, &n)) return bad("bad --slow-ms '%s'", v);
@@ -149,6 +157,16 @@ goblin_err worker_cli_parse(int argc, char **argv, worker_cli *cli) {
     for (int k = 0; k < cli->worker.n_connect; k++) any_tls |= tool_url_is_tls(cli->worker.connect[k]);
     if (any_tls && !cli->ca_file && !cli->fingerprint)
         return bad("%s", "a tls+tcp:// node needs --ca FILE or --fingerprint HEX");
+    if (!cli->worker.config_dir) {
+        /* The XDG base directory rule: $XDG_CONFIG_HOME if absolute, else ~/.config. */
+        const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+        int k = -1;
+        if (xdg && xdg[0] == '/') k = snprintf(cli->config_dir, sizeof cli->config_dir, "%s/goblin", xdg);
+        else if (home && home[0] == '/') k = snprintf(cli->config_dir, sizeof cli->config_dir, "%s/.config/goblin", home);
+        if (k < 0 || (size_t)k >= sizeof cli->config_dir)
+            return bad("%s", "no config directory for the identity key: give --config-dir DIR");
+        cli->worker.config_dir = cli->config_dir;
+    }
     cli->worker.log_level = cli->log_level;
     if (cli->token) {
         cli->worker.join_token = (const uint8_t *)cli->token;

@@ -27,6 +27,7 @@ typedef struct worker_cli {
     int64_t slow_ms;           /* -1: not given (the library's default) */
     uint32_t catalog_version;  /* 0: the real one */
     goblin_log_level log_level;
+    char config_dir[4096];     /* the default config directory, when --config-dir is not given */
 } worker_cli;
 
 /** Parse argv into @p cli. On error prints why to stderr and returns GOBLIN_EINVAL. */

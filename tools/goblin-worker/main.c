@@ -90,6 +90,8 @@ int main(int argc, char **argv) {
         tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot create the worker: %s", goblin_strerror(e));
         return tool_exit_code(e);
     }
+    tool_logf(cli.log_level, GOBLIN_LOG_INFO, "worker identity %s (key in %s)", goblin_worker_identity(the_worker),
+              cli.worker.config_dir);
     if ((e = set_fault_injection(&cli, the_worker))) {
         tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot set fault injection: %s", goblin_strerror(e));
         goblin_worker_free(the_worker);
