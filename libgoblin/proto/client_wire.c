@@ -38,6 +38,36 @@ const char *goblin__cw_type_name(uint8_t t) {
 
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
+/* A worker identity: 64 hex digits as 32 bytes (all zero: none); back into hex. */
+static void put_identity(uint8_t *p, const char *hex) {
+    memset(p, 0, 32);
+    if (strlen(hex) != 64) return;
+    for (int i = 0; i < 32; i++) {
+        unsigned v = 0;
+        for (int k = 0; k < 2; k++) {
+            char ch = hex[2 * i + k];
+            v = v * 16 + (unsigned)(ch >= '0' && ch <= '9' ? ch - '0' : (ch | 32) - 'a' + 10);
+        }
+        p[i] = (uint8_t)v;
+    }
+}
+
+static bool get_identity(const uint8_t *p, char *hex) {
+    static const char digits[] = "0123456789abcdef";
+    bool any = false;
+    for (int i = 0; i < 32; i++) any = any || p[i];
+    if (!any) {
+        hex[0] = 0;
+        return true;
+    }
+    for (int i = 0; i < 32; i++) {
+        hex[2 * i] = digits[p[i] >> 4];
+        hex[2 * i + 1] = digits[p[i] & 15];
+    }
+    hex[64] = 0;
+    return true;
+}
+
 static void put_id(uint8_t *p, const goblin_job_id *id) { memcpy(p, id->bytes, GOBLIN__CW_ID_BYTES); }
 static void get_id(const uint8_t *p, goblin_job_id *id) { memcpy(id->bytes, p, GOBLIN__CW_ID_BYTES); }
 
@@ -360,6 +390,10 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
             w64(p + o + 32, (uint64_t)w->accepted);
             w64(p + o + 40, (uint64_t)w->rejected);
             w64(p + o + 48, (uint64_t)w->failed_leases);
+            put_identity(p + o + 56, w->identity);
+            size_t ol = strnlen(w->owner, sizeof w->owner - 1);
+            memset(p + o + 88, 0, 64);
+            memcpy(p + o + 88, w->owner, ol);
         }
         break;
     }
@@ -764,6 +798,15 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
             w->accepted = (int64_t)r64(p + 32);
             w->rejected = (int64_t)r64(p + 40);
             w->failed_leases = (int64_t)r64(p + 48);
+            bool ok = get_identity(p + 56, w->identity);
+            for (int k = 0; ok && k < 64 && p[88 + k]; k++)
+                ok = p[88 + k] >= 0x20 && p[88 + k] < 0x7f;
+            for (int k = (int)strnlen((const char *)p + 88, 64); ok && k < 64; k++) ok = p[88 + k] == 0;
+            if (!ok || p[88 + 63]) {
+                goblin__cw_msg_clear(m);
+                return goblin__errf(msg, cap, GOBLIN_EFORMAT, "bad worker record %u", i);
+            }
+            memcpy(w->owner, p + 88, 64);
         }
         break;
     }

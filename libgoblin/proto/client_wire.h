@@ -20,7 +20,8 @@
  *                        u32 0, text
  *   RESULT               job id, u8 has_tensor, u8 0 x7, [tensor]
  *   OUTPUTS              job id, u32 n, u32 0, tensor[n]      (FETCH of a graph job)
- *   STATS_REPLY          u32 n_counters, u32 n_workers, i64 counters[n], workers[n] (56 bytes each)
+ *   STATS_REPLY          u32 n_counters, u32 n_workers, i64 counters[n], workers[n] (152 bytes
+ *                        each: counters, identity as 32 bytes, owner NUL-padded to 64)
  *   ERROR                i32 code, u32 len, text
  *   OK                   job id (zero when the request named no job)
  * job id: 16 bytes (goblin_job_id: 128 random bits chosen by the gateway).
@@ -49,7 +50,7 @@
 #define GOBLIN__CW_MAX_TEXT 512
 #define GOBLIN__CW_MAX_WORKERS 65536
 #define GOBLIN__CW_MAX_COUNTERS 256
-#define GOBLIN__CW_WORKER_RECORD 56
+#define GOBLIN__CW_WORKER_RECORD 152 /* counters (56), identity (32 bytes), owner (64, NUL-padded) */
 #define GOBLIN__CW_MAX_IO GOBLIN_GRAPH_JOB_MAX_IO /* tensors of one graph job, each way */
 #define GOBLIN__CW_GRAPH_FIXED 64                 /* SUBMIT_GRAPH bytes before the graph */
 #define GOBLIN__CW_MAX_TOKEN GOBLIN_WIRE_MAX_TOKEN_BYTES /* AUTH token bytes */

@@ -718,6 +718,16 @@ static int set_bool(PyObject *d, const char *k, bool v)
     return PyDict_SetItemString(d, k, v ? Py_True : Py_False);
 }
 
+static int set_str(PyObject *d, const char *k, const char *v)
+{
+    PyObject *o = PyUnicode_DecodeASCII(v, (Py_ssize_t)strlen(v), "replace");
+    if (!o)
+        return -1;
+    int rc = PyDict_SetItemString(d, k, o);
+    Py_DECREF(o);
+    return rc;
+}
+
 static PyObject *worker_dict(const goblin_node_worker_stats *w)
 {
     PyObject *d = PyDict_New();
@@ -727,7 +737,8 @@ static PyObject *worker_dict(const goblin_node_worker_stats *w)
         set_bool(d, "quarantined", w->quarantined) < 0 || set_int(d, "threads", w->threads) < 0 ||
         set_int(d, "memory_bytes", (long long)w->memory_bytes) < 0 || set_int(d, "issued", w->issued) < 0 ||
         set_int(d, "accepted", w->accepted) < 0 || set_int(d, "rejected", w->rejected) < 0 ||
-        set_int(d, "failed_leases", w->failed_leases) < 0) {
+        set_int(d, "failed_leases", w->failed_leases) < 0 || set_str(d, "identity", w->identity) < 0 ||
+        set_str(d, "owner", w->owner) < 0) {
         Py_DECREF(d);
         return NULL;
     }

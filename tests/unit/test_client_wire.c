@@ -164,9 +164,23 @@ Test(client_wire, files_status_stats_error) {
     goblin_node_worker_stats ws[2] = {{.session_id = 9, .connected = true, .threads = 2,
                                        .accepted = 100},
                                       {.session_id = 10, .quarantined = true, .rejected = 3}};
+    for (int i = 0; i < 64; i++) ws[0].identity[i] = "0123456789abcdef"[(i * 7) % 16];
+    strcpy(ws[0].owner, "lab-7 (two machines)");
     m->workers = ws;
     m->n_workers = 2;
     b = enc(m, &n);
+    cr_assert_eq(n, 24 + 8 + 8 * (sizeof(goblin_node_stats) / 8) + 2 * 152);
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_str_eq(d->workers[0].identity, ws[0].identity);
+    cr_assert_str_eq(d->workers[0].owner, "lab-7 (two machines)");
+    cr_assert_str_eq(d->workers[1].identity, "");
+    cr_assert_str_eq(d->workers[1].owner, "");
+    goblin__cw_msg_clear(d);
+    /* an owner with a control byte is refused */
+    size_t rec0 = 24 + 8 + 8 * (sizeof(goblin_node_stats) / 8);
+    b[rec0 + 88 + 3] = 0x07;
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
+    b[rec0 + 88 + 3] = '-';
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
     cr_assert_eq(d->stats.results_rejected, 17);
     cr_assert_eq(d->stats.workers_quarantined, 1);

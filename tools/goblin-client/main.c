@@ -37,6 +37,14 @@ static bool show_progress(void *user, int64_t done, int64_t total) {
     return true;
 }
 
+/* @p s (printable ASCII, from the node) with '"' and '\\' replaced by '_', into @p out (64). */
+static const char *json_safe(const char *s, char *out) {
+    size_t i = 0;
+    for (; s[i] && i < 63; i++) out[i] = s[i] == '"' || s[i] == '\\' ? '_' : s[i];
+    out[i] = 0;
+    return out;
+}
+
 static goblin_err print_stats(goblin_client *c, double seconds) {
     goblin_node_stats s;
     goblin_node_worker_stats ws[256];
@@ -65,15 +73,16 @@ static goblin_err print_stats(goblin_client *c, double seconds) {
            (long long)s.workers_connected, (long long)s.workers_quarantined,
            (long long)s.workers_seen, (long long)s.freivalds_row_panels, (long long)s.freivalds_row_fallbacks,
            (long long)s.verify_ns, (long long)s.verify_cpu_ns);
+    char owner[64];
     for (int64_t i = 0; i < nw && i < 256; i++)
         printf("%s{\"session_id\": %llu, \"connected\": %s, \"quarantined\": %s, \"threads\": %d, "
                "\"memory_bytes\": %llu, \"issued\": %lld, \"accepted\": %lld, \"rejected\": %lld, "
-               "\"failed_leases\": %lld}",
+               "\"failed_leases\": %lld, \"identity\": \"%s\", \"owner\": \"%s\"}",
                i ? ", " : "", (unsigned long long)ws[i].session_id,
                ws[i].connected ? "true" : "false", ws[i].quarantined ? "true" : "false",
                ws[i].threads, (unsigned long long)ws[i].memory_bytes, (long long)ws[i].issued,
                (long long)ws[i].accepted, (long long)ws[i].rejected,
-               (long long)ws[i].failed_leases);
+               (long long)ws[i].failed_leases, ws[i].identity, json_safe(ws[i].owner, owner));
     printf("]}\n");
     fflush(stdout);
     return GOBLIN_OK;
