@@ -46,7 +46,19 @@ typedef struct goblin_gateway_params {
      * Relative paths start in the first one. Copied. */
     const char *data_dirs[GOBLIN_GATEWAY_MAX_DATA_DIRS];
     int32_t n_data_dirs;
-    uint64_t recv_max_bytes;     /* largest request (default 8 GiB) */
+    uint64_t recv_max_bytes;     /* largest request (default 8 GiB). Requests over 1 MiB
+                                    arrive in parts (client.h does this), each checked as it
+                                    comes: nothing over 1 MiB is buffered for a connection
+                                    that has not authenticated */
+    /* Budgets of a gateway under attack: bytes of requests being received in parts, all
+     * connections together (default 4 GiB: a new large request over it is refused with
+     * GOBLIN_EBUSY, not allocated); connections that have not authenticated (default 64:
+     * more are closed as they come) and how long one may stay so (default 10000 ms);
+     * connections in all (default 1024). */
+    uint64_t max_buffered_bytes;
+    int32_t max_unauthenticated;
+    uint32_t auth_timeout_ms;
+    int32_t max_connections;
     int32_t max_jobs;            /* jobs held at once, all principals (default 64) */
     /* Per principal (0 = no limit): jobs held (default 16), bytes held by its jobs'
      * operands and results (default 16 GiB), submits in any minute (default 120). */
@@ -89,6 +101,7 @@ typedef struct goblin_gateway_stats {
                                     before authenticating */
     int64_t quota_refused;       /* submits over a principal's quota */
     int64_t jobs_expired;        /* released unfetched (expire_ms) */
+    int64_t connections_refused; /* closed by the connection budgets */
 } goblin_gateway_stats;
 
 GOBLIN_API void goblin_gateway_stats_get(goblin_gateway *gw, goblin_gateway_stats *out);

@@ -25,6 +25,7 @@ const char *goblin__cw_type_name(uint8_t t) {
     case GOBLIN__CW_STATS: return "STATS";
     case GOBLIN__CW_SUBMIT_GRAPH: return "SUBMIT_GRAPH";
     case GOBLIN__CW_AUTH: return "AUTH";
+    case GOBLIN__CW_PART: return "PART";
     case GOBLIN__CW_SUBMITTED: return "SUBMITTED";
     case GOBLIN__CW_JOB_STATUS: return "JOB_STATUS";
     case GOBLIN__CW_RESULT: return "RESULT";
@@ -192,6 +193,12 @@ static goblin_err body_size(const goblin__cw_msg *m, size_t *out) {
         if (m->token_len == 0 || m->token_len > GOBLIN__CW_MAX_TOKEN) return GOBLIN_EINVAL;
         n = 8 + pad8(m->token_len);
         break;
+    case GOBLIN__CW_PART:
+        if (m->part_len == 0 || m->part_len > GOBLIN__CW_PART_MAX || !m->part_data ||
+            m->part_offset > m->part_total || m->part_len > m->part_total - m->part_offset)
+            return GOBLIN_EINVAL;
+        n = 24 + pad8(m->part_len);
+        break;
     case GOBLIN__CW_SUBMITTED: n = 24; break;
     case GOBLIN__CW_JOB_STATUS: n = 48 + pad8(text_len(m->text)); break;
     case GOBLIN__CW_RESULT:
@@ -352,6 +359,14 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
     case GOBLIN__CW_AUTH:
         w32(p, m->token_len);
         memcpy(p + 8, m->token, m->token_len);
+        break;
+    case GOBLIN__CW_PART:
+        w64(p, m->part_total);
+        w64(p + 8, m->part_offset);
+        w32(p + 16, m->part_len);
+        w32(p + 20, 0);
+        memcpy(p + 24, m->part_data, m->part_len);
+        memset(p + 24 + m->part_len, 0, pad8(m->part_len) - m->part_len);
         break;
     case GOBLIN__CW_SUBMITTED:
         put_id(p, &m->job_id);
@@ -730,6 +745,29 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         if (!zeros(r.p + r.o + tl, pad8(tl) - tl))
             return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero token padding");
         r.o += pad8(tl);
+        break;
+    }
+    case GOBLIN__CW_PART: {
+        NEED(&r, 24, "PART");
+        m->part_total = r64(r.p);
+        m->part_offset = r64(r.p + 8);
+        m->part_len = r32(r.p + 16);
+        if (r32(r.p + 20)) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
+        if (m->part_len == 0 || m->part_len > GOBLIN__CW_PART_MAX)
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, "part of %u bytes out of 1..%zu",
+                                m->part_len, GOBLIN__CW_PART_MAX);
+        if (m->part_total > lim->max_message_bytes || m->part_offset > m->part_total ||
+            m->part_len > m->part_total - m->part_offset)
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, "part %llu+%u of a %llu-byte request "
+                                "(limit %llu)", (unsigned long long)m->part_offset, m->part_len,
+                                (unsigned long long)m->part_total,
+                                (unsigned long long)lim->max_message_bytes);
+        r.o = 24;
+        NEED(&r, pad8(m->part_len), "part bytes");
+        m->part_data = r.p + r.o;
+        if (!zeros(r.p + r.o + m->part_len, pad8(m->part_len) - m->part_len))
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero part padding");
+        r.o += pad8(m->part_len);
         break;
     }
     case GOBLIN__CW_SUBMITTED:

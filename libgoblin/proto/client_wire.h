@@ -15,6 +15,10 @@
  *   STATUS/CANCEL/FETCH/RELEASE  job id
  *   STATS                (empty)
  *   AUTH                 u32 len (1 .. GOBLIN__CW_MAX_TOKEN), u32 0, credential bytes (pad 8)
+ *   PART                 u64 total, u64 offset, u32 len, u32 0, bytes (pad 8): a piece of one
+ *                        request larger than GOBLIN__CW_PART_MAX (its whole encoding, header
+ *                        included), in order; each is answered OK but the last, whose answer is
+ *                        the request's. The request id is the whole request's.
  *   SUBMITTED            job id, i64 total tasks
  *   JOB_STATUS           job id, u8 status, u8 0 x3, i32 error, i64 done, i64 total, u32 len,
  *                        u32 0, text
@@ -54,6 +58,11 @@
 #define GOBLIN__CW_MAX_IO GOBLIN_GRAPH_JOB_MAX_IO /* tensors of one graph job, each way */
 #define GOBLIN__CW_GRAPH_FIXED 64                 /* SUBMIT_GRAPH bytes before the graph */
 #define GOBLIN__CW_MAX_TOKEN GOBLIN_WIRE_MAX_TOKEN_BYTES /* AUTH token bytes */
+/* Requests over this many bytes travel as PARTs, so that a gateway never lets one
+ * message of more than GOBLIN__CW_WIRE_MAX bytes into memory before it knows who sent it
+ * (nng buffers a whole message before the gateway sees it). */
+#define GOBLIN__CW_PART_MAX ((size_t)1 << 20)
+#define GOBLIN__CW_WIRE_MAX (GOBLIN__CW_PART_MAX + 256)
 
 typedef enum goblin__cw_type {
     GOBLIN__CW_SUBMIT_MATMUL = 1,
@@ -65,6 +74,7 @@ typedef enum goblin__cw_type {
     GOBLIN__CW_STATS = 7,
     GOBLIN__CW_SUBMIT_GRAPH = 8,
     GOBLIN__CW_AUTH = 9,
+    GOBLIN__CW_PART = 10,
     GOBLIN__CW_SUBMITTED = 64,
     GOBLIN__CW_JOB_STATUS = 65,
     GOBLIN__CW_RESULT = 66,
@@ -110,6 +120,10 @@ typedef struct goblin__cw_msg {
     int64_t chunk_rows, min_tasks;
     uint64_t task_memory_bytes;
     void *owned;              /* decode: the block behind io/split/combine/cache_ids */
+    /* PART: decoding points part_data into the buffer */
+    uint64_t part_total, part_offset;
+    uint32_t part_len;
+    const uint8_t *part_data;
     /* AUTH (copied both ways) */
     uint32_t token_len;
     uint8_t token[GOBLIN__CW_MAX_TOKEN];

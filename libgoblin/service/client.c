@@ -317,29 +317,24 @@ static int recv_reply(goblin_client *c, uint32_t timeout_ms, nng_msg **out, bool
 
 /* One request/reply. On success *reply is decoded from *keep (free it with
  * nng_msg_free after using the reply's tensors); an ERROR reply becomes its code. */
-static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
-                                 nng_msg **keep, uint32_t timeout_ms) {
-    c->node_eauth = false;
-    c->transport_failed = false;
-    req->request_id = c->next_rid++;
-    size_t sz;
-    goblin_err e = goblin__cw_encoded_size(req, &sz);
-    if (e) return cerr(c, e, "request not encodable (non-contiguous tensor or bad path?)");
-    nng_msg *m;
-    if (nng_msg_alloc(&m, sz) != 0) return cerr(c, GOBLIN_ENOMEM, "out of memory for a %zu-byte request", sz);
-    size_t len;
-    goblin__cw_encode_into(req, nng_msg_body(m), sz, &len);
+/* Send @p bytes as one message; the error is reported on @p c. */
+static goblin_err send_bytes(goblin_client *c, nng_msg *m) {
     int rv = nng_sendmsg(c->sock, m, 0);
-    if (rv) {
-        nng_msg_free(m);
-        c->transport_failed = true;
-        if (rv == NNG_ETIMEDOUT)
-            return cerr(c, GOBLIN_ETIMEDOUT, "cannot send the request: no connection to the node "
-                        "at %s (it is not running, or not reachable)", c->url);
-        return cerr(c, nng_to_err(rv), "cannot send the request to %s: %s", c->url, nng_strerror(rv));
-    }
+    if (!rv) return GOBLIN_OK;
+    nng_msg_free(m);
+    c->transport_failed = true;
+    if (rv == NNG_ETIMEDOUT)
+        return cerr(c, GOBLIN_ETIMEDOUT, "cannot send the request: no connection to the node "
+                    "at %s (it is not running, or not reachable)", c->url);
+    return cerr(c, nng_to_err(rv), "cannot send the request to %s: %s", c->url, nng_strerror(rv));
+}
+
+/* Receive and decode the reply to request @p rid; an ERROR reply becomes its code. */
+static goblin_err recv_decoded(goblin_client *c, uint64_t rid, uint32_t timeout_ms,
+                               goblin__cw_msg *reply, nng_msg **keep) {
     nng_msg *in = NULL;
     bool lost = false;
+    int rv;
     if ((rv = recv_reply(c, timeout_ms, &in, &lost)) != 0) {
         c->transport_failed = lost || rv != NNG_ETIMEDOUT;
         if (lost)
@@ -352,12 +347,12 @@ static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__
     }
     goblin__cw_limits lim = {c->p.recv_max_bytes, GOBLIN_MAX_NUMEL};
     char why[256];
-    e = goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, reply, why, sizeof why);
+    goblin_err e = goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, reply, why, sizeof why);
     if (e) {
         nng_msg_free(in);
         return cerr(c, e, "malformed reply from the node: %s", why);
     }
-    if (reply->request_id != req->request_id) {
+    if (reply->request_id != rid) {
         goblin__cw_msg_clear(reply);
         nng_msg_free(in);
         return cerr(c, GOBLIN_EPROTO, "reply to another request");
@@ -372,6 +367,68 @@ static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__
     }
     *keep = in;
     return GOBLIN_OK;
+}
+
+/* A request of @p sz bytes (over GOBLIN__CW_PART_MAX) as PARTs: each but the last is
+ * answered OK; the last one's answer is the request's, left for the caller. */
+static goblin_err send_parts(goblin_client *c, const goblin__cw_msg *req, size_t sz,
+                             uint32_t timeout_ms) {
+    uint8_t *whole = goblin__alloc(sz);
+    if (!whole) return cerr(c, GOBLIN_ENOMEM, "out of memory for a %zu-byte request", sz);
+    size_t len;
+    goblin__cw_encode_into(req, whole, sz, &len);
+    goblin__cw_msg *part = goblin__calloc(2, sizeof *part); /* a part and its answer */
+    goblin_err e = part ? GOBLIN_OK : cerr(c, GOBLIN_ENOMEM, "out of memory");
+    for (size_t off = 0; !e && off < sz; off += GOBLIN__CW_PART_MAX) {
+        size_t n = sz - off < GOBLIN__CW_PART_MAX ? sz - off : GOBLIN__CW_PART_MAX;
+        memset(part, 0, sizeof *part);
+        part->type = GOBLIN__CW_PART;
+        part->request_id = req->request_id;
+        part->part_total = sz;
+        part->part_offset = off;
+        part->part_len = (uint32_t)n;
+        part->part_data = whole + off;
+        size_t psz;
+        nng_msg *m;
+        if ((e = goblin__cw_encoded_size(part, &psz))) break;
+        if (nng_msg_alloc(&m, psz) != 0) {
+            e = cerr(c, GOBLIN_ENOMEM, "out of memory");
+            break;
+        }
+        goblin__cw_encode_into(part, nng_msg_body(m), psz, &len);
+        if ((e = send_bytes(c, m)) || off + n == sz) break;
+        nng_msg *keep = NULL;
+        if (!(e = recv_decoded(c, req->request_id, timeout_ms, &part[1], &keep)) &&
+            part[1].type != GOBLIN__CW_OK)
+            e = cerr(c, GOBLIN_EPROTO, "node answered %s to a part of a request",
+                     goblin__cw_type_name(part[1].type));
+        goblin__cw_msg_clear(&part[1]);
+        if (keep) nng_msg_free(keep);
+    }
+    goblin__free(part);
+    goblin__free(whole);
+    return e;
+}
+
+static goblin_err roundtrip_once(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
+                                 nng_msg **keep, uint32_t timeout_ms) {
+    c->node_eauth = false;
+    c->transport_failed = false;
+    req->request_id = c->next_rid++;
+    size_t sz;
+    goblin_err e = goblin__cw_encoded_size(req, &sz);
+    if (e) return cerr(c, e, "request not encodable (non-contiguous tensor or bad path?)");
+    if (sz > GOBLIN__CW_PART_MAX) {
+        e = send_parts(c, req, sz, timeout_ms);
+    } else {
+        nng_msg *m;
+        if (nng_msg_alloc(&m, sz) != 0)
+            return cerr(c, GOBLIN_ENOMEM, "out of memory for a %zu-byte request", sz);
+        size_t len;
+        goblin__cw_encode_into(req, nng_msg_body(m), sz, &len);
+        e = send_bytes(c, m);
+    }
+    return e ? e : recv_decoded(c, req->request_id, timeout_ms, reply, keep);
 }
 
 /* roundtrip_once; a request the node answered EAUTH is sent again once after the

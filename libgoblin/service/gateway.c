@@ -49,6 +49,10 @@ void goblin_gateway_params_default(goblin_gateway_params *p) {
     p->max_bytes_per_principal = (uint64_t)16 << 30;
     p->max_submits_per_minute = 120;
     p->expire_ms = 3600000;
+    p->max_buffered_bytes = (uint64_t)4 << 30;
+    p->max_unauthenticated = 64;
+    p->auth_timeout_ms = 10000;
+    p->max_connections = 1024;
     goblin_job_params_default(&p->job);
     p->log_level = GOBLIN_LOG_INFO;
 }
@@ -70,6 +74,7 @@ goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
         p->max_jobs < 1 || p->max_jobs > 65536 || p->recv_max_bytes < GOBLIN__CW_HEADER_SIZE ||
         p->max_jobs_per_principal < 0 || p->max_submits_per_minute < 0 ||
         p->n_data_dirs < 0 || p->n_data_dirs > GOBLIN_GATEWAY_MAX_DATA_DIRS ||
+        p->max_unauthenticated < 1 || p->max_connections < 1 || p->auth_timeout_ms < 1 ||
         p->log_level < 0 || p->log_level >= GOBLIN_LOG_LEVEL_COUNT)
         return GOBLIN_EINVAL;
     for (int32_t i = 0; i < p->n_listen; i++)
@@ -173,7 +178,18 @@ static gw_pipe *pipe_entry(goblin_gateway *g, uint32_t id, bool add) {
     gw_pipe *e = &g->pipes[g->n_pipes++];
     memset(e, 0, sizeof *e);
     e->id = id;
+    e->added_ms = goblin__now_ms();
+    g->n_unauthed++;
     return e;
+}
+
+/* Forget a request being received in parts on @p e (pmu held). */
+static void pipe_drop_parts(goblin_gateway *g, gw_pipe *e) {
+    if (!e->asm_buf) return;
+    goblin__free(e->asm_buf);
+    g->buffered_bytes -= e->asm_total;
+    e->asm_buf = NULL;
+    e->asm_total = e->asm_got = 0;
 }
 
 /* Pipe @p e (pmu held) is now @p who's, or nobody's (@p who NULL). */
@@ -182,6 +198,7 @@ static void pipe_set_principal(goblin_gateway *g, gw_pipe *e, const gw_who *who)
         gw_user *u = goblin__gw_user(g, e->principal, false);
         if (u && --u->conns == 0) u->gone_since_ms = goblin__now_ms();
     }
+    g->n_unauthed += (e->authed ? 1 : 0) - (who ? 1 : 0);
     e->authed = who != NULL;
     e->principal[0] = 0;
     if (!who) return;
@@ -191,15 +208,31 @@ static void pipe_set_principal(goblin_gateway *g, gw_pipe *e, const gw_who *who)
     if (u) u->conns++;
 }
 
+/* A new connection (before it can send anything): the connection budgets. */
 static void on_pipe_added(nng_pipe p, nng_pipe_ev ev, void *arg) {
     (void)ev;
     goblin_gateway *g = arg;
-    if (!g->p.open) return; /* a connection is nobody until it authenticates */
     gw_who local = {GOBLIN__GW_LOCAL, GOBLIN_ROLE_RESEARCHER};
     pthread_mutex_lock(&g->pmu);
-    gw_pipe *e = pipe_entry(g, nng_pipe_id(p), true);
-    if (e) pipe_set_principal(g, e, &local);
+    bool refuse = g->n_pipes >= g->p.max_connections ||
+                  (!g->p.open && g->n_unauthed >= g->p.max_unauthenticated);
+    gw_pipe *e = refuse ? NULL : pipe_entry(g, nng_pipe_id(p), true);
+    if (e) {
+        e->pipe = p;
+        if (g->p.open) pipe_set_principal(g, e, &local);
+    }
+    int32_t n = g->n_pipes, un = g->n_unauthed;
     pthread_mutex_unlock(&g->pmu);
+    if (!e) {
+        /* Not registered, so its removal finds nothing to undo. */
+        nng_pipe_close(p);
+        pthread_mutex_lock(&g->mu);
+        g->stats.connections_refused++;
+        pthread_mutex_unlock(&g->mu);
+        goblin__gw_log(g, GOBLIN_LOG_WARN, "connection refused: %d connections, %d not "
+                       "authenticated (limits %d and %d)", n, un, g->p.max_connections,
+                       g->p.max_unauthenticated);
+    }
 }
 
 static void on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg) {
@@ -210,10 +243,34 @@ static void on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg) {
     for (int32_t i = 0; i < g->n_pipes; i++)
         if (g->pipes[i].id == id) {
             pipe_set_principal(g, &g->pipes[i], NULL);
+            pipe_drop_parts(g, &g->pipes[i]);
+            g->n_unauthed--;
             g->pipes[i] = g->pipes[--g->n_pipes];
             break;
         }
     pthread_mutex_unlock(&g->pmu);
+}
+
+/* Close the connections that stayed unauthenticated past auth_timeout_ms (not under
+ * a lock: closing runs the removal callback). */
+static void sweep_unauthenticated(goblin_gateway *g, int64_t now) {
+    if (g->p.open) return;
+    nng_pipe late[64];
+    int n = 0;
+    pthread_mutex_lock(&g->pmu);
+    for (int32_t i = 0; i < g->n_pipes && n < 64; i++)
+        if (!g->pipes[i].authed && now - g->pipes[i].added_ms >= (int64_t)g->p.auth_timeout_ms &&
+            nng_pipe_id(g->pipes[i].pipe) > 0)
+            late[n++] = g->pipes[i].pipe;
+    pthread_mutex_unlock(&g->pmu);
+    for (int i = 0; i < n; i++) nng_pipe_close(late[i]);
+    if (n) {
+        pthread_mutex_lock(&g->mu);
+        g->stats.connections_refused += n;
+        pthread_mutex_unlock(&g->mu);
+        goblin__gw_log(g, GOBLIN_LOG_WARN, "closed %d connection(s) that did not authenticate "
+                       "within %u ms", n, g->p.auth_timeout_ms);
+    }
 }
 
 /* Who is pipe @p id? false if nobody (not authenticated). */
@@ -364,33 +421,120 @@ static bool request_who(goblin_gateway *g, uint32_t pid, const goblin__cw_msg *m
     return false;
 }
 
-static void handle(goblin_gateway *g, nng_msg *in) {
+/* A PART of a request from pipe @p pid of @p who (mu held). Returns the whole request
+ * once its last part is in (the caller handles and frees it), else NULL with the part
+ * answered: OK, or an error that drops what came so far. Checked at the first part,
+ * before anything is allocated: the request's size, the node-wide budget of requests
+ * being received and the principal's bytes. */
+static uint8_t *handle_part(goblin_gateway *g, uint32_t pid, const gw_who *who,
+                            const goblin__cw_msg *m, goblin__cw_msg *r, size_t *len_out) {
+    char why[300] = "";
+    goblin_err code = GOBLIN_OK;
+    uint8_t *done = NULL;
+    pthread_mutex_lock(&g->pmu);
+    gw_pipe *e = pipe_entry(g, pid, true);
+    if (!e) {
+        code = GOBLIN_ENOMEM;
+        snprintf(why, sizeof why, "out of memory");
+    } else if (m->part_offset == 0) {
+        pipe_drop_parts(g, e);
+        uint64_t mine = goblin__gw_held_bytes(g, who->id);
+        for (int32_t i = 0; i < g->n_pipes; i++)
+            if (g->pipes[i].asm_buf && g->pipes[i].authed &&
+                strcmp(g->pipes[i].principal, who->id) == 0)
+                mine += g->pipes[i].asm_total;
+        uint64_t q = g->p.max_bytes_per_principal;
+        if (m->part_total < GOBLIN__CW_HEADER_SIZE) {
+            code = GOBLIN_EFORMAT;
+            snprintf(why, sizeof why, "a request of %llu bytes", (unsigned long long)m->part_total);
+        } else if (g->buffered_bytes + m->part_total > g->p.max_buffered_bytes) {
+            code = GOBLIN_EBUSY;
+            snprintf(why, sizeof why, "the node is receiving %llu bytes of requests already "
+                     "(its limit is %llu): try again shortly",
+                     (unsigned long long)g->buffered_bytes, (unsigned long long)g->p.max_buffered_bytes);
+        } else if (q && (m->part_total > q || mine > q - m->part_total)) {
+            code = GOBLIN_ELIMIT;
+            snprintf(why, sizeof why, "a request of %llu bytes and the %llu your jobs hold are "
+                     "over the %llu bytes this node holds for one principal",
+                     (unsigned long long)m->part_total, (unsigned long long)mine,
+                     (unsigned long long)q);
+        } else if (!(e->asm_buf = goblin__alloc((size_t)m->part_total))) {
+            code = GOBLIN_ENOMEM;
+            snprintf(why, sizeof why, "out of memory for a request of %llu bytes",
+                     (unsigned long long)m->part_total);
+        } else {
+            e->asm_total = m->part_total;
+            e->asm_got = 0;
+            e->asm_rid = m->request_id;
+            g->buffered_bytes += m->part_total;
+        }
+    } else if (!e->asm_buf || m->part_offset != e->asm_got || m->part_total != e->asm_total ||
+               m->request_id != e->asm_rid) {
+        code = GOBLIN_EFORMAT;
+        snprintf(why, sizeof why, "a part out of order (offset %llu of a %llu-byte request)",
+                 (unsigned long long)m->part_offset, (unsigned long long)m->part_total);
+        pipe_drop_parts(g, e);
+    }
+    if (!code) {
+        memcpy(e->asm_buf + e->asm_got, m->part_data, m->part_len);
+        e->asm_got += m->part_len;
+        if (e->asm_got == e->asm_total) {
+            done = e->asm_buf;
+            *len_out = (size_t)e->asm_total;
+            g->buffered_bytes -= e->asm_total;
+            e->asm_buf = NULL;
+            e->asm_total = e->asm_got = 0;
+        }
+    }
+    pthread_mutex_unlock(&g->pmu);
+    if (code) {
+        if (code == GOBLIN_ELIMIT || code == GOBLIN_EBUSY) g->stats.quota_refused++;
+        goblin__gw_reply_error(g, r, m->request_id, code, "%s", why);
+    } else if (!done) {
+        memset(r, 0, sizeof *r);
+        r->type = GOBLIN__CW_OK;
+        r->request_id = m->request_id;
+        goblin__gw_send(g, r);
+    }
+    return done;
+}
+
+/* One request: @p buf (@p len bytes, borrowed) from pipe @p pipe; @p whole: it was
+ * reassembled from parts (and may not be a part itself). */
+static void handle_bytes(goblin_gateway *g, nng_pipe pipe, const uint8_t *buf, size_t len,
+                         bool whole) {
     goblin__cw_msg *m = goblin__calloc(2, sizeof *m); /* request and reply: large structs */
     if (!m) {
         goblin__gw_log(g, GOBLIN_LOG_ERROR, "out of memory for a request");
-        nng_pipe_close(nng_msg_get_pipe(in));
+        nng_pipe_close(pipe);
         return;
     }
     goblin__cw_msg *r = m + 1;
     goblin__cw_limits lim = {g->p.recv_max_bytes, GOBLIN_MAX_NUMEL};
     char why[256];
-    goblin_err e = goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, m, why, sizeof why);
+    goblin_err e = goblin__cw_decode(buf, len, &lim, m, why, sizeof why);
+    if (!e && whole && m->type == GOBLIN__CW_PART) {
+        e = GOBLIN_EPROTO;
+        snprintf(why, sizeof why, "a part inside a part");
+    }
     pthread_mutex_lock(&g->mu);
     g->stats.requests++;
     if (e) {
         g->stats.refused++;
         pthread_mutex_unlock(&g->mu);
         goblin__gw_log(g, GOBLIN_LOG_WARN, "malformed request of %zu bytes refused (%s): %s; "
-                       "closing that connection", nng_msg_len(in), goblin_err_name(e), why);
+                       "closing that connection", len, goblin_err_name(e), why);
         /* A peer that sends what we cannot parse gets no answer: its connection ends. */
-        nng_pipe_close(nng_msg_get_pipe(in));
+        nng_pipe_close(pipe);
         goblin__free(m);
         return;
     }
     goblin__gw_log(g, GOBLIN_LOG_DEBUG, "%s request %llu", goblin__cw_type_name(m->type),
                    (unsigned long long)m->request_id);
-    uint32_t pid = nng_pipe_id(nng_msg_get_pipe(in));
+    uint32_t pid = nng_pipe_id(pipe);
     gw_who who;
+    uint8_t *assembled = NULL;
+    size_t assembled_len = 0;
     if (m->type == GOBLIN__CW_AUTH) {
         handle_auth(g, pid, m, r);
     } else if (m->type >= GOBLIN__CW_SUBMITTED) {
@@ -398,20 +542,29 @@ static void handle(goblin_gateway *g, nng_msg *in) {
         g->stats.refused++;
         goblin__gw_log(g, GOBLIN_LOG_WARN, "unexpected %s message from a client; closing that "
                        "connection", goblin__cw_type_name(m->type));
-        nng_pipe_close(nng_msg_get_pipe(in));
+        nng_pipe_close(pipe);
     } else if (request_who(g, pid, m, r, &who)) {
         switch (m->type) {
+        case GOBLIN__CW_PART: assembled = handle_part(g, pid, &who, m, r, &assembled_len); break;
         case GOBLIN__CW_SUBMIT_MATMUL: goblin__gw_submit_matmul(g, &who, m, r); break;
         case GOBLIN__CW_SUBMIT_MATMUL_FILES: goblin__gw_submit_files(g, &who, m, r); break;
         case GOBLIN__CW_SUBMIT_GRAPH: goblin__gw_submit_graph(g, &who, m, r); break;
         case GOBLIN__CW_STATS: goblin__gw_stats(g, m, r); break;
         default: goblin__gw_job_request(g, &who, m, r); break; /* STATUS CANCEL FETCH RELEASE */
         }
-        pipe_note(g, pid, atomic_load(&g->draining), NULL, false);
+        if (!assembled) pipe_note(g, pid, atomic_load(&g->draining), NULL, false);
     }
     pthread_mutex_unlock(&g->mu);
     goblin__cw_msg_clear(m);
     goblin__free(m);
+    if (assembled) {
+        handle_bytes(g, pipe, assembled, assembled_len, true);
+        goblin__free(assembled);
+    }
+}
+
+static void handle(goblin_gateway *g, nng_msg *in) {
+    handle_bytes(g, nng_msg_get_pipe(in), nng_msg_body(in), nng_msg_len(in), false);
 }
 
 static bool drained(goblin_gateway *g) {
@@ -442,6 +595,10 @@ static void *serve(void *arg) {
             goblin__gw_expire(g, now);
             pthread_mutex_unlock(&g->mu);
         }
+        if (now >= g->next_sweep_ms) {
+            g->next_sweep_ms = now + (g->p.auth_timeout_ms < 2000 ? g->p.auth_timeout_ms / 2 + 1 : 1000);
+            sweep_unauthenticated(g, now);
+        }
         nng_msg *in;
         int rv = goblin__transport_recv(g->sock, &rfd, &in, 100);
         if (rv == NNG_ETIMEDOUT) continue;
@@ -465,9 +622,11 @@ goblin_err goblin_gateway_start(goblin_gateway *g) {
         return GOBLIN_EIO;
     }
     g->sock_open = true;
-    nng_pipe_notify(g->sock, NNG_PIPE_EV_ADD_POST, on_pipe_added, g);
+    nng_pipe_notify(g->sock, NNG_PIPE_EV_ADD_PRE, on_pipe_added, g);
     nng_pipe_notify(g->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, g);
-    nng_socket_set_size(g->sock, NNG_OPT_RECVMAXSZ, (size_t)g->p.recv_max_bytes);
+    /* No message over a part's size gets in: larger requests come in parts, each checked
+     * (handle_part) before anything is allocated for the whole. */
+    nng_socket_set_size(g->sock, NNG_OPT_RECVMAXSZ, GOBLIN__CW_WIRE_MAX);
     nng_socket_set_ms(g->sock, NNG_OPT_RECVTIMEO, 100);
     for (int32_t i = 0; i < g->p.n_listen; i++) {
         const char *url = g->listen[i];

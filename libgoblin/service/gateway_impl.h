@@ -42,10 +42,15 @@ typedef struct gw_job {
 /* A connection the gateway remembers, by nng pipe id. */
 typedef struct gw_pipe {
     uint32_t id;
+    nng_pipe pipe;
+    int64_t added_ms;
     bool authed;
     char principal[GOBLIN_PRINCIPAL_ID_SIZE];
     goblin_role role;
     bool told; /* draining: sent a reply, not yet known to have arrived */
+    /* a request arriving in PARTs: its bytes so far (counted in buffered_bytes) */
+    uint8_t *asm_buf;
+    uint64_t asm_total, asm_got, asm_rid;
 } gw_pipe;
 
 /* A principal's use of the gateway: its connections and its recent submits. */
@@ -87,6 +92,9 @@ struct goblin_gateway {
     int32_t n_pipes, cap_pipes;
     gw_user *users;
     int32_t n_users, cap_users;
+    int32_t n_unauthed;      /* connections that have not authenticated (pmu) */
+    uint64_t buffered_bytes; /* requests being received in parts, all connections (pmu) */
+    int64_t next_sweep_ms;
 };
 
 void goblin__gw_log(goblin_gateway *g, goblin_log_level lvl, const char *fmt, ...)
@@ -98,6 +106,7 @@ void goblin__gw_reply_error(goblin_gateway *g, goblin__cw_msg *r, uint64_t rid, 
 gw_user *goblin__gw_user(goblin_gateway *g, const char *id, bool add);
 
 /* gateway_job.c (mu held) */
+uint64_t goblin__gw_held_bytes(const goblin_gateway *g, const char *who);
 void goblin__gw_job_release(gw_job *j);
 void goblin__gw_submit_matmul(goblin_gateway *g, const gw_who *who, goblin__cw_msg *m,
                               goblin__cw_msg *r);

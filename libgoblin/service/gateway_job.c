@@ -58,8 +58,7 @@ static bool bytes_over(const goblin_gateway *g, uint64_t bytes, uint64_t held, c
     return true;
 }
 
-/* The bytes @p who's jobs hold. */
-static uint64_t held_bytes_of(const goblin_gateway *g, const char *who) {
+uint64_t goblin__gw_held_bytes(const goblin_gateway *g, const char *who) {
     uint64_t b = 0;
     for (int32_t i = 0; i < g->p.max_jobs; i++)
         if (g->jobs[i].used && strcmp(g->jobs[i].owner, who) == 0) b += g->jobs[i].bytes;
@@ -419,7 +418,7 @@ static goblin_err setup_graph_job(goblin_gateway *g, gw_job *j, const goblin__cw
         snprintf(why, cap, "inputs too large");
         return GOBLIN_ELIMIT;
     }
-    if (bytes_over(g, (uint64_t)in_bytes + out_bytes, held_bytes_of(g, j->owner), why, cap)) {
+    if (bytes_over(g, (uint64_t)in_bytes + out_bytes, goblin__gw_held_bytes(g, j->owner), why, cap)) {
         g->stats.quota_refused++;
         return GOBLIN_ELIMIT;
     }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <goblin/goblin.h>
+#include <math.h>
 #include <mbedtls/sha256.h>
 #include <mbedtls/version.h>
 #include <netinet/in.h>
@@ -725,4 +726,154 @@ Test(principal, a_worker_address_is_not_a_client_address, .timeout = 90) {
     cr_assert(strstr(eb.message, "worker address"), "%s", eb.message);
     cr_assert_null(c);
     goblin_node_free(node);
+}
+
+/* ---- budgets before and after authentication --------------------------------------------- */
+
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+/* A raw TCP peer that speaks just enough SP to be a req0 client: the 8-byte
+ * handshake, then (if @p announce) a message header announcing that many bytes and
+ * as much of the body as the socket takes (up to @p send_bytes). */
+static int hostile_peer(int port, uint64_t announce, size_t send_bytes) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)port);
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(s);
+        return -1;
+    }
+    const uint8_t hs[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0}; /* protocol req0 (48) */
+    if (send(s, hs, sizeof hs, MSG_NOSIGNAL) != (ssize_t)sizeof hs) return s;
+    if (!announce) return s;
+    uint8_t h[8];
+    for (int i = 0; i < 8; i++) h[i] = (uint8_t)(announce >> (56 - 8 * i));
+    if (send(s, h, 8, MSG_NOSIGNAL) != 8) return s;
+    fcntl(s, F_SETFL, O_NONBLOCK);
+    static uint8_t junk[1 << 16];
+    memset(junk, 0x5a, sizeof junk);
+    for (size_t sent = 0; sent < send_bytes;) {
+        ssize_t w = send(s, junk, sizeof junk, MSG_NOSIGNAL); /* closed by the node: EPIPE */
+        if (w <= 0) break;
+        sent += (size_t)w;
+    }
+    return s;
+}
+
+static void tune_budget(goblin_gateway_params *gp) {
+    gp->max_unauthenticated = 16;
+    gp->auth_timeout_ms = 300;
+    gp->max_buffered_bytes = (uint64_t)64 << 20;
+}
+
+Test(principal, hostile_connections_stay_within_the_budget, .timeout = 180) {
+    fixture f;
+    fx_start(&f, tune_budget);
+    int port = atoi(strrchr(f.url, ':') + 1);
+    long rss0 = rss_kib();
+    cr_assert_gt(rss0, 0);
+    /* 40 connections that announce 512 MiB messages and start sending them: nothing
+     * over a part's size gets in */
+    int fds[80];
+    for (int i = 0; i < 40; i++) fds[i] = hostile_peer(port, (uint64_t)512 << 20, (size_t)4 << 20);
+    /* 40 that connect and say nothing: 16 are let wait (then closed at auth_timeout_ms),
+     * the rest refused at once */
+    for (int i = 40; i < 80; i++) fds[i] = hostile_peer(port, 0, 0);
+    goblin_gateway_stats gs;
+    for (int k = 0; k < 60000; k++) { /* wait for the conditions, not for a time */
+        goblin_gateway_stats_get(f.gw, &gs);
+        if (gs.connections_refused >= 40) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_geq(gs.connections_refused, 40);
+    long rss1 = rss_kib();
+    cr_assert_lt(rss1 - rss0, 128 * 1024, "RSS grew by %ld KiB under 80 hostile connections",
+                 rss1 - rss0);
+    /* an authenticated peer announcing a request over the node's buffer budget is
+     * refused before anything is allocated */
+    nng_socket s;
+    cr_assert_eq(nng_req0_open(&s), 0);
+    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 60000);
+    cr_assert_eq(nng_dial(s, f.url, NULL, 0), 0);
+    goblin__cw_msg *r = calloc(1, sizeof *r);
+    cr_assert_eq(raw_request(s, GOBLIN__CW_AUTH, NULL, f.bob, r), GOBLIN_OK);
+    goblin__cw_msg *part = calloc(1, sizeof *part);
+    static uint8_t bytes[4096];
+    part->type = GOBLIN__CW_PART;
+    part->request_id = 5;
+    part->part_total = (uint64_t)6 << 30;
+    part->part_len = sizeof bytes;
+    part->part_data = bytes;
+    size_t sz, len;
+    cr_assert_eq(goblin__cw_encoded_size(part, &sz), GOBLIN_OK);
+    uint8_t *buf = malloc(sz);
+    goblin__cw_encode_into(part, buf, sz, &len);
+    cr_assert_eq(nng_send(s, buf, len, 0), 0);
+    nng_msg *in;
+    cr_assert_eq(nng_recvmsg(s, &in, 0), 0);
+    goblin__cw_limits lim = {1 << 20, 1 << 20};
+    char why[256];
+    cr_assert_eq(goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, r, why, sizeof why), GOBLIN_OK);
+    nng_msg_free(in);
+    cr_assert_eq(r->type, GOBLIN__CW_ERROR);
+    cr_assert(r->code == GOBLIN_EBUSY || r->code == GOBLIN_ELIMIT, "%d: %s", r->code, r->text);
+    /* a part that does not continue the request it claims to be is refused too */
+    part->part_total = 8192;
+    part->part_offset = 4096;
+    goblin__cw_encode_into(part, buf, sz, &len);
+    cr_assert_eq(nng_send(s, buf, len, 0), 0);
+    cr_assert_eq(nng_recvmsg(s, &in, 0), 0);
+    cr_assert_eq(goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, r, why, sizeof why), GOBLIN_OK);
+    nng_msg_free(in);
+    cr_assert_eq(r->code, GOBLIN_EFORMAT, "%s", r->text);
+    free(buf);
+    free(part);
+    free(r);
+    nng_close(s);
+    /* meanwhile an honest researcher's large job (requests of 2.9 MB, sent in parts) runs,
+     * checked against a product computed here */
+    enum { N = 600 };
+    double *a = malloc(sizeof(double) * N * N), *b = malloc(sizeof(double) * N * N);
+    uint64_t st = 12345;
+    for (int i = 0; i < N * N; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = (double)(st >> 40) / (double)(1 << 24) - 0.5;
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        b[i] = (double)(st >> 40) / (double)(1 << 24) - 0.5;
+    }
+    goblin_tensor ta, tb, out;
+    goblin_tensor_init(&ta, GOBLIN_DTYPE_F64, 2, (int64_t[]){N, N}, a);
+    goblin_tensor_init(&tb, GOBLIN_DTYPE_F64, 2, (int64_t[]){N, N}, b);
+    goblin_client *alice = connect_as(&f, f.alice);
+    cr_assert_eq(goblin_client_matmul(alice, &ta, &tb, &out, NULL, NULL), GOBLIN_OK, "%s",
+                 goblin_client_error(alice));
+    const double *c = out.data;
+    for (int i = 0; i < N; i += 37)
+        for (int j = 0; j < N; j += 41) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < N; k++) {
+                ref += a[i * N + k] * b[k * N + j];
+                mag += fabs(a[i * N + k] * b[k * N + j]);
+            }
+            cr_assert_leq(fabs(c[i * N + j] - ref), 2 * N * 0x1p-53 * mag + 1e-300,
+                          "C[%d][%d] = %.17g, want %.17g", i, j, c[i * N + j], ref);
+        }
+    goblin_buffer_free(out.data);
+    free(a);
+    free(b);
+    goblin_client_free(alice);
+    for (int i = 0; i < 80; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    fx_stop(&f);
 }
