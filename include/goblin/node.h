@@ -42,7 +42,13 @@ typedef struct goblin_node_params {
                                      a row panel's tiles together once all are in, one product
                                      per vector in the pass over A instead of one per column
                                      panel; docs/verification.md) */
-    uint64_t recv_max_bytes;      /* largest message accepted (also NNG_OPT_RECVMAXSZ; default 1 GiB) */
+    uint64_t recv_max_bytes;      /* largest message accepted from a worker (default 1 GiB).
+                                     Workers send messages over 4 MiB in parts, which the node
+                                     takes only from workers that proved their identity: no
+                                     connection makes it hold more than 4 MiB before that */
+    uint64_t max_buffered_bytes;  /* worker messages being received in parts, all workers
+                                     together (default 4 GiB): a worker whose message would
+                                     go over it is dropped (its leases are reissued) */
     goblin_backend_kind recompute_backend; /* node-side recomputation (default: BLIS when built) */
     int32_t recompute_threads;    /* 0 = all cores */
     bool speculate;               /* duplicate straggler tasks near a job's end (default true) */

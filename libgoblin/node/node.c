@@ -3,6 +3,7 @@
  * deadlines, heartbeats), scheduling and checks prepared ahead, once per turn. The rest
  * of the node is one file per responsibility: see node_impl.h. */
 #include "node_impl.h"
+#include "proto/part.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -61,6 +62,7 @@ void goblin_node_params_default(goblin_node_params *p) {
     p->freivalds_vectors = 4;
     p->verify_threads = 2;
     p->recv_max_bytes = (uint64_t)1 << 30;
+    p->max_buffered_bytes = (uint64_t)4 << 30;
     p->recompute_backend =
         goblin_backend_available(GOBLIN_BACKEND_BLIS) == GOBLIN_OK ? GOBLIN_BACKEND_BLIS
                                                                    : GOBLIN_BACKEND_REF;
@@ -327,7 +329,11 @@ goblin_err goblin_node_start(goblin_node *n) {
     if (!n) return GOBLIN_EINVAL;
     if (n->started) return GOBLIN_ESTATE;
     char msg[256];
-    goblin_err e = goblin__transport_open_node(&n->sock, n->p.recv_max_bytes, msg, sizeof msg);
+    /* Nothing over a part gets in (proto/part.h); larger messages are reassembled for
+     * workers that proved who they are (peer.c). */
+    uint64_t wire_max = n->p.recv_max_bytes < GOBLIN__PART_WIRE_MAX ? n->p.recv_max_bytes
+                                                                    : GOBLIN__PART_WIRE_MAX;
+    goblin_err e = goblin__transport_open_node(&n->sock, wire_max, msg, sizeof msg);
     if (e) {
         goblin__node_log(n, GOBLIN_LOG_ERROR, "%s", msg);
         return e;

@@ -150,6 +150,9 @@ typedef struct peer {
     int32_t gnext;
     int64_t last_heard_ms; /* any message from the peer */
     bool ready; /* in node->ready (schedule) */
+    /* a message arriving in parts (proto/part.h), counted in node->buffered_bytes */
+    uint8_t *asm_buf;
+    uint64_t asm_total, asm_got;
 } peer;
 
 typedef struct task {
@@ -275,6 +278,7 @@ struct goblin_job {
 
 struct goblin_node {
     goblin_node_params p;
+    uint64_t buffered_bytes; /* peers' messages being received in parts */
     char *urls[GOBLIN_NODE_MAX_LISTEN];
     char *cert_file, *key_file; /* copies behind p.cert_file / p.key_file */
     char *token_file;           /* copy behind p.token_file */

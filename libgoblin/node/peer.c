@@ -4,6 +4,7 @@
  * HELLO_ACK or REFUSE, the messages of a worker dispatched (batches of them included),
  * and what each worker is believed to cache (matmul panels, graph-job inputs). */
 #include "node_impl.h"
+#include "proto/part.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -82,6 +83,12 @@ void goblin__node_peer_gone(goblin_node *n, int32_t pi) {
     if (!p->used || !p->connected) return;
     p->connected = false;
     goblin__node_index_del(&n->by_pipe, p->pipe_id);
+    if (p->asm_buf) {
+        goblin__free(p->asm_buf);
+        n->buffered_bytes -= p->asm_total;
+        p->asm_buf = NULL;
+        p->asm_total = p->asm_got = 0;
+    }
     ident *id = goblin__node_peer_ident(n, pi);
     if (id && id->connected > 0) id->connected--;
     /* A result held for its replica names this slot: dropped, the task runs again. */
@@ -114,6 +121,7 @@ void goblin__node_reap_peers(goblin_node *n) {
 }
 
 void goblin__node_peers_free(goblin_node *n) {
+    for (int32_t i = 0; i < n->n_peers; i++) goblin__free(n->peers[i].asm_buf);
     goblin__free(n->peers);
     goblin__free(n->free_peers);
     goblin__free(n->gone);
@@ -229,9 +237,71 @@ static bool token_ok(const goblin_node *n, const goblin__wire_hello *h) {
 }
 
 static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t len);
+static void handle_bytes(goblin_node *n, int32_t pi, const uint8_t *buf, size_t len);
+
+/* A part of a larger message from peer @p pi (proto/part.h). Taken only from a worker
+ * that proved its identity, within recv_max_bytes and the node-wide budget; returns the
+ * whole message once its last part is in (the caller handles and frees it). Anything
+ * else drops the peer. */
+static uint8_t *take_part(goblin_node *n, int32_t pi, const uint8_t *buf, size_t len,
+                          size_t *whole_len) {
+    peer *p = &n->peers[pi];
+    uint64_t total, offset;
+    const uint8_t *data;
+    size_t k;
+    char err[256], why[320];
+    goblin_err e = goblin__part_decode(buf, len, n->p.recv_max_bytes, &total, &offset, &data, &k,
+                                       err, sizeof err);
+    /* Before its proof a peer's parts are dropped unread: nothing is allocated for them.
+     * (A worker whose connection broke in the middle of a message sends the rest on its
+     * next connection, before its HELLO; so does a continuation without a start.) */
+    if (!e && (!p->hello || p->ident < 0 || (offset != 0 && !p->asm_buf))) {
+        goblin__node_log(n, GOBLIN_LOG_DEBUG, "peer %u: a part of a message (at %llu of %llu) "
+                         "ignored: %s", (unsigned)p->pipe_id, (unsigned long long)offset,
+                         (unsigned long long)total, p->ident < 0 ? "no identity proved yet"
+                                                                 : "no start");
+        return NULL;
+    }
+    if (!e && offset == 0) {
+        if (p->asm_buf) {
+            e = GOBLIN_EPROTO;
+            snprintf(err, sizeof err, "a new message in parts before the last one ended");
+        } else if (n->buffered_bytes + total > n->p.max_buffered_bytes) {
+            e = GOBLIN_EBUSY;
+            snprintf(err, sizeof err, "the node is receiving %llu bytes from workers already (its "
+                     "limit is %llu)", (unsigned long long)n->buffered_bytes,
+                     (unsigned long long)n->p.max_buffered_bytes);
+        } else if (!(p->asm_buf = goblin__alloc((size_t)total))) {
+            e = GOBLIN_ENOMEM;
+            snprintf(err, sizeof err, "out of memory for a %llu-byte message", (unsigned long long)total);
+        } else {
+            p->asm_total = total;
+            p->asm_got = 0;
+            n->buffered_bytes += total;
+        }
+    } else if (!e && (!p->asm_buf || offset != p->asm_got || total != p->asm_total)) {
+        e = GOBLIN_EFORMAT;
+        snprintf(err, sizeof err, "a part out of order (at %llu of %llu)", (unsigned long long)offset,
+                 (unsigned long long)total);
+    }
+    if (e) {
+        snprintf(why, sizeof why, "%s (%s)", err, goblin_err_name(e));
+        goblin__node_drop_peer(n, pi, why); /* frees what came so far */
+        return NULL;
+    }
+    memcpy(p->asm_buf + p->asm_got, data, k);
+    p->asm_got += k;
+    if (p->asm_got < p->asm_total) return NULL;
+    uint8_t *whole = p->asm_buf;
+    *whole_len = (size_t)p->asm_total;
+    n->buffered_bytes -= p->asm_total;
+    p->asm_buf = NULL;
+    p->asm_total = p->asm_got = 0;
+    return whole;
+}
 
 /* One nng message from a worker: one goblin message, or a batch of them (protocol
- * 1.1), handled in order. */
+ * 1.1), handled in order, or a part of a larger one. */
 void goblin__node_handle_msg(goblin_node *n, nng_msg *msg) {
     nng_pipe pp = nng_msg_get_pipe(msg);
     uint32_t pid = nng_pipe_id(pp);
@@ -248,7 +318,23 @@ void goblin__node_handle_msg(goblin_node *n, nng_msg *msg) {
     p->last_heard_ms = goblin__now_ms();
     goblin__node_mark_ready(n, pi);
     const uint8_t *buf = nng_msg_body(msg);
-    size_t len = nng_msg_len(msg), off = 0, ml = 0;
+    size_t len = nng_msg_len(msg);
+    if (goblin__part_is(buf, len)) {
+        size_t wl = 0;
+        uint8_t *whole = take_part(n, pi, buf, len, &wl);
+        if (whole) {
+            handle_bytes(n, pi, whole, wl);
+            goblin__free(whole);
+        }
+        return;
+    }
+    handle_bytes(n, pi, buf, len);
+}
+
+/* One goblin message or a batch (@p buf, @p len: alive while this runs). */
+static void handle_bytes(goblin_node *n, int32_t pi, const uint8_t *buf, size_t len) {
+    peer *p = &n->peers[pi];
+    size_t off = 0, ml = 0;
     char err[256];
     do {
         size_t at = off;

@@ -25,6 +25,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "proto/part.h"
 
 void goblin_worker_params_default(goblin_worker_params *p) {
     if (!p) return;
@@ -108,6 +109,10 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
     w->limits.max_message_bytes = p->recv_max_bytes;
     goblin__worker_misbehave_init(w);
     pthread_mutex_init(&w->st_mu, NULL);
+    pthread_mutex_init(&w->part_mu, NULL);
+    w->inproc_only = true;
+    for (int32_t i = 0; i < p->n_connect; i++)
+        w->inproc_only = w->inproc_only && strncmp(p->connect[i], "inproc://", 9) == 0;
     pthread_mutex_init(&w->rx_mu, NULL);
     pthread_mutex_init(&w->hb_mu, NULL);
     pthread_condattr_t ca;
@@ -163,6 +168,7 @@ void goblin_worker_free(goblin_worker *w) {
     goblin__free(w->config_dir);
     goblin__wkey_free(w->key);
     pthread_mutex_destroy(&w->st_mu);
+    pthread_mutex_destroy(&w->part_mu);
     pthread_mutex_destroy(&w->rx_mu);
     pthread_mutex_destroy(&w->hb_mu);
     pthread_cond_destroy(&w->hb_cv);
@@ -193,13 +199,37 @@ static int wencode(const goblin__wire_msg *m, nng_msg **out) {
     return 0;
 }
 
+/* Send @p msg (taken; any thread): as it is, or, over GOBLIN__PART_MAX bytes, in parts
+ * (proto/part.h: the node's socket takes nothing larger). */
+static int send_taken(goblin_worker *w, nng_msg *msg) {
+    size_t len = nng_msg_len(msg);
+    if (len <= GOBLIN__PART_MAX || w->inproc_only) {
+        int rv = nng_sendmsg(w->sock, msg, 0);
+        if (rv) nng_msg_free(msg);
+        return rv;
+    }
+    const uint8_t *body = nng_msg_body(msg);
+    int rv = 0;
+    pthread_mutex_lock(&w->part_mu);
+    for (size_t off = 0; off < len && !rv; off += GOBLIN__PART_MAX) {
+        size_t n = len - off < GOBLIN__PART_MAX ? len - off : GOBLIN__PART_MAX;
+        nng_msg *part;
+        if ((rv = nng_msg_alloc(&part, GOBLIN__PART_HEADER + n)) != 0) break;
+        uint8_t *pb = nng_msg_body(part);
+        goblin__part_header(pb, len, off, n);
+        memcpy(pb + GOBLIN__PART_HEADER, body + off, n);
+        if ((rv = nng_sendmsg(w->sock, part, 0)) != 0) nng_msg_free(part);
+    }
+    pthread_mutex_unlock(&w->part_mu);
+    nng_msg_free(msg);
+    return rv;
+}
+
 /* Send now (any thread). */
 static int wsend(goblin_worker *w, const goblin__wire_msg *m) {
     nng_msg *msg = NULL;
     int rv = wencode(m, &msg);
-    if (rv) return rv;
-    if ((rv = nng_sendmsg(w->sock, msg, 0)) != 0) nng_msg_free(msg);
-    return rv;
+    return rv ? rv : send_taken(w, msg);
 }
 
 /* The out-batch goes to the node (loop thread). */
@@ -207,11 +237,8 @@ static int ob_flush(goblin_worker *w) {
     nng_msg *ob = w->ob;
     w->ob = NULL;
     if (!ob) return 0;
-    int rv = nng_sendmsg(w->sock, ob, 0);
-    if (rv) {
-        nng_msg_free(ob);
-        goblin__worker_log(w, GOBLIN_LOG_WARN, "cannot send results: %s", nng_strerror(rv));
-    }
+    int rv = send_taken(w, ob);
+    if (rv) goblin__worker_log(w, GOBLIN_LOG_WARN, "cannot send results: %s", nng_strerror(rv));
     return rv;
 }
 
@@ -221,11 +248,7 @@ static int ob_flush(goblin_worker *w) {
 /* Send @p msg (taken) from the loop thread: appended to the out-batch while one is
  * being collected, else at once. */
 int goblin__worker_out(goblin_worker *w, nng_msg *msg) {
-    if (!w->ob_on) {
-        int rv = nng_sendmsg(w->sock, msg, 0);
-        if (rv) nng_msg_free(msg);
-        return rv;
-    }
+    if (!w->ob_on) return send_taken(w, msg);
     size_t cap = w->node_max && w->node_max < OB_MAX_BYTES ? (size_t)w->node_max : OB_MAX_BYTES;
     size_t len = nng_msg_len(msg);
     if (w->ob) {
@@ -282,7 +305,7 @@ static void send_hello(goblin_worker *w) {
     /* The PROOF signs this HELLO's bytes: an identity proof cannot be moved to another
      * HELLO (other token, other memory claims). */
     goblin__wkey_hash(nng_msg_body(msg), nng_msg_len(msg), w->hello_hash);
-    if (nng_sendmsg(w->sock, msg, 0) != 0) nng_msg_free(msg);
+    send_taken(w, msg);
 }
 
 /* CHALLENGE: sign the node's nonce, this connection's HELLO and the public key. */

@@ -105,6 +105,8 @@ struct goblin_worker {
     kept_set first, prev; /* honest outputs kept for STALE / SWAP */
     uint64_t rng;
     pthread_mutex_t st_mu;
+    pthread_mutex_t part_mu; /* one message in parts at a time (any thread sends) */
+    bool inproc_only;        /* every URL is inproc://: nothing is cut into parts */
     goblin_worker_stats st;
 };
 

@@ -9,7 +9,11 @@
  * with mbedTLS from the key file, counts come from what each test did, and nothing
  * depends on timing (waits are "until", with generous bounds). */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <goblin/goblin.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/sha256.h>
@@ -24,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "proto/part.h"
 #include "runtime_util.h"
 #include "testutil.h"
 
@@ -752,4 +757,120 @@ Test(identity, allocation_failures_are_clean) {
     gt_alloc_off();
     cr_assert_gt(failures, 10, "the scenario allocates in many places (%d)", failures);
     rm_tree(dir);
+}
+
+/* ---- the worker port: large results in parts, nothing large before a proof ------------ */
+
+static int free_tcp_port(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    cr_assert_eq(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
+    close(s);
+    return ntohs(sa.sin_port);
+}
+
+static long self_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+/* A raw TCP peer speaking the SP handshake of pair1, then announcing a message of
+ * @p announce bytes and sending up to @p send_bytes of it. */
+static int raw_pair1_peer(int port, uint64_t announce, size_t send_bytes) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)port);
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(s);
+        return -1;
+    }
+    const uint8_t hs[8] = {0, 'S', 'P', 0, 0x00, 0x11, 0, 0}; /* protocol pair1 (17) */
+    uint8_t h[8];
+    for (int i = 0; i < 8; i++) h[i] = (uint8_t)(announce >> (56 - 8 * i));
+    if (send(s, hs, 8, MSG_NOSIGNAL) != 8 || send(s, h, 8, MSG_NOSIGNAL) != 8) return s;
+    fcntl(s, F_SETFL, O_NONBLOCK);
+    static uint8_t junk[1 << 16];
+    memset(junk, 0xa5, sizeof junk);
+    for (size_t sent = 0; sent < send_bytes;) {
+        ssize_t w = send(s, junk, sizeof junk, MSG_NOSIGNAL); /* closed by the node: EPIPE */
+        if (w <= 0) break;
+        sent += (size_t)w;
+    }
+    return s;
+}
+
+Test(identity, large_results_in_parts_and_the_worker_port_budget, .timeout = 180) {
+    char url[64];
+    int port = free_tcp_port();
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    goblin_worker_params wp[2];
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+        wp[i].memory_bytes = (uint64_t)1 << 30;
+    }
+    rt_grid g;
+    rt_grid_start_joined(&g, url, &np, wp, 2);
+    long rss0 = self_rss_kib();
+    /* 40 peers that announce 512 MiB messages on the worker port and start sending */
+    int fds[40];
+    for (int i = 0; i < 40; i++) fds[i] = raw_pair1_peer(port, (uint64_t)512 << 20, (size_t)4 << 20);
+    long rss1 = self_rss_kib();
+    cr_assert_lt(rss1 - rss0, 128 * 1024, "RSS grew by %ld KiB", rss1 - rss0);
+    /* a peer that sends parts of 512 MiB messages before it proved who it is: they are
+     * dropped unread, nothing is allocated, the node keeps serving */
+    nng_socket s;
+    cr_assert_eq(nng_pair1_open(&s), 0);
+    cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
+    static uint8_t part[GOBLIN__PART_HEADER + (1 << 20)];
+    for (int i = 0; i < 8; i++) {
+        goblin__part_header(part, (uint64_t)1 << 29, (uint64_t)i << 20, 1 << 20);
+        cr_assert_eq(nng_send(s, part, sizeof part, 0), 0);
+    }
+    goblin_node_stats st;
+    for (int k = 0; k < 2000; k++) { /* let the node read them (their content is ignored) */
+        goblin_node_stats_get(g.node, &st);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    long rss2 = self_rss_kib();
+    cr_assert_lt(rss2 - rss0, 128 * 1024, "RSS grew by %ld KiB", rss2 - rss0);
+    cr_assert_eq(st.workers_connected, 2);
+    nng_close(s);
+    /* one task whose result (1200 x 1200 f64, 11.5 MB) travels in parts over tcp */
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 1200, 64, 11, true);
+    rt_mat b = rt_mat_new(GOBLIN_DTYPE_F64, 64, 1200, 12, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, 1200, 1200, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 1;
+    jp.task_memory_bytes = (uint64_t)256 << 20;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    cr_assert_eq(goblin_job_wait(job, -1), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_plan plan;
+    cr_assert_eq(goblin_job_plan_info(job, &plan), GOBLIN_OK);
+    cr_assert_gt((double)plan.tile_rows * (double)plan.tile_cols * 8, (double)(4 << 20),
+                 "the test needs a result over one part");
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    goblin_job_free(job);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+    for (int i = 0; i < 40; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    rt_grid_stop(&g);
 }
