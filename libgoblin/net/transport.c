@@ -4,10 +4,17 @@
 
 #include <nng/protocol/pair1/pair.h>
 #include <nng/supplemental/util/platform.h>
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 goblin_err goblin__transport_err(int rv) {
@@ -184,4 +191,67 @@ int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms)
     if (poll(&p, 1, timeout_ms) < 0 && errno != EINTR) return NNG_EINTERNAL;
     rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
     return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+}
+
+/* ---- dropping a peer (see goblin__transport_pipe_close) -------------------------- */
+
+/* Does the OS address @p a (@p len bytes) name nng's address @p n? */
+static bool same_addr(const struct sockaddr_storage *a, socklen_t len, const nng_sockaddr *n) {
+    if (n->s_family == NNG_AF_INET && a->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)a;
+        return v4->sin_port == n->s_in.sa_port && v4->sin_addr.s_addr == n->s_in.sa_addr;
+    }
+    if (n->s_family == NNG_AF_INET6 && a->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)a;
+        return v6->sin6_port == n->s_in6.sa_port && memcmp(&v6->sin6_addr, n->s_in6.sa_addr, 16) == 0;
+    }
+    return false;
+}
+
+/* Is descriptor @p fd the TCP connection from @p loc to @p rem? */
+static bool is_connection(int fd, const nng_sockaddr *loc, const nng_sockaddr *rem) {
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0 || !same_addr(&a, len, loc)) return false;
+    len = sizeof a;
+    return getpeername(fd, (struct sockaddr *)&a, &len) == 0 && same_addr(&a, len, rem);
+}
+
+/* Shut down the process's TCP connection from @p loc to @p rem: 1 done, 0 no live
+ * connection has those addresses (it ended: getpeername fails once it is reset), -1
+ * the descriptors cannot be listed. The 4-tuple names one connection of the host; a
+ * descriptor found is dup()ed and checked again, so that a number closed and reused
+ * meanwhile is never shut down. */
+static int shutdown_connection(const nng_sockaddr *loc, const nng_sockaddr *rem) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int dfd = dirfd(d);
+    int done = 0;
+    struct dirent *e;
+    while (!done && (e = readdir(d)) != NULL) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end || end == e->d_name || fd == dfd || fd < 0) continue;
+        struct stat st;
+        if (fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode) || !is_connection((int)fd, loc, rem)) continue;
+        int dup_fd = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
+        if (dup_fd < 0) continue;
+        if (is_connection(dup_fd, loc, rem) && shutdown(dup_fd, SHUT_RDWR) == 0) done = 1;
+        close(dup_fd);
+    }
+    closedir(d);
+    return done;
+}
+
+void goblin__transport_pipe_close(nng_pipe p) {
+    nng_sockaddr loc, rem;
+    int rv = nng_pipe_get_addr(p, NNG_OPT_LOCADDR, &loc);
+    if (rv == NNG_ENOENT) return; /* the pipe is gone already */
+    if (rv == 0 && (loc.s_family == NNG_AF_INET || loc.s_family == NNG_AF_INET6)) {
+        /* TCP (tls+tcp:// too). No remote address: the connection was reset, and the
+         * pipe's next read fails by itself. Otherwise shut it down (or it ended
+         * meanwhile): the protocol closes the pipe when its read fails. */
+        if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &rem) != 0 || shutdown_connection(&loc, &rem) >= 0) return;
+    }
+    nng_pipe_close(p);
 }

@@ -231,7 +231,7 @@ static void housekeeping(goblin_node *n) {
         peer *p = &n->peers[i];
         if (p->connected && p->close_at_ms && p->close_at_ms <= now) {
             p->connected = false;
-            nng_pipe_close(p->pipe);
+            goblin__transport_pipe_close(p->pipe);
         }
     }
 }

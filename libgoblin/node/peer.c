@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "net/transport.h"
 #include "goblin/ops.h"
 #include "goblin/tls.h"
 #include "proto/wire_impl.h"
@@ -90,7 +91,7 @@ void goblin__node_drop_peer(goblin_node *n, int32_t pi, const char *why) {
         p->counted = false;
     }
     goblin__node_fail_peer_leases(n, pi, false, GOBLIN_ECLOSED, "worker dropped");
-    nng_pipe_close(p->pipe);
+    goblin__transport_pipe_close(p->pipe);
 }
 
 /* ---- messages ------------------------------------------------------------------- */

@@ -702,7 +702,7 @@ static void handle(goblin_gateway *g, nng_msg *in) {
     goblin__cw_msg *m = goblin__calloc(2, sizeof *m); /* request and reply: large structs */
     if (!m) {
         glog(g, GOBLIN_LOG_ERROR, "out of memory for a request");
-        nng_pipe_close(nng_msg_get_pipe(in));
+        goblin__transport_pipe_close(nng_msg_get_pipe(in));
         return;
     }
     goblin__cw_msg *r = m + 1;
@@ -717,7 +717,7 @@ static void handle(goblin_gateway *g, nng_msg *in) {
         glog(g, GOBLIN_LOG_WARN, "malformed request of %zu bytes refused (%s): %s; closing that "
              "connection", nng_msg_len(in), goblin_err_name(e), why);
         /* A peer that sends what we cannot parse gets no answer: its connection ends. */
-        nng_pipe_close(nng_msg_get_pipe(in));
+        goblin__transport_pipe_close(nng_msg_get_pipe(in));
         goblin__free(m);
         return;
     }
@@ -795,7 +795,7 @@ static void handle(goblin_gateway *g, nng_msg *in) {
         g->stats.refused++;
         glog(g, GOBLIN_LOG_WARN, "unexpected %s message from a client; closing that connection",
              goblin__cw_type_name(m->type));
-        nng_pipe_close(nng_msg_get_pipe(in));
+        goblin__transport_pipe_close(nng_msg_get_pipe(in));
         closing = true;
         break;
     }
