@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 goblin_err goblin__transport_err(int rv) {
@@ -217,28 +217,48 @@ static bool is_connection(int fd, const nng_sockaddr *loc, const nng_sockaddr *r
     return getpeername(fd, (struct sockaddr *)&a, &len) == 0 && same_addr(&a, len, rem);
 }
 
+/* A descriptor of our own for what this process's descriptor @p fd (nng's) refers to,
+ * or -1. pidfd_getfd (Linux 5.6; @p *pidfd from pidfd_open, -1 once it is known not to
+ * work) takes it without using @p fd itself, which nng's threads may close at any
+ * moment: every check is made on the copy, so a number closed and reused meanwhile
+ * is never mistaken for the connection, and nothing here touches a descriptor another
+ * thread owns (ThreadSanitizer reports that as a race with nng's close). Elsewhere
+ * F_DUPFD, with the same checks on the copy. */
+static int own_copy(int *pidfd, int fd) {
+    if (*pidfd >= 0) {
+        long r = syscall(SYS_pidfd_getfd, *pidfd, fd, 0); /* sets FD_CLOEXEC */
+        if (r >= 0) return (int)r;
+        if (errno != ENOSYS && errno != EPERM && errno != EINVAL) return -1; /* closed meanwhile */
+        close(*pidfd);
+        *pidfd = -1;
+    }
+    return fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
 /* Shut down the process's TCP connection from @p loc to @p rem: 1 done, 0 no live
  * connection has those addresses (it ended: getpeername fails once it is reset), -1
- * the descriptors cannot be listed. The 4-tuple names one connection of the host; a
- * descriptor found is dup()ed and checked again, so that a number closed and reused
- * meanwhile is never shut down. */
+ * the descriptors cannot be listed. The 4-tuple names one connection of the host. */
 static int shutdown_connection(const nng_sockaddr *loc, const nng_sockaddr *rem) {
     DIR *d = opendir("/proc/self/fd");
     if (!d) return -1;
     int dfd = dirfd(d);
+    int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     int done = 0;
     struct dirent *e;
     while (!done && (e = readdir(d)) != NULL) {
         char *end;
         long fd = strtol(e->d_name, &end, 10);
-        if (*end || end == e->d_name || fd == dfd || fd < 0) continue;
-        struct stat st;
-        if (fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode) || !is_connection((int)fd, loc, rem)) continue;
-        int dup_fd = fcntl((int)fd, F_DUPFD_CLOEXEC, 0);
-        if (dup_fd < 0) continue;
-        if (is_connection(dup_fd, loc, rem) && shutdown(dup_fd, SHUT_RDWR) == 0) done = 1;
-        close(dup_fd);
+        if (*end || end == e->d_name || fd == dfd || fd == pidfd || fd < 0) continue;
+        char path[64], what[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%ld", fd);
+        ssize_t n = readlink(path, what, sizeof what - 1);
+        if (n < 8 || memcmp(what, "socket:[", 8) != 0) continue;
+        int mine = own_copy(&pidfd, (int)fd);
+        if (mine < 0) continue;
+        if (is_connection(mine, loc, rem) && shutdown(mine, SHUT_RDWR) == 0) done = 1;
+        close(mine);
     }
+    if (pidfd >= 0) close(pidfd);
     closedir(d);
     return done;
 }
