@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +264,51 @@ static int shutdown_connection(const nng_sockaddr *loc, const nng_sockaddr *rem)
     return done;
 }
 
+/* Pipes shut down by goblin__transport_pipe_close, closed for good a while later
+ * (goblin__transport_close_dropped) should the protocol not have closed them itself:
+ * over tls+tcp:// nng 1.5.2 does not always notice that the connection below ended
+ * (measured: of 100 hostile TLS peers dropped, 97 sockets stayed open). By then no read
+ * of the pipe is in flight (the connection was shut down, and whatever was received
+ * was read long since), so nng_pipe_close cannot hit the race described in
+ * transport.h; for a pipe already gone it does nothing (NNG_ENOENT). */
+#define DROPPED_MAX 1024
+#define DROPPED_GRACE_MS 2000
+static pthread_mutex_t dropped_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    nng_pipe pipe;
+    nng_time due;
+} dropped[DROPPED_MAX];
+static int n_dropped;
+
+static void dropped_add(nng_pipe p) {
+    pthread_mutex_lock(&dropped_mu);
+    bool known = false; /* a peer is dropped again for each message still queued */
+    for (int i = 0; i < n_dropped && !known; i++) known = nng_pipe_id(dropped[i].pipe) == nng_pipe_id(p);
+    if (!known && n_dropped < DROPPED_MAX) {
+        dropped[n_dropped].pipe = p;
+        dropped[n_dropped].due = nng_clock() + DROPPED_GRACE_MS;
+        n_dropped++;
+    }
+    pthread_mutex_unlock(&dropped_mu);
+}
+
+void goblin__transport_close_dropped(void) {
+    nng_pipe due[DROPPED_MAX];
+    int n = 0;
+    nng_time now = nng_clock();
+    pthread_mutex_lock(&dropped_mu);
+    for (int i = 0; i < n_dropped;) {
+        if (dropped[i].due <= now) {
+            due[n++] = dropped[i].pipe;
+            dropped[i] = dropped[--n_dropped];
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&dropped_mu);
+    for (int i = 0; i < n; i++) nng_pipe_close(due[i]); /* not under dropped_mu */
+}
+
 void goblin__transport_pipe_close(nng_pipe p) {
     nng_sockaddr loc, rem;
     int rv = nng_pipe_get_addr(p, NNG_OPT_LOCADDR, &loc);
@@ -271,7 +317,10 @@ void goblin__transport_pipe_close(nng_pipe p) {
         /* TCP (tls+tcp:// too). No remote address: the connection was reset, and the
          * pipe's next read fails by itself. Otherwise shut it down (or it ended
          * meanwhile): the protocol closes the pipe when its read fails. */
-        if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &rem) != 0 || shutdown_connection(&loc, &rem) >= 0) return;
+        if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &rem) != 0 || shutdown_connection(&loc, &rem) >= 0) {
+            dropped_add(p);
+            return;
+        }
     }
     nng_pipe_close(p);
 }

@@ -77,6 +77,10 @@ int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg *
  *  transports (inproc, ipc), or a connection whose descriptor is not found, get
  *  nng_pipe_close. Callable from any thread; never blocks on nng. */
 void goblin__transport_pipe_close(nng_pipe p);
+/** Close for good the pipes goblin__transport_pipe_close shut down a while ago whose
+ *  protocol did not close them (nng 1.5.2 over TLS); call now and then (the node's
+ *  housekeeping, the gateway's loop). Any thread; never blocks on nng. */
+void goblin__transport_close_dropped(void);
 /** goblin_err for an nng error code. */
 goblin_err goblin__transport_err(int rv);
 

@@ -227,6 +227,7 @@ static void housekeeping(goblin_node *n) {
             goblin__node_drop_peer(n, i, why);
         }
     }
+    goblin__transport_close_dropped();
     for (int32_t i = 0; i < n->n_peers; i++) {
         peer *p = &n->peers[i];
         if (p->connected && p->close_at_ms && p->close_at_ms <= now) {

@@ -828,6 +828,7 @@ static void *serve(void *arg) {
             break;
         nng_msg *in;
         int rv = goblin__transport_recv(g->sock, &rfd, &in, 100);
+        goblin__transport_close_dropped();
         if (rv == NNG_ETIMEDOUT) continue;
         if (rv == NNG_ECLOSED) break;
         if (rv) {
