@@ -8,6 +8,7 @@
 #
 #   bash scripts/setup.sh            # packages + build/ + build-asan/
 #   GOBLIN_SETUP_ASAN=0 bash scripts/setup.sh   # skip the sanitizer build
+#   GOBLIN_SETUP_TSAN=1 bash scripts/setup.sh   # also the ThreadSanitizer build
 #   GOBLIN_SETUP_BUILD=0 bash scripts/setup.sh  # packages only
 #   GOBLIN_MESON_ARGS="-Dcuda=disabled" bash scripts/setup.sh  # extra meson
 #     options, used when a build directory is (re)configured
@@ -158,6 +159,14 @@ if [ "${GOBLIN_SETUP_ASAN:-1}" = 1 ]; then
   configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
     -Dcuda=disabled -Dexamples=false -Dbench=false -Dpython=disabled "${extra[@]}"
   build build-asan
+fi
+
+if [ "${GOBLIN_SETUP_TSAN:-0}" = 1 ]; then
+  # ThreadSanitizer build (build-tsan/): gcc's target_clones are built away under it
+  # (libgoblin/base/target_clones.h), and the unit tests get tests/unit/tsan_criterion.c.
+  configure build-tsan -Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false \
+    -Dcuda=disabled -Dexamples=false -Dbench=false -Dpython=disabled "${extra[@]}"
+  build build-tsan
 fi
 
 if [ "${GOBLIN_SETUP_PYPKG:-1}" = 1 ]; then

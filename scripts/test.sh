@@ -2,12 +2,16 @@
 # Set up, build and run every test of GPU Goblin:
 #   1. the Criterion unit tests in build/ (release-like build),
 #   2. the same tests under AddressSanitizer + UBSan (build-asan/, leaks on),
-#   3. the Python tests (pytest, ctypes over build/libgoblin/libgoblin.so).
+#   3. the Python tests (pytest, ctypes over build/libgoblin/libgoblin.so),
+#   and, when asked (GOBLIN_TEST_TSAN=1), the runtime's tests under ThreadSanitizer
+#   in build-tsan/ (their run alone takes about 3 minutes on 2 cores, plus a build
+#   of its own, so not by default).
 # Every stage runs even if an earlier one failed; the exit status is non-zero
 # if any failed, and the last line sums the tests of all stages.
 #
 #   bash scripts/test.sh                  # everything
 #   GOBLIN_TEST_ASAN=0 bash scripts/test.sh   # skip the sanitizer stage
+#   GOBLIN_TEST_TSAN=1 bash scripts/test.sh   # add the ThreadSanitizer stage
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,10 +20,11 @@ cd "$top"
 log() { printf '\n[test] %s\n' "$*"; }
 start=$(date +%s)
 asan=${GOBLIN_TEST_ASAN:-1}
+tsan=${GOBLIN_TEST_TSAN:-0}
 jobs=${GOBLIN_JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 log "setup"
-if ! GOBLIN_SETUP_ASAN="$asan" bash scripts/setup.sh; then
+if ! GOBLIN_SETUP_ASAN="$asan" GOBLIN_SETUP_TSAN="$tsan" bash scripts/setup.sh; then
   echo "[test] setup failed" >&2
   echo "Summary: 0 passed, 1 failed (setup)"
   exit 1
@@ -43,7 +48,7 @@ run_stage() { # name, command...
 }
 
 # Stale logs from an earlier run must not be counted if a build fails now.
-rm -f build/meson-logs/testlog.json build-asan/meson-logs/testlog.json
+rm -f build/meson-logs/testlog.json build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json
 
 log "unit tests (build/)"
 run_stage unit meson test -C build --print-errorlogs --num-processes "$jobs"
@@ -53,6 +58,19 @@ if [ "$asan" = 1 ]; then
   run_stage asan env ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}" \
     meson test -C build-asan --print-errorlogs --num-processes "$jobs" --timeout-multiplier 3
+fi
+
+if [ "$tsan" = 1 ]; then
+  # The runtime's threads: node, workers, gateway, client, trainer. halt_on_error: a
+  # report ends the test (Criterion's children _exit, so TSan's exit code is lost).
+  # OMP_THREAD_LIMIT=1: libgomp is not instrumented, so TSan cannot see the
+  # synchronisation of OpenMP regions (it reported the BLIS kernels' parallel_for
+  # writes against the caller's later reads); regions run on the calling thread.
+  log "runtime tests under ThreadSanitizer (build-tsan/)"
+  run_stage tsan env TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1 second_deadlock_stack=1}" \
+    OMP_THREAD_LIMIT=1 \
+    meson test -C build-tsan --print-errorlogs --num-processes "$jobs" --timeout-multiplier 4 \
+    test_node test_worker test_client_wire test_graph_job test_train test_tls test_wire
 fi
 
 log "python tests (pytest tests/python)"
@@ -128,6 +146,8 @@ for st in stages:
         c = criterion_counts("build")
     elif name == "asan":
         c = criterion_counts("build-asan")
+    elif name == "tsan":
+        c = criterion_counts("build-tsan")
     else:
         c = pytest_counts(junit)
     if rc != "0" and c["failed"] == 0:

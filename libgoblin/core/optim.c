@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 #include "base/names.h"
+#include "base/target_clones.h"
 
 void goblin_sgd_params_default(goblin_sgd_params *o) {
     if (!o) return;
@@ -42,9 +43,9 @@ void goblin_adamw_params_default(goblin_adamw_params *o) {
  * any vector width gives the same bits. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #if __GNUC__ >= 12
-#define OPT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define OPT_CLONES GOBLIN_TARGET_CLONES("arch=x86-64-v3", "default")
 #else
-#define OPT_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#define OPT_CLONES GOBLIN_TARGET_CLONES("arch=haswell", "default")
 #endif
 #else
 #define OPT_CLONES

@@ -64,6 +64,23 @@ int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms)
  *  waiting there are drained. Another thread writes a byte to the pipe to wake the
  *  receiver at once (a job submitted to the node). */
 int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms);
+/** End the connection of pipe @p p (a peer being dropped) without nng_pipe_close's
+ *  hang. nng 1.5.2's TCP and TLS transports re-arm their receive after a completed
+ *  read without checking whether the pipe was closed meanwhile; an aio that is
+ *  stopped does not call back, so a pipe closed from another thread while the peer
+ *  is still sending (a burst of garbage frames) can leave its receive waiting for
+ *  good. Then nng's single reaper thread waits on it in the protocol's pipe_stop,
+ *  no pipe of the process is freed any more (one leaked descriptor per connection
+ *  from then on) and nng_close never returns. Here a TCP connection is shut down
+ *  with shutdown(2) instead: the pending read fails, and the protocol closes the
+ *  pipe from its own receive callback, where no read is in flight. Other
+ *  transports (inproc, ipc), or a connection whose descriptor is not found, get
+ *  nng_pipe_close. Callable from any thread; never blocks on nng. */
+void goblin__transport_pipe_close(nng_pipe p);
+/** Close for good the pipes goblin__transport_pipe_close shut down a while ago whose
+ *  protocol did not close them (nng 1.5.2 over TLS); call now and then (the node's
+ *  housekeeping, the gateway's loop). Any thread; never blocks on nng. */
+void goblin__transport_close_dropped(void);
 /** goblin_err for an nng error code. */
 goblin_err goblin__transport_err(int rv);
 

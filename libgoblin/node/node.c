@@ -260,6 +260,7 @@ static void housekeeping(goblin_node *n) {
             goblin__node_drop_peer(n, i, why);
         }
     }
+    goblin__transport_close_dropped();
     for (int32_t i = 0; i < n->n_peers; i++) {
         peer *p = &n->peers[i];
         /* A connection that began a HELLO and never finished its proof holds a slot: it
@@ -270,7 +271,7 @@ static void housekeeping(goblin_node *n) {
         if (p->connected && p->close_at_ms && p->close_at_ms <= now) {
             nng_pipe pp = p->pipe;
             goblin__node_peer_gone(n, i);
-            nng_pipe_close(pp);
+            goblin__transport_pipe_close(pp);
         }
     }
     goblin__node_reap_peers(n);

@@ -11,6 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "net/transport.h"
 #include "goblin/ops.h"
 #include "goblin/tls.h"
 #include "proto/wire_impl.h"
@@ -195,7 +196,7 @@ void goblin__node_drop_peer(goblin_node *n, int32_t pi, const char *why) {
     nng_pipe pp = p->pipe;
     goblin__node_peer_gone(n, pi);
     goblin__node_fail_peer_leases(n, pi, false, GOBLIN_ECLOSED, "worker dropped");
-    nng_pipe_close(pp);
+    goblin__transport_pipe_close(pp);
 }
 
 /* ---- messages ------------------------------------------------------------------- */

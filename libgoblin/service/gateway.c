@@ -263,7 +263,7 @@ static void sweep_unauthenticated(goblin_gateway *g, int64_t now) {
             nng_pipe_id(g->pipes[i].pipe) > 0)
             late[n++] = g->pipes[i].pipe;
     pthread_mutex_unlock(&g->pmu);
-    for (int i = 0; i < n; i++) nng_pipe_close(late[i]);
+    for (int i = 0; i < n; i++) goblin__transport_pipe_close(late[i]);
     if (n) {
         pthread_mutex_lock(&g->mu);
         g->stats.connections_refused += n;
@@ -506,7 +506,7 @@ static void handle_bytes(goblin_gateway *g, nng_pipe pipe, const uint8_t *buf, s
     goblin__cw_msg *m = goblin__calloc(2, sizeof *m); /* request and reply: large structs */
     if (!m) {
         goblin__gw_log(g, GOBLIN_LOG_ERROR, "out of memory for a request");
-        nng_pipe_close(pipe);
+        goblin__transport_pipe_close(pipe);
         return;
     }
     goblin__cw_msg *r = m + 1;
@@ -525,7 +525,7 @@ static void handle_bytes(goblin_gateway *g, nng_pipe pipe, const uint8_t *buf, s
         goblin__gw_log(g, GOBLIN_LOG_WARN, "malformed request of %zu bytes refused (%s): %s; "
                        "closing that connection", len, goblin_err_name(e), why);
         /* A peer that sends what we cannot parse gets no answer: its connection ends. */
-        nng_pipe_close(pipe);
+        goblin__transport_pipe_close(pipe);
         goblin__free(m);
         return;
     }
@@ -542,7 +542,7 @@ static void handle_bytes(goblin_gateway *g, nng_pipe pipe, const uint8_t *buf, s
         g->stats.refused++;
         goblin__gw_log(g, GOBLIN_LOG_WARN, "unexpected %s message from a client; closing that "
                        "connection", goblin__cw_type_name(m->type));
-        nng_pipe_close(pipe);
+        goblin__transport_pipe_close(pipe);
     } else if (request_who(g, pid, m, r, &who)) {
         switch (m->type) {
         case GOBLIN__CW_PART: assembled = handle_part(g, pid, &who, m, r, &assembled_len); break;
@@ -601,6 +601,7 @@ static void *serve(void *arg) {
         }
         nng_msg *in;
         int rv = goblin__transport_recv(g->sock, &rfd, &in, 100);
+        goblin__transport_close_dropped();
         if (rv == NNG_ETIMEDOUT) continue;
         if (rv == NNG_ECLOSED) break;
         if (rv) {

@@ -538,6 +538,103 @@ def test_garbage_frames_refused(tmp):
         g.close()
 
 
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_until(cond, timeout, step=0.05):
+    """Poll cond() until it is true or timeout seconds passed; its last value."""
+    t0 = time.time()
+    while True:
+        v = cond()
+        if v or time.time() - t0 > timeout:
+            return v
+        time.sleep(step)
+
+
+def hostile_connection(port, proto, hop, rng, tls=False):
+    """One raw SP connection that sends several garbage frames at once (the node drops
+    it after the first, while the rest are still arriving), sometimes a lying length;
+    over TLS (no certificate check: the attacker does not care) if tls."""
+    try:
+        if tls:
+            import ssl
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5))
+            s.sendall(bytes([0, ord("S"), ord("P"), 0]) + struct.pack(">H", proto) + b"\0\0")
+            s.recv(8)
+        else:
+            s = sp_connect(port, proto)
+        frames = b"".join(struct.pack(">Q", 4 + n) + hop + rng.bytes(n)
+                          for n in rng.integers(0, 200, size=int(rng.integers(2, 6))))
+        if rng.random() < 0.3:
+            frames += struct.pack(">Q", 1 << 40)
+        s.sendall(frames)
+        if rng.random() < 0.5:
+            time.sleep(float(rng.random()) * 0.01)
+        s.close()
+    except OSError:
+        pass  # the node may close first: that is what it should do
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+@pytest.mark.parametrize("scheme", ["tcp", "tls+tcp"])
+def test_garbage_bursts_leak_no_sockets(tmp, scheme):
+    """Bursts of garbage frames from many connections at once, to the node and to the
+    gateway. Closing a pipe while its peer was still sending used to wedge nng 1.5.2's
+    reaper (transport.h: goblin__transport_pipe_close): from then on every connection
+    leaked its socket and SIGTERM never finished. Open descriptors must come back to
+    where they were, honest connections must not leak either, and SIGTERM must stop
+    the node. Over tls+tcp:// the workers' port speaks TLS (the gateway's stays tcp://)."""
+    import threading
+    tls = scheme == "tls+tcp"
+    if tls:
+        cert, key, _ = node_init(tmp)
+        g = Grid(tmp, scheme=scheme, cert=cert, key=key)
+    else:
+        g = Grid(tmp)
+    try:
+        pid = g.node.pid
+        g.client("stats")  # the gateway's first client is done before the baseline
+        base = open_fds(pid)
+        slack = 4
+        rng = np.random.default_rng(17)
+        for burst in range(6):
+            seeds = rng.integers(0, 1 << 31, size=40)
+            ts = [threading.Thread(target=hostile_connection,
+                                   args=(g.port, 0x11, b"\0\0\0\1", np.random.default_rng(sd), tls)
+                                   if i % 2 else
+                                   (g.cport, 0x30, b"\x80\0\0\1", np.random.default_rng(sd)))
+                  for i, sd in enumerate(seeds)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        assert g.node.poll() is None, g.node_log_text()[-2000:]
+        n = wait_until(lambda: open_fds(pid) <= base + slack, 30)
+        assert n, f"{open_fds(pid)} descriptors open after the bursts, {base} before"
+        # Every later connection is freed too (a wedged reaper leaked one each).
+        for _ in range(30):
+            socket.create_connection(("127.0.0.1", g.port)).close()
+            socket.create_connection(("127.0.0.1", g.cport)).close()
+        assert wait_until(lambda: open_fds(pid) <= base + slack, 30), \
+            f"{open_fds(pid)} descriptors open after 60 plain connections, {base} before"
+        log = g.node_log_text()
+        assert "dropping peer" in log and "gateway: malformed request" in log, log[-2000:]
+        # Still serving clients.
+        assert g.stats()["peers_dropped"] >= 1
+        g.node.send_signal(signal.SIGTERM)
+        try:
+            rc = g.node.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("SIGTERM did not stop the node:\n" + g.node_log_text()[-2000:])
+        assert rc == 0, g.node_log_text()[-2000:]
+    finally:
+        g.close()
+
+
 def test_sigterm_tells_clients(tmp):
     """SIGTERM to the node while a client follows a job: the client hears it ended."""
     g = Grid(tmp)

@@ -206,6 +206,9 @@ int main(int argc, char **argv) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
+    /* Only the first signal asks for an orderly stop; a second one ends the process
+     * at once, should the stop itself hang (as it did when nng's reaper was wedged). */
+    sa.sa_flags = SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

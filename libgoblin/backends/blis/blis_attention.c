@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include "base/alloc.h"
+#include "base/target_clones.h"
 #include "blis_conv.h"
 #include "blis_impl.h"
 #include "kernels/expf.h"
@@ -86,7 +87,7 @@ typedef int32_t sd_v8i __attribute__((vector_size(32)));
 /* r[0, cap) is the row's memory; only [0, n) is scored and [n, cap) must hold 0 on entry
  * (it does: a causal row's dead columns), so the tail of [0, n) can be read and written as a
  * whole vector with its dead lanes masked to -inf (exp 0) while it stays inside cap. */
-__attribute__((target_clones("avx2", "default"))) static void
+GOBLIN_TARGET_CLONES("avx2", "default") static void
 sd_row_f32(float *r, int64_t n, int64_t cap, float *z, uint8_t *state, bool normalize) {
     const sd_v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
     sd_v8f mv = {0};
@@ -406,7 +407,7 @@ static inline __attribute__((always_inline)) void sd_tr8(sd_v8f *m) {
 typedef double sd_b4d __attribute__((vector_size(32)));
 typedef float sd_b4f __attribute__((vector_size(16)));
 
-__attribute__((target_clones("avx2", "default"))) static void
+GOBLIN_TARGET_CLONES("avx2", "default") static void
 sd_causal_blocks_f32(float *p, int64_t L, int64_t S, float *z, uint8_t *state, bool normalize) {
     const sd_v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
     sd_v8f zero = {0}, ninf = zero - INFINITY;

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/target_clones.h"
+
 /* d[0, bytes) = s[0, bytes); bytes a multiple of 4, no overlap */
 static inline __attribute__((always_inline)) void gc_copy(void *restrict d, const void *restrict s,
                                                           size_t bytes) {
@@ -46,7 +48,7 @@ static inline __attribute__((always_inline)) void gc_zero(void *d, size_t bytes)
 
 /* 32-byte moves and adds in one instruction where the CPU has AVX2 (moves only: the
  * same bits on every clone) */
-#define GC_CLONES __attribute__((target_clones("avx2", "default")))
+#define GC_CLONES GOBLIN_TARGET_CLONES("avx2", "default")
 
 /* Planes up to this many elements are padded on the stack (im2col / col2im of small
  * images: 16 KB of f32, 32 KB of f64). */

@@ -4,10 +4,11 @@
 #include <math.h>
 #include <string.h>
 #include "base/alloc.h"
+#include "base/target_clones.h"
 #include "blis_impl.h"
 #include "ops/nn.h"
 
-#define CLONES __attribute__((target_clones("avx2", "default")))
+#define CLONES GOBLIN_TARGET_CLONES("avx2", "default")
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));

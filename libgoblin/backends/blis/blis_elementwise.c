@@ -12,6 +12,7 @@
  * OpenMP). Work is split into fixed 64K-element blocks, so the result does not
  * depend on the thread count. */
 #include "blis_impl.h"
+#include "base/target_clones.h"
 #include "kernels/scalar_ops.h"
 
 #if defined(_OPENMP)
@@ -27,7 +28,7 @@
  * one element (s = 0). The two-input loops come in an AVX2 clone and a baseline one:
  * one operation per element either way (no FMA to contract into), so the same bits. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define SEG_CLONES __attribute__((target_clones("avx2", "default")))
+#define SEG_CLONES GOBLIN_TARGET_CLONES("avx2", "default")
 #else
 #define SEG_CLONES
 #endif

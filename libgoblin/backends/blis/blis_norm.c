@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <string.h>
 #include "base/alloc.h"
+#include "base/target_clones.h"
 #include "blis_impl.h"
 #include "kernels/scalar_ops.h"
 #include "kernels/expf.h"
@@ -44,7 +45,7 @@ typedef struct bn_job {
  * (training and eval) as x a + b' in the input's type (BN_FWD), the backward's d x as A dy +
  * B (x - mean) + C in double (BN_BWD), eval's d x as the reference's expression. */
 #define INL static inline __attribute__((always_inline))
-#define CLONES __attribute__((target_clones("avx2", "default")))
+#define CLONES GOBLIN_TARGET_CLONES("avx2", "default")
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));
@@ -338,7 +339,7 @@ static goblin_err blis_batch_norm(goblin__kctx *k, const goblin__node *node, con
  * its node ran first, with the same bits. These clones do not enable FMA (as
  * blis_reduce.c's), so the bits do not depend on the CPU; rows (index 0) or columns
  * (index 1) are split among threads, never a sum: the same bits for every thread count. */
-#define LN_CLONES __attribute__((target_clones("avx2", "default")))
+#define LN_CLONES GOBLIN_TARGET_CLONES("avx2", "default")
 #define LN_INL static inline __attribute__((always_inline))
 
 typedef struct lnjob {

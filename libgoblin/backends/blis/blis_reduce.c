@@ -18,10 +18,11 @@
 #include <math.h>
 #include <string.h>
 #include "backends/kernel_attrs.h"
+#include "base/target_clones.h"
 #include "blis_impl.h"
 #include "kernels/expf.h"
 
-#define CLONES __attribute__((target_clones("avx2", "default")))
+#define CLONES GOBLIN_TARGET_CLONES("avx2", "default")
 #define INL static inline __attribute__((always_inline))
 
 enum {

@@ -3,6 +3,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <string.h>
 #include "base/alloc.h"
+#include "base/target_clones.h"
 #include "blis_impl.h"
 #include "kernels/scalar_ops.h"
 #include "kernels/expf.h"
@@ -88,7 +89,7 @@ static inline __attribute__((always_inline)) void sm_st(float *p, sm_v8f v, int6
         for (int64_t i = 0; i < w; i++) p[i] = v[i];
 }
 
-__attribute__((target_clones("avx2", "default"))) static void
+GOBLIN_TARGET_CLONES("avx2", "default") static void
 sm_cols_f32(const float *x, float *y, int64_t R, int64_t L, bool lg) {
     const sm_v8f zero = {0};
     for (int64_t l0 = 0; l0 < L; l0 += 8) {

@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <string.h>
 #include "base/alloc.h"
+#include "base/target_clones.h"
 #include "blis_impl.h"
 #include "kernels/scalar_ops.h"
 #include "kernels/expf.h"
@@ -107,9 +108,9 @@ __attribute__((noinline)) static double erf_d(double x) {
  * element: the same bits for every thread count and block split. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #if __GNUC__ >= 12
-#define T3_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define T3_CLONES GOBLIN_TARGET_CLONES("arch=x86-64-v3", "default")
 #else
-#define T3_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define T3_CLONES GOBLIN_TARGET_CLONES("arch=skylake-avx512", "arch=haswell", "default")
 #endif
 #else
 #define T3_CLONES
@@ -433,7 +434,7 @@ static goblin_err blis_gelu_bwd(goblin__kctx *k, const goblin__node *node, const
 }
 
 
-#define CLONES __attribute__((target_clones("avx2", "default")))
+#define CLONES GOBLIN_TARGET_CLONES("avx2", "default")
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));

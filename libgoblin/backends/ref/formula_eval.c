@@ -35,6 +35,7 @@
 
 #include <string.h>
 #include "kernels/expf.h"
+#include "base/target_clones.h"
 #include "formula_eval.h"
 #include "backends/kernel_util.h"
 #include "kernels/scalar_ops.h"
@@ -43,9 +44,9 @@
 /* One copy of each block loop per ISA level, picked at load time (ifunc). The
  * levels include FMA, which fe_expf's fmaf calls need to be fast. */
 #if __GNUC__ >= 12
-#define FE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define FE_CLONES GOBLIN_TARGET_CLONES("arch=x86-64-v4", "arch=x86-64-v3", "default")
 #else
-#define FE_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define FE_CLONES GOBLIN_TARGET_CLONES("arch=skylake-avx512", "arch=haswell", "default")
 #endif
 #else
 #define FE_CLONES
