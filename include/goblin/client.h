@@ -54,6 +54,11 @@ typedef struct goblin_client_params {
                                     10000): a URL where no gateway answers (nobody listening, a
                                     firewall, the node's worker address) fails within it */
     uint32_t poll_ms;         /* progress polling period of goblin_client_matmul* (default 100) */
+    uint32_t heartbeat_ms;    /* while a request waits for its reply, the client asks the node
+                                 on a second connection every heartbeat_ms whether it still
+                                 answers; no answer within 3 x heartbeat_ms fails the request
+                                 (GOBLIN_ETIMEDOUT, "the node at ... is not answering"), long
+                                 before timeout_ms. Default 5000; 0: off */
     uint64_t recv_max_bytes;  /* largest reply accepted (default 16 GiB) */
     /* The researcher credential (principal.h: what `goblin-node researcher add` printed;
      * borrowed during connect, copied): sent in an AUTH request right after connecting,

@@ -26,6 +26,7 @@ const char *goblin__cw_type_name(uint8_t t) {
     case GOBLIN__CW_SUBMIT_GRAPH: return "SUBMIT_GRAPH";
     case GOBLIN__CW_AUTH: return "AUTH";
     case GOBLIN__CW_PART: return "PART";
+    case GOBLIN__CW_PING: return "PING";
     case GOBLIN__CW_SUBMITTED: return "SUBMITTED";
     case GOBLIN__CW_JOB_STATUS: return "JOB_STATUS";
     case GOBLIN__CW_RESULT: return "RESULT";
@@ -188,7 +189,7 @@ static goblin_err body_size(const goblin__cw_msg *m, size_t *out) {
     case GOBLIN__CW_RELEASE: case GOBLIN__CW_OK:
         n = GOBLIN__CW_ID_BYTES;
         break;
-    case GOBLIN__CW_STATS: n = 0; break;
+    case GOBLIN__CW_STATS: case GOBLIN__CW_PING: n = 0; break;
     case GOBLIN__CW_AUTH:
         if (m->token_len == 0 || m->token_len > GOBLIN__CW_MAX_TOKEN) return GOBLIN_EINVAL;
         n = 8 + pad8(m->token_len);
@@ -355,7 +356,7 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
     case GOBLIN__CW_RELEASE: case GOBLIN__CW_OK:
         put_id(p, &m->job_id);
         break;
-    case GOBLIN__CW_STATS: break;
+    case GOBLIN__CW_STATS: case GOBLIN__CW_PING: break;
     case GOBLIN__CW_AUTH:
         w32(p, m->token_len);
         memcpy(p + 8, m->token, m->token_len);
@@ -730,7 +731,7 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         get_id(r.p, &m->job_id);
         r.o = GOBLIN__CW_ID_BYTES;
         break;
-    case GOBLIN__CW_STATS: break;
+    case GOBLIN__CW_STATS: case GOBLIN__CW_PING: break;
     case GOBLIN__CW_AUTH: {
         NEED(&r, 8, "AUTH");
         uint32_t tl = r32(r.p);

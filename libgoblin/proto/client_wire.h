@@ -14,6 +14,7 @@
  *                        tensor[n_inputs]
  *   STATUS/CANCEL/FETCH/RELEASE  job id
  *   STATS                (empty)
+ *   PING                 (empty): answered OK, before AUTH too (a client's heartbeat)
  *   AUTH                 u32 len (1 .. GOBLIN__CW_MAX_TOKEN), u32 0, credential bytes (pad 8)
  *   PART                 u64 total, u64 offset, u32 len, u32 0, bytes (pad 8): a piece of one
  *                        request larger than GOBLIN__CW_PART_MAX (its whole encoding, header
@@ -75,6 +76,7 @@ typedef enum goblin__cw_type {
     GOBLIN__CW_SUBMIT_GRAPH = 8,
     GOBLIN__CW_AUTH = 9,
     GOBLIN__CW_PART = 10,
+    GOBLIN__CW_PING = 11,
     GOBLIN__CW_SUBMITTED = 64,
     GOBLIN__CW_JOB_STATUS = 65,
     GOBLIN__CW_RESULT = 66,

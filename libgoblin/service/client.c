@@ -31,6 +31,10 @@ struct goblin_client {
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
     bool waiting, reply_done, conn_lost;
+    /* the heartbeat connection: a second req0 socket to the same gateway */
+    nng_socket hb;
+    bool hb_open;
+    uint64_t hb_rid;
 };
 
 void goblin_client_params_default(goblin_client_params *p) {
@@ -39,6 +43,7 @@ void goblin_client_params_default(goblin_client_params *p) {
     p->timeout_ms = 120000;
     p->connect_timeout_ms = 10000;
     p->poll_ms = 100;
+    p->heartbeat_ms = 5000;
     p->recv_max_bytes = (uint64_t)16 << 30;
 }
 
@@ -165,6 +170,78 @@ static goblin_err dial_bounded(goblin_client *c, nng_dialer d, const char *url,
 static goblin_err send_auth(goblin_client *c, uint32_t timeout_ms);
 static goblin_err probe(goblin_client *c, uint32_t timeout_ms);
 
+/* The heartbeat connection, dialed in the background (a failure only leaves the client
+ * without heartbeats). It presents the credential too, so the gateway does not count it
+ * among connections that never authenticate. */
+static void open_heartbeat(goblin_client *c, const char *url, const goblin_client_params *p,
+                           bool tls) {
+    if (nng_req0_open(&c->hb) != 0) return;
+    uint32_t wait = 3 * p->heartbeat_ms;
+    nng_socket_set_ms(c->hb, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    nng_socket_set_ms(c->hb, NNG_OPT_RECVTIMEO, (nng_duration)wait);
+    nng_socket_set_ms(c->hb, NNG_OPT_SENDTIMEO, (nng_duration)wait);
+    nng_socket_set_size(c->hb, NNG_OPT_RECVMAXSZ, 4096);
+    nng_dialer d;
+    bool ok = nng_dialer_create(&d, c->hb, url) == 0;
+    if (ok && tls) {
+        char why[256];
+        goblin__tls_client_opts o = {p->ca_file, p->fingerprint, p->server_name,
+                                     (int)p->connect_timeout_ms};
+        ok = goblin__tls_dialer_setup(d, url, &o, why, sizeof why) == GOBLIN_OK;
+    }
+    if (ok) {
+        nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 100);
+        nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 2000);
+        ok = nng_dialer_start(d, NNG_FLAG_NONBLOCK) == 0;
+    }
+    if (!ok) {
+        nng_close(c->hb);
+        return;
+    }
+    c->hb_open = true;
+}
+
+static bool hb_request(goblin_client *c, uint8_t type);
+
+/* Present the credential on the heartbeat connection now, so that the gateway never
+ * counts it among connections that have not authenticated. */
+static void auth_heartbeat(goblin_client *c) {
+    if (c->hb_open && c->credential[0]) hb_request(c, GOBLIN__CW_AUTH);
+}
+
+/* One request on the heartbeat connection (@p type: AUTH or PING): true if answered. */
+static bool hb_request(goblin_client *c, uint8_t type) {
+    goblin__cw_msg *m = goblin__calloc(1, sizeof *m);
+    if (!m) return true; /* out of memory is not the node's silence */
+    m->type = type;
+    m->request_id = ++c->hb_rid;
+    if (type == GOBLIN__CW_AUTH) {
+        m->token_len = (uint32_t)strlen(c->credential);
+        memcpy(m->token, c->credential, m->token_len);
+    }
+    size_t sz, len;
+    bool answered = false;
+    nng_msg *msg = NULL, *in = NULL;
+    if (goblin__cw_encoded_size(m, &sz) == GOBLIN_OK && nng_msg_alloc(&msg, sz) == 0) {
+        goblin__cw_encode_into(m, nng_msg_body(msg), sz, &len);
+        if (nng_sendmsg(c->hb, msg, 0) != 0) nng_msg_free(msg);
+        else if (nng_recvmsg(c->hb, &in, 0) == 0) {
+            answered = true; /* any reply: OK, or an ERROR, is an answer */
+            nng_msg_free(in);
+        }
+    } else {
+        answered = true;
+    }
+    memset(m->token, 0, sizeof m->token);
+    goblin__free(m);
+    return answered;
+}
+
+/* Does the node still answer? Asked while a request waits (the request's thread). */
+static bool node_answers(goblin_client *c) {
+    return !c->hb_open || hb_request(c, GOBLIN__CW_PING);
+}
+
 goblin_err goblin_client_connect(goblin_client **out, const char *url,
                                  const goblin_client_params *p, goblin_errbuf *err) {
     GOBLIN__ERRBUF(err, err_msg, err_cap);
@@ -269,6 +346,10 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
         FAIL(e, "%s", why);
     }
 #undef FAIL
+    if (p->heartbeat_ms) {
+        open_heartbeat(c, url, p, tls);
+        auth_heartbeat(c);
+    }
     c->err[0] = 0;
     *out = c;
     return GOBLIN_OK;
@@ -277,6 +358,7 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
 void goblin_client_free(goblin_client *c) {
     if (!c) return;
     nng_close(c->sock);
+    if (c->hb_open) nng_close(c->hb);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->wcv);
     pthread_mutex_destroy(&c->wmu);
@@ -297,12 +379,26 @@ static int recv_reply(goblin_client *c, uint32_t timeout_ms, nng_msg **out, bool
     c->conn_lost = false;
     pthread_mutex_unlock(&c->wmu);
     nng_recv_aio(c->sock, aio);
+    bool silent = false;
     pthread_mutex_lock(&c->wmu);
-    while (!c->reply_done && !c->conn_lost) pthread_cond_wait(&c->wcv, &c->wmu);
+    while (!c->reply_done && !c->conn_lost) {
+        if (!c->p.heartbeat_ms || !c->hb_open) {
+            pthread_cond_wait(&c->wcv, &c->wmu);
+            continue;
+        }
+        struct timespec dl = goblin__deadline_after_ms(c->p.heartbeat_ms);
+        if (pthread_cond_timedwait(&c->wcv, &c->wmu, &dl) != ETIMEDOUT) continue;
+        if (c->reply_done || c->conn_lost) break;
+        pthread_mutex_unlock(&c->wmu);
+        silent = !node_answers(c);
+        pthread_mutex_lock(&c->wmu);
+        if (silent && !c->reply_done) break;
+        silent = false;
+    }
     *lost = c->conn_lost && !c->reply_done;
     c->waiting = false;
     pthread_mutex_unlock(&c->wmu);
-    if (*lost) nng_aio_cancel(aio);
+    if (*lost || silent) nng_aio_cancel(aio);
     nng_aio_wait(aio);
     rv = nng_aio_result(aio);
     if (rv == 0) {
@@ -310,6 +406,8 @@ static int recv_reply(goblin_client *c, uint32_t timeout_ms, nng_msg **out, bool
         *lost = false; /* the reply made it after all */
     } else if (rv == NNG_ECONNRESET || rv == NNG_ECONNABORTED) {
         *lost = true; /* req0 fails a request whose connection dropped */
+    } else if (silent) {
+        rv = NNG_ETIMEDOUT; /* the heartbeat went unanswered */
     }
     nng_aio_free(aio);
     return rv;
@@ -342,7 +440,8 @@ static goblin_err recv_decoded(goblin_client *c, uint64_t rid, uint32_t timeout_
                         "answered (it stopped or restarted; a job it held is gone with it)", c->url);
         if (rv == NNG_ETIMEDOUT)
             return cerr(c, GOBLIN_ETIMEDOUT, "the node at %s is not answering: no reply within "
-                        "%u ms", c->url, timeout_ms);
+                        "%u ms, or no answer to a heartbeat within %u ms", c->url, timeout_ms,
+                        3 * c->p.heartbeat_ms);
         return cerr(c, nng_to_err(rv), "no reply from the node at %s: %s", c->url, nng_strerror(rv));
     }
     goblin__cw_limits lim = {c->p.recv_max_bytes, GOBLIN_MAX_NUMEL};

@@ -537,6 +537,11 @@ static void handle_bytes(goblin_gateway *g, nng_pipe pipe, const uint8_t *buf, s
     size_t assembled_len = 0;
     if (m->type == GOBLIN__CW_AUTH) {
         handle_auth(g, pid, m, r);
+    } else if (m->type == GOBLIN__CW_PING) {
+        memset(r, 0, sizeof *r); /* alive; says nothing about anything else */
+        r->type = GOBLIN__CW_OK;
+        r->request_id = m->request_id;
+        goblin__gw_send(g, r);
     } else if (m->type >= GOBLIN__CW_SUBMITTED) {
         /* A reply type sent as a request. */
         g->stats.refused++;

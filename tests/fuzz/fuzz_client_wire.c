@@ -151,7 +151,7 @@ void fuzz_client_wire_seeds(fuzz_emit_fn emit, void *ctx) {
     strcpy(m->paths[2], "/tmp/c\xc3\xa9.npy");
     emit_cw(m, emit, ctx);
 
-    static const uint8_t idmsgs[] = {GOBLIN__CW_STATUS, GOBLIN__CW_CANCEL, GOBLIN__CW_FETCH,
+    static const uint8_t idmsgs[] = {GOBLIN__CW_PING, GOBLIN__CW_STATUS, GOBLIN__CW_CANCEL, GOBLIN__CW_FETCH,
                                      GOBLIN__CW_RELEASE, GOBLIN__CW_OK, GOBLIN__CW_STATS};
     for (size_t i = 0; i < sizeof idmsgs; i++) {
         memset(m, 0, sizeof *m);

@@ -707,6 +707,50 @@ Test(principal, a_node_that_dies_is_reported_at_once, .timeout = 90) {
     goblin_client_free(c);
 }
 
+/* A "node" that answers the connect probe and then nothing, its connections open (a
+ * stopped process, a hung machine). */
+static void *hung_node_main(void *arg) {
+    dying_node *d = arg;
+    nng_msg *in;
+    if (nng_recvmsg(d->s, &in, 0) != 0) return NULL;
+    goblin__cw_msg *r = calloc(1, sizeof *r);
+    r->type = GOBLIN__CW_STATS_REPLY;
+    memcpy(&r->request_id, nng_msg_body(in) + 8, 8);
+    nng_msg_free(in);
+    size_t sz, len;
+    cr_assert_eq(goblin__cw_encoded_size(r, &sz), GOBLIN_OK);
+    uint8_t *buf = malloc(sz);
+    goblin__cw_encode_into(r, buf, sz, &len);
+    nng_send(d->s, buf, len, 0);
+    free(buf);
+    free(r);
+    while (nng_recvmsg(d->s, &in, 0) == 0) nng_msg_free(in); /* never answered */
+    return NULL;
+}
+
+Test(principal, a_node_that_stops_answering_is_noticed_by_heartbeats, .timeout = 90) {
+    dying_node d;
+    snprintf(d.url, sizeof d.url, "tcp://127.0.0.1:%d", free_port());
+    cr_assert_eq(nng_rep0_open(&d.s), 0);
+    cr_assert_eq(nng_listen(d.s, d.url, NULL, 0), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, hung_node_main, &d), 0);
+    goblin_client_params cp;
+    goblin_client_params_default(&cp);
+    cp.timeout_ms = 3600000; /* an hour: only the heartbeats can end the wait in time */
+    cp.heartbeat_ms = 100;
+    goblin_client *c = NULL;
+    goblin_errbuf eb = {0};
+    cr_assert_eq(goblin_client_connect(&c, d.url, &cp, &eb), GOBLIN_OK, "%s", eb.message);
+    goblin_node_stats ns;
+    cr_assert_eq(goblin_client_stats(c, &ns, NULL, 0, NULL), GOBLIN_ETIMEDOUT, "%s",
+                 goblin_client_error(c));
+    cr_assert(strstr(goblin_client_error(c), "is not answering"), "%s", goblin_client_error(c));
+    goblin_client_free(c);
+    nng_close(d.s);
+    pthread_join(t, NULL);
+}
+
 Test(principal, a_worker_address_is_not_a_client_address, .timeout = 90) {
     char url[64];
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
