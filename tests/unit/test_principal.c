@@ -763,12 +763,25 @@ Test(principal, a_worker_address_is_not_a_client_address, .timeout = 90) {
     cr_assert_eq(goblin_node_start(node), GOBLIN_OK);
     goblin_client_params cp;
     goblin_client_params_default(&cp);
-    cp.connect_timeout_ms = 500;
+    cp.connect_timeout_ms = 3600000; /* the wrong protocol is seen at once, not timed out */
     goblin_client *c = NULL;
     goblin_errbuf eb = {0};
-    cr_assert_eq(goblin_client_connect(&c, url, &cp, &eb), GOBLIN_ETIMEDOUT, "%s", eb.message);
+    cr_assert_eq(goblin_client_connect(&c, url, &cp, &eb), GOBLIN_EPROTO, "%s", eb.message);
+    cr_assert(strstr(eb.message, "is not a client address"), "%s", eb.message);
     cr_assert(strstr(eb.message, "worker address"), "%s", eb.message);
     cr_assert_null(c);
+    /* over ipc:// (no probe) the connect timeout bounds it, with the same hint */
+    char ipc[96];
+    snprintf(ipc, sizeof ipc, "ipc:///tmp/goblin-principal-worker-%d.sock", (int)getpid());
+    goblin_node_params np2 = np;
+    np2.listen[0] = ipc;
+    goblin_node *node2;
+    cr_assert_eq(goblin_node_new(&node2, &np2), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(node2), GOBLIN_OK);
+    cp.connect_timeout_ms = 500;
+    cr_assert_eq(goblin_client_connect(&c, ipc, &cp, &eb), GOBLIN_ETIMEDOUT, "%s", eb.message);
+    cr_assert(strstr(eb.message, "worker address"), "%s", eb.message);
+    goblin_node_free(node2);
     goblin_node_free(node);
 }
 
