@@ -260,13 +260,19 @@ static int site_spawn(site *s, const char *worker_bin, int n, const char *finger
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     for (int i = 0; i < n; i++) {
-        char *argv[12];
+        char *argv[14];
         int k = 0;
+        /* Each worker its own identity (config directory): one shared key would make
+         * them one worker for replicas and quarantine. */
+        static char dirs[64][80];
+        snprintf(dirs[i % 64], sizeof dirs[0], "/tmp/goblin-bench-grid-%d-%d", (int)getpid(), i);
         argv[k++] = (char *)worker_bin;
         argv[k++] = "--connect";
         argv[k++] = s->url;
         argv[k++] = "--threads";
         argv[k++] = "1";
+        argv[k++] = "--config-dir";
+        argv[k++] = dirs[i % 64];
         if (fingerprint) {
             argv[k++] = "--fingerprint";
             argv[k++] = (char *)fingerprint;

@@ -41,9 +41,13 @@ echo "== grid: a node and two workers on loopback (worker 2 lies: --misbehave wr
     --open --data-dir "$tmp" --min-tasks 64 2>"$tmp/node.log" &
 pids="$pids $!"
 sleep 0.5
-"$tools/goblin-worker" --connect "tcp://127.0.0.1:$port" --threads 1 2>"$tmp/worker1.log" &
+# Each worker is its own installation (its own identity key): two workers sharing a
+# config directory would be one identity, and the liar's quarantine would take both.
+"$tools/goblin-worker" --connect "tcp://127.0.0.1:$port" --threads 1 --config-dir "$tmp/worker1" \
+    2>"$tmp/worker1.log" &
 pids="$pids $!"
-"$tools/goblin-worker" --connect "tcp://127.0.0.1:$port" --threads 1 --misbehave wrong:0.2 \
+"$tools/goblin-worker" --connect "tcp://127.0.0.1:$port" --threads 1 --config-dir "$tmp/worker2" \
+    --misbehave wrong:0.2 \
     --misbehave-seed 7 2>"$tmp/worker2.log" &
 pids="$pids $!"
 sleep 1
