@@ -840,3 +840,17 @@ def test_file_product_over_1gib(tmp):
         for p in (pa, pb, pc):
             if os.path.exists(p):
                 os.remove(p)
+
+
+def test_readme_main_job_grid():
+    """The README's main job, part 1, as a user runs it (a node, an honest worker and a
+    liar on loopback): it must finish and match NumPy. It hung when its two workers
+    shared one identity key (the liar's quarantine took the honest worker too)."""
+    r = subprocess.run(["sh", os.path.join(ROOT, "scripts", "main_job_grid.sh"), "384"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "-> OK" in r.stdout, r.stdout
+    # every task accepted (whether the liar drew a wrong result before the job ended
+    # depends on scheduling; test_misbehave_modes checks that it is caught)
+    m = re.search(r"tasks completed (\d+), results accepted (\d+)", r.stdout)
+    assert m and int(m.group(1)) == 64 and int(m.group(2)) >= 64, r.stdout
