@@ -201,8 +201,10 @@ static inline void rt_grid_stop(rt_grid *g) {
 }
 
 /* Wait until @p n workers have joined (or 5 s). */
+/* Waits for @p n connected workers: a generous minute (a loaded machine starts threads
+ * and handshakes slowly), not a timing assertion. */
 static inline bool rt_wait_workers(goblin_node *node, int64_t n) {
-    for (int i = 0; i < 500; i++) {
+    for (int i = 0; i < 6000; i++) {
         goblin_node_stats st;
         goblin_node_stats_get(node, &st);
         if (st.workers_connected >= n) return true;
