@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hostile_peer.h"
 #include "proto/part.h"
 #include "runtime_util.h"
 #include "testutil.h"
@@ -760,59 +761,9 @@ Test(identity, allocation_failures_are_clean) {
 }
 
 /* ---- the worker port: large results in parts, nothing large before a proof ------------ */
-
-static int free_tcp_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t sl = sizeof sa;
-    cr_assert_eq(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
-    close(s);
-    return ntohs(sa.sin_port);
-}
-
-static long self_rss_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb;
-}
-
-/* A raw TCP peer speaking the SP handshake of pair1, then announcing a message of
- * @p announce bytes and sending up to @p send_bytes of it. */
-static int raw_pair1_peer(int port, uint64_t announce, size_t send_bytes) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sa.sin_port = htons((uint16_t)port);
-    if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(s);
-        return -1;
-    }
-    const uint8_t hs[8] = {0, 'S', 'P', 0, 0x00, 0x11, 0, 0}; /* protocol pair1 (17) */
-    uint8_t h[8];
-    for (int i = 0; i < 8; i++) h[i] = (uint8_t)(announce >> (56 - 8 * i));
-    if (send(s, hs, 8, MSG_NOSIGNAL) != 8 || send(s, h, 8, MSG_NOSIGNAL) != 8) return s;
-    fcntl(s, F_SETFL, O_NONBLOCK);
-    static uint8_t junk[1 << 16];
-    memset(junk, 0xa5, sizeof junk);
-    for (size_t sent = 0; sent < send_bytes;) {
-        ssize_t w = send(s, junk, sizeof junk, MSG_NOSIGNAL); /* closed by the node: EPIPE */
-        if (w <= 0) break;
-        sent += (size_t)w;
-    }
-    return s;
-}
-
 Test(identity, large_results_in_parts_and_the_worker_port_budget, .timeout = 180) {
     char url[64];
-    int port = free_tcp_port();
+    int port = hp_free_port();
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
     goblin_node_params np;
     goblin_node_params_default(&np);
@@ -824,11 +775,11 @@ Test(identity, large_results_in_parts_and_the_worker_port_budget, .timeout = 180
     }
     rt_grid g;
     rt_grid_start_joined(&g, url, &np, wp, 2);
-    long rss0 = self_rss_kib();
+    long rss0 = hp_rss_kib();
     /* 40 peers that announce 512 MiB messages on the worker port and start sending */
     int fds[40];
-    for (int i = 0; i < 40; i++) fds[i] = raw_pair1_peer(port, (uint64_t)512 << 20, (size_t)4 << 20);
-    long rss1 = self_rss_kib();
+    for (int i = 0; i < 40; i++) fds[i] = hp_connect(port, HP_PAIR1, (uint64_t)512 << 20, (size_t)4 << 20);
+    long rss1 = hp_rss_kib();
     cr_assert_lt(rss1 - rss0, 128 * 1024, "RSS grew by %ld KiB", rss1 - rss0);
     /* a peer that sends parts of 512 MiB messages before it proved who it is: they are
      * dropped unread, nothing is allocated, the node keeps serving */
@@ -846,7 +797,7 @@ Test(identity, large_results_in_parts_and_the_worker_port_budget, .timeout = 180
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    long rss2 = self_rss_kib();
+    long rss2 = hp_rss_kib();
     cr_assert_lt(rss2 - rss0, 128 * 1024, "RSS grew by %ld KiB", rss2 - rss0);
     cr_assert_eq(st.workers_connected, 2);
     nng_close(s);

@@ -24,21 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hostile_peer.h"
 #include "proto/client_wire.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
-
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t sl = sizeof sa;
-    cr_assert_eq(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
-    close(s);
-    return ntohs(sa.sin_port);
-}
 
 static void tmpdir(char *out, size_t cap, const char *tag) {
     snprintf(out, cap, "/tmp/goblin-principal-%s-%d-XXXXXX", tag, (int)getpid());
@@ -94,7 +83,7 @@ static void fx_start(fixture *f, void (*tune)(goblin_gateway_params *)) {
     cr_assert_eq(goblin_principal_add(f->creds, "root@lab.example", GOBLIN_ROLE_ADMIN, f->admin, NULL,
                                       &eb), GOBLIN_OK, "%s", eb.message);
     cr_assert_eq(goblin_grid_local(2, NULL, &f->grid), GOBLIN_OK);
-    snprintf(f->url, sizeof f->url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(f->url, sizeof f->url, "tcp://127.0.0.1:%d", hp_free_port());
     goblin_gateway_params gp;
     goblin_gateway_params_default(&gp);
     gp.listen[0] = f->url;
@@ -638,7 +627,7 @@ Test(principal, open_mode_only_on_loopback) {
     cr_assert_eq(goblin_gateway_new(&g, goblin_grid_node(grid), &gp), GOBLIN_EINVAL);
     /* open on loopback works without a credential */
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", hp_free_port());
     gp.listen[0] = url;
     gp.credentials_file = NULL;
     cr_assert_eq(goblin_gateway_new(&g, goblin_grid_node(grid), &gp), GOBLIN_OK);
@@ -665,13 +654,13 @@ typedef struct dying_node {
 
 /* A "node" that answers the client's first request (its connect probe), takes the
  * second and dies without answering. */
-static void *dying_node_main(void *arg) {
-    dying_node *d = arg;
+/* Take the client's connect probe (a STATS request) and answer it. */
+static void answer_probe(dying_node *d) {
     nng_msg *in;
     cr_assert_eq(nng_recvmsg(d->s, &in, 0), 0);
     goblin__cw_msg *r = calloc(1, sizeof *r);
     r->type = GOBLIN__CW_STATS_REPLY;
-    memcpy(&r->request_id, nng_msg_body(in) + 8, 8);
+    memcpy(&r->request_id, (uint8_t *)nng_msg_body(in) + 8, 8);
     nng_msg_free(in);
     size_t sz, len;
     cr_assert_eq(goblin__cw_encoded_size(r, &sz), GOBLIN_OK);
@@ -680,6 +669,12 @@ static void *dying_node_main(void *arg) {
     cr_assert_eq(nng_send(d->s, buf, len, 0), 0);
     free(buf);
     free(r);
+}
+
+static void *dying_node_main(void *arg) {
+    dying_node *d = arg;
+    answer_probe(d);
+    nng_msg *in;
     cr_assert_eq(nng_recvmsg(d->s, &in, 0), 0);
     nng_msg_free(in);
     nng_close(d->s);
@@ -688,7 +683,7 @@ static void *dying_node_main(void *arg) {
 
 Test(principal, a_node_that_dies_is_reported_at_once, .timeout = 90) {
     dying_node d;
-    snprintf(d.url, sizeof d.url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(d.url, sizeof d.url, "tcp://127.0.0.1:%d", hp_free_port());
     cr_assert_eq(nng_rep0_open(&d.s), 0);
     cr_assert_eq(nng_listen(d.s, d.url, NULL, 0), 0);
     pthread_t t;
@@ -711,26 +706,15 @@ Test(principal, a_node_that_dies_is_reported_at_once, .timeout = 90) {
  * stopped process, a hung machine). */
 static void *hung_node_main(void *arg) {
     dying_node *d = arg;
+    answer_probe(d);
     nng_msg *in;
-    if (nng_recvmsg(d->s, &in, 0) != 0) return NULL;
-    goblin__cw_msg *r = calloc(1, sizeof *r);
-    r->type = GOBLIN__CW_STATS_REPLY;
-    memcpy(&r->request_id, nng_msg_body(in) + 8, 8);
-    nng_msg_free(in);
-    size_t sz, len;
-    cr_assert_eq(goblin__cw_encoded_size(r, &sz), GOBLIN_OK);
-    uint8_t *buf = malloc(sz);
-    goblin__cw_encode_into(r, buf, sz, &len);
-    nng_send(d->s, buf, len, 0);
-    free(buf);
-    free(r);
     while (nng_recvmsg(d->s, &in, 0) == 0) nng_msg_free(in); /* never answered */
     return NULL;
 }
 
 Test(principal, a_node_that_stops_answering_is_noticed_by_heartbeats, .timeout = 90) {
     dying_node d;
-    snprintf(d.url, sizeof d.url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(d.url, sizeof d.url, "tcp://127.0.0.1:%d", hp_free_port());
     cr_assert_eq(nng_rep0_open(&d.s), 0);
     cr_assert_eq(nng_listen(d.s, d.url, NULL, 0), 0);
     pthread_t t;
@@ -753,7 +737,7 @@ Test(principal, a_node_that_stops_answering_is_noticed_by_heartbeats, .timeout =
 
 Test(principal, a_worker_address_is_not_a_client_address, .timeout = 90) {
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", hp_free_port());
     goblin_node_params np;
     goblin_node_params_default(&np);
     np.listen[0] = url;
@@ -786,47 +770,6 @@ Test(principal, a_worker_address_is_not_a_client_address, .timeout = 90) {
 }
 
 /* ---- budgets before and after authentication --------------------------------------------- */
-
-static long rss_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb;
-}
-
-/* A raw TCP peer that speaks just enough SP to be a req0 client: the 8-byte
- * handshake, then (if @p announce) a message header announcing that many bytes and
- * as much of the body as the socket takes (up to @p send_bytes). */
-static int hostile_peer(int port, uint64_t announce, size_t send_bytes) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sa.sin_port = htons((uint16_t)port);
-    if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(s);
-        return -1;
-    }
-    const uint8_t hs[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0}; /* protocol req0 (48) */
-    if (send(s, hs, sizeof hs, MSG_NOSIGNAL) != (ssize_t)sizeof hs) return s;
-    if (!announce) return s;
-    uint8_t h[8];
-    for (int i = 0; i < 8; i++) h[i] = (uint8_t)(announce >> (56 - 8 * i));
-    if (send(s, h, 8, MSG_NOSIGNAL) != 8) return s;
-    fcntl(s, F_SETFL, O_NONBLOCK);
-    static uint8_t junk[1 << 16];
-    memset(junk, 0x5a, sizeof junk);
-    for (size_t sent = 0; sent < send_bytes;) {
-        ssize_t w = send(s, junk, sizeof junk, MSG_NOSIGNAL); /* closed by the node: EPIPE */
-        if (w <= 0) break;
-        sent += (size_t)w;
-    }
-    return s;
-}
-
 static void tune_budget(goblin_gateway_params *gp) {
     gp->max_unauthenticated = 16;
     gp->auth_timeout_ms = 300;
@@ -837,15 +780,15 @@ Test(principal, hostile_connections_stay_within_the_budget, .timeout = 180) {
     fixture f;
     fx_start(&f, tune_budget);
     int port = atoi(strrchr(f.url, ':') + 1);
-    long rss0 = rss_kib();
+    long rss0 = hp_rss_kib();
     cr_assert_gt(rss0, 0);
     /* 40 connections that announce 512 MiB messages and start sending them: nothing
      * over a part's size gets in */
     int fds[80];
-    for (int i = 0; i < 40; i++) fds[i] = hostile_peer(port, (uint64_t)512 << 20, (size_t)4 << 20);
+    for (int i = 0; i < 40; i++) fds[i] = hp_connect(port, HP_REQ0, (uint64_t)512 << 20, (size_t)4 << 20);
     /* 40 that connect and say nothing: 16 are let wait (then closed at auth_timeout_ms),
      * the rest refused at once */
-    for (int i = 40; i < 80; i++) fds[i] = hostile_peer(port, 0, 0);
+    for (int i = 40; i < 80; i++) fds[i] = hp_connect(port, HP_REQ0, 0, 0);
     goblin_gateway_stats gs;
     for (int k = 0; k < 60000; k++) { /* wait for the conditions, not for a time */
         goblin_gateway_stats_get(f.gw, &gs);
@@ -854,7 +797,7 @@ Test(principal, hostile_connections_stay_within_the_budget, .timeout = 180) {
         nanosleep(&ts, NULL);
     }
     cr_assert_geq(gs.connections_refused, 40);
-    long rss1 = rss_kib();
+    long rss1 = hp_rss_kib();
     cr_assert_lt(rss1 - rss0, 128 * 1024, "RSS grew by %ld KiB under 80 hostile connections",
                  rss1 - rss0);
     /* an authenticated peer announcing a request over the node's buffer budget is
