@@ -72,6 +72,20 @@ void goblin_node_params_default(goblin_node_params *p) {
     p->heartbeat_ms = 5000;
 }
 
+/* What goblin_node_new made before it failed (its copies, the identity tables). */
+static void free_made(goblin_node *n) {
+    goblin__node_identity_free(n);
+    for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
+    goblin__free(n->cert_file);
+    goblin__free(n->key_file);
+    goblin__free(n->token_file);
+    goblin__free(n->quarantine_file);
+    goblin__free(n->allow_file);
+    goblin__free(n->owners_file);
+    goblin__free(n->token);
+    goblin__free(n);
+}
+
 goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     if (!out || !p) return GOBLIN_EINVAL;
     if (p->n_listen < 1 || p->n_listen > GOBLIN_NODE_MAX_LISTEN || p->lease_ms < 1 ||
@@ -139,15 +153,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
         goblin_err ie = goblin__node_identity_load(n, why, sizeof why);
         if (ie) {
             plog(p, GOBLIN_LOG_ERROR, "worker identities: %s", why);
-            goblin__node_identity_free(n);
-            for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
-            goblin__free(n->cert_file);
-            goblin__free(n->key_file);
-            goblin__free(n->token_file);
-            goblin__free(n->quarantine_file);
-            goblin__free(n->allow_file);
-            goblin__free(n->owners_file);
-            goblin__free(n);
+            free_made(n);
             return ie;
         }
     }
@@ -182,16 +188,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
     *out = n;
     return GOBLIN_OK;
 nomem:
-    goblin__node_identity_free(n);
-    for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
-    goblin__free(n->cert_file);
-    goblin__free(n->key_file);
-    goblin__free(n->token_file);
-    goblin__free(n->quarantine_file);
-    goblin__free(n->allow_file);
-    goblin__free(n->owners_file);
-    goblin__free(n->token);
-    goblin__free(n);
+    free_made(n);
     return GOBLIN_ENOMEM;
 }
 
