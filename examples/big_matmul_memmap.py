@@ -43,7 +43,7 @@ A = np.load(paths["a"], mmap_mode="r")
 B = np.load(paths["b"], mmap_mode="r")
 
 # %% [markdown]
-# Connect. With no URL this is the embedded grid; `goblin.connect("tls+tcp://node:7701",
+# Connect. With no URL this is the embedded grid; `goblin.connect("tls+tcp://node:7700",
 # fingerprint="...")` talks to a running goblin-node instead (there the tensors are sent,
 # or, for files the node can see, `grid.matmul_files(a_path, b_path, c_path)`).
 

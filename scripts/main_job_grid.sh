@@ -22,7 +22,6 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
 echo "== operands: two $n x $n f32 matrices (.npy, memory-mapped by the node)"
 python3 - "$tmp" "$n" <<'PY'
@@ -37,7 +36,8 @@ for name in "ab":
 PY
 
 echo "== grid: a node and two workers on loopback (worker 2 lies: --misbehave wrong:0.2)"
-"$tools/goblin-node" --listen "tcp://127.0.0.1:$port" --client-listen "tcp://127.0.0.1:$cport" \
+# One address for workers and clients: each says what it is when it connects.
+"$tools/goblin-node" --listen "tcp://127.0.0.1:$port" \
     --open --data-dir "$tmp" --min-tasks 64 2>"$tmp/node.log" &
 pids="$pids $!"
 sleep 0.5
@@ -53,7 +53,7 @@ pids="$pids $!"
 sleep 1
 
 echo "== verified product C = A . B through the node (every tile checked with Freivalds)"
-"$tools/goblin-client" --connect "tcp://127.0.0.1:$cport" matmul "$tmp/a.npy" "$tmp/b.npy" \
+"$tools/goblin-client" --connect "tcp://127.0.0.1:$port" matmul "$tmp/a.npy" "$tmp/b.npy" \
     "$tmp/c.npy" --on-node --progress >"$tmp/stats.json"
 
 echo "== check against a direct product (NumPy) and the verification counters"

@@ -1,7 +1,10 @@
 /* goblin/gateway.h - the node side of the client protocol (client.h).
  *
- * A node that serves clients runs a gateway in its process: it listens on its own
- * URL(s) (tcp://, ipc://, tls+tcp://), decodes each request as hostile bytes and calls
+ * A node that serves clients runs a gateway in its process: it serves them on the node's
+ * own addresses (workers and clients then share one address, each saying what it is
+ * with its first message), or on URLs of its own (tcp://, ipc://, tls+tcp://; the node
+ * then tells a client that dials its worker address where clients connect). It decodes
+ * each request as hostile bytes and calls
  * the node's public API (goblin_node_submit_matmul, goblin_node_submit_graph,
  * goblin_job_*) on the clients' behalf.
  *
@@ -27,16 +30,19 @@ GOBLIN_BEGIN_DECLS
  * none of its earlier ids). A connection that has not authenticated can only send AUTH
  * (everything else is answered GOBLIN_EAUTH), unless the gateway is open. */
 typedef struct goblin_gateway_params {
-    const char *listen[GOBLIN_GATEWAY_MAX_LISTEN]; /* URLs (copied) */
-    int32_t n_listen;            /* 1 .. GOBLIN_GATEWAY_MAX_LISTEN */
-    const char *cert_file;       /* needed for tls+tcp:// URLs (copied) */
+    const char *listen[GOBLIN_GATEWAY_MAX_LISTEN]; /* URLs of its own (copied) */
+    int32_t n_listen;            /* 0 (the default): the node's addresses, which must be
+                                    listening by goblin_gateway_start; else 1 ..
+                                    GOBLIN_GATEWAY_MAX_LISTEN URLs of its own */
+    const char *cert_file;       /* needed for tls+tcp:// URLs of its own (copied) */
     const char *key_file;
     /* Exactly one of these two. credentials_file: the principals' credentials
      * (principal.h; copied path), re-read whenever it changes, so that a revoked
      * credential stops working at once, also on connections already authenticated.
      * open: no authentication, every connection is the one principal "local" (a
      * one-person lab, the embedded grid); only for loopback, ipc:// and inproc:// listen
-     * URLs (goblin_gateway_new refuses others with GOBLIN_EINVAL). */
+     * URLs, the node's too when the gateway serves on them (goblin_gateway_new refuses
+     * others with GOBLIN_EINVAL). */
     const char *credentials_file;
     bool open;
     /* File jobs (SUBMIT_MATMUL_FILES): off unless data directories are listed; then
@@ -83,7 +89,8 @@ typedef struct goblin_gateway goblin_gateway;
 GOBLIN_API goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
                                          const goblin_gateway_params *p);
 /** Listen and serve in the gateway's own thread. GOBLIN_EIO (logged) if a URL cannot be
- *  listened on, GOBLIN_ESTATE if already started. */
+ *  listened on, GOBLIN_ESTATE if already started, or if it serves on the node's addresses
+ *  and the node is not started (or already has a gateway on them). */
 GOBLIN_API goblin_err goblin_gateway_start(goblin_gateway *gw);
 /** Stop serving. Jobs that are still running are canceled; for up to @p drain_ms the
  *  gateway keeps answering so clients learn that their jobs ended, returning early once

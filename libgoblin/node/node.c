@@ -197,6 +197,7 @@ nomem:
 static void pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     goblin_node *n = arg;
     if (ev != NNG_PIPE_EV_REM_POST) return;
+    goblin__node_client_pipe_removed(n, nng_pipe_id(pp));
     pthread_mutex_lock(&n->ev_mu);
     int64_t cap = n->cap_ev;
     if (goblin__node_grow((void **)&n->ev_removed, &cap, n->n_ev + 1, sizeof(uint32_t))) {
@@ -299,8 +300,9 @@ static void *node_main(void *arg) {
         int rv = goblin__transport_recv_or_wake(n->sock, &rfd, n->wake_rd, &msg, 10);
         pthread_mutex_lock(&n->mu);
         if (rv == 0) {
-            goblin__node_handle_msg(n, msg);
-            nng_msg_free(msg);
+            bool taken = false;
+            if (!goblin__node_client_msg(n, msg, &taken)) goblin__node_handle_msg(n, msg);
+            if (!taken) nng_msg_free(msg);
         }
         /* Housekeeping (pipe events, lease deadlines, heartbeats: O(leases + workers))
          * every HOUSEKEEPING_MS rather than after every message; its deadlines are
@@ -367,6 +369,7 @@ void goblin_node_stop(goblin_node *n) {
     pthread_mutex_unlock(&n->mu);
     goblin__node_wake(n);
     pthread_join(n->thread, NULL);
+    goblin__node_attach_clients(n, NULL, NULL); /* its gateway's sends now fail: closed */
     nng_close(n->sock);
     n->socket_open = false;
     n->started = false;

@@ -47,6 +47,7 @@
 #include "proto/wire.h"
 #include "graph/hoist.h"
 #include "net/share.h"
+#include "client_port.h"
 #include "net/worker_key.h"
 
 #define PANEL_MEMO 32     /* matmul panel ids remembered per worker and kind (A, B) */
@@ -341,6 +342,11 @@ struct goblin_node {
     uint64_t ser_clock;
     goblin__hoist_memo hoist; /* graph jobs: constants as cached inputs (hoist.c) */
     goblin__share *share;     /* published under the first inproc:// URL listened on, or NULL */
+    /* clients on the node's addresses (client_port.h): the gateway's port, set under mu
+     * and ev_mu (read by node_main under mu, by pipe callbacks under ev_mu) */
+    goblin__client_port cport;
+    bool cport_set;
+    char client_urls[512]; /* where clients connect instead (mu), "" if nowhere */
 };
 
 /* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */

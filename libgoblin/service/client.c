@@ -9,15 +9,14 @@
 #include <time.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/errf.h"
 #include "client_impl.h"
 #include "proto/client_wire.h"
-#include "sp_probe.h"
 #include "net/tls_impl.h"
+#include "net/transport.h"
 
 
 void goblin_client_params_default(goblin_client_params *p) {
@@ -71,12 +70,17 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
         goblin__free(c);
         FAIL(GOBLIN_ENOMEM, "cannot create a condition variable");
     }
-    int rv = nng_req0_open(&c->sock);
-    if (rv) {
+    /* pair1, as workers speak it: a node serves both on one address (gateway.h). */
+    char why[512] = "";
+    /* nng takes a limit below 4 GiB, or none (0): above it, replies are checked against
+     * recv_max_bytes once received. */
+    uint64_t rmax = p->recv_max_bytes < UINT32_MAX ? p->recv_max_bytes : 0;
+    goblin_err e = goblin__transport_open_worker(&c->sock, rmax, why, sizeof why);
+    if (e) {
         pthread_cond_destroy(&c->wcv);
         pthread_mutex_destroy(&c->wmu);
         goblin__free(c);
-        FAIL(goblin__client_nng_err(rv), "cannot open socket: %s", nng_strerror(rv));
+        FAIL(e, "%s", why);
     }
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         nng_close(c->sock);
@@ -86,18 +90,13 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
         FAIL(GOBLIN_ENOMEM, "cannot create a mutex");
     }
     nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, goblin__client_on_pipe_removed, c);
-    /* A request is never resent by nng on a timer: a resent SUBMIT would start a
-     * second job. */
-    nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, (size_t)p->recv_max_bytes);
     nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, (nng_duration)p->timeout_ms);
-    /* A send waits only for a connection to hand the request to (req0 queues it), so
-     * it is bounded like connecting: a node that is gone fails fast. */
+    /* A send waits only for a connection to hand the request to, so it is bounded like
+     * connecting: a node that is gone fails fast. */
     nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO,
                       (nng_duration)(p->connect_timeout_ms ? p->connect_timeout_ms : p->timeout_ms));
     nng_dialer d;
-    goblin_err e = GOBLIN_OK;
-    char why[512] = "";
+    int rv;
     if ((rv = nng_dialer_create(&d, c->sock, url)) != 0) {
         e = goblin__client_nng_err(rv);
         snprintf(why, sizeof why, "cannot dial %s: %s", url, nng_strerror(rv));
@@ -106,34 +105,23 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
                                      (int)p->connect_timeout_ms};
         e = goblin__tls_dialer_setup(d, url, &o, why, sizeof why);
     }
-    /* Plain tcp://: learn at once what speaks there (nng would refuse a peer of another
-     * protocol silently, and redial for ever). */
-    int proto = 0;
-    if (!e && !tls && goblin__sp_probe(url, p->connect_timeout_ms, &proto) &&
-        proto != NNG_REQ0_PEER) {
-        e = GOBLIN_EPROTO;
-        snprintf(why, sizeof why, "%s is not a client address: what answers there speaks SP "
-                 "protocol %d%s. Clients connect to the node's client address (goblin-node "
-                 "--client-listen)", url, proto,
-                 proto == 0x11 ? " (pair1: this is a node's worker address)" : "");
-    }
     if (!e) {
         nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 100);
         nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 2000);
         e = goblin__client_dial_bounded(c, d, url, p->connect_timeout_ms, why, sizeof why);
     }
-    /* The first answer proves a gateway is there: a URL where something accepts the
-     * connection but never answers (the node's worker address speaks another protocol,
-     * and nng then redials forever) fails within connect_timeout_ms too. */
+    /* The first answer proves a gateway is there (a node without one, or with one on
+     * other addresses, answers at once with an ERROR saying where clients connect): a
+     * URL where something accepts the connection but never answers (another protocol,
+     * which nng redials forever) fails within connect_timeout_ms too. */
     if (!e) {
         e = c->p.credential ? goblin__client_send_auth(c, p->connect_timeout_ms) : goblin__client_probe(c, p->connect_timeout_ms);
         if (e == GOBLIN_EAUTH && c->node_eauth)
             snprintf(why, sizeof why, "%.300s", c->err);
         else if (e == GOBLIN_ETIMEDOUT)
             snprintf(why, sizeof why, "no GPU Goblin node answered at %s within %u ms "
-                     "(connect_timeout_ms): is this the node's worker address? Clients connect "
-                     "to its client address (goblin-node --client-listen)", url,
-                     p->connect_timeout_ms);
+                     "(connect_timeout_ms): is the address right, and is a node running there?",
+                     url, p->connect_timeout_ms);
         else if (e)
             snprintf(why, sizeof why, "%.400s", c->err);
     }

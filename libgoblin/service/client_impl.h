@@ -26,7 +26,7 @@ struct goblin_client {
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
     bool waiting, reply_done, conn_lost;
-    /* the heartbeat connection: a second req0 socket to the same gateway */
+    /* the heartbeat connection: a second pair1 socket to the same gateway */
     nng_socket hb;
     bool hb_open;
     uint64_t hb_rid;
@@ -36,6 +36,8 @@ struct goblin_client {
 #define cerr(c, e, ...) goblin__errf((c)->err, sizeof (c)->err, (e), __VA_ARGS__)
 
 goblin_err goblin__client_nng_err(int rv);
+/* The request id in the header of a reply (at least GOBLIN__CW_HEADER_SIZE bytes). */
+uint64_t goblin__client_reply_rid(const void *buf);
 void goblin__client_on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg);
 /* The first connection within @p timeout_ms on any transport; (why, cap) say why not. */
 goblin_err goblin__client_dial_bounded(goblin_client *c, nng_dialer d, const char *url,

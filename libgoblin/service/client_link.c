@@ -9,12 +9,19 @@
 #include <time.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "client_impl.h"
 #include "net/tls_impl.h"
+#include "net/transport.h"
+
+uint64_t goblin__client_reply_rid(const void *buf) {
+    const uint8_t *p = (const uint8_t *)buf + 8; /* the header's request id, little-endian */
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
 
 /* ---- waiting for a reply ----------------------------------------------------------
  * A reply is received through an aio, so that a connection that closes under a request
@@ -137,16 +144,14 @@ goblin_err goblin__client_dial_bounded(goblin_client *c, nng_dialer d, const cha
  * among connections that never authenticate. */
 void goblin__client_open_heartbeat(goblin_client *c, const char *url, const goblin_client_params *p,
                            bool tls) {
-    if (nng_req0_open(&c->hb) != 0) return;
+    char why[256];
+    if (goblin__transport_open_worker(&c->hb, 4096, why, sizeof why) != GOBLIN_OK) return;
     uint32_t wait = 3 * p->heartbeat_ms;
-    nng_socket_set_ms(c->hb, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     nng_socket_set_ms(c->hb, NNG_OPT_RECVTIMEO, (nng_duration)wait);
     nng_socket_set_ms(c->hb, NNG_OPT_SENDTIMEO, (nng_duration)wait);
-    nng_socket_set_size(c->hb, NNG_OPT_RECVMAXSZ, 4096);
     nng_dialer d;
     bool ok = nng_dialer_create(&d, c->hb, url) == 0;
     if (ok && tls) {
-        char why[256];
         goblin__tls_client_opts o = {p->ca_file, p->fingerprint, p->server_name,
                                      (int)p->connect_timeout_ms};
         ok = goblin__tls_dialer_setup(d, url, &o, why, sizeof why) == GOBLIN_OK;
@@ -186,10 +191,17 @@ static bool hb_request(goblin_client *c, uint8_t type) {
     nng_msg *msg = NULL, *in = NULL;
     if (goblin__cw_encoded_size(m, &sz) == GOBLIN_OK && nng_msg_alloc(&msg, sz) == 0) {
         goblin__cw_encode_into(m, nng_msg_body(msg), sz, &len);
-        if (nng_sendmsg(c->hb, msg, 0) != 0) nng_msg_free(msg);
-        else if (nng_recvmsg(c->hb, &in, 0) == 0) {
-            answered = true; /* any reply: OK, or an ERROR, is an answer */
-            nng_msg_free(in);
+        if (nng_sendmsg(c->hb, msg, 0) != 0) {
+            nng_msg_free(msg);
+        } else {
+            /* Any reply to this request (OK, or an ERROR) is an answer; a late one to an
+             * earlier heartbeat is not. */
+            int64_t end = goblin__now_ms() + 3 * (int64_t)c->p.heartbeat_ms;
+            while (!answered && goblin__now_ms() < end && nng_recvmsg(c->hb, &in, 0) == 0) {
+                answered = nng_msg_len(in) >= GOBLIN__CW_HEADER_SIZE &&
+                           goblin__client_reply_rid(nng_msg_body(in)) == m->request_id;
+                nng_msg_free(in);
+            }
         }
     } else {
         answered = true;
@@ -243,8 +255,6 @@ static int recv_reply(goblin_client *c, uint32_t timeout_ms, nng_msg **out, bool
     if (rv == 0) {
         *out = nng_aio_get_msg(aio);
         *lost = false; /* the reply made it after all */
-    } else if (rv == NNG_ECONNRESET || rv == NNG_ECONNABORTED) {
-        *lost = true; /* req0 fails a request whose connection dropped */
     } else if (silent) {
         rv = NNG_ETIMEDOUT; /* the heartbeat went unanswered */
     }
@@ -272,7 +282,24 @@ static goblin_err recv_decoded(goblin_client *c, uint64_t rid, uint32_t timeout_
     nng_msg *in = NULL;
     bool lost = false;
     int rv;
-    if ((rv = recv_reply(c, timeout_ms, &in, &lost)) != 0) {
+    /* A reply to an earlier request that timed out may come first: it is skipped (one
+     * connection carries one request at a time, so it can only be older). */
+    int64_t end = timeout_ms ? goblin__now_ms() + timeout_ms : 0;
+    for (;;) {
+        int64_t left = end ? end - goblin__now_ms() : 0;
+        if (end && left < 1) left = 1;
+        rv = recv_reply(c, (uint32_t)left, &in, &lost);
+        if (rv || nng_msg_len(in) < GOBLIN__CW_HEADER_SIZE ||
+            goblin__client_reply_rid(nng_msg_body(in)) >= rid)
+            break;
+        nng_msg_free(in);
+        in = NULL;
+        if (end && goblin__now_ms() >= end) {
+            rv = NNG_ETIMEDOUT;
+            break;
+        }
+    }
+    if (rv) {
         c->transport_failed = lost || rv != NNG_ETIMEDOUT;
         if (lost)
             return cerr(c, GOBLIN_ECLOSED, "the node at %s closed the connection before it "

@@ -1,7 +1,11 @@
 /* libgoblin/service/gateway.c - the node-side service for clients (goblin/gateway.h):
  * its socket and thread, the connections and the principals behind them.
  *
- * One rep0 socket on the gateway's own URLs and one thread: requests are small
+ * Clients speak pair1 like workers, so that both can share the node's addresses: then
+ * the node hands the clients' messages over (node/client_port.h) and the gateway
+ * answers on the node's socket; or the gateway has a polyamorous pair1 socket on URLs of
+ * its own. Either way a client has one request outstanding per connection, so a reply
+ * never meets a full pipe (nng's pair1 drops a message to one). One thread: requests are small
  * (submit, poll, cancel, fetch, stats) except uploads and downloads of operands,
  * which are bounded by recv_max_bytes. Each request is decoded as hostile bytes
  * (client_wire.c); a request that does not decode is logged, counted and its
@@ -20,7 +24,6 @@
 #include <time.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -28,6 +31,8 @@
 #include "goblin/tls.h"
 #include "net/tls_impl.h"
 #include "net/transport.h"
+#include "node/client_port.h"
+#include "proto/wire.h"
 
 void goblin__gw_log(goblin_gateway *g, goblin_log_level lvl, const char *fmt, ...) {
     if (!g->p.log || lvl > g->p.log_level) return;
@@ -62,6 +67,7 @@ static void free_fields(goblin_gateway *g) {
     goblin__free(g->cert);
     goblin__free(g->key);
     goblin__free(g->jobs);
+    goblin__free(g->q);
     goblin__free(g->pipes);
     goblin__free(g->users);
     goblin__principals_clear(&g->principals);
@@ -70,7 +76,7 @@ static void free_fields(goblin_gateway *g) {
 
 goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
                               const goblin_gateway_params *p) {
-    if (!out || !node || !p || p->n_listen < 1 || p->n_listen > GOBLIN_GATEWAY_MAX_LISTEN ||
+    if (!out || !node || !p || p->n_listen < 0 || p->n_listen > GOBLIN_GATEWAY_MAX_LISTEN ||
         p->max_jobs < 1 || p->max_jobs > 65536 || p->recv_max_bytes < GOBLIN__CW_HEADER_SIZE ||
         p->max_jobs_per_principal < 0 || p->max_submits_per_minute < 0 ||
         p->n_data_dirs < 0 || p->n_data_dirs > GOBLIN_GATEWAY_MAX_DATA_DIRS ||
@@ -88,6 +94,16 @@ goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
                              "add), or open mode on a loopback address");
         return GOBLIN_EINVAL;
     }
+    if (p->open && p->n_listen == 0 && !goblin__node_listens_locally(node)) {
+        if (p->log) {
+            char urls[400], line[600];
+            goblin__node_listen_text(node, urls, sizeof urls);
+            snprintf(line, sizeof line, "gateway: open mode only serves loopback, ipc:// or "
+                     "inproc:// addresses, and the node listens on %s", urls);
+            p->log(p->log_user, GOBLIN_LOG_ERROR, line);
+        }
+        return GOBLIN_EINVAL;
+    }
     if (p->open)
         for (int32_t i = 0; i < p->n_listen; i++)
             if (!goblin__transport_url_is_local(p->listen[i])) {
@@ -103,6 +119,7 @@ goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
     if (!g) return GOBLIN_ENOMEM;
     g->p = *p;
     g->node = node;
+    g->attached = p->n_listen == 0;
     bool ok = true;
     for (int32_t i = 0; i < p->n_listen; i++) {
         g->listen[i] = goblin__strdup(p->listen[i]);
@@ -117,6 +134,7 @@ goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
     for (int32_t i = 0; i < GOBLIN_GATEWAY_MAX_DATA_DIRS; i++) g->p.data_dirs[i] = NULL;
     g->jobs = goblin__calloc((size_t)p->max_jobs, sizeof *g->jobs);
     ok = ok && g->jobs;
+    if (g->attached) ok = ok && (g->q = goblin__calloc(GOBLIN__GW_QUEUE_MSGS, sizeof *g->q));
     char why[600] = "";
     goblin_err e = ok ? GOBLIN_OK : GOBLIN_ENOMEM;
     if (!e) e = goblin__data_dirs_init(&g->data, p->data_dirs, p->n_data_dirs, why, sizeof why);
@@ -124,6 +142,11 @@ goblin_err goblin_gateway_new(goblin_gateway **out, goblin_node *node,
         e = GOBLIN_EINVAL;
     bool mu_ok = !e && pthread_mutex_init(&g->mu, NULL) == 0;
     if (mu_ok && pthread_mutex_init(&g->pmu, NULL) != 0) {
+        pthread_mutex_destroy(&g->mu);
+        mu_ok = false;
+    }
+    if (mu_ok && !goblin__gw_queue_init(g)) {
+        pthread_mutex_destroy(&g->pmu);
         pthread_mutex_destroy(&g->mu);
         mu_ok = false;
     }
@@ -208,10 +231,10 @@ static void pipe_set_principal(goblin_gateway *g, gw_pipe *e, const gw_who *who)
     if (u) u->conns++;
 }
 
-/* A new connection (before it can send anything): the connection budgets. */
-static void on_pipe_added(nng_pipe p, nng_pipe_ev ev, void *arg) {
-    (void)ev;
-    goblin_gateway *g = arg;
+/* A new connection: the connection budgets. On the gateway's own socket before it can
+ * send anything; on the node's addresses at its first client message. false: refused
+ * (and closed). */
+bool goblin__gw_pipe_added(goblin_gateway *g, nng_pipe p) {
     gw_who local = {GOBLIN__GW_LOCAL, GOBLIN_ROLE_RESEARCHER};
     pthread_mutex_lock(&g->pmu);
     bool refuse = g->n_pipes >= g->p.max_connections ||
@@ -233,12 +256,23 @@ static void on_pipe_added(nng_pipe p, nng_pipe_ev ev, void *arg) {
                        "authenticated (limits %d and %d)", n, un, g->p.max_connections,
                        g->p.max_unauthenticated);
     }
+    return e != NULL;
 }
 
-static void on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg) {
-    (void)ev;
-    goblin_gateway *g = arg;
-    uint32_t id = nng_pipe_id(p);
+/* Attached: a client's first message makes its connection known (a message that outlived
+ * its connection makes none: nothing would ever forget it). */
+static bool pipe_admitted(goblin_gateway *g, nng_pipe p) {
+    pthread_mutex_lock(&g->pmu);
+    bool known = pipe_entry(g, nng_pipe_id(p), false) != NULL;
+    pthread_mutex_unlock(&g->pmu);
+    if (known) return true;
+    nng_sockaddr sa;
+    int rv = nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa); /* ENOTSUP on some transports: fine */
+    if (rv == NNG_ENOENT || rv == NNG_ECLOSED) return false;
+    return goblin__gw_pipe_added(g, p);
+}
+
+void goblin__gw_pipe_removed(goblin_gateway *g, uint32_t id) {
     pthread_mutex_lock(&g->pmu);
     for (int32_t i = 0; i < g->n_pipes; i++)
         if (g->pipes[i].id == id) {
@@ -254,6 +288,20 @@ static void on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg) {
 /* Close the connections that stayed unauthenticated past auth_timeout_ms (not under
  * a lock: closing runs the removal callback). */
 static void sweep_unauthenticated(goblin_gateway *g, int64_t now) {
+    if (g->attached) {
+        /* A connection that closed between its message's hand-over and its admission:
+         * its removal found nothing to forget then. */
+        uint32_t dead[64];
+        int nd = 0;
+        pthread_mutex_lock(&g->pmu);
+        for (int32_t i = 0; i < g->n_pipes && nd < 64; i++) {
+            nng_sockaddr sa;
+            int rv = nng_pipe_get_addr(g->pipes[i].pipe, NNG_OPT_REMADDR, &sa);
+            if (rv == NNG_ENOENT || rv == NNG_ECLOSED) dead[nd++] = g->pipes[i].id;
+        }
+        pthread_mutex_unlock(&g->pmu);
+        for (int i = 0; i < nd; i++) goblin__gw_pipe_removed(g, dead[i]);
+    }
     if (g->p.open) return;
     nng_pipe late[64];
     int n = 0;
@@ -318,29 +366,6 @@ static void refresh_principals(goblin_gateway *g) {
 }
 
 /* ---- replies ---------------------------------------------------------------- */
-
-int goblin__gw_send(goblin_gateway *g, const goblin__cw_msg *m) {
-    size_t sz;
-    goblin_err e = goblin__cw_encoded_size(m, &sz);
-    if (e) {
-        goblin__gw_log(g, GOBLIN_LOG_ERROR, "cannot encode a %s reply: %s",
-                       goblin__cw_type_name(m->type), goblin_strerror(e));
-        return -1;
-    }
-    nng_msg *msg;
-    if (nng_msg_alloc(&msg, sz) != 0) {
-        goblin__gw_log(g, GOBLIN_LOG_ERROR, "out of memory for a %zu-byte reply", sz);
-        return -1;
-    }
-    size_t len;
-    goblin__cw_encode_into(m, nng_msg_body(msg), sz, &len);
-    int rv = nng_sendmsg(g->sock, msg, 0);
-    if (rv) {
-        nng_msg_free(msg);
-        goblin__gw_log(g, GOBLIN_LOG_WARN, "reply not sent: %s", nng_strerror(rv));
-    }
-    return rv;
-}
 
 void goblin__gw_reply_error(goblin_gateway *g, goblin__cw_msg *r, uint64_t rid, goblin_err code,
                             const char *fmt, ...) {
@@ -499,6 +524,29 @@ static uint8_t *handle_part(goblin_gateway *g, uint32_t pid, const gw_who *who,
     return done;
 }
 
+/* A worker dialed the gateway's own address: a REFUSE tells it (it stops and says
+ * so) where workers connect; the connection is swept with the unauthenticated ones. */
+static void refuse_worker(goblin_gateway *g, nng_pipe pipe) {
+    char urls[400], text[GOBLIN_WIRE_MAX_TEXT_BYTES];
+    goblin__node_listen_text(g->node, urls, sizeof urls);
+    snprintf(text, sizeof text, "this is the node's client address; workers connect to %s", urls);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
+    m.body.refuse.reason = GOBLIN_EPROTO;
+    m.body.refuse.message = text;
+    size_t sz, len;
+    nng_msg *msg;
+    if (goblin__wire_encoded_size(&m, &sz) == GOBLIN_OK && nng_msg_alloc(&msg, sz) == 0) {
+        if (goblin__wire_encode_into(&m, nng_msg_body(msg), sz, &len) == GOBLIN_OK) {
+            nng_msg_set_pipe(msg, pipe);
+            if (nng_sendmsg(g->sock, msg, NNG_FLAG_NONBLOCK) == 0) msg = NULL;
+        }
+        if (msg) nng_msg_free(msg);
+    }
+    goblin__gw_log(g, GOBLIN_LOG_WARN, "a worker connected to the client address; told it "
+                   "where workers connect");
+}
+
 /* One request: @p buf (@p len bytes, borrowed) from pipe @p pipe; @p whole: it was
  * reassembled from parts (and may not be a part itself). */
 static void handle_bytes(goblin_gateway *g, nng_pipe pipe, const uint8_t *buf, size_t len,
@@ -510,6 +558,16 @@ static void handle_bytes(goblin_gateway *g, nng_pipe pipe, const uint8_t *buf, s
         return;
     }
     goblin__cw_msg *r = m + 1;
+    g->reply_pipe = pipe;
+    if (!whole && g->attached && !pipe_admitted(g, pipe)) {
+        goblin__free(m);
+        return;
+    }
+    if (!whole && !g->attached && len >= 4 && memcmp(buf, "GBLW", 4) == 0) {
+        refuse_worker(g, pipe);
+        goblin__free(m);
+        return;
+    }
     goblin__cw_limits lim = {g->p.recv_max_bytes, GOBLIN_MAX_NUMEL};
     char why[256];
     goblin_err e = goblin__cw_decode(buf, len, &lim, m, why, sizeof why);
@@ -605,7 +663,7 @@ static void *serve(void *arg) {
             sweep_unauthenticated(g, now);
         }
         nng_msg *in;
-        int rv = goblin__transport_recv(g->sock, &rfd, &in, 100);
+        int rv = goblin__gw_next(g, &rfd, &in, 100);
         goblin__transport_close_dropped();
         if (rv == NNG_ETIMEDOUT) continue;
         if (rv == NNG_ECLOSED) break;
@@ -622,49 +680,10 @@ static void *serve(void *arg) {
 goblin_err goblin_gateway_start(goblin_gateway *g) {
     if (!g) return GOBLIN_EINVAL;
     if (g->started) return GOBLIN_ESTATE;
-    int rv = nng_rep0_open(&g->sock);
-    if (rv) {
-        goblin__gw_log(g, GOBLIN_LOG_ERROR, "cannot open socket: %s", nng_strerror(rv));
-        return GOBLIN_EIO;
-    }
-    g->sock_open = true;
-    nng_pipe_notify(g->sock, NNG_PIPE_EV_ADD_PRE, on_pipe_added, g);
-    nng_pipe_notify(g->sock, NNG_PIPE_EV_REM_POST, on_pipe_removed, g);
-    /* No message over a part's size gets in: larger requests come in parts, each checked
-     * (handle_part) before anything is allocated for the whole. */
-    nng_socket_set_size(g->sock, NNG_OPT_RECVMAXSZ, GOBLIN__CW_WIRE_MAX);
-    nng_socket_set_ms(g->sock, NNG_OPT_RECVTIMEO, 100);
-    for (int32_t i = 0; i < g->p.n_listen; i++) {
-        const char *url = g->listen[i];
-        nng_listener l;
-        char why[512] = "";
-        goblin_err e = GOBLIN_OK;
-        if ((rv = nng_listener_create(&l, g->sock, url)) != 0) {
-            snprintf(why, sizeof why, "%s", nng_strerror(rv));
-            e = goblin__tls_nng_err(rv);
-        } else if (strncmp(url, "tls+", 4) == 0) {
-            if (!g->cert || !g->key) {
-                snprintf(why, sizeof why, "a tls+tcp:// address needs a certificate and key");
-                e = GOBLIN_EINVAL;
-            } else {
-                e = goblin__tls_listener_setup(l, g->cert, g->key, why, sizeof why);
-            }
-        }
-        if (!e && (rv = nng_listener_start(l, 0)) != 0) {
-            snprintf(why, sizeof why, "%s", nng_strerror(rv));
-            e = rv == NNG_EADDRINUSE ? GOBLIN_EBUSY : GOBLIN_EIO;
-        }
-        if (e) {
-            goblin__gw_log(g, GOBLIN_LOG_ERROR, "cannot listen for clients on %s: %s", url, why);
-            nng_close(g->sock);
-            g->sock_open = false;
-            return e == GOBLIN_EINVAL ? GOBLIN_EINVAL : GOBLIN_EIO;
-        }
-        goblin__gw_log(g, GOBLIN_LOG_INFO, "listening for clients on %s", url);
-    }
+    goblin_err e = goblin__gw_open(g);
+    if (e) return e;
     if (pthread_create(&g->thread, NULL, serve, g) != 0) {
-        nng_close(g->sock);
-        g->sock_open = false;
+        goblin__gw_close(g);
         return GOBLIN_ENOMEM;
     }
     g->started = true;
@@ -688,20 +707,18 @@ void goblin_gateway_stop(goblin_gateway *g, uint32_t drain_ms) {
     if (drain_ms == 0) atomic_store(&g->stop, true);
     pthread_join(g->thread, NULL);
     g->started = false;
-    if (g->sock_open) {
-        nng_close(g->sock);
-        g->sock_open = false;
-    }
+    goblin__gw_close(g);
 }
 
 void goblin_gateway_free(goblin_gateway *g) {
     if (!g) return;
     goblin_gateway_stop(g, 0);
-    if (g->sock_open) nng_close(g->sock);
+    goblin__gw_close(g);
     for (int32_t i = 0; i < g->p.max_jobs; i++)
         if (g->jobs[i].used) goblin__gw_job_release(&g->jobs[i]);
     pthread_mutex_destroy(&g->mu);
     pthread_mutex_destroy(&g->pmu);
+    goblin__gw_queue_fini(g);
     free_fields(g);
     goblin__free(g);
 }

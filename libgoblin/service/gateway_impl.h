@@ -73,8 +73,20 @@ struct goblin_gateway {
     char *listen[GOBLIN_GATEWAY_MAX_LISTEN];
     char *cert, *key;
     goblin_node *node;
-    nng_socket sock;
+    nng_socket sock;     /* its own, or the node's when attached */
     bool sock_open, started;
+    /* attached: serving on the node's addresses (n_listen 0). The node's thread hands
+     * over the clients' messages through a bounded queue (qmu, taken under the node's
+     * lock: nothing else is ever taken while it is held). */
+    bool attached, is_attached;
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    nng_msg **q;
+    int32_t q_head, q_n;
+    uint64_t q_bytes;
+    int64_t q_refused; /* requests answered EBUSY because the queue was full (qmu) */
+    /* the connection whose request is being handled (serve thread): replies go to it */
+    nng_pipe reply_pipe;
     pthread_t thread;
     atomic_bool stop;
     atomic_bool draining;
@@ -104,6 +116,23 @@ void goblin__gw_reply_error(goblin_gateway *g, goblin__cw_msg *r, uint64_t rid, 
                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* The principal's use record (pmu held), created if @p add; NULL if absent / no memory. */
 gw_user *goblin__gw_user(goblin_gateway *g, const char *id, bool add);
+
+/* The connection budgets for a new connection (false: refused and closed); forget a
+ * connection that closed (gateway.c). */
+bool goblin__gw_pipe_added(goblin_gateway *g, nng_pipe p);
+void goblin__gw_pipe_removed(goblin_gateway *g, uint32_t pipe_id);
+
+/* gateway_port.c: the clients' messages and the replies */
+#define GOBLIN__GW_QUEUE_MSGS 1024
+bool goblin__gw_queue_init(goblin_gateway *g);
+void goblin__gw_queue_fini(goblin_gateway *g);
+/* Serve on the node's addresses or open the gateway's own socket; undo it. */
+goblin_err goblin__gw_open(goblin_gateway *g);
+void goblin__gw_close(goblin_gateway *g);
+/* The next client message within @p timeout_ms (0 or an nng error code). */
+int goblin__gw_next(goblin_gateway *g, int *rfd, nng_msg **out, int timeout_ms);
+/* Send @p m to connection @p pipe (goblin__gw_send: to the request's, g->reply_pipe). */
+int goblin__gw_send_to(goblin_gateway *g, nng_pipe pipe, const goblin__cw_msg *m);
 
 /* gateway_job.c (mu held) */
 uint64_t goblin__gw_held_bytes(const goblin_gateway *g, const char *who);

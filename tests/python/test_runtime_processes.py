@@ -486,7 +486,8 @@ def test_wrong_catalogue_version_refused(tmp):
 
 
 def sp_connect(port, proto):
-    """A raw SP (nng) connection: the 8-byte handshake, as pair1 (0x11) or req0 (0x30)."""
+    """A raw SP (nng) connection: the 8-byte handshake of pair1 (0x11), as workers and clients
+    speak it."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     s.sendall(bytes([0, ord("S"), ord("P"), 0]) + struct.pack(">H", proto) + b"\0\0")
     s.recv(8)
@@ -515,14 +516,14 @@ def test_garbage_frames_refused(tmp):
         s.sendall(struct.pack(">Q", 1 << 40) + b"\0" * 64)
         time.sleep(0.2)
         s.close()
-        # To the gateway (req0: 4-byte request id with the high bit, then the message).
+        # To the gateway (pair1 too: the hop header, then the message).
         for payload in (rng.bytes(100), b"GBLC\x01\x00\x01\x00" + b"\0" * 8 + b"\x10" + b"\0" * 7,
                         b"GBLC\x02\x00\x03\x00" + b"\0" * 16, b"GBLC\x01\x00\x07\x00" + b"\0" * 7):
-            s = sp_connect(g.cport, 0x30)
-            sp_send(s, b"\x80\0\0\1" + payload)
+            s = sp_connect(g.cport, 0x11)
+            sp_send(s, b"\0\0\0\1" + payload)
             time.sleep(0.2)
             s.close()
-        s = sp_connect(g.cport, 0x30)
+        s = sp_connect(g.cport, 0x11)
         s.sendall(struct.pack(">Q", 1 << 40) + b"\0" * 64)
         time.sleep(0.2)
         s.close()
@@ -606,7 +607,7 @@ def test_garbage_bursts_leak_no_sockets(tmp, scheme):
             ts = [threading.Thread(target=hostile_connection,
                                    args=(g.port, 0x11, b"\0\0\0\1", np.random.default_rng(sd), tls)
                                    if i % 2 else
-                                   (g.cport, 0x30, b"\x80\0\0\1", np.random.default_rng(sd)))
+                                   (g.cport, 0x11, b"\0\0\0\1", np.random.default_rng(sd)))
                   for i, sd in enumerate(seeds)]
             for t in ts:
                 t.start()
@@ -712,7 +713,11 @@ def test_researcher_credentials(tmp):
 
 
 def test_node_refuses_unsafe_client_setups(tmp):
-    """--client-listen needs --credentials or --open, and --open only on loopback."""
+    """--client-listen needs --credentials or --open, and --open only on loopback (the
+    workers' address too when clients share it)."""
+    r = subprocess.run([NODE, "--listen", "tcp://0.0.0.0:1", "--open", "--insecure-plaintext"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "must then be loopback" in r.stderr, r.stderr
     for extra, why in (([], "needs --credentials"),
                        (["--open", "--client-listen", "tcp://0.0.0.0:1"], "only loopback"),
                        (["--open", "--client-listen", "tcp://127.0.0.1.evil.example:1"], "only loopback")):
@@ -736,9 +741,11 @@ def test_token_new_and_init_lines(tmp):
     r = subprocess.run([NODE, "init", d, "--host", "node.example"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    for want in ("--client-listen", "--credentials", "token new", "researcher add",
-                 "goblin-worker --connect tls+tcp://node.example", "goblin.connect(", "fingerprint="):
+    for want in ("--credentials", "token new", "researcher add",
+                 "goblin-worker --connect tls+tcp://node.example:7700",
+                 'goblin.connect("tls+tcp://node.example:7700"', "fingerprint="):
         assert want in r.stdout, (want, r.stdout)
+    assert "--client-listen" not in r.stdout  # one address serves workers and clients
 
 
 # ---- the issue's full-size products, and a product larger than 1 GiB on disk -----------

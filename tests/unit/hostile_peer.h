@@ -15,8 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define HP_REQ0 0x30   /* a client (the gateway's peer) */
-#define HP_PAIR1 0x11  /* a worker (the node's peer) */
+#define HP_PAIR1 0x11  /* a worker or a client (the node's and the gateway's peer) */
 
 static inline int hp_free_port(void) {
     int s = socket(AF_INET, SOCK_STREAM, 0);

@@ -6,7 +6,7 @@
 #include <goblin/goblin.h>
 #include <math.h>
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
+#include <nng/protocol/pair1/pair.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -653,7 +653,7 @@ Test(client_wire, graph_job_end_to_end, .timeout = 120) {
     gw_stop(&f);
 }
 
-/* Send raw bytes on a req0 socket. Returns true with the reply's type if the gateway
+/* Send raw bytes on a pair1 socket, as a client does. Returns true with the reply's type if the gateway
  * answered, false once it closed the connection instead (what it does with a request it
  * cannot decode, and nng with one over the size limit); waits up to 60 s for either. */
 /* The socket of the raw_request in progress: a late callback from the previous call's
@@ -672,18 +672,16 @@ static bool raw_request(const char *url, const uint8_t *buf, size_t n, uint8_t *
     static int closed;
     __atomic_store_n(&closed, 0, __ATOMIC_SEQ_CST);
     nng_socket s;
-    cr_assert_eq(nng_req0_open(&s), 0);
+    cr_assert_eq(nng_pair1_open(&s), 0);
     __atomic_store_n(&raw_socket_id, (uint32_t)nng_socket_id(s), __ATOMIC_SEQ_CST);
-    nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
     cr_assert_eq(nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, on_pipe_removed, &closed), 0);
     cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
     nng_msg *m;
     cr_assert_eq(nng_msg_alloc(&m, n), 0);
     memcpy(nng_msg_body(m), buf, n);
     cr_assert_eq(nng_sendmsg(s, m, 0), 0);
-    /* One receive in flight (a req0 receive that times out abandons the request, so
-     * polling with short timeouts would lose a late reply), watched until it completes
-     * or the gateway closes the connection (up to 60 s). */
+    /* One receive in flight, watched until it completes or the gateway closes the
+     * connection (up to 60 s). */
     bool got = false;
     nng_aio *aio;
     static int done;

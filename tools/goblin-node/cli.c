@@ -17,10 +17,11 @@ void node_cli_usage(FILE *f) {
         "Runs the node of a GPU Goblin grid: it plans jobs into tasks, leases them to\n"
         "workers (which dial in), verifies every result and assembles the output.\n"
         "\n"
-        "  --listen URL            address for workers (repeatable, up to %d):\n"
-        "                          tls+tcp://HOST:PORT, tcp://HOST:PORT, ipc:///path\n"
-        "  --client-listen URL     address for clients (goblin_client_*, matmul_client)\n"
-        "                          (repeatable, up to %d)\n"
+        "  --listen URL            address for workers, and for clients when the node\n"
+        "                          serves them (--credentials or --open); repeatable, up\n"
+        "                          to %d: tls+tcp://HOST:PORT, tcp://HOST:PORT, ipc:///path\n"
+        "  --client-listen URL     serve clients on this address instead (repeatable, up\n"
+        "                          to %d); a client that dials --listen is told to go here\n"
         "  --cert FILE --key FILE  the node's identity (from `goblin-node init`); needed\n"
         "                          for tls+tcp:// addresses\n"
         "  --workers-token-file F  workers must present a token whose salted hash is in F\n"
@@ -31,6 +32,7 @@ void node_cli_usage(FILE *f) {
         "                          takes effect at once)\n"
         "  --open                  no client authentication: one principal for everyone;\n"
         "                          only with loopback or ipc:// client addresses\n"
+        "                          (without --credentials or --open: workers only)\n"
         "  --data-dir DIR          allow file jobs on .npy files under DIR (repeatable,\n"
         "                          up to %d; none: no file jobs). Paths may not leave them\n"
         "  --max-jobs-per-researcher N  jobs one researcher holds at once (default 16)\n"
@@ -244,6 +246,11 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         if (!tool_url_is_local(cli->gateway.listen[k]))
             return bad("--open takes only loopback or ipc:// client addresses, not %s",
                        cli->gateway.listen[k]);
+    /* Clients on the workers' addresses: open mode needs those local too. */
+    for (int k = 0; cli->gateway.open && !cli->gateway.n_listen && k < cli->node.n_listen; k++)
+        if (!tool_url_is_local(cli->node.listen[k]))
+            return bad("--open serves clients on the --listen addresses, which must then be "
+                       "loopback or ipc://, not %s (or give --client-listen)", cli->node.listen[k]);
     cli->gateway.cert_file = cli->cert_file;
     cli->gateway.key_file = cli->key_file;
     /* The security rule: plain tcp only on loopback unless explicitly waived; TLS

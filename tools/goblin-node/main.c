@@ -35,18 +35,17 @@ static int run_init(const node_cli *cli) {
         fprintf(stderr, "goblin-node: init %s: %s (%s)\n", cli->init_dir, why_eb.message, goblin_strerror(e));
         return tool_exit_code(e);
     }
-    int cp = cli->init_port == 65535 ? cli->init_port - 1 : cli->init_port + 1;
     printf("identity written:\n  certificate %s\n  private key %s\n", id.cert_path, id.key_path);
     printf("fingerprint (SHA-256): %s\n\n", id.fingerprint);
     printf("1. make a worker join token (printed once; give it to your volunteers):\n"
            "  goblin-node token new --tokens %s/workers.tokens\n\n", cli->init_dir);
     printf("2. make a credential for each researcher (printed once):\n"
            "  goblin-node researcher add EMAIL --credentials %s/researchers\n\n", cli->init_dir);
-    printf("3. start the node (workers on port %d, clients on port %d):\n"
-           "  goblin-node --listen tls+tcp://0.0.0.0:%d --client-listen tls+tcp://0.0.0.0:%d \\\n"
+    printf("3. start the node (workers and clients both connect to port %d):\n"
+           "  goblin-node --listen tls+tcp://0.0.0.0:%d \\\n"
            "    --cert %s --key %s \\\n"
            "    --workers-token-file %s/workers.tokens --credentials %s/researchers\n\n",
-           cli->init_port, cp, cli->init_port, cp, id.cert_path, id.key_path, cli->init_dir,
+           cli->init_port, cli->init_port, id.cert_path, id.key_path, cli->init_dir,
            cli->init_dir);
     printf("4. start a worker (on each volunteer's machine):\n"
            "  goblin-worker --connect tls+tcp://%s:%d --fingerprint %s --token TOKEN\n\n",
@@ -57,7 +56,8 @@ static int run_init(const node_cli *cli) {
            "                        credential=\"gbr1_...\")\n"
            "  or from C/the shell: goblin-client --connect tls+tcp://%s:%d --fingerprint %s "
            "--credential gbr1_... A.npy B.npy C.npy\n",
-           cli->init_host, cp, id.fingerprint, cli->init_host, cp, id.fingerprint);
+           cli->init_host, cli->init_port, id.fingerprint, cli->init_host, cli->init_port,
+           id.fingerprint);
     return TOOL_EXIT_OK;
 }
 
@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
         goblin_node_free(node);
         return tool_exit_code(e);
     }
-    if (cli.gateway.n_listen > 0) {
+    if (cli.gateway.n_listen > 0 || cli.gateway.open || cli.gateway.credentials_file) {
         if ((e = goblin_gateway_new(&gw, node, &cli.gateway)) || (e = goblin_gateway_start(gw))) {
             tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot start the client gateway: %s",
                       goblin_strerror(e));
@@ -252,10 +252,11 @@ int main(int argc, char **argv) {
         }
     }
     tool_logf(cli.log_level, GOBLIN_LOG_INFO, "stopping");
-    /* The node ends its running jobs (canceled); the gateway then keeps answering for a
-     * moment so that clients polling their jobs learn that they ended. */
-    goblin_node_stop(node);
+    /* The gateway ends its clients' running jobs (canceled) and keeps answering for a
+     * moment so that clients polling their jobs learn that they ended (on the node's
+     * socket, so the node stops after it). */
     goblin_gateway_stop(gw, cli.drain_ms);
+    goblin_node_stop(node);
     log_stats(node, cli.log_level);
     goblin_gateway_free(gw);
     goblin_node_free(node);
