@@ -49,6 +49,11 @@ typedef struct goblin_node_params {
     uint64_t max_buffered_bytes;  /* worker messages being received in parts, all workers
                                      together (default 4 GiB): a worker whose message would
                                      go over it is dropped (its leases are reissued) */
+    int32_t max_pending_connections; /* connections that have not yet proved a worker
+                                     identity nor sent a client request (default 256): more
+                                     are closed as they come, and each gets the handshake
+                                     time (15 s, or 3 heartbeats if longer). Each may make
+                                     nng buffer one part (4 MiB) meanwhile */
     goblin_backend_kind recompute_backend; /* node-side recomputation (default: BLIS when built) */
     int32_t recompute_threads;    /* 0 = all cores */
     bool speculate;               /* duplicate straggler tasks near a job's end (default true) */
@@ -302,7 +307,8 @@ typedef struct goblin_node_stats {
     int64_t panel_cache_misses;/* worker had evicted a panel: task resent with data */
     int64_t rechecked;         /* earlier accepted results re-verified after a quarantine */
     int64_t recheck_failed;    /* of which failed and were recomputed */
-    int64_t peers_dropped;     /* connections closed for protocol violations */
+    int64_t peers_dropped;     /* connections closed for protocol violations, or silent or
+                                  over max_pending_connections before saying who they are */
     int64_t workers_refused;   /* HELLOs refused (version, token, identity proof, allow list,
                                   quarantined identity) */
     int64_t workers_connected; /* currently */

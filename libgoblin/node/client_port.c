@@ -101,6 +101,7 @@ bool goblin__node_client_msg(goblin_node *n, nng_msg *msg, bool *msg_taken) {
     const uint8_t *b = nng_msg_body(msg);
     if (nng_msg_len(msg) < 4 || memcmp(b, "GBLC", 4) != 0) return false;
     if (n->cport_set && n->cport.on_message) {
+        goblin__node_pipe_known(n, nng_pipe_id(nng_msg_get_pipe(msg))); /* the gateway's budgets now */
         n->cport.on_message(n->cport.user, msg);
         *msg_taken = true;
         return true;

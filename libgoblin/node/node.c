@@ -70,6 +70,7 @@ void goblin_node_params_default(goblin_node_params *p) {
     p->speculate = true;
     p->log_level = GOBLIN_LOG_INFO;
     p->heartbeat_ms = 5000;
+    p->max_pending_connections = 256;
 }
 
 /* What goblin_node_new made before it failed (its copies, the identity tables). */
@@ -92,7 +93,7 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
         p->max_retries < 0 || (p->verify != GOBLIN_VERIFY_FREIVALDS && p->verify != GOBLIN_VERIFY_RECOMPUTE &&
          p->verify != GOBLIN_VERIFY_UNSAFE_NONE) ||
         p->freivalds_vectors < 1 || p->freivalds_vectors > GOBLIN_FREIVALDS_MAX_VECTORS ||
-        p->verify_threads < 1 || p->verify_threads > 2 ||
+        p->verify_threads < 1 || p->verify_threads > 2 || p->max_pending_connections < 1 ||
         p->recv_max_bytes < GOBLIN_WIRE_HEADER_SIZE ||
         p->recv_max_bytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES ||
         (unsigned)p->recompute_backend >= GOBLIN_BACKEND_COUNT ||
@@ -196,7 +197,12 @@ nomem:
 
 static void pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     goblin_node *n = arg;
+    if (ev == NNG_PIPE_EV_ADD_PRE) {
+        goblin__node_pipe_added(n, pp);
+        return;
+    }
     if (ev != NNG_PIPE_EV_REM_POST) return;
+    goblin__node_pipe_forget(n, nng_pipe_id(pp));
     goblin__node_client_pipe_removed(n, nng_pipe_id(pp));
     pthread_mutex_lock(&n->ev_mu);
     int64_t cap = n->cap_ev;
@@ -259,11 +265,12 @@ static void housekeeping(goblin_node *n) {
         }
     }
     goblin__transport_close_dropped();
+    /* A connection that has not said who it is holds a slot: it gets HANDSHAKE_MS, or a
+     * worker's allowed silence if longer. */
+    int64_t grace = 3 * (int64_t)n->p.heartbeat_ms > HANDSHAKE_MS ? 3 * (int64_t)n->p.heartbeat_ms : HANDSHAKE_MS;
+    goblin__node_pending_sweep(n, now, grace);
     for (int32_t i = 0; i < n->n_peers; i++) {
         peer *p = &n->peers[i];
-        /* A connection that began a HELLO and never finished its proof holds a slot: it
-         * gets HANDSHAKE_MS, or a worker's allowed silence if longer. */
-        int64_t grace = 3 * (int64_t)n->p.heartbeat_ms > HANDSHAKE_MS ? 3 * (int64_t)n->p.heartbeat_ms : HANDSHAKE_MS;
         if (p->connected && !p->hello && !p->close_at_ms && p->last_heard_ms && now - p->last_heard_ms > grace)
             goblin__node_drop_peer(n, i, "no identity proof after HELLO");
         if (p->connected && p->close_at_ms && p->close_at_ms <= now) {
@@ -340,6 +347,7 @@ goblin_err goblin_node_start(goblin_node *n) {
     }
     nng_socket_set_ms(n->sock, NNG_OPT_RECVTIMEO, 10);
     nng_socket_set_ms(n->sock, NNG_OPT_SENDTIMEO, 2000);
+    nng_pipe_notify(n->sock, NNG_PIPE_EV_ADD_PRE, pipe_cb, n);
     nng_pipe_notify(n->sock, NNG_PIPE_EV_REM_POST, pipe_cb, n);
     for (int32_t i = 0; i < n->p.n_listen; i++) {
         if ((e = goblin__transport_listen(n->sock, n->p.listen[i], n->p.cert_file,
@@ -399,6 +407,7 @@ void goblin_node_free(goblin_node *n) {
     goblin__free(n->ready);
     goblin__free(n->jobs);
     goblin__free(n->ev_removed);
+    goblin__free(n->pending);
     for (int32_t k = 0; k < 2; k++) {
         goblin_graph_free(n->ser[k].g);
         goblin_buffer_free(n->ser[k].buf);

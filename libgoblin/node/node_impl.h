@@ -277,6 +277,13 @@ struct goblin_job {
     char msg[384];
 };
 
+/* A connection that has not proved a worker identity nor been handed to the gateway. */
+typedef struct goblin__pending_pipe {
+    uint32_t id;
+    nng_pipe pipe;
+    int64_t added_ms;
+} goblin__pending_pipe;
+
 struct goblin_node {
     goblin_node_params p;
     uint64_t buffered_bytes; /* peers' messages being received in parts */
@@ -331,6 +338,10 @@ struct goblin_node {
     pthread_mutex_t ev_mu;
     uint32_t *ev_removed;
     int32_t n_ev, cap_ev;
+    /* connections that have not said who they are (admission.c), under ev_mu */
+    goblin__pending_pipe *pending;
+    int32_t n_pending, cap_pending;
+    int64_t pending_refused;
     /* graph jobs: chunk graphs serialized by earlier jobs, under ser_mu (serialize_chunk) */
     pthread_mutex_t ser_mu;
     struct {
@@ -360,6 +371,16 @@ static inline gvariant *gvar(const goblin_job *j, int64_t ti) {
 typedef struct vclock {
     int64_t wall, cpu;
 } vclock;
+
+/* ---- admission.c: connections before they say who they are --------------------------- */
+
+/* ADD_PRE: count @p p pending, or close it over max_pending_connections. */
+void goblin__node_pipe_added(goblin_node *n, nng_pipe p);
+/* Pipe @p id proved a worker identity or went to the gateway / closed: not pending. */
+void goblin__node_pipe_known(goblin_node *n, uint32_t id);
+void goblin__node_pipe_forget(goblin_node *n, uint32_t id);
+/* Housekeeping: close the connections pending for longer than @p grace_ms. */
+void goblin__node_pending_sweep(goblin_node *n, int64_t now, int64_t grace_ms);
 
 /* ---- node.c --------------------------------------------------------------------- */
 

@@ -433,6 +433,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         }
         p->hello = true;
         p->counted = true;
+        goblin__node_pipe_known(n, nng_pipe_id(p->pipe));
         p->session_id = ++n->next_session;
         if (!goblin__node_index_put(&n->by_session, p->session_id, pi)) {
             p->hello = p->counted = false;

@@ -232,3 +232,51 @@ Test(one_address, separate_addresses_point_at_each_other, .timeout = 120) {
     goblin_node_free(node);
     rmdir_all(dir);
 }
+
+Test(one_address, connections_that_say_nothing_are_bounded_and_swept, .timeout = 180) {
+    char url[64], dir[128];
+    int port = hp_free_port();
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    tmpdir(dir, sizeof dir, "pend");
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.listen[0] = url;
+    np.n_listen = 1;
+    np.max_pending_connections = 8;
+    goblin_node *node;
+    cr_assert_eq(goblin_node_new(&node, &np), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(node), GOBLIN_OK);
+    /* 30 connections that complete the SP handshake and then say nothing: 8 wait, the
+     * rest are closed as they come */
+    int fds[30];
+    for (int i = 0; i < 30; i++) fds[i] = hp_connect(port, HP_PAIR1, 0, 0);
+    goblin_node_stats ns;
+    for (int k = 0; k < 60000; k++) { /* wait for the condition, not for a time */
+        goblin_node_stats_get(node, &ns);
+        if (ns.peers_dropped >= 22) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_geq(ns.peers_dropped, 22);
+    /* a worker still gets in: the silent ones are closed after the handshake time and
+     * the worker redials */
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = url;
+    wp.n_connect = 1;
+    wp.threads = 1;
+    wp.config_dir = dir;
+    goblin_worker *w;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
+    rt_grid g = {.node = node, .n = 1};
+    g.w[0] = w;
+    rt_ctx[0] = (rt_wctx){&g, 0};
+    pthread_create(&g.th[0], NULL, rt_worker_main, &rt_ctx[0]);
+    cr_assert(rt_wait_workers(node, 1) || rt_wait_workers(node, 1), "the worker never joined");
+    goblin_node_stats_get(node, &ns);
+    cr_assert_geq(ns.peers_dropped, 30, "the 8 silent ones were swept too");
+    for (int i = 0; i < 30; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    rt_grid_stop(&g);
+    rmdir_all(dir);
+}
