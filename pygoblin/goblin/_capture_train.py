@@ -60,6 +60,19 @@ class _TrainLowering(_capture._Lowering):
     def _known(self, node):
         return self._name(node) in _TRAIN_KNOWN or super()._known(node)
 
+    def take(self, x, d, ix, out_shape):
+        """As goblin.capture's, through gather (index_select has no backward rule): the index
+        is laid out along axis d and expanded over x's other dims."""
+        g = self.g
+        n = int(np.prod(ix.shape, dtype=np.int64))
+        lay = [1] * x.ndim
+        lay[d] = n
+        full = list(x.shape)
+        full[d] = n
+        ix = g.op("expand", g.op("reshape", ix, shape=lay), shape=full)
+        y = g.op("gather", x, ix, axis=d)
+        return y if tuple(y.shape) == tuple(out_shape) else g.op("reshape", y, shape=out_shape)
+
     def _stats(self, x):
         c = x.shape[1]
         return (self.g.constant(np.zeros(c), dtype=x.dtype), self.g.constant(np.ones(c), dtype=x.dtype))
