@@ -259,7 +259,7 @@ class Grid:
     # -- graphs -----------------------------------------------------------------------------
     def run(self, graph, *inputs, split=None, combine=None, chunk_rows=None, verify="replicate",
             progress=True, min_tasks=None, task_memory=None, min_replication=None, trust_halflife=None,
-            spot_rows=None):
+            spot_rows=None, **variables):
         """Evaluate a goblin.Graph (or a captured PyTorch program) on the grid.
 
         Inputs are NumPy arrays (memmaps included; torch tensors are taken through .numpy())
@@ -275,9 +275,19 @@ class Grid:
         or 'none' (benchmarks only). min_replication / trust_halflife: the adaptive trust of
         'replicate' and 'spot' (the least share of a trusted worker's tasks checked; the
         agreements that halve that share). Returns one NumPy array, or a tuple of them when
-        the graph has several outputs."""
+        the graph has several outputs.
+
+        graph may be a goblin.formula: its variables are given by position or by name
+        (grid.run(f, a=1.5, x=xs)); numbers become constants, arrays are split as above
+        (default: 'batch' for arrays of the result's rank and longest dim 0)."""
         from ._graph import Graph
+        from ._formula import Formula
         self._check_open()
+        if isinstance(graph, Formula):
+            graph, inputs, split = graph._for_grid(inputs, variables, split)
+        elif variables:
+            raise TypeError(f"run() got unexpected keyword argument(s) {', '.join(sorted(variables))} "
+                            "(inputs by name are for a goblin.formula)")
         if not isinstance(graph, Graph):
             raise TypeError(f"run: expected a goblin.Graph (or goblin.capture(...)), got {type(graph).__name__}")
         arrays = [_array(x, f"run: input {i}") for i, x in enumerate(inputs)]
