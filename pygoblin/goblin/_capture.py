@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _goblin
 from . import _dtypes
+from . import _capture_table as _table
 from ._graph import Graph, Tensor
 
 
@@ -34,15 +35,7 @@ class UnsupportedOpError(_goblin.NotSupportedError):
         super().__init__(msg + "\n(the catalogue: goblin.ops.catalog(); what capture maps: docs/pytorch.md)")
 
 
-_BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "
-            "call model.eval() before goblin.capture (inference uses the running statistics), or train on a "
-            "grid with grid.train / goblin.capture_training, which normalizes with batch statistics")
-_DROPOUT_HINT = ("dropout in training mode (nn.Dropout after model.train(), or F.dropout(training=True)): call "
-                 "model.eval() before goblin.capture (dropout is then the identity); grid.train / "
-                 "goblin.capture_training runs dropout as the identity too")
-# ATen ops that only appear when a module is in training mode, and what to do about it
-_NAME_HINTS = {"_native_batch_norm_legit_functional": _BN_HINT, "_native_batch_norm_legit": _BN_HINT,
-               "native_batch_norm": _BN_HINT, "bernoulli": _DROPOUT_HINT}
+_BN_HINT, _DROPOUT_HINT, _NAME_HINTS = _table.BN_HINT, _table.DROPOUT_HINT, _table.NAME_HINTS
 
 
 def _torch():
@@ -56,17 +49,9 @@ def _torch():
     return torch
 
 
-# Ops kept whole by run_decompositions because the catalogue has them.
-_KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
-         "scaled_dot_product_attention.default", "max_pool2d.default", "avg_pool2d.default",
-         "adaptive_avg_pool2d.default", "softmax.int", "log_softmax.int", "matmul.default",
-         "embedding.default", "floor_divide.default", "remainder.Tensor", "remainder.Scalar",
-         "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default")
-
-
 def _decomp_table(torch):
     keep = []
-    for name in _KEEP:
+    for name in _table.KEEP:
         packet, overload = name.split(".")
         p = getattr(torch.ops.aten, packet, None)
         o = getattr(p, overload, None) if p is not None else None
@@ -549,18 +534,7 @@ def _describe(a):
     return repr(a)
 
 
-_KNOWN = set("""add sub rsub mul maximum minimum pow bitwise_and bitwise_or bitwise_xor __and__ __or__
-__xor__ bitwise_left_shift __lshift__ bitwise_right_shift __rshift__ floor_divide remainder fmod atan2
-div eq ne lt le gt ge logical_and logical_or logical_xor neg abs exp log sqrt rsqrt reciprocal sin cos
-tanh erf floor ceil round trunc log1p expm1 relu sigmoid silu bitwise_not logical_not isnan sign square
-gelu clamp where _to_copy to clone alias detach lift_fresh_copy contiguous _assert_tensor_metadata
-dropout native_dropout linear mm bmm matmul addmm t convolution max_pool2d max_pool2d_with_indices
-avg_pool2d adaptive_avg_pool2d _adaptive_avg_pool2d _native_batch_norm_legit_no_training batch_norm
-layer_norm native_layer_norm softmax _softmax log_softmax _log_softmax scaled_dot_product_attention
-_scaled_dot_product_flash_attention_for_cpu embedding view reshape _unsafe_view flatten unflatten squeeze
-unsqueeze view_copy permute permute_copy transpose expand expand_copy slice select cat concat stack split
-split_with_sizes sum mean amax amin prod argmax argmin arange full zeros ones scalar_tensor full_like
-zeros_like ones_like constant_pad_nd index gather scatter_add var var_mean rms_norm cumsum""".split())
+_KNOWN = _table.INFERENCE  # what the lowering maps, documented in _capture_table.py
 
 
 class CapturedGraph(Graph):
