@@ -49,8 +49,8 @@ These have no mapping; the error says what was written and what to do:
 - Advanced indexing with a boolean mask or several index tensors: index one dim at a
   time with integer indices.
 
-In `goblin.capture` (inference) these ATen ops appear only when a module runs in
-training mode; they are refused with this advice:
+These ATen ops are refused with this advice (the batch-norm and dropout ones appear in
+`goblin.capture` only when a module runs in training mode):
 """
 
 

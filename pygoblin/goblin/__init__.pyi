@@ -119,6 +119,7 @@ def formula(text: str) -> Formula: ...
 
 class UnsupportedOpError(NotSupportedError):
     ops: List[str]
+    hints: Tuple[str, ...]
 
 class CapturedGraph(Graph):
     def for_inputs(self, shapes: Sequence[Sequence[int]]) -> Graph: ...

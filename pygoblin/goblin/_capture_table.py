@@ -110,9 +110,12 @@ BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or 
 DROPOUT_HINT = ("dropout in training mode (nn.Dropout after model.train(), or F.dropout(training=True)): call "
                 "model.eval() before goblin.capture (dropout is then the identity); grid.train / "
                 "goblin.capture_training runs dropout as the identity too")
-# ATen ops goblin.capture refuses with advice (they appear when a module is in training mode)
+SLICE_SCATTER_HINT = ("F.pad(mode='circular') and slice assignment (x[:, :2] = y) arrive as "
+                      "aten.slice_scatter, which has no mapping: F.pad supports modes 'constant', 'reflect' "
+                      "and 'replicate'; build the tensor with torch.cat instead of assigning into it")
+# ATen ops refused with advice (most appear only when a module is in training mode)
 NAME_HINTS = {"_native_batch_norm_legit_functional": BN_HINT, "_native_batch_norm_legit": BN_HINT,
-              "native_batch_norm": BN_HINT, "bernoulli": DROPOUT_HINT}
+              "native_batch_norm": BN_HINT, "bernoulli": DROPOUT_HINT, "slice_scatter": SLICE_SCATTER_HINT}
 
 
 def names(modes):

@@ -88,3 +88,16 @@ def test_wrong_number_of_inputs_on_the_grid():
     with goblin.connect(workers=1, threads=1) as grid:
         with pytest.raises(goblin.InvalidArgumentError, match=r"takes 2 input\(s\).*got 1"):
             grid.run(g, np.zeros((4, 3), np.float32), progress=False)
+
+
+def test_circular_pad_and_slice_assignment_say_what_works():
+    _, msg = _message(lambda x: F.pad(x, (2, 1), mode="circular"), torch.randn(2, 3, 6))
+    assert "aten.slice_scatter" in msg and "F.pad(mode='circular')" in msg
+    assert "'constant', 'reflect' and 'replicate'" in msg
+
+    def assign(x):
+        y = x.clone()
+        y[:, :2] = 0.0
+        return y
+    _, msg = _message(assign, torch.randn(4, 5))
+    assert "slice assignment" in msg and "torch.cat" in msg
