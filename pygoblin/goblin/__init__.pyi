@@ -119,6 +119,7 @@ def formula(text: str) -> Formula: ...
 
 class UnsupportedOpError(NotSupportedError):
     ops: List[str]
+    hints: Tuple[str, ...]
 
 class CapturedGraph(Graph):
     def for_inputs(self, shapes: Sequence[Sequence[int]]) -> Graph: ...
@@ -150,11 +151,11 @@ class Grid:
                progress: ProgressArg = ..., min_tasks: Optional[int] = ...,
                task_memory: Union[None, int, str] = ...) -> npt.NDArray[Any]: ...
     def matmul_files(self, a_path: Any, b_path: Any, c_path: Any, progress: ProgressArg = ...) -> None: ...
-    def run(self, graph: Graph, *inputs: Any, split: RuleArg = ..., combine: RuleArg = ...,
+    def run(self, graph: Union[Graph, Formula], *inputs: Any, split: RuleArg = ..., combine: RuleArg = ...,
             chunk_rows: Optional[int] = ..., verify: str = ..., progress: ProgressArg = ...,
             min_tasks: Optional[int] = ..., task_memory: Union[None, int, str] = ...,
             min_replication: Optional[float] = ..., trust_halflife: Optional[float] = ...,
-            spot_rows: Optional[int] = ...) -> Any: ...
+            spot_rows: Optional[int] = ..., **variables: Any) -> Any: ...
     def train(self, model: Any, loss_fn: Optional[Callable[..., Any]] = ..., *, optimizer: Any = ...,
               batch_size: Optional[int] = ..., micro_batch_size: Optional[int] = ..., schedule: Any = ...,
               clip_norm: Optional[float] = ..., task_memory: Union[None, int, str] = ...,

@@ -19,16 +19,23 @@ import numpy as np
 
 from . import _goblin
 from . import _dtypes
+from . import _capture_table as _table
 from ._graph import Graph, Tensor
 
 
 class UnsupportedOpError(_goblin.NotSupportedError):
     """The program uses ops goblin cannot map; `ops` lists every one of them."""
 
-    def __init__(self, ops):
+    def __init__(self, ops, hints=()):
         self.ops = sorted(ops)
-        super().__init__("cannot capture: no goblin mapping for " + ", ".join(self.ops) +
-                         " (the catalogue: goblin.ops.catalog())")
+        self.hints = tuple(hints)
+        msg = "cannot capture: no goblin mapping for " + ", ".join(self.ops)
+        if self.hints:
+            msg += "\n  " + "\n  ".join(self.hints)
+        super().__init__(msg + "\n(the catalogue: goblin.ops.catalog(); what capture maps: docs/pytorch.md)")
+
+
+_BN_HINT, _DROPOUT_HINT, _NAME_HINTS = _table.BN_HINT, _table.DROPOUT_HINT, _table.NAME_HINTS
 
 
 def _torch():
@@ -42,17 +49,9 @@ def _torch():
     return torch
 
 
-# Ops kept whole by run_decompositions because the catalogue has them.
-_KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
-         "scaled_dot_product_attention.default", "max_pool2d.default", "avg_pool2d.default",
-         "adaptive_avg_pool2d.default", "softmax.int", "log_softmax.int", "matmul.default",
-         "embedding.default", "floor_divide.default", "remainder.Tensor", "remainder.Scalar",
-         "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default")
-
-
 def _decomp_table(torch):
     keep = []
-    for name in _KEEP:
+    for name in _table.KEEP:
         packet, overload = name.split(".")
         p = getattr(torch.ops.aten, packet, None)
         o = getattr(p, overload, None) if p is not None else None
@@ -212,11 +211,16 @@ class _Lowering:
             return x if x.ndim < 2 else x.permute(1, 0)
         if name == "convolution":
             x, w, b, stride, padding, dilation, transposed, _op, groups = args[:9]
-            if transposed or len(w.shape) != 4:
+            if transposed or len(w.shape) not in (3, 4):
                 return None
+            stride, padding, dilation = list(stride), list(padding), list(dilation)
+            if len(w.shape) == 3:  # conv1d as conv2d over [N, C, 1, L]
+                x = g.op("reshape", x, shape=[x.shape[0], x.shape[1], 1, x.shape[2]])
+                w = g.op("reshape", w, shape=[w.shape[0], w.shape[1], 1, w.shape[2]])
+                stride, padding, dilation = [1] + stride[-1:], [0] + padding[-1:], [1] + dilation[-1:]
             ins = [x, w] + ([b] if b is not None else [])
-            return g.op("conv2d", *ins, stride=list(stride), padding=list(padding),
-                        dilation=list(dilation), groups=int(groups))
+            y = g.op("conv2d", *ins, stride=stride, padding=padding, dilation=dilation, groups=int(groups))
+            return y if y.ndim == len(out.shape) else g.op("reshape", y, shape=list(out.shape))
         if name in ("max_pool2d", "max_pool2d_with_indices"):
             x, k = args[0], list(args[1])
             stride = list(args[2]) if len(args) > 2 and args[2] else k
@@ -348,7 +352,100 @@ class _Lowering:
             if value is None:
                 value = args[1] if name in ("full", "full_like") else args[0]
             return g.op("full", shape=list(out.shape), dtype=_gdtype(out.dtype), value=float(value))
+        return self.lower_more(node, name, args, kw)
+
+    def lower_more(self, node, name, args, kw):
+        """Padding, indexing, variance, rms-norm, cumsum: torch ops onto catalogue ops."""
+        g = self.g
+        out = self.meta(node)
+        if name == "constant_pad_nd":
+            value = args[2] if len(args) > 2 else kw.get("value", 0)
+            return g.op("pad", args[0], pads=[int(p) for p in args[1]], value=float(value))
+        if name == "index":
+            # x[..., idx, ...] with one integer index tensor (F.pad's reflect/replicate modes
+            # come here too, as an index computed from arange)
+            x, idx = args[0], list(args[1])
+            pos = [i for i, t in enumerate(idx) if t is not None]
+            if len(pos) != 1 or not isinstance(idx[pos[0]], Tensor) or idx[pos[0]].dtype not in ("i32", "i64"):
+                return None
+            d, ix = pos[0], idx[pos[0]]
+            size = x.shape[d]
+            ix = g.op("where", g.op("lt", ix, g._coerce(0, ix.dtype)), g.op("add", ix, g._coerce(size, ix.dtype)),
+                      ix)  # negative indices count from the end, as in torch
+            return self.take(x, d, ix, list(out.shape))
+        if name == "gather":
+            x, dim, ix = args[0], int(args[1]), args[2]
+            return g.op("gather", x, ix, axis=dim % max(x.ndim, 1))
+        if name == "scatter_add":
+            x, dim, ix, src = args[0], int(args[1]), args[2], args[3]
+            return g.op("scatter_add", x, ix, src, axis=dim % max(x.ndim, 1))
+        if name in ("var", "var_mean"):
+            x = args[0]
+            dims = args[1] if len(args) > 1 else kw.get("dim")
+            corr = kw.get("correction", 1)
+            corr = 1 if corr is None else corr
+            if "unbiased" in kw:
+                corr = int(bool(kw["unbiased"]))
+            if float(corr) != int(corr):
+                return None
+            if dims is None or dims == []:
+                dims = list(range(x.ndim))
+            elif isinstance(dims, int):
+                dims = [dims]
+            axes = [int(d) % max(x.ndim, 1) for d in dims]
+            keep = int(bool(kw.get("keepdim", False)))
+            v = g.op("var", x, axes=axes, keepdim=keep, correction=int(corr))
+            if name == "var":
+                return v
+            return v, g.op("mean", x, axes=axes, keepdim=keep)
+        if name == "rms_norm":
+            x, shape = args[0], list(args[1])
+            w = args[2] if len(args) > 2 else kw.get("weight")
+            eps = args[3] if len(args) > 3 else kw.get("eps")
+            if eps is None:  # torch's default: the dtype's machine epsilon
+                eps = float(self.torch.finfo(self.meta(node.args[0]).dtype).eps)
+            ins = [x] + ([w] if w is not None else [])
+            return g.op("rms_norm", *ins, norm_ndim=len(shape), eps=float(eps))
+        if name == "cumsum":
+            x, dim = args[0], int(args[1] if len(args) > 1 else kw["dim"])
+            odt = _gdtype(out.dtype)
+            if odt in _dtypes.FLOAT:
+                x = self.cast(x, odt)
+            return self.cast(g.op("cumsum", x, axis=dim % max(x.ndim, 1)), odt)
         return None
+
+    def take(self, x, d, ix, out_shape):
+        """x's slices at positions ix (integer tensor, any rank) along axis d, shaped out_shape."""
+        g = self.g
+        if ix.ndim != 1:
+            ix = g.op("reshape", ix, shape=[int(np.prod(ix.shape, dtype=np.int64))])
+        y = g.op("index_select", x, ix, axis=d)
+        return y if tuple(y.shape) == tuple(out_shape) else g.op("reshape", y, shape=out_shape)
+
+    def _why(self, node, name, args, kw):
+        """What the user wrote that has no mapping, and what is supported instead."""
+        if name == "convolution":
+            w, transposed = args[1], args[6]
+            nd = len(w.shape) - 2
+            if transposed:
+                return (f"F.conv_transpose{nd}d / nn.ConvTranspose{nd}d (aten.convolution.default with "
+                        "transposed=True): the catalogue has no transposed convolution; capture supports "
+                        "F.conv1d and F.conv2d (stride, padding, dilation, groups)")
+            return (f"F.conv{nd}d / nn.Conv{nd}d (aten.convolution.default with a {nd + 2}-d weight): capture "
+                    "supports F.conv1d and F.conv2d (stride, padding, dilation, groups), not conv3d")
+        if name in ("dropout", "native_dropout"):
+            return _DROPOUT_HINT
+        if name == "batch_norm":
+            return _BN_HINT
+        if name == "index":
+            return ("advanced indexing (aten.index.Tensor): capture supports one integer index tensor, as in "
+                    "x[:, [0, 2]] or x[idx]; not boolean masks (their result's shape depends on the data) nor "
+                    "several index tensors at once (index one dim at a time)")
+        if name in ("var", "var_mean"):
+            return f"{self._qual(node)} with a fractional correction: the catalogue's var takes an int correction"
+        shown = ", ".join(_describe(a) for a in args)
+        shown += "".join(f", {k}={_describe(v)}" for k, v in kw.items())
+        return f"{self._qual(node)}({shown}): these arguments have no mapping"
 
     # -- driver ------------------------------------------------------------
     def run(self):
@@ -362,13 +459,16 @@ class _Lowering:
         state = ep.state_dict
         consts = getattr(ep, "constants", {}) or {}
         # first pass: every op we cannot map, all at once
-        unsupported = set()
+        unsupported, hints = set(), []
         for node in gm.graph.nodes:
             if node.op == "call_function" and node.target is not operator.getitem:
                 if not self._known(node):
                     unsupported.add(self._qual(node))
+                    h = _NAME_HINTS.get(self._name(node))
+                    if h is not None and h not in hints:
+                        hints.append(h)
         if unsupported:
-            raise UnsupportedOpError(unsupported)
+            raise UnsupportedOpError(unsupported, hints)
         for node in gm.graph.nodes:
             if node.op == "placeholder":
                 spec = kinds[node.name]
@@ -394,7 +494,7 @@ class _Lowering:
                 name = self._name(node)
                 res = self.lower(node, name, args, kw)
                 if res is None:
-                    raise UnsupportedOpError({self._qual(node) + " (with these arguments)"})
+                    raise UnsupportedOpError({self._qual(node)}, [self._why(node, name, args, kw)])
                 self._check(node, res)
                 self.env[node] = res
             elif node.op == "output":
@@ -426,18 +526,15 @@ class _Lowering:
         return name in _KNOWN
 
 
-_KNOWN = set("""add sub rsub mul maximum minimum pow bitwise_and bitwise_or bitwise_xor __and__ __or__
-__xor__ bitwise_left_shift __lshift__ bitwise_right_shift __rshift__ floor_divide remainder fmod atan2
-div eq ne lt le gt ge logical_and logical_or logical_xor neg abs exp log sqrt rsqrt reciprocal sin cos
-tanh erf floor ceil round trunc log1p expm1 relu sigmoid silu bitwise_not logical_not isnan sign square
-gelu clamp where _to_copy to clone alias detach lift_fresh_copy contiguous _assert_tensor_metadata
-dropout native_dropout linear mm bmm matmul addmm t convolution max_pool2d max_pool2d_with_indices
-avg_pool2d adaptive_avg_pool2d _adaptive_avg_pool2d _native_batch_norm_legit_no_training batch_norm
-layer_norm native_layer_norm softmax _softmax log_softmax _log_softmax scaled_dot_product_attention
-_scaled_dot_product_flash_attention_for_cpu embedding view reshape _unsafe_view flatten unflatten squeeze
-unsqueeze view_copy permute permute_copy transpose expand expand_copy slice select cat concat stack split
-split_with_sizes sum mean amax amin prod argmax argmin arange full zeros ones scalar_tensor full_like
-zeros_like ones_like""".split())
+def _describe(a):
+    if isinstance(a, Tensor):
+        return f"Tensor({a.dtype}{list(a.shape)})"
+    if isinstance(a, (list, tuple)):
+        return "[" + ", ".join(_describe(v) for v in a) + "]"
+    return repr(a)
+
+
+_KNOWN = _table.INFERENCE  # what the lowering maps, documented in _capture_table.py
 
 
 class CapturedGraph(Graph):
@@ -458,8 +555,14 @@ class CapturedGraph(Graph):
         mine = tuple(t.shape for t in self.inputs)
         if tuple(tuple(s) for s in shapes) == mine:
             return self
+        if self._source is None and len(shapes) != len(mine):
+            raise _goblin.InvalidArgumentError(f"the graph takes {len(mine)} input(s) (shapes {mine}), got "
+                                               f"{len(shapes)}")
         if self._source is None:
             raise _goblin.ShapeError(f"the graph takes inputs of shapes {mine}, got {tuple(shapes)}")
+        if len(shapes) != len(mine):
+            raise _goblin.InvalidArgumentError(f"the graph takes {len(mine)} input(s) (shapes {mine}), got "
+                                               f"{len(shapes)}: pass one array per example input of capture()")
         fn, examples = self._source
         batch = {s[0] for s in shapes if len(s)}
         ok = len(batch) == 1 and all(len(s) == len(m) and tuple(s[1:]) == m[1:] for s, m in zip(shapes, mine))

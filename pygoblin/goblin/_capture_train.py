@@ -36,12 +36,11 @@ from . import _capture
 from ._capture import _torch, _gdtype, _to_numpy, UnsupportedOpError  # noqa: F401
 
 
-_TRAIN_KEEP = ("nll_loss_forward.default", "nll_loss2d_forward.default")
 
 
 def _train_decomp_table(torch):
     table = _capture._decomp_table(torch)
-    for name in _TRAIN_KEEP:
+    for name in _capture._table.TRAIN_KEEP:
         packet, overload = name.split(".")
         p = getattr(torch.ops.aten, packet, None)
         o = getattr(p, overload, None) if p is not None else None
@@ -50,15 +49,26 @@ def _train_decomp_table(torch):
     return table
 
 
-_TRAIN_KNOWN = {"_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-                "nll_loss_forward", "nll_loss2d_forward", "native_dropout", "dropout", "batch_norm"}
 
 
 class _TrainLowering(_capture._Lowering):
     """goblin.capture's lowering with training-mode batch-norm, dropout off and nll_loss."""
 
     def _known(self, node):
-        return self._name(node) in _TRAIN_KNOWN or super()._known(node)
+        return self._name(node) in _capture._table.TRAINING
+
+    def take(self, x, d, ix, out_shape):
+        """As goblin.capture's, through gather (index_select has no backward rule): the index
+        is laid out along axis d and expanded over x's other dims."""
+        g = self.g
+        n = int(np.prod(ix.shape, dtype=np.int64))
+        lay = [1] * x.ndim
+        lay[d] = n
+        full = list(x.shape)
+        full[d] = n
+        ix = g.op("expand", g.op("reshape", ix, shape=lay), shape=full)
+        y = g.op("gather", x, ix, axis=d)
+        return y if tuple(y.shape) == tuple(out_shape) else g.op("reshape", y, shape=out_shape)
 
     def _stats(self, x):
         c = x.shape[1]

@@ -14,6 +14,13 @@ from . import _goblin
 from . import _dtypes
 
 
+def _numpy_if_torch(v):
+    if hasattr(v, "detach") and hasattr(v, "numpy") and hasattr(v, "dtype"):
+        from ._capture import _to_numpy
+        return _to_numpy(v)[0]
+    return v
+
+
 class Formula:
     """A parsed formula; call it on arrays or on goblin.Tensor handles."""
 
@@ -51,7 +58,7 @@ class Formula:
 
     def __call__(self, *args, backend=None, **kwargs):
         from ._graph import Tensor
-        values = self._bind(args, kwargs)
+        values = [_numpy_if_torch(v) for v in self._bind(args, kwargs)]
         tensors = [v for v in values if isinstance(v, Tensor)]
         if tensors:
             return tensors[0].graph.formula(self, *values)
@@ -87,6 +94,46 @@ class Formula:
         if backend is None:
             backend = "blis" if _goblin.backend_available("blis") else "ref"
         return g.evaluate(*conv, backend=backend)[0]
+
+
+    def _for_grid(self, args, kwargs, split):
+        """(graph, arrays, split) for grid.run(formula, ...): the array values become the graph's
+        inputs, numbers become constants of the arrays' dtype (broadcast); split defaults to
+        'batch' for arrays of the result's rank whose dim 0 is the longest, 'broadcast' else."""
+        from ._graph import Graph
+        values = self._bind(args, kwargs)
+        arrays = {}
+        for n, v in zip(self.variables, values):
+            v = _numpy_if_torch(v)
+            if isinstance(v, np.ndarray) and v.ndim > 0:
+                arrays[n] = v
+            elif not isinstance(v, (int, float, bool, np.generic, np.ndarray)):
+                raise TypeError(f"variable {n!r}: expected a numpy.ndarray or a number, got {type(v).__name__}")
+        if not arrays:
+            raise _goblin.InvalidArgumentError(f"run: {self!r} got only numbers; give at least one array to "
+                                               "split into tasks (or call the formula locally)")
+        dts = {_dtypes.from_array(a) for a in arrays.values()}
+        if len(dts) > 1:
+            raise _goblin.DTypeError(f"{self!r}: all arrays must share one dtype, got "
+                                     f"{', '.join(sorted(dts))} (insert a cast)")
+        dt = dts.pop()
+        g = Graph()
+        ins = {n: g.input(a.shape, dt) for n, a in arrays.items()}
+        terms = []
+        for n, v in zip(self.variables, values):
+            if n in ins:
+                terms.append(ins[n])
+                continue
+            v = np.asarray(v).item() if isinstance(v, (np.generic, np.ndarray)) else v
+            if isinstance(v, float) and dt in _dtypes.INT:
+                raise _goblin.DTypeError(f"variable {n!r}: float {v!r} in an integer ({dt}) formula")
+            terms.append(g.constant(np.asarray(v, _dtypes.to_numpy(dt)), dtype=dt))
+        g.output(g.formula(self, *terms))
+        if split is None:
+            rank = max(a.ndim for a in arrays.values())
+            rows = max(a.shape[0] for a in arrays.values() if a.ndim == rank)
+            split = ["batch" if a.ndim == rank and a.shape[0] == rows else "broadcast" for a in arrays.values()]
+        return g, list(arrays.values()), split
 
 
 def formula(text):

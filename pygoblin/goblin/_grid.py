@@ -13,13 +13,12 @@ short slices with the GIL released, reporting progress between slices; Ctrl-C ca
 the job on the node and the grid stays usable.
 """
 import os
-import sys
-import time
 
 import numpy as np
 
 from . import _goblin
 from . import _dtypes
+from ._progress import Progress as _Progress
 
 # The library's enums, by name (goblin/graph.h, node.h, verify.h). Graph jobs take these
 # verification policies; "none" is short for "unsafe-none".
@@ -55,62 +54,6 @@ def _default_layout():
     if n <= 4:
         return max(2, n), 1
     return 4, n // 4
-
-
-class _Progress:
-    """A progress display for one job: tqdm (terminal or notebook) when installed, a
-    plain stderr line otherwise, or a user callable progress(done, total)."""
-
-    def __init__(self, progress, desc):
-        self.fn = None
-        self.bar = None
-        self.desc = desc
-        self.t0 = time.monotonic()
-        self.last_print = 0.0
-        self.printed = False
-        if callable(progress):
-            self.fn = progress
-        elif progress:
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:
-                tqdm = None
-            if tqdm is not None:
-                try:
-                    self.bar = tqdm(total=0, desc=desc, unit="task", leave=False, delay=0.5)
-                except TypeError:  # tqdm older than 4.60: no delay
-                    self.bar = tqdm(total=0, desc=desc, unit="task", leave=False)
-            self.fn = self._tqdm if self.bar is not None else self._plain
-
-    @property
-    def callback(self):
-        return self.fn
-
-    def _tqdm(self, done, total):
-        if self.bar.total != total:
-            self.bar.total = total
-        if done > self.bar.n:
-            self.bar.update(done - self.bar.n)  # respects tqdm's delay and refresh interval
-
-    def _plain(self, done, total):
-        now = time.monotonic()
-        if now - self.t0 < 0.5 or (now - self.last_print < 0.25 and done < total):
-            return
-        self.last_print = now
-        pct = 100.0 * done / total if total else 0.0
-        tty = getattr(sys.stderr, "isatty", lambda: False)()
-        if not tty and done < total and now - self.t0 < 5 * (1 + self.printed):
-            return
-        line = f"{self.desc}: {done}/{total} tasks ({pct:.0f}%)"
-        sys.stderr.write("\r" + line if tty else line + "\n")
-        sys.stderr.flush()
-        self.printed = True
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-        elif self.printed and getattr(sys.stderr, "isatty", lambda: False)():
-            sys.stderr.write("\n")
 
 
 def _array(x, what):
@@ -259,7 +202,7 @@ class Grid:
     # -- graphs -----------------------------------------------------------------------------
     def run(self, graph, *inputs, split=None, combine=None, chunk_rows=None, verify="replicate",
             progress=True, min_tasks=None, task_memory=None, min_replication=None, trust_halflife=None,
-            spot_rows=None):
+            spot_rows=None, **variables):
         """Evaluate a goblin.Graph (or a captured PyTorch program) on the grid.
 
         Inputs are NumPy arrays (memmaps included; torch tensors are taken through .numpy())
@@ -275,9 +218,19 @@ class Grid:
         or 'none' (benchmarks only). min_replication / trust_halflife: the adaptive trust of
         'replicate' and 'spot' (the least share of a trusted worker's tasks checked; the
         agreements that halve that share). Returns one NumPy array, or a tuple of them when
-        the graph has several outputs."""
+        the graph has several outputs.
+
+        graph may be a goblin.formula: its variables are given by position or by name
+        (grid.run(f, a=1.5, x=xs)); numbers become constants, arrays are split as above
+        (default: 'batch' for arrays of the result's rank and longest dim 0)."""
         from ._graph import Graph
+        from ._formula import Formula
         self._check_open()
+        if isinstance(graph, Formula):
+            graph, inputs, split = graph._for_grid(inputs, variables, split)
+        elif variables:
+            raise TypeError(f"run() got unexpected keyword argument(s) {', '.join(sorted(variables))} "
+                            "(inputs by name are for a goblin.formula)")
         if not isinstance(graph, Graph):
             raise TypeError(f"run: expected a goblin.Graph (or goblin.capture(...)), got {type(graph).__name__}")
         arrays = [_array(x, f"run: input {i}") for i, x in enumerate(inputs)]

@@ -114,6 +114,9 @@ class _Bar:
         self.enabled = bool(enabled)
         self.total = total
         self.tty = getattr(sys.stderr, "isatty", lambda: False)()
+        self.t0 = time.monotonic()
+        self.rounds = 0
+        self.loss = None
         if not self.enabled:
             return
         try:
@@ -130,6 +133,8 @@ class _Bar:
     def round(self, info):
         if not self.enabled:
             return
+        self.rounds += 1
+        self.loss = info["loss"]
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{info['loss']:.4f}", refresh=False)
             self.bar.update(1)
@@ -142,9 +147,14 @@ class _Bar:
 
     def close(self):
         if self.bar is not None:
-            self.bar.close()
-        elif self.enabled and self.tty:
+            self.bar.close()  # tqdm leaves the bar, with its elapsed time
+        elif self.enabled and self.rounds:
+            from ._progress import format_seconds
+            line = (f"goblin train: {self.rounds} round(s) in {format_seconds(time.monotonic() - self.t0)}, "
+                    f"last loss {self.loss:.4f}")
+            sys.stderr.write(("\r" + line.ljust(60)) if self.tty else line)
             sys.stderr.write("\n")
+            sys.stderr.flush()
 
 
 class Trainer:

@@ -1,0 +1,127 @@
+"""The ATen ops goblin.capture maps, how, and within which limits: the op table that
+_capture.py (goblin.capture) and _capture_train.py (goblin.capture_training) accept,
+and the source of docs/pytorch.md (scripts/capture_coverage.py writes it from here).
+
+Plain data, no imports: the documentation script reads it without the extension.
+Each row: (ATen names, catalogue ops it becomes, limits, mode), mode one of
+  "both"      goblin.capture and goblin.capture_training
+  "inference" goblin.capture only (training capture has its own rule, another row)
+  "training"  goblin.capture_training only
+"""
+
+ROWS = [
+    # -- elementwise (torch's type promotion becomes explicit casts) --
+    ("add sub rsub", "add, sub (mul for alpha)", "", "both"),
+    ("mul", "mul", "", "both"),
+    ("div", "div, floor_div, trunc_div (by rounding_mode)", "", "both"),
+    ("floor_divide", "floor_div", "", "both"),
+    ("remainder", "rem_floor", "", "both"),
+    ("fmod", "rem_trunc", "", "both"),
+    ("pow", "pow", "", "both"),
+    ("maximum minimum", "maximum, minimum", "", "both"),
+    ("atan2", "atan2", "", "both"),
+    ("bitwise_and bitwise_or bitwise_xor __and__ __or__ __xor__", "bitwise_and, bitwise_or, bitwise_xor", "",
+     "both"),
+    ("bitwise_left_shift __lshift__", "shl", "", "both"),
+    ("bitwise_right_shift __rshift__", "shr_arith", "", "both"),
+    ("bitwise_not", "bitwise_not", "", "both"),
+    ("eq ne lt le gt ge", "eq, ne, lt, le, gt, ge", "", "both"),
+    ("logical_and logical_or logical_xor logical_not", "logical_and, logical_or, logical_xor, logical_not", "",
+     "both"),
+    ("neg abs sign square floor ceil round trunc isnan", "the unary op of that name", "", "both"),
+    ("exp log sqrt rsqrt reciprocal sin cos tanh erf log1p expm1",
+     "the unary op of that name", "integer inputs are cast to torch's result dtype first", "both"),
+    ("relu sigmoid silu", "relu, sigmoid, silu", "", "both"),
+    ("gelu", "gelu", "approximate 'none' or 'tanh'", "both"),
+    ("clamp", "clamp", "bounds are numbers (not tensors)", "both"),
+    ("where", "where", "", "both"),
+    ("_to_copy to", "cast", "dtype changes only (the device is ignored)", "both"),
+    ("clone alias detach lift_fresh_copy contiguous _assert_tensor_metadata", "nothing (the input itself)", "",
+     "both"),
+    # -- linear algebra and nn --
+    ("linear", "matmul (trans_b, bias as the third input)", "", "both"),
+    ("mm bmm matmul", "matmul", "", "both"),
+    ("addmm", "matmul (alpha, beta)", "", "both"),
+    ("t", "permute", "", "both"),
+    ("convolution", "conv2d; conv1d as conv2d over [N, C, 1, L] (reshapes)",
+     "F.conv1d / F.conv2d with stride, padding, dilation, groups; not conv3d, not transposed "
+     "(F.conv_transpose*d): both are refused with a message naming them", "both"),
+    ("max_pool2d max_pool2d_with_indices", "max_pool2d", "the indices output is not available", "both"),
+    ("avg_pool2d", "avg_pool2d", "no divisor_override", "both"),
+    ("adaptive_avg_pool2d _adaptive_avg_pool2d", "adaptive_avg_pool2d", "", "both"),
+    ("_native_batch_norm_legit_no_training", "batch_norm (training=0: the running statistics)", "", "both"),
+    ("batch_norm", "batch_norm", "goblin.capture: eval mode only (the running statistics; training mode is "
+     "refused with 'call model.eval()'); goblin.capture_training: batch statistics", "both"),
+    ("_native_batch_norm_legit _native_batch_norm_legit_functional", "batch_norm (training=1)",
+     "batch statistics; the running statistics are not tracked", "training"),
+    ("layer_norm native_layer_norm", "layer_norm", "", "both"),
+    ("rms_norm", "rms_norm", "eps=None becomes torch's default, the dtype's machine epsilon", "both"),
+    ("softmax _softmax log_softmax _log_softmax", "softmax, log_softmax", "", "both"),
+    ("scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu",
+     "scaled_dot_product_attention (causal, mask, scale)", "no dropout_p, no enable_gqa", "both"),
+    ("embedding", "embedding", "", "both"),
+    ("dropout native_dropout", "nothing (the identity)",
+     "goblin.capture: eval mode only (training mode is refused with 'call model.eval()'); "
+     "goblin.capture_training: off (the identity)", "both"),
+    ("nll_loss_forward nll_loss2d_forward", "nll_loss (reduction, ignore_index, weight)",
+     "goblin.capture decomposes F.nll_loss / F.cross_entropy into log_softmax, gather and where instead",
+     "training"),
+    # -- shape and movement --
+    ("view reshape _unsafe_view flatten unflatten squeeze unsqueeze view_copy", "reshape",
+     "training capture: keep the batch as the leading dim (x.view(B, ...))", "both"),
+    ("permute permute_copy transpose", "permute", "", "both"),
+    ("expand expand_copy", "expand", "", "both"),
+    ("slice", "slice", "", "both"),
+    ("select", "select", "", "both"),
+    ("cat concat", "concat", "", "both"),
+    ("stack", "stack", "", "both"),
+    ("split split_with_sizes", "slice (one per part)", "", "both"),
+    ("constant_pad_nd", "pad", "F.pad mode='constant'; reflect and replicate come as index (below)", "both"),
+    ("index", "index_select (goblin.capture); gather over the expanded index (goblin.capture_training, "
+     "which has a backward rule)",
+     "x[..., idx] with one integer index tensor (any rank; negative entries count from the end), which also "
+     "covers F.pad's reflect and replicate modes; not boolean masks, not several index tensors", "both"),
+    ("gather", "gather", "", "both"),
+    ("scatter_add", "scatter_add", "no backward rule (forward and inference only)", "both"),
+    # -- reductions --
+    ("sum mean prod", "sum, mean, prod", "", "both"),
+    ("amax amin", "reduce_max, reduce_min", "", "both"),
+    ("argmax argmin", "argmax, argmin", "with dim (not over the whole tensor)", "both"),
+    ("var var_mean", "var (and mean)", "x.var / x.std (std is var then sqrt) / torch.var_mean with dim, "
+     "keepdim and an integer correction; no backward rule", "both"),
+    ("cumsum", "cumsum (then cast)", "integer inputs sum into i64 as in torch; no backward rule", "both"),
+    # -- creation --
+    ("arange", "arange", "", "both"),
+    ("full zeros ones scalar_tensor full_like zeros_like ones_like", "full", "", "both"),
+]
+
+# Kept whole by run_decompositions because the catalogue has a kernel for them
+# (aten name.overload); everything else is lowered by torch's default table first.
+KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
+        "scaled_dot_product_attention.default", "max_pool2d.default", "avg_pool2d.default",
+        "adaptive_avg_pool2d.default", "softmax.int", "log_softmax.int", "matmul.default",
+        "embedding.default", "floor_divide.default", "remainder.Tensor", "remainder.Scalar",
+        "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default")
+TRAIN_KEEP = ("nll_loss_forward.default", "nll_loss2d_forward.default")
+
+BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "
+           "call model.eval() before goblin.capture (inference uses the running statistics), or train on a "
+           "grid with grid.train / goblin.capture_training, which normalizes with batch statistics")
+DROPOUT_HINT = ("dropout in training mode (nn.Dropout after model.train(), or F.dropout(training=True)): call "
+                "model.eval() before goblin.capture (dropout is then the identity); grid.train / "
+                "goblin.capture_training runs dropout as the identity too")
+SLICE_SCATTER_HINT = ("F.pad(mode='circular') and slice assignment (x[:, :2] = y) arrive as "
+                      "aten.slice_scatter, which has no mapping: F.pad supports modes 'constant', 'reflect' "
+                      "and 'replicate'; build the tensor with torch.cat instead of assigning into it")
+# ATen ops refused with advice (most appear only when a module is in training mode)
+NAME_HINTS = {"_native_batch_norm_legit_functional": BN_HINT, "_native_batch_norm_legit": BN_HINT,
+              "native_batch_norm": BN_HINT, "bernoulli": DROPOUT_HINT, "slice_scatter": SLICE_SCATTER_HINT}
+
+
+def names(modes):
+    """Every ATen op name of the rows whose mode is in `modes`."""
+    return frozenset(n for ns, _, _, mode in ROWS if mode in modes for n in ns.split())
+
+
+INFERENCE = names(("both", "inference"))
+TRAINING = names(("both", "training"))
