@@ -319,8 +319,13 @@ goblin_err goblin__tls_fetch_peer_cert(const char *url, int timeout_ms, uint8_t 
     mbedtls_ssl_set_bio(&ssl, &io, probe_send, probe_recv, NULL);
     while ((rc = mbedtls_ssl_handshake(&ssl)) != 0) {
         if (rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE) continue;
-        char what[64 + 256];
-        snprintf(what, sizeof what, "TLS handshake with %s", url);
+        char what[160 + 2 * 256];
+        /* A record that is not TLS at all: most often a plain-text listener. */
+        if (rc == MBEDTLS_ERR_SSL_INVALID_RECORD && strncmp(url, "tls+", 4) == 0)
+            snprintf(what, sizeof what, "TLS handshake with %s (what answers there does not "
+                     "speak TLS: if the node listens in plain text, connect to %s)", url, url + 4);
+        else
+            snprintf(what, sizeof what, "TLS handshake with %s", url);
         e = goblin__tls_mbed_errf(msg, cap,
                                   rc == MBEDTLS_ERR_SSL_TIMEOUT ? GOBLIN_ETIMEDOUT : GOBLIN_ECRYPTO,
                                   rc, what);

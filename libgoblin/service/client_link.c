@@ -3,6 +3,8 @@
  * stops answering heartbeats ends the wait), requests sent in parts, and the one safe
  * resend. */
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -84,12 +86,61 @@ static void *dial_thread(void *arg) {
     return NULL;
 }
 
+/* The host of @p url ("tcp://HOST:PORT", "[v6]" unbracketed) into @p host; false if none. */
+static bool url_host(const char *url, char *host, size_t cap) {
+    const char *h = strstr(url, "://");
+    if (!h || strncmp(url, "ipc", 3) == 0 || strncmp(url, "inproc", 6) == 0) return false;
+    h += 3;
+    const char *end;
+    if (*h == '[') {
+        h++;
+        end = strchr(h, ']');
+    } else {
+        end = strrchr(h, ':');
+    }
+    if (!end || end == h || (size_t)(end - h) >= cap) return false;
+    memcpy(host, h, (size_t)(end - h));
+    host[end - h] = 0;
+    return true;
+}
+
+/* Why a dial to @p url failed with nng's @p rv, in words that say what to do. */
+static void explain_dial(const char *url, int rv, char *why, size_t cap) {
+    char host[256];
+    bool tls = strncmp(url, "tls+", 4) == 0;
+    if (rv == NNG_EADDRINVAL && url_host(url, host, sizeof host)) {
+        struct addrinfo hints = {0}, *res = NULL;
+        hints.ai_socktype = SOCK_STREAM;
+        int g = getaddrinfo(host, NULL, &hints, &res);
+        if (res) freeaddrinfo(res);
+        if (g)
+            snprintf(why, cap, "cannot connect to %s: the host name '%s' does not resolve (%s)",
+                     url, host, gai_strerror(g));
+        else
+            snprintf(why, cap, "cannot connect to %s: not a valid address (tcp://HOST:PORT, "
+                     "tls+tcp://HOST:PORT with a port of 1 to 65535, ipc:///path)", url);
+    } else if (rv == NNG_EADDRINVAL) {
+        snprintf(why, cap, "cannot connect to %s: not a valid address (tcp://HOST:PORT, "
+                 "tls+tcp://HOST:PORT, ipc:///path)", url);
+    } else if (!tls && (rv == NNG_ECONNSHUT || rv == NNG_ECLOSED || rv == NNG_ECONNRESET)) {
+        snprintf(why, cap, "cannot connect to %s: what listens there closed the connection "
+                 "during the handshake; if the node listens with TLS, connect to tls+%s with "
+                 "its fingerprint", url, url);
+    } else if (tls && (rv == NNG_ECONNSHUT || rv == NNG_ECLOSED || rv == NNG_ECONNRESET ||
+                       rv == NNG_ECRYPTO)) {
+        snprintf(why, cap, "cannot connect to %s: the TLS handshake failed (%s); if the node "
+                 "listens in plain text, connect to %s", url, nng_strerror(rv), url + 4);
+    } else {
+        snprintf(why, cap, "cannot connect to %s: %s", url, nng_strerror(rv));
+    }
+}
+
 goblin_err goblin__client_dial_bounded(goblin_client *c, nng_dialer d, const char *url,
                                uint32_t timeout_ms, char *why, size_t cap) {
     int rv;
     if (timeout_ms == 0) {
         if ((rv = nng_dialer_start(d, 0)) != 0) {
-            snprintf(why, cap, "cannot connect to %s: %s", url, nng_strerror(rv));
+            explain_dial(url, rv, why, cap);
             return goblin__client_nng_err(rv);
         }
         return GOBLIN_OK;
@@ -132,7 +183,7 @@ goblin_err goblin__client_dial_bounded(goblin_client *c, nng_dialer d, const cha
         return GOBLIN_ETIMEDOUT;
     }
     if (w.rv) {
-        snprintf(why, cap, "cannot connect to %s: %s", url, nng_strerror(w.rv));
+        explain_dial(url, w.rv, why, cap);
         return goblin__client_nng_err(w.rv);
     }
     return GOBLIN_OK;
