@@ -30,6 +30,8 @@ typedef enum goblin_misbehave {
     GOBLIN_MISBEHAVE_SILENT = 7,   /* take the lease, never answer */
     GOBLIN_MISBEHAVE_SLOW = 8,     /* answer (correctly) after the SLOW delay */
     GOBLIN_MISBEHAVE_CRASH = 9,    /* die mid-task: see GOBLIN_TESTCTRL_WORKER_CRASH */
+    GOBLIN_MISBEHAVE_NEGATE = 10,  /* every float output negated: two such workers send the
+                                      same wrong bits (a colluding pair) */
     GOBLIN_MISBEHAVE_COUNT
 } goblin_misbehave;
 

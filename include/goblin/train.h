@@ -69,6 +69,12 @@ typedef struct goblin_trainer_params {
     goblin_verify verify;  /* default REPLICATE */
     double min_replication;      /* default 1.0: every training task is replicated, so a
                                     cheating worker cannot change the trajectory */
+    /* A round that cannot be right is computed again on this machine before its step
+     * (docs/training.md): a loss or gradient that is not finite, a loss below zero from a
+     * loss the graph proves never negative, or a gradient norm over grad_jump_factor times
+     * the largest of the last 8 rounds' (default 100; 0: no jump check). Agreeing
+     * replicas cannot hide such a round; the recomputation decides. */
+    double grad_jump_factor;
     goblin_log_fn log;
     void *log_user;
     goblin_log_level log_level;  /* default WARN */
@@ -133,6 +139,9 @@ typedef struct goblin_train_round_info {
     double seconds;         /* wall time of the round */
     double verify_seconds;  /* time the lab's process spent verifying (replica compare,
                                recomputation) */
+    bool rechecked;         /* the round could not be right and was computed again here */
+    bool recheck_changed;   /* ... and the recomputation differed: the grid's round was
+                               wrong, and was not used */
 } goblin_train_round_info;
 
 /** Run one round on a batch: @p data are the model's data inputs in order (n_data ==

@@ -387,21 +387,10 @@ static goblin_err check_data(goblin_trainer *t, const goblin_tensor *data, int32
     return GOBLIN_OK;
 }
 
-static double clip_or_norm(goblin_trainer *t, goblin_tensor *grads) {
-    int32_t np = t->m.n_params;
-    void *ptrs[GOBLIN_GRAPH_JOB_MAX_IO];
-    int64_t numels[GOBLIN_GRAPH_JOB_MAX_IO];
-    if (t->p.clip_norm > 0 && np <= GOBLIN_GRAPH_JOB_MAX_IO) {
-        for (int32_t i = 0; i < np; i++) {
-            ptrs[i] = grads[i].data;
-            numels[i] = goblin_tensor_numel(&grads[i]);
-        }
-        double total = 0;
-        goblin_clip_grad_norm(t->pdt, np, ptrs, numels, t->p.clip_norm, 2.0, &total);
-        return total;
-    }
+/* The global 2-norm of @p grads (summed in double). */
+static double grad_norm(const goblin_trainer *t, const goblin_tensor *grads) {
     double acc = 0;
-    for (int32_t i = 0; i < np; i++) {
+    for (int32_t i = 0; i < t->m.n_params; i++) {
         int64_t n = goblin_tensor_numel(&grads[i]);
         double s = 0;
         if (t->pdt == GOBLIN_DTYPE_F32) {
@@ -414,6 +403,41 @@ static double clip_or_norm(goblin_trainer *t, goblin_tensor *grads) {
         acc += s;
     }
     return sqrt(acc);
+}
+
+/* Clip @p grads to clip_norm (optim.h's rule, as torch's clip_grad_norm_). */
+static void clip(goblin_trainer *t, goblin_tensor *grads) {
+    int32_t np = t->m.n_params;
+    void *ptrs[GOBLIN_GRAPH_JOB_MAX_IO];
+    int64_t numels[GOBLIN_GRAPH_JOB_MAX_IO];
+    if (np > GOBLIN_GRAPH_JOB_MAX_IO) return;
+    for (int32_t i = 0; i < np; i++) {
+        ptrs[i] = grads[i].data;
+        numels[i] = goblin_tensor_numel(&grads[i]);
+    }
+    double total = 0;
+    goblin_clip_grad_norm(t->pdt, np, ptrs, numels, t->p.clip_norm, 2.0, &total);
+}
+
+static void free_grads(const goblin_trainer *t, goblin_tensor *grads) {
+    for (int32_t i = 0; grads && i < t->m.n_params; i++) goblin__free(grads[i].data);
+    goblin__free(grads);
+}
+
+/* Do two computations of a round agree (within rounding: the grid and this thread may
+ * sum in other orders)? */
+static bool same_round(const goblin_trainer *t, double l1, const goblin_tensor *g1, double l2,
+                       const goblin_tensor *g2) {
+    double tol = t->pdt == GOBLIN_DTYPE_F32 ? 1e-4 : 1e-9;
+    if (!(fabs(l1 - l2) <= tol * (1 + fabs(l2)))) return false;
+    for (int32_t i = 0; i < t->m.n_params; i++) {
+        int64_t n = goblin_tensor_numel(&g1[i]);
+        for (int64_t k = 0; k < n; k++) {
+            double a = get_f(g1[i].data, t->pdt, k), b = get_f(g2[i].data, t->pdt, k);
+            if (!(fabs(a - b) <= tol * (1 + fabs(b)))) return false;
+        }
+    }
+    return true;
 }
 
 static double round_lr(const goblin_trainer *t) {
@@ -434,16 +458,13 @@ static int64_t verify_clock(goblin_trainer *t) {
     return -1;
 }
 
-goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, int32_t n_data,
-                                goblin_train_round_info *out) {
-    if (!t) return GOBLIN_EINVAL;
-    t->err[0] = 0;
-    double t0 = goblin__train_now_s();
-    int64_t v0 = verify_clock(t);
-    int64_t B = 0;
-    goblin_err e = check_data(t, data, n_data, &B);
-    if (e) return e;
-    if ((e = goblin__train_ensure_plan(t, B))) return e;
+/* The round's loss and gradients (in the parameters' dtype; *grads_out owned, free with
+ * free_grads), its tasks on the grid or, with @p local, evaluated in this thread. */
+static goblin_err round_grads(goblin_trainer *t, const goblin_tensor *data, int64_t B, bool local,
+                              double *loss_out, int64_t *done_out, goblin_tensor **grads_out) {
+    goblin_grid *grid = t->grid;
+    if (local) t->grid = NULL; /* run_submit evaluates here without a grid */
+    goblin_err e = GOBLIN_OK;
     tr_round R;
     memset(&R, 0, sizeof R);
     R.t = t;
@@ -538,7 +559,71 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
             memcpy(grads[i].data, R.gacc[i], (size_t)n * sizeof(double));
         }
     }
-    double gnorm = clip_or_norm(t, grads);
+    *loss_out = R.loss;
+    *done_out = R.done;
+    *grads_out = grads;
+    grads = NULL;
+done:
+    free_grads(t, grads);
+    round_clear(&R);
+    t->grid = grid;
+    return e;
+}
+
+goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, int32_t n_data,
+                                goblin_train_round_info *out) {
+    if (!t) return GOBLIN_EINVAL;
+    t->err[0] = 0;
+    double t0 = goblin__train_now_s();
+    int64_t v0 = verify_clock(t);
+    int64_t B = 0;
+    goblin_err e = check_data(t, data, n_data, &B);
+    if (e) return e;
+    if ((e = goblin__train_ensure_plan(t, B))) return e;
+    int32_t np = t->m.n_params;
+    double loss = 0;
+    int64_t done = 0;
+    goblin_tensor *grads = NULL;
+    if ((e = round_grads(t, data, B, false, &loss, &done, &grads))) return e;
+    double gnorm = grad_norm(t, grads);
+    bool rechecked = false, changed = false;
+    char why[240];
+    const char *bad = goblin__train_implausible(t, loss, gnorm, goblin__train_grads_finite(t, grads),
+                                                why, sizeof why);
+    if (bad && t->grid) {
+        /* Replicas that agree cannot make this right: compute the round again here. */
+        goblin__train_log(t, GOBLIN_LOG_WARN, "round %lld: %s; computing it again on this machine "
+                          "before the step", (long long)t->rounds, bad);
+        double l2 = 0;
+        int64_t d2 = 0;
+        goblin_tensor *g2 = NULL;
+        if ((e = round_grads(t, data, B, true, &l2, &d2, &g2))) {
+            free_grads(t, grads);
+            return e;
+        }
+        rechecked = true;
+        changed = !same_round(t, loss, grads, l2, g2);
+        if (changed)
+            goblin__train_log(t, GOBLIN_LOG_WARN, "round %lld: the grid's result was wrong (loss %.9g, "
+                              "here %.9g); the step uses this machine's", (long long)t->rounds, loss, l2);
+        free_grads(t, grads);
+        grads = g2;
+        loss = l2;
+        gnorm = grad_norm(t, grads);
+        bad = goblin__train_implausible(t, loss, gnorm, goblin__train_grads_finite(t, grads), why,
+                                        sizeof why);
+    }
+    /* A jump that holds when recomputed is the model's own: taken. A loss or gradient that
+     * is not finite, or a loss that cannot be negative and is, is not applied. */
+    if (bad && (!isfinite(loss) || !goblin__train_grads_finite(t, grads) ||
+                (loss < 0 && t->loss_nonneg))) {
+        e = goblin__train_err(t, GOBLIN_ERANGE, "round %lld: %s%s; the parameters are unchanged "
+                              "(a smaller learning rate, or clip_norm, may help)", (long long)t->rounds,
+                              bad, t->grid ? ", also when computed again on this machine" : "");
+        free_grads(t, grads);
+        return e;
+    }
+    if (t->p.clip_norm > 0) clip(t, grads);
     double lr = round_lr(t);
     for (int32_t i = 0; i < np && !e; i++) {
         int64_t n = goblin_tensor_numel(&grads[i]);
@@ -558,20 +643,21 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
     if (out) {
         memset(out, 0, sizeof *out);
         out->round = t->rounds;
-        out->loss = R.loss;
+        out->loss = loss;
         out->grad_norm = gnorm;
         out->lr = lr;
-        out->tasks = R.done;
+        out->tasks = done;
         out->seconds = goblin__train_now_s() - t0;
         int64_t v1 = v0 >= 0 ? verify_clock(t) : -1;
         out->verify_seconds = v1 >= v0 && v0 >= 0 ? (double)(v1 - v0) * 1e-9 : 0.0;
+        out->rechecked = rechecked;
+        out->recheck_changed = changed;
     }
+    goblin__train_note_norm(t, gnorm);
     goblin__train_log(t, GOBLIN_LOG_DEBUG, "round %lld: loss %.9g, grad norm %.6g, lr %g, %lld tasks",
-         (long long)t->rounds, R.loss, gnorm, lr, (long long)R.done);
+         (long long)t->rounds, loss, gnorm, lr, (long long)done);
     t->rounds++;
 done:
-    for (int32_t i = 0; grads && i < np; i++) goblin__free(grads[i].data);
-    goblin__free(grads);
-    round_clear(&R);
+    free_grads(t, grads);
     return e;
 }

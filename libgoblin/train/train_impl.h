@@ -149,6 +149,8 @@ void goblin__train_tile_layout(const tr_model *m, const tr_stage *st, int32_t *w
 
 /* ---- the trainer (trainer.c, round.c, checkpoint.c) ------------------------------ */
 
+#define GOBLIN__TRAIN_NORMS 8 /* gradient norms a jump is measured against */
+
 struct goblin_trainer {
     goblin_trainer_params p;
     goblin_grid *grid;     /* where the tasks go (borrowed); NULL: evaluated in this thread */
@@ -161,6 +163,10 @@ struct goblin_trainer {
     uint64_t version, nonce, model_hash;
     tr_plan plan;
     int64_t plan_micro_param;
+    /* sanity.c: is the loss provably >= 0, and the last rounds' gradient norms */
+    bool loss_nonneg;
+    double norms[GOBLIN__TRAIN_NORMS];
+    int32_t n_norms, next_norm;
     char err[512];
 };
 
@@ -176,6 +182,18 @@ goblin_err goblin__train_alloc_like(goblin_tensor *out, goblin_dtype dt, int32_t
 goblin_err goblin__train_state_new(goblin_trainer *t, goblin_sgd_state **sgd, goblin_adamw_state **adam);
 /* Free the trainer's optimizer state (t->sgd, t->adam). */
 void goblin__train_state_free(goblin_trainer *t);
+/* ---- sanity.c: rounds that cannot be right ------------------------------------------- */
+
+/* Is the model's loss provably never negative (its ops and their inputs' signs)? */
+bool goblin__train_loss_nonneg(const tr_model *m);
+/* Are all of @p grads finite? */
+bool goblin__train_grads_finite(const goblin_trainer *t, const goblin_tensor *grads);
+/* Why a round with this loss and gradient cannot be right (written into @p why), or NULL. */
+const char *goblin__train_implausible(const goblin_trainer *t, double loss, double gnorm,
+                                      bool grads_finite, char *why, size_t cap);
+/* Remember an accepted round's gradient norm. */
+void goblin__train_note_norm(goblin_trainer *t, double gnorm);
+
 /* Make t->plan the plan for @p batch rows under the current budget. */
 goblin_err goblin__train_ensure_plan(goblin_trainer *t, int64_t batch);
 

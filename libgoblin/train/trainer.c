@@ -62,6 +62,7 @@ void goblin_trainer_params_default(goblin_trainer_params *p) {
     p->max_stages = GOBLIN_TRAIN_MAX_STAGES;
     p->verify = GOBLIN_VERIFY_REPLICATE;
     p->min_replication = 1.0;
+    p->grad_jump_factor = 100.0;
     p->log_level = GOBLIN_LOG_WARN;
 }
 
@@ -163,6 +164,9 @@ goblin_err goblin_trainer_new(goblin_trainer **out, goblin_grid *grid, const gob
         NEWFAIL(GOBLIN_EINVAL, "min_replication %g outside (0, 1]", p->min_replication);
     if (!(p->clip_norm >= 0) || isinf(p->clip_norm))
         NEWFAIL(GOBLIN_EINVAL, "clip_norm %g: needs a finite value >= 0", p->clip_norm);
+    if (!(p->grad_jump_factor >= 0) || !isfinite(p->grad_jump_factor))
+        NEWFAIL(GOBLIN_EINVAL, "grad_jump_factor %g: needs a finite value >= 0 (0: off)",
+                p->grad_jump_factor);
     if (p->micro_batch < 0) NEWFAIL(GOBLIN_EINVAL, "micro_batch %lld < 0", (long long)p->micro_batch);
     if ((unsigned)p->verify >= GOBLIN_VERIFY_COUNT || p->verify == GOBLIN_VERIFY_FREIVALDS)
         NEWFAIL(GOBLIN_EINVAL, "verify mode %d does not apply to training", (int)p->verify);
@@ -235,6 +239,7 @@ goblin_err goblin_trainer_new(goblin_trainer **out, goblin_grid *grid, const gob
     if ((e = goblin__train_analyse(&t->m, msg, sizeof msg))) NEWFAIL(e, "%s", msg);
     if (!t->m.nodes[t->m.loss_id].batch_dep)
         NEWFAIL(GOBLIN_EINVAL, "the loss does not depend on the data inputs");
+    t->loss_nonneg = goblin__train_loss_nonneg(&t->m);
     /* parameters */
     t->params = goblin__calloc((size_t)p->n_params, sizeof *t->params);
     if (!t->params) NEWFAIL(GOBLIN_ENOMEM, "out of memory");

@@ -18,7 +18,8 @@
 #include "base/alloc.h"
 
 static const char *mb_names[GOBLIN_MISBEHAVE_COUNT] = {"none",     "wrong",  "scale", "nan",  "stale",
-                                                       "swap",     "truncate", "silent", "slow", "crash"};
+                                                       "swap",     "truncate", "silent", "slow", "crash",
+                                                       "negate"};
 
 static const char *misbehave_name(goblin_misbehave mode) {
     return (unsigned)mode < GOBLIN_MISBEHAVE_COUNT ? mb_names[mode] : NULL;
@@ -178,6 +179,15 @@ bool goblin__worker_misbehave_apply(goblin_worker *w, goblin_misbehave mode, uin
                 *send_t = tt;
             } else {
                 *n_out = 0;
+            }
+        }
+        break;
+    case GOBLIN_MISBEHAVE_NEGATE: /* deterministic: no draw, so a pair agrees bit for bit */
+        for (int32_t q = 0; q < no; q++) {
+            int64_t nq = goblin_tensor_numel(&out[q]);
+            for (int64_t i = 0; i < nq; i++) {
+                if (out[q].dtype == GOBLIN_DTYPE_F32) ((float *)out[q].data)[i] = -((float *)out[q].data)[i];
+                else if (out[q].dtype == GOBLIN_DTYPE_F64) ((double *)out[q].data)[i] = -((double *)out[q].data)[i];
             }
         }
         break;

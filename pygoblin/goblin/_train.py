@@ -161,7 +161,8 @@ class Trainer:
     """Training of one torch module on a grid (made by grid.train(); see the module doc).
 
     step(*batch) runs one round; fit(data, rounds=N) runs N rounds; history holds every
-    round's info (round, loss, grad_norm, lr, tasks, seconds, verify_seconds)."""
+    round's info (round, loss, grad_norm, lr, tasks, seconds, verify_seconds, rechecked,
+    recheck_changed)."""
 
     def __init__(self, grid, model, loss_fn=None, optimizer=None, batch_size=None, micro_batch_size=None,
                  schedule=None, clip_norm=None, task_memory=None, max_stages=None, verify="replicate",
@@ -257,7 +258,8 @@ class Trainer:
     # -- rounds ------------------------------------------------------------------
     def step(self, *batch):
         """One round on one batch (the model's inputs, then the loss's targets): returns the
-        round's info dict (round, loss, grad_norm, lr, tasks, seconds, verify_seconds)."""
+        round's info dict (round, loss, grad_norm, lr, tasks, seconds, verify_seconds,
+        rechecked, recheck_changed)."""
         if not batch:
             raise TypeError("step() needs the batch: step(inputs, targets)")
         if self._t is None:

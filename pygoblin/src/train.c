@@ -323,9 +323,11 @@ static PyObject *trainer_round(pygoblin_trainer *self, PyObject *args)
         trainer_fail(self, e);
         goto done;
     }
-    ret = Py_BuildValue("{s:L,s:d,s:d,s:d,s:L,s:d,s:d}", "round", (long long)info.round, "loss", info.loss,
-                        "grad_norm", info.grad_norm, "lr", info.lr, "tasks", (long long)info.tasks, "seconds",
-                        info.seconds, "verify_seconds", info.verify_seconds);
+    ret = Py_BuildValue("{s:L,s:d,s:d,s:d,s:L,s:d,s:d,s:O,s:O}", "round", (long long)info.round, "loss",
+                        info.loss, "grad_norm", info.grad_norm, "lr", info.lr, "tasks", (long long)info.tasks,
+                        "seconds", info.seconds, "verify_seconds", info.verify_seconds, "rechecked",
+                        info.rechecked ? Py_True : Py_False, "recheck_changed",
+                        info.recheck_changed ? Py_True : Py_False);
 done:
     for (Py_ssize_t i = 0; i < n; i++)
         Py_XDECREF(keep[i]);
@@ -492,7 +494,7 @@ static PyObject *trainer_get_n_params(pygoblin_trainer *self, void *c) { return 
 
 static PyMethodDef trainer_methods[] = {
     {"round", (PyCFunction)trainer_round, METH_VARARGS,
-     "round(*data) -> dict(round, loss, grad_norm, lr, tasks, seconds, verify_seconds): one verified round"},
+     "round(*data) -> dict(round, loss, grad_norm, lr, tasks, seconds, verify_seconds, rechecked, recheck_changed): one verified round"},
     {"plan", (PyCFunction)trainer_plan, METH_VARARGS,
      "plan(batch) -> dict: micro-batches, stages (node ranges, tiles, memory per task), budget"},
     {"plan_text", (PyCFunction)trainer_plan_text, METH_VARARGS, "plan_text(batch) -> str: the plan as text"},

@@ -764,3 +764,55 @@ Test(train, tiled_conv_matches_reference) {
     goblin_grid_free(grid);
     mlp_free(&m);
 }
+
+/* Two workers of one attacker that negate everything send the same bits: their replicas
+ * agree, and the round's loss (a cross-entropy) comes out negative. The round check sees
+ * a loss the graph proves cannot be negative and computes the round again here, so the
+ * trajectory is the reference's; on an honest grid nothing is recomputed. */
+Test(train, an_agreeing_pair_cannot_pass_an_impossible_loss) {
+    mlp m;
+    mlp_build(&m, 2, SMALL, 8, 16, 0);
+    goblin_grid *grid = grid_new(2);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, goblin_grid_worker(grid, i),
+                                         GOBLIN_MISBEHAVE_NEGATE, 1.0, (uint64_t)0), GOBLIN_OK);
+    goblin_trainer_params tp;
+    tparams(&tp, &m, GOBLIN_OPTIMIZER_SGD);
+    tp.micro_batch = 2;
+    goblin_trainer *t = trainer(&m, grid, &tp);
+    ref_state r;
+    ref_init(&r, &m);
+    double **got = alloc_params(&m);
+    goblin_tensor data[2];
+    data_tensors(&m, data);
+    for (int k = 0; k < 3; k++) {
+        goblin_train_round_info ri;
+        cr_assert_eq(goblin_trainer_round(t, data, 2, &ri), GOBLIN_OK, "%s", goblin_trainer_error(t));
+        double lref = ref_round(&r, &m, &tp);
+        cr_assert_gt(lref, 0);
+        cr_assert(ri.rechecked && ri.recheck_changed, "round %d was not rechecked", k);
+        cr_assert(fabs(ri.loss - lref) <= 1e-12 * (1 + fabs(lref)), "round %d loss %.17g, reference %.17g",
+                  k, ri.loss, lref);
+        get_params(t, &m, got);
+        double d = max_rel_diff(&m, got, r.p);
+        cr_assert(d <= 1e-12, "round %d: parameters differ from the reference by %.3g", k, d);
+    }
+    goblin_node_stats st;
+    goblin_node_stats_get(goblin_grid_node(grid), &st);
+    cr_assert_geq(st.replicas_agreed, 1, "the pair's replicas did agree (what the check is for)");
+    goblin_trainer_free(t);
+    free_params(&m, got);
+    ref_free(&r, &m);
+    goblin_grid_free(grid);
+    /* honest workers: no round is recomputed */
+    grid = grid_new(2);
+    t = trainer(&m, grid, &tp);
+    for (int k = 0; k < 2; k++) {
+        goblin_train_round_info ri;
+        cr_assert_eq(goblin_trainer_round(t, data, 2, &ri), GOBLIN_OK, "%s", goblin_trainer_error(t));
+        cr_assert(!ri.rechecked, "honest round %d was rechecked", k);
+    }
+    goblin_trainer_free(t);
+    goblin_grid_free(grid);
+    mlp_free(&m);
+}
