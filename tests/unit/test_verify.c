@@ -741,7 +741,9 @@ Test(freivalds, verdicts_are_reproducible_and_seed_dependent_only_in_r) {
  * orthogonal to it, which passes; the same forgery under a fresh seed is caught. */
 Test(freivalds, a_forger_who_knows_the_seed_passes_a_fresh_seed_catches_him) {
     sm_state = 14;
-    int64_t m = 16, k = 16, n = 16;
+    /* K long enough that columns 0 and 1 share a column group of the element stage,
+     * whose sums use the same r (docs/verification.md, "The element stage") */
+    int64_t m = 16, k = 2048, n = 16;
     goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, m, k), b = mat_new(GOBLIN_DTYPE_F64, k, n);
     fill(&a, DIST_SIGNED);
     fill(&b, DIST_SIGNED);
