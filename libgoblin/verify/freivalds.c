@@ -281,7 +281,7 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
             if (f->bad[j]) f->colsq[j] = 0;
     }
     for (int32_t p = 0; p < np; p++) fv_levels_init(f, p, x);
-    goblin_err e = goblin__fv_el_new(f);
+    goblin_err e = goblin__fv_el_new(f, x->p.seed);
     if (e) {
         goblin_freivalds_panels_free(f);
         return e;

@@ -20,11 +20,12 @@
 #include <string.h>
 #include "base/alloc.h"
 #include "core/node.h"
+#include "kernels/random.h"
 #include "freivalds_impl.h"
 #include "verdict.h"
 #include "verify_impl.h"
 
-#define EL_SIGMAS 3.0  /* the groups' accept level, in the model's standard deviations */
+#define EL_SIGMAS 2.5  /* the groups' accept level, in the model's standard deviations */
 #define EL_LAMBDA 0.75 /* accept level / (rho gamma S |r|): a 1.5x error moves d by 2 T */
 #define EL_RHO 0.6     /* S_ij >= rho ||a_i|| ||b_j|| for the data covered */
 #define EL_CHUNK 8     /* groups per chunk of Y (two v4 accumulators per row) */
@@ -96,14 +97,14 @@ static void group_sums(const fvp *f, const double *row, int64_t g0, int64_t g1, 
                        double *ss) {
 #if defined(FV_V3)
     if (f->v3) {
-        group_sums_v3(f, row, g0, g1, col0, f->rw, f->el_ra, ys, ss);
+        group_sums_v3(f, row, g0, g1, col0, f->el_r, f->el_ra, ys, ss);
         return;
     }
 #endif
-    group_sums_base(f, row, g0, g1, col0, f->rw, f->el_ra, ys, ss);
+    group_sums_base(f, row, g0, g1, col0, f->el_r, f->el_ra, ys, ss);
 }
 
-goblin_err goblin__fv_el_new(fvp *f) {
+goblin_err goblin__fv_el_new(fvp *f, uint64_t seed) {
     int64_t N = f->N, K = f->K;
     f->el_on = false;
     if (K == 0 || N == 0 || atomic_load(&el_off)) return GOBLIN_OK;
@@ -112,9 +113,9 @@ goblin_err goblin__fv_el_new(fvp *f) {
     if (!isfinite(rel)) return GOBLIN_OK;
     for (int32_t p = 0; p < f->np; p++)
         if (f->lv[p].n_bad) return GOBLIN_OK; /* such tiles are ESCALATEd anyway */
-    /* groups[N], gp0[np + 1], scratch: 4 K (a block of A), K, 6 N (rows of B and C, sums), |r| (N), 2 N */
+    /* groups[N], gp0[np + 1], scratch: 4 K (a block of A), K, 6 N (rows of B and C, sums), |r| (N), 2 N, r (N) */
     size_t bytes = (size_t)N * sizeof(fv_group) + ((size_t)f->np + 1) * sizeof(int64_t) +
-                   ((size_t)5 * (size_t)K + 9 * (size_t)N) * sizeof(double);
+                   ((size_t)5 * (size_t)K + 10 * (size_t)N) * sizeof(double);
     void *blk = goblin__alloc(bytes);
     if (!blk) return GOBLIN_ENOMEM;
     f->el_block = blk;
@@ -122,8 +123,20 @@ goblin_err goblin__fv_el_new(fvp *f) {
     f->gp0 = (int64_t *)(f->grp + N);
     f->el_buf = (double *)(f->gp0 + f->np + 1);
     f->el_ra = f->el_buf + 5 * K + 6 * N;
-    for (int64_t j = 0; j < N; j++) f->el_ra[j] = fabs(f->rw[j]);
-    const double *r = f->rw; /* vector 0's weights */
+    f->el_r = f->el_ra + 3 * N;
+    /* The groups' own secret weights: r_j = +-(3/4 + U/4), Philox draw
+     * MAX_VECTORS * N + j of the stream "FREV" (beyond every vector's draws). |r_j| >=
+     * 3/4 keeps the weakest column of a group near the others (the width follows the
+     * smallest |r_j|); cancelling errors are the row check's business. */
+    for (int64_t j = 0; j < N; j++) {
+        uint32_t x[4];
+        goblin__rng_draw(seed, 0, VERIFY_STREAM_FREIVALDS,
+                         (uint64_t)GOBLIN_FREIVALDS_MAX_VECTORS * (uint64_t)N + (uint64_t)j, x);
+        double mag = 0.75 + 0.25 * goblin__rng_u01(x, 53);
+        f->el_r[j] = (x[2] & 1u) ? -mag : mag;
+        f->el_ra[j] = mag;
+    }
+    const double *r = f->el_r;
     int64_t ng = 0;
     for (int32_t p = 0; p < f->np; p++) {
         f->gp0[p] = ng;

@@ -34,7 +34,7 @@ typedef struct fv_levels {
 } fv_levels;
 
 /* A column group of the element stage (freivalds_element.c): columns [j0, j0 + w)
- * and the upper bounds, from B and vector 0's weights r, of its level's terms. */
+ * and the upper bounds, from B and its own secret weights r, of its level's terms. */
 typedef struct fv_group {
     int64_t j0, w;
     double beta; /* sqrt(sum ||b_j||^2 r_j^2) */
@@ -86,7 +86,8 @@ struct goblin_freivalds_panels {
     fv_group *grp;      /* [n_grp] */
     int64_t *gp0;       /* [np + 1] first group of each panel */
     double *el_buf;     /* scratch: 5 K + 6 N, then el_ra and 2 N */
-    double *el_ra;      /* [N] |r| of vector 0 */
+    double *el_ra;      /* [N] |r| of the groups' weights */
+    double *el_r;       /* [N] the groups' weights r */
     double *yc;         /* [n_gpad / 8][K][8]: Y = B R per group, in chunks of 8 groups */
     int64_t n_grp, n_gpad, el_wmax;
     fv_range *ranges;   /* the prepared row ranges: inline_ranges until there are more */
@@ -127,7 +128,7 @@ void goblin__fv_load_row(goblin_dtype dt, const char *base, int64_t stride, int6
                          double *buf);
 /** The element stage's groups and Y = B R (after the levels); GOBLIN_ENOMEM. Off
  *  (el_on false) where a panel has masked columns or the contract is infinite. */
-goblin_err goblin__fv_el_new(fvp *f);
+goblin_err goblin__fv_el_new(fvp *f, uint64_t seed);
 void goblin__fv_el_free(fvp *f);
 /** Z = A Y for the rows of @p r (r->zg sized rows x n_gpad). */
 void goblin__fv_el_prepare(fvp *f, fv_range *r);
