@@ -16,9 +16,13 @@
  * with 4 vectors (the default), and prints the time per element read. Every tile
  * must be accepted (the run fails otherwise). Prints Markdown on stdout. */
 #include <goblin/goblin.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+/* internal (libgoblin/verify/freivalds_element.c): the element stage on or off */
+void goblin__freivalds_element_stage(bool on);
 
 static double cpu_s(void) {
     struct timespec t;
@@ -70,13 +74,17 @@ int main(int argc, char **argv) {
     goblin_graph_free(g);
 
     int64_t rows = n / 4, cols = n / 2, cb[3] = {0, cols, n};
-    double t_new = 1e30, t_prep = 1e30, t_check = 1e30, t_tile = 1e30;
-    double r_new = 1e30, r_prep = 1e30, r_check = 1e30; /* one panel of width n */
+    /* [0]: with the element stage (the library's default), [1]: the row check alone */
+    double t_new[2] = {1e30, 1e30}, t_prep[2] = {1e30, 1e30}, t_check[2] = {1e30, 1e30};
+    double t_tile[2] = {1e30, 1e30};
+    double r_new[2] = {1e30, 1e30}, r_prep[2] = {1e30, 1e30}, r_check[2] = {1e30, 1e30};
     int accepted = 0, checks = 0;
-    for (int run = 0; run < runs; run++) {
+    for (int run = 0; run < 2 * runs; run++) {
+        int st = run % 2; /* interleaved */
+        goblin__freivalds_element_stage(st == 0);
         goblin_freivalds_params p;
         goblin_freivalds_params_default(&p);
-        p.seed = 0x5eed + (uint64_t)run;
+        p.seed = 0x5eed + (uint64_t)(run / 2);
         goblin_freivalds_panels *fp = NULL;
         double t0 = cpu_s();
         if (goblin_freivalds_panels_new(&ta, &tb, 2, cb, &p, &fp)) return 1;
@@ -97,9 +105,9 @@ int main(int argc, char **argv) {
             }
         double t3 = cpu_s();
         goblin_freivalds_panels_free(fp);
-        keep_min(&t_new, t1 - t0);
-        keep_min(&t_prep, t2 - t1);
-        keep_min(&t_check, t3 - t2);
+        keep_min(&t_new[st], t1 - t0);
+        keep_min(&t_prep[st], t2 - t1);
+        keep_min(&t_check[st], t3 - t2);
         /* one tile alone: A's row panel, B's column panel, C's tile */
         goblin_tensor at = ta, bt = tb, ct = tc;
         at.shape[0] = rows;
@@ -109,7 +117,7 @@ int main(int argc, char **argv) {
         goblin_verdict v;
         t0 = cpu_s();
         if (goblin_verify_matmul(&at, &bt, &ct, &p, &v)) return 1;
-        keep_min(&t_tile, cpu_s() - t0);
+        keep_min(&t_tile[st], cpu_s() - t0);
         accepted += v.kind == GOBLIN_VERDICT_ACCEPT;
         checks++;
         /* a row panel at a time: one panel spanning all n columns */
@@ -130,33 +138,37 @@ int main(int argc, char **argv) {
         }
         t3 = cpu_s();
         goblin_freivalds_panels_free(fp);
-        keep_min(&r_new, t1 - t0);
-        keep_min(&r_prep, t2 - t1);
-        keep_min(&r_check, t3 - t2);
+        keep_min(&r_new[st], t1 - t0);
+        keep_min(&r_prep[st], t2 - t1);
+        keep_min(&r_check[st], t3 - t2);
     }
     double nn = (double)n * (double)n;
+    goblin__freivalds_element_stage(true);
     printf("### Freivalds check, f32 %lld^3 job, 4 x 2 tiles, 4 vectors (thread CPU, best of %d)\n\n"
-           "Judged tile by tile (panels: ...), and a row panel at a time (row panels at once: ...).\n\n",
+           "Judged tile by tile (panels: ...), and a row panel at a time (row panels at once: ...); "
+           "with the element stage (the default) and the row check alone, interleaved.\n\n",
            (long long)n, runs);
-    printf("| check | CPU | per element read |\n|---|---|---|\n");
-    printf("| panels: new (the pass over B) | %.1f ms | %.2f ns |\n", t_new * 1e3, t_new / nn * 1e9);
-    printf("| panels: 4 prepares (the passes over A, 2 column panels) | %.1f ms | %.2f ns |\n",
-           t_prep * 1e3, t_prep / nn * 1e9);
-    printf("| panels: 8 checks (the passes over C) | %.1f ms | %.2f ns |\n", t_check * 1e3,
-           t_check / nn * 1e9);
-    double job = t_new + t_prep + t_check;
-    printf("| panels: the whole job | %.1f ms | %.2f ns |\n", job * 1e3, job / (3 * nn) * 1e9);
+    printf("| check | CPU | per element read | row check alone | ratio |\n|---|---|---|---|---|\n");
     double tile_elems = (double)rows * (double)n + (double)n * (double)cols + (double)rows * cols;
-    printf("| one tile, goblin_verify_matmul | %.1f ms | %.2f ns |\n", t_tile * 1e3,
-           t_tile / tile_elems * 1e9);
-    printf("| row panels at once: new (the pass over B) | %.1f ms | %.2f ns |\n", r_new * 1e3, r_new / nn * 1e9);
-    printf("| row panels at once: 4 prepares (the passes over A, one panel of width n) | %.1f ms | %.2f ns |\n",
-           r_prep * 1e3, r_prep / nn * 1e9);
-    printf("| row panels at once: 4 checks (the passes over C, n/4 x n each) | %.1f ms | %.2f ns |\n",
-           r_check * 1e3, r_check / nn * 1e9);
-    double rjob = r_new + r_prep + r_check;
-    printf("| row panels at once: the whole job (the node's default) | %.1f ms | %.2f ns |\n", rjob * 1e3,
-           rjob / (3 * nn) * 1e9);
+    double job[2], rjob[2];
+    for (int q = 0; q < 2; q++) {
+        job[q] = t_new[q] + t_prep[q] + t_check[q];
+        rjob[q] = r_new[q] + r_prep[q] + r_check[q];
+    }
+    struct { const char *what; const double *t; double elems; } rowsv[] = {
+        {"panels: new (the pass over B)", t_new, nn},
+        {"panels: 4 prepares (the passes over A, 2 column panels)", t_prep, nn},
+        {"panels: 8 checks (the passes over C)", t_check, nn},
+        {"panels: the whole job", job, 3 * nn},
+        {"one tile, goblin_verify_matmul", t_tile, tile_elems},
+        {"row panels at once: new (the pass over B)", r_new, nn},
+        {"row panels at once: 4 prepares (the passes over A, one panel of width n)", r_prep, nn},
+        {"row panels at once: 4 checks (the passes over C, n/4 x n each)", r_check, nn},
+        {"row panels at once: the whole job (the node's default)", rjob, 3 * nn},
+    };
+    for (size_t q = 0; q < sizeof rowsv / sizeof *rowsv; q++)
+        printf("| %s | %.1f ms | %.2f ns | %.1f ms | %.2f |\n", rowsv[q].what, rowsv[q].t[0] * 1e3,
+               rowsv[q].t[0] / rowsv[q].elems * 1e9, rowsv[q].t[1] * 1e3, rowsv[q].t[0] / rowsv[q].t[1]);
     printf("\n%d of %d checks accepted\n", accepted, checks);
     free(a);
     free(b);

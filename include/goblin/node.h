@@ -349,6 +349,9 @@ typedef struct goblin_node_worker_stats {
     int64_t issued, accepted, rejected, failed_leases;
     char identity[65]; /* the worker's identity (SHA-256 of its public key, hex) */
     char owner[64];    /* its owner from owners_file, or "" */
+    int64_t suspected; /* results the node recomputed because their check was inconclusive
+                          (between the levels); the identity is quarantined at 3
+                          (docs/verification.md, "Suspicion costs") */
 } goblin_node_worker_stats;
 
 /** Counters of worker @p i, in HELLO order among the peers the node still tracks

@@ -282,6 +282,7 @@ void goblin__node_handle_result(goblin_node *n, int32_t pi, goblin__wire_result 
             if (e) {
                 goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot verify task: %s", goblin_strerror(e));
                 v.kind = GOBLIN_VERDICT_ESCALATE;
+                v.reason = GOBLIN_VERIFY_UNCHECKABLE; /* the node's failure, not the worker's */
             }
         }
     }
@@ -304,6 +305,7 @@ void goblin__node_handle_result(goblin_node *n, int32_t pi, goblin__wire_result 
         } else {
             goblin__node_task_accept(n, j, L.task, mine, -1);
         }
+        goblin__node_count_suspicion(n, pi, 0, &v);
     } else {
         n->st.results_rejected++;
         n->st.rejected_by_reason[v.reason < GOBLIN_VERIFY_REASON_COUNT ? v.reason : 0]++;

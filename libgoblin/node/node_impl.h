@@ -101,6 +101,7 @@ typedef struct ident {
     int32_t owner;       /* index into the owners' names, -1: none known */
     uint64_t serial;     /* never reused; 0: none */
     int64_t agreements;  /* checked results that agreed (adaptive trust) */
+    int64_t suspicions;  /* results the node had to recompute (trust.c) */
     int32_t connected;   /* peers of this identity admitted and connected */
     int64_t last_seen_ms;
 } ident;
@@ -143,6 +144,7 @@ typedef struct peer {
     bool batch; /* takes batches of TASKs (offered GOBLIN_WIRE_CAP_BATCH in HELLO) */
     bool shared; /* an in-process worker over inproc://: matmul panels go in place (share.h) */
     int64_t issued, accepted, rejected, failed;
+    int64_t suspected; /* results of this connection that the node had to recompute */
     uint64_t panels[2][PANEL_MEMO];
     int32_t panel_next[2];
     int32_t memo_cap; /* panels per kind believed cached: halved on every miss, since
@@ -593,6 +595,12 @@ void goblin__node_task_set_by(const goblin_node *n, task *t, int32_t by);
 void goblin__node_count_reject(goblin_node *n, int32_t pi, int64_t ti, goblin_verify_reason why);
 /** Count an accepted result from peer @p pi; @p agreed: it was checked and agreed (trust). */
 void goblin__node_count_accept(goblin_node *n, int32_t pi, bool agreed);
+/** A result from peer @p pi (-1 if gone) of identity serial @p by_ident that the node
+ *  recomputed because its check was inconclusive between the levels (verdict @p v;
+ *  only GOBLIN_VERIFY_BETWEEN counts): counted against the connection and identity,
+ *  which is quarantined at GOBLIN__SUSPICION_LIMIT (docs/verification.md). */
+void goblin__node_count_suspicion(goblin_node *n, int32_t pi, uint64_t by_ident, const goblin_verdict *v);
+#define GOBLIN__SUSPICION_LIMIT 3
 
 /* ---- spot.c --------------------------------------------------------------------- */
 

@@ -63,7 +63,8 @@ goblin_err goblin_node_worker_stats_get(goblin_node *n, int64_t i, goblin_node_w
                                           .issued = p->issued,
                                           .accepted = p->accepted,
                                           .rejected = p->rejected,
-                                          .failed_leases = p->failed};
+                                          .failed_leases = p->failed,
+                                          .suspected = p->suspected};
         const ident *id = goblin__node_peer_ident(n, k);
         if (id) {
             memcpy(out->identity, id->fp, sizeof out->identity);

@@ -252,17 +252,21 @@ static void judge_held_alone(goblin_node *n, goblin_job *j, int64_t ti) {
     if (e) {
         goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot verify task: %s", goblin_strerror(e));
         v.kind = GOBLIN_VERDICT_ESCALATE;
+        v.reason = GOBLIN_VERIFY_UNCHECKABLE; /* the node's failure, not the worker's */
     }
     if (v.kind == GOBLIN_VERDICT_ACCEPT) {
         accept_held(n, j, ti);
     } else if (v.kind == GOBLIN_VERDICT_ESCALATE) {
-        /* Inconclusive: recompute on the node and keep the node's tile. */
+        /* Inconclusive: recompute on the node and keep the node's tile; a suspicion
+         * against the worker (trust.c). */
         n->st.results_escalated++;
+        uint64_t by_session = j->tasks[ti].by_session, by_ident = j->tasks[ti].by_ident;
         void *mine = goblin__alloc((size_t)(tl.rows * tl.cols) * j->esz);
         e = mine ? goblin__node_compute(n, j, ti, mine) : GOBLIN_ENOMEM;
         if (e) goblin__node_job_finish(j, GOBLIN_JOB_FAILED, e, "recomputing an escalated task failed: %s", goblin_strerror(e));
         else goblin__node_task_accept(n, j, ti, mine, -1);
         goblin__free(mine);
+        goblin__node_count_suspicion(n, goblin__node_find_session(n, by_session), by_ident, &v);
     } else {
         reject_held(n, j, ti, &v);
     }

@@ -54,6 +54,21 @@ void goblin__node_count_accept(goblin_node *n, int32_t pi, bool agreed) {
     if (agreed && id) id->agreements++;
 }
 
+void goblin__node_count_suspicion(goblin_node *n, int32_t pi, uint64_t by_ident, const goblin_verdict *v) {
+    if (v->kind != GOBLIN_VERDICT_ESCALATE || v->reason != GOBLIN_VERIFY_BETWEEN) return;
+    int32_t id = pi >= 0 ? n->peers[pi].ident : goblin__node_ident_by_serial(n, by_ident);
+    if (pi >= 0) n->peers[pi].suspected++;
+    if (id < 0) return;
+    ident *I = &n->idents[id];
+    I->suspicions++;
+    goblin__node_log(n, GOBLIN_LOG_WARN, "worker %llu: result recomputed (%s), %lld of %d before quarantine",
+                     pi >= 0 ? (unsigned long long)n->peers[pi].session_id : 0ull, goblin_verify_reason_name(v->reason),
+                     (long long)I->suspicions, GOBLIN__SUSPICION_LIMIT);
+    if (I->suspicions < GOBLIN__SUSPICION_LIMIT || I->quarantined) return;
+    if (pi >= 0) goblin__node_quarantine(n, pi);
+    else goblin__node_quarantine_identity(n, id);
+}
+
 void goblin__node_task_set_by(const goblin_node *n, task *t, int32_t by) {
     const ident *id = by >= 0 ? goblin__node_peer_ident(n, by) : NULL;
     t->by_session = by >= 0 ? n->peers[by].session_id : 0;

@@ -281,6 +281,11 @@ static goblin_err fv_new(const goblin_tensor *a, const goblin_tensor *b, const f
             if (f->bad[j]) f->colsq[j] = 0;
     }
     for (int32_t p = 0; p < np; p++) fv_levels_init(f, p, x);
+    goblin_err e = goblin__fv_el_new(f, x->p.seed);
+    if (e) {
+        goblin_freivalds_panels_free(f);
+        return e;
+    }
     *out = f;
     return GOBLIN_OK;
 }
@@ -462,8 +467,10 @@ static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out)
         f->cap_ranges = cap;
     }
     uint64_t bytes = 0;
+    uint64_t el = f->el_on ? (uint64_t)f->n_gpad : 0;
     if (!size_mac(&bytes, (uint64_t)f->np * (uint64_t)f->ng * sizeof(v4), (uint64_t)rows) ||
         !size_mac(&bytes, ((uint64_t)f->np + 2) * sizeof(double), (uint64_t)rows) ||
+        !size_mac(&bytes, el * sizeof(double), (uint64_t)rows) ||
         bytes > SIZE_MAX)
         return GOBLIN_ENOMEM;
     void *block = goblin__alloc((size_t)bytes);
@@ -475,6 +482,7 @@ static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out)
     r->pt = (double *)(r->zt + (int64_t)f->np * f->ng * rows);
     r->asq = r->pt + (int64_t)f->np * rows;
     r->a1 = r->asq + rows;
+    r->zg = el ? r->a1 + rows : NULL;
     int64_t h = fv_split(f, rows, (double)f->K * f->np);
     fvp twin;
     fv_helper hp;
@@ -483,6 +491,7 @@ static goblin_err fv_prepare(fvp *f, int64_t row0, int64_t rows, fv_range **out)
     if (two) atomic_fetch_add(&fv_splits, 1);
     goblin__fv_pass_a(f, r, 0, two ? h : rows);
     if (two) fv_join(&hp);
+    goblin__fv_el_prepare(f, r);
     f->n_ranges++;
     *out = r;
     return GOBLIN_OK;
@@ -512,6 +521,7 @@ void goblin_freivalds_panels_free(goblin_freivalds_panels *fp) {
     for (int32_t q = 0; q < fp->n_ranges; q++) goblin__free(fp->ranges[q].zt);
     if (fp->ranges != fp->inline_ranges) goblin__free(fp->ranges);
     goblin__free(fp->twin_block);
+    goblin__fv_el_free(fp);
     goblin__free(fp); /* and its arrays */
 }
 
@@ -663,6 +673,7 @@ static void fv_judge(fvp *f, const fv_range *r, int32_t p, const goblin_tensor *
         out->kind = GOBLIN_VERDICT_ESCALATE;
         out->reason = GOBLIN_VERIFY_UNCHECKABLE;
     }
+    goblin__fv_el_judge(f, r, p, &tile, out);
 }
 
 /* The verdict left with an error: nothing was checked (never an ACCEPT). */

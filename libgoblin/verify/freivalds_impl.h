@@ -33,9 +33,22 @@ typedef struct fv_levels {
     double sr1[GOBLIN_FREIVALDS_MAX_VECTORS], nb[GOBLIN_FREIVALDS_MAX_VECTORS];
 } fv_levels;
 
+/* A column group of the element stage (freivalds_element.c): columns [j0, j0 + w)
+ * and the upper bounds, from B and its own secret weights r, of its level's terms. */
+typedef struct fv_group {
+    int64_t j0, w;
+    double beta; /* sqrt(sum ||b_j||^2 r_j^2) */
+    double cs1;  /* sum ||b_j|| |r_j| */
+    double r1;   /* sum |r_j| */
+    double yn;   /* ||y||, y = B[:, group] r[group] as computed */
+    double sn;   /* ||s||, s = |B[:, group]| |r[group]| */
+    double smax; /* max_k s_k */
+} fv_group;
+
 /* A prepared row range of A. */
 typedef struct fv_range {
     int64_t row0, rows;
+    double *zg;       /* [rows][n_gpad]: A Y of the element stage (NULL when it is off) */
     v4 *zt;           /* [np][ng][rows]: A (B r) per panel */
     double *pt;       /* [np][rows]: |A| (|B| m) per panel */
     double *asq, *a1; /* [rows] sum a^2 and sum |a| per row of A */
@@ -68,6 +81,15 @@ struct goblin_freivalds_panels {
     double *xb;         /* [FV_ROWS][FV_CHUNK] converted chunks */
     double *buf;        /* [widest panel] one row of C */
     unsigned char *bad; /* [N] column of B holds NaN/inf or overflows */
+    bool el_on;         /* the element stage (freivalds_element.c) runs */
+    void *el_block;     /* its groups, gp0 and scratch */
+    fv_group *grp;      /* [n_grp] */
+    int64_t *gp0;       /* [np + 1] first group of each panel */
+    double *el_buf;     /* scratch: 5 K + 6 N, then el_ra and 2 N */
+    double *el_ra;      /* [N] |r| of the groups' weights */
+    double *el_r;       /* [N] the groups' weights r */
+    double *yc;         /* [n_gpad / 8][K][8]: Y = B R per group, in chunks of 8 groups */
+    int64_t n_grp, n_gpad, el_wmax;
     fv_range *ranges;   /* the prepared row ranges: inline_ranges until there are more */
     int32_t n_ranges, cap_ranges;
     fv_range inline_ranges[4];
@@ -104,6 +126,17 @@ void goblin__fv_row_c(const fvp *f, const fv_tile *t, const double *row, v4 wq[]
 /** @p len elements with element stride @p stride (may be 0 or negative) into f64. */
 void goblin__fv_load_row(goblin_dtype dt, const char *base, int64_t stride, int64_t len,
                          double *buf);
+/** The element stage's groups and Y = B R (after the levels); GOBLIN_ENOMEM. Off
+ *  (el_on false) where a panel has masked columns or the contract is infinite. */
+goblin_err goblin__fv_el_new(fvp *f, uint64_t seed);
+void goblin__fv_el_free(fvp *f);
+/** Z = A Y for the rows of @p r (r->zg sized rows x n_gpad). */
+void goblin__fv_el_prepare(fvp *f, fv_range *r);
+/** After the row check's verdict @p out on tile @p t of panel @p p: an ACCEPT becomes a
+ *  REJECT if an element is provably beyond its bound, an ESCALATE if a suspicious group
+ *  was left unchecked (budget). */
+void goblin__fv_el_judge(fvp *f, const fv_range *r, int32_t p, const fv_tile *t,
+                         goblin_verdict *out);
 /** Does the CPU run the AVX2+FMA passes (and may they be used)? */
 bool goblin__fv_cpu_v3(void);
 

@@ -741,23 +741,29 @@ Test(freivalds, verdicts_are_reproducible_and_seed_dependent_only_in_r) {
  * orthogonal to it, which passes; the same forgery under a fresh seed is caught. */
 Test(freivalds, a_forger_who_knows_the_seed_passes_a_fresh_seed_catches_him) {
     sm_state = 14;
-    int64_t m = 16, k = 16, n = 16;
+    /* K long enough that columns 0 to 2 share a column group of the element stage
+     * (docs/verification.md, "The element stage") */
+    int64_t m = 16, k = 2048, n = 16;
     goblin_tensor a = mat_new(GOBLIN_DTYPE_F64, m, k), b = mat_new(GOBLIN_DTYPE_F64, k, n);
     fill(&a, DIST_SIGNED);
     fill(&b, DIST_SIGNED);
     goblin_tensor c = matmul_loop(&a, &b);
     uint64_t seed = 0x5eed;
-    /* the library's documented draw: r_j = +-(1/2 + U/2), stream "FREV", counter j */
-    double r[16];
-    for (int64_t j = 0; j < n; j++) {
+    /* the library's documented draws, stream "FREV": the vector r_j = +-(1/2 + U/2),
+     * counter j, and the element stage's weights e_j = +-(3/4 + U/4), counter 16 n + j */
+    double r[3], w[3];
+    for (int64_t j = 0; j < 3; j++) {
         uint32_t x[4];
         goblin__rng_draw(seed, 0, 0x46524556u, (uint64_t)j, x);
         double mag = 0.5 + 0.5 * goblin__rng_u01(x, 53);
         r[j] = (x[2] & 1u) ? -mag : mag;
+        goblin__rng_draw(seed, 0, 0x46524556u, 16 * (uint64_t)n + (uint64_t)j, x);
+        mag = 0.75 + 0.25 * goblin__rng_u01(x, 53);
+        w[j] = (x[2] & 1u) ? -mag : mag;
     }
-    /* row 5 += 0.3 * (r_1 e_0 - r_0 e_1): orthogonal to r */
-    set(&c, 5, 0, get(&c, 5, 0) + 0.3 * r[1]);
-    set(&c, 5, 1, get(&c, 5, 1) - 0.3 * r[0]);
+    /* row 5 += 0.3 (r x w) on columns 0..2: orthogonal to both */
+    double d[3] = {r[1] * w[2] - r[2] * w[1], r[2] * w[0] - r[0] * w[2], r[0] * w[1] - r[1] * w[0]};
+    for (int64_t j = 0; j < 3; j++) set(&c, 5, j, get(&c, 5, j) + 0.3 * d[j]);
     goblin_freivalds_params p;
     goblin_freivalds_params_default(&p);
     p.seed = seed;
