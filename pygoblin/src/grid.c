@@ -808,6 +808,7 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
     F(freivalds_row_fallbacks);
     F(verify_cpu_ns);
     F(panels_in_place);
+    F(workers_asking);
 #undef F
     bad = bad || set_int(d, "jobs_submitted", self->jobs_submitted) < 0 ||
           set_int(d, "jobs_done", self->jobs_done) < 0 || set_int(d, "jobs_failed", self->jobs_failed) < 0 ||
