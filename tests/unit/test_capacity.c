@@ -66,6 +66,29 @@ static int64_t product_tasks(goblin_node *node, int64_t m, int64_t k, int64_t n,
     return tasks;
 }
 
+/* y = tanh(x) over 64 rows of 3 with the default cut (4 chunks per unit of capacity),
+ * checked against tanh here; the number of chunks (tasks). */
+static int64_t graph_tasks(goblin_node *node) {
+    goblin_graph *g;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[] = {64, 3};
+    int32_t x, y;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sx, &x), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_TANH, &x, 1, NULL, 0, &y), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, y), GOBLIN_OK);
+    double xv[192], yv[192];
+    for (int i = 0; i < 192; i++) xv[i] = (double)(i - 96) / 31.0;
+    goblin_tensor in, out;
+    goblin_tensor_init(&in, GOBLIN_DTYPE_F64, 2, sx, xv);
+    goblin_tensor_init(&out, GOBLIN_DTYPE_F64, 2, sx, yv);
+    int64_t before = stats(node).tasks_completed;
+    goblin_job *job = rt_run_graph(node, g, &in, 1, &out, 1, NULL);
+    goblin_job_free(job);
+    for (int i = 0; i < 192; i++) cr_assert_float_eq(yv[i], tanh(xv[i]), 4e-15);
+    goblin_graph_free(g);
+    return stats(node).tasks_completed - before;
+}
+
 #define IDLE_PEERS 24
 
 /* A simulated worker that speaks the real protocol: HELLO, PROOF, then only heartbeats
@@ -107,6 +130,8 @@ Test(capacity, idle_connections_do_not_cut_the_job, .timeout = 240) {
     cr_assert(wait_capacity(g.node, 2, 2), "both workers ask for work");
     int64_t alone = product_tasks(g.node, 300, 260, 280, 5);
     cr_assert_geq(alone, 8, "4 tasks per worker asking");
+    int64_t galone = graph_tasks(g.node);
+    cr_assert_eq(galone, 8, "64 rows in 4 chunks per worker asking");
 
     goblin__wkey *keys[IDLE_PEERS];
     nng_socket idle[IDLE_PEERS];
@@ -120,6 +145,7 @@ Test(capacity, idle_connections_do_not_cut_the_job, .timeout = 240) {
     int64_t among_idle = product_tasks(g.node, 300, 260, 280, 7);
     cr_assert_eq(among_idle, alone, "cut as for the 2 workers alone (%lld tasks, alone %lld)",
                  (long long)among_idle, (long long)alone);
+    cr_assert_eq(graph_tasks(g.node), galone, "a graph job too");
     goblin_node_stats st = stats(g.node);
     cr_assert_eq(st.peers_dropped, 0);
     /* The idle peers got nothing: every task went to the two workers. */
