@@ -180,6 +180,10 @@ Test(client_params, bad_values_refused_with_the_field_named, .timeout = 120) {
     nng_socket s;
     cr_assert_eq(nng_req0_open(&s), 0);
     nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    /* No redial once the gateway closes this connection: nng 1.5 leaks a connection still
+     * being set up when its socket is closed (as test_node's raw peers). */
+    nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 600000);
+    nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 600000);
     cr_assert_eq(nng_dial(s, f.url, NULL, 0), 0);
     cr_assert_eq(nng_send(s, buf, n, 0), 0);
     goblin_gateway_stats gs;
