@@ -20,7 +20,12 @@
  *   4. scheduler throughput: a matmul cut into tiny tiles (the node has no other task
  *      type) through a node with W in-process workers dialing tcp loopback (the real
  *      protocol and transport), W = 1 .. 256 (goal >= 20,000 tasks/s at W = 4). Tiny
- *      TASKs go in batches of up to 16 per message (protocol 1.1, docs/wire-protocol.md).
+ *      TASKs go in batches of up to 16 per message (protocol 1.1, docs/wire-protocol.md);
+ *   5. idle connections: a matmul on 2 in-process workers (tcp loopback) alone, and with
+ *      I simulated workers connected that speak the real protocol (HELLO, PROOF, then only
+ *      HEARTBEATs: idle_peers.h), goal >= 0.90 (jobs are cut by the workers that ask for
+ *      work: docs/runtime.md, "Capacity"), and for contrast the same job cut by the
+ *      connections (min_tasks = 4 per connected peer, the rule before).
  * Ratios are direct time / goblin time (> 1: goblin faster). Each figure is the best
  * of a few interleaved runs after a warm-up.
  *
@@ -33,7 +38,9 @@
  * W values, GOBLIN_BENCH_GRID_SCHED_REPS the runs per W, GOBLIN_BENCH_GRID_SCHED_TASKS
  * the tiles per job, default 4096), GOBLIN_BENCH_GRID_PORT (first tcp port to try;
  * default random), GOBLIN_BENCH_GRID_WORKER (path of goblin-worker; default
- * ../tools/goblin-worker next to this program). */
+ * ../tools/goblin-worker next to this program), GOBLIN_BENCH_GRID_IDLE (I, default 1000),
+ * GOBLIN_BENCH_GRID_IDLE_N (its product's size, default 1024), GOBLIN_BENCH_GRID_IDLE_ONLY=1
+ * runs only section 5. */
 #define _GNU_SOURCE
 #include <blis.h>
 #include <goblin/goblin.h>
@@ -55,6 +62,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "idle_peers.h"
 
 extern char **environ;
 
@@ -666,6 +675,85 @@ static void scheduler(int workers, int64_t m_dim, int64_t tasks, int reps) {
     free(m.a); free(m.b); free(m.c);
 }
 
+/* Section 5: one job on 2 workers alone, then among @p idle idle connections. */
+static void idle_section(int64_t n, int idle, int reps) {
+    mats m;
+    site s;
+    idle_peers ip;
+    memset(&ip, 0, sizeof ip);
+    if (mats_new(&m, n) != 0) return;
+    direct_sgemm(&m, 2); /* the reference rel_err compares with */
+    if (site_node(&s, "tcp", NULL, NULL, GOBLIN_VERIFY_FREIVALDS) != 0 || site_threads(&s, 2) != 0) {
+        printf("| failed to start | | | |\n");
+        if (s.node) site_free(&s);
+        mats_free(&m);
+        return;
+    }
+    double t_alone = 1e30, t_idle = 1e30, t_conn = 1e30;
+    goblin_job_plan pa = {0}, pi = {0}, pc = {0};
+    double err_alone = 0, err_idle = 0;
+    for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
+        double t = run_job(s.node, &m, 0, &pa);
+        if (t < 0) goto done;
+        if (r > 0 && t < t_alone) t_alone = t;
+    }
+    err_alone = rel_err(&m);
+    double j0 = now_s();
+    if (idle_start(&ip, s.url, idle, (uint64_t)1 << 30, 5000) != 0) {
+        printf("| only %d of %d idle peers joined | | | |\n", ip.n, idle);
+        goto done;
+    }
+    double joined_s = now_s() - j0;
+    /* Past their first 2 s (a worker counts until its first LEASE_REQUEST is read). */
+    goblin_node_stats st;
+    for (double w0 = now_s(); now_s() - w0 < 60;) {
+        goblin_node_stats_get(s.node, &st);
+        if (st.workers_asking == 2 && st.workers_connected == 2 + idle) break;
+        usleep(20000);
+    }
+    fprintf(stderr, "idle: %d peers joined in %.1f s; %lld connected, %lld asking\n", idle, joined_s,
+            (long long)st.workers_connected, (long long)st.workers_asking);
+    /* Interleaved: cut by capacity (the default) and, for contrast, by connections. */
+    for (int r = 0; r <= reps; r++) {
+        memset(m.c, 0, (size_t)(n * n) * sizeof(float));
+        double t = run_job(s.node, &m, 0, &pi);
+        if (t < 0) goto done;
+        if (r > 0 && t < t_idle) t_idle = t;
+        if (r == 0) err_idle = rel_err(&m);
+        t = run_job(s.node, &m, 4 * (int64_t)(2 + idle), &pc);
+        if (t < 0) goto done;
+        if (r > 0 && t < t_conn) t_conn = t;
+    }
+    /* The 2 alone again (the idle peers gone), so that a slow spell of this shared machine
+     * during the first runs does not count for them: best of both sets. */
+    idle_stop(&ip);
+    for (double w0 = now_s(); now_s() - w0 < 60;) {
+        goblin_node_stats_get(s.node, &st);
+        if (st.workers_connected == 2) break;
+        usleep(20000);
+    }
+    for (int r = 0; r < reps; r++) {
+        double t = run_job(s.node, &m, 0, NULL);
+        if (t < 0) goto done;
+        if (t < t_alone) t_alone = t;
+    }
+    char sa[96], si[96], sc[96];
+    plan_str(&pa, sa, sizeof sa);
+    plan_str(&pi, si, sizeof si);
+    plan_str(&pc, sc, sizeof sc);
+    printf("| 2 workers alone | %s | %.3f s | 1 | max rel err %.1e |\n", sa, t_alone, err_alone);
+    printf("| 2 workers + %d idle connections, cut by capacity (workers_asking %lld) | %s | %.3f s | **%.3f** | "
+           "max rel err %.1e; the idle peers joined in %.1f s |\n",
+           idle, (long long)st.workers_asking, si, t_idle, t_alone / t_idle, err_idle, joined_s);
+    printf("| the same, cut by connections (min_tasks = 4 x %d, the rule before) | %s | %.3f s | %.3f | |\n",
+           2 + idle, sc, t_conn, t_alone / t_conn);
+done:
+    fflush(stdout);
+    if (ip.s) idle_stop(&ip);
+    site_free(&s);
+    mats_free(&m);
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     /* This process hosts the node (and, for the embedded grid, the workers too): set up
@@ -699,6 +787,7 @@ int main(int argc, char **argv) {
                              : "the C library's defaults (goblin_tune_allocator_for_service not available)");
 
     bool sched_only = env_int("GOBLIN_BENCH_GRID_SCHED_ONLY", 0) != 0;
+    if (env_int("GOBLIN_BENCH_GRID_IDLE_ONLY", 0)) goto idle;
     if (sched_only) goto sched;
     printf("### Embedded grid (goblin_grid_local, inproc) vs direct BLIS, same total threads (goal >= 0.90)\n\n");
     printf("| n | threads | plan | direct BLIS | grid | ratio | verification |\n|---|---|---|---|---|---|---|\n");
@@ -767,6 +856,21 @@ sched:
         fprintf(stderr, "scheduler W=%d\n", ws[i]);
         scheduler(ws[i], sdim, stasks, sreps);
     }
+    if (sched_only) goto end;
+idle:
+    {
+        int idle = env_int("GOBLIN_BENCH_GRID_IDLE", 1000);
+        int64_t in = env_int("GOBLIN_BENCH_GRID_IDLE_N", 1024);
+        printf("\n### A job among idle connections: %lld² f32 on 2 in-process workers (1 thread each) over tcp "
+               "loopback, alone and with %d simulated workers connected that only send heartbeats (goal >= 0.90)\n\n",
+               (long long)in, idle);
+        printf("Ratio = time alone / time with the idle connections (best of %d each after a warm-up, alone before "
+               "the idle peers join and again after they leave; the two cuts interleaved). The idle peers speak the real protocol (HELLO, identity PROOF, HEARTBEATs; never a "
+               "LEASE_REQUEST).\n\n", reps < 5 ? 5 : reps);
+        printf("| setting | plan | job time | ratio | notes |\n|---|---|---|---|---|\n");
+        idle_section(in, idle, reps < 5 ? 5 : reps);
+    }
+end:
     loadavg(la, sizeof la);
     printf("\nLoad average at end: %s; this program ran %.0f s.\n", la, now_s() - t_start);
     return 0;

@@ -112,6 +112,22 @@ GOBLIN_API goblin_err goblin_client_submit_matmul(goblin_client *c, const goblin
 GOBLIN_API goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_path,
                                                         const char *b_path, const char *c_path,
                                                         bool overwrite, goblin_job_id *job_id);
+/** goblin_client_submit_matmul and goblin_client_submit_matmul_files with job parameters
+ *  @p jp (borrowed during the call; NULL: the gateway's): task_memory_bytes and min_tasks
+ *  travel with the request and the node plans the job with them, as
+ *  goblin_node_submit_matmul does (progress fields are ignored: poll the job); 0 keeps
+ *  the gateway's setting. GOBLIN_EINVAL, with goblin_client_error saying which and why,
+ *  for min_tasks outside 0 .. 2^20 or task_memory_bytes outside 0 and 4096 .. 2^48 (the
+ *  gateway refuses them too). */
+GOBLIN_API goblin_err goblin_client_submit_matmul_params(goblin_client *c, const goblin_tensor *a,
+                                                         const goblin_tensor *b,
+                                                         const goblin_job_params *jp,
+                                                         goblin_job_id *job_id);
+GOBLIN_API goblin_err goblin_client_submit_matmul_files_params(goblin_client *c, const char *a_path,
+                                                               const char *b_path, const char *c_path,
+                                                               bool overwrite,
+                                                               const goblin_job_params *jp,
+                                                               goblin_job_id *job_id);
 GOBLIN_API goblin_err goblin_client_job_status(goblin_client *c, const goblin_job_id *job_id,
                                                goblin_client_job_info *out);
 GOBLIN_API goblin_err goblin_client_cancel(goblin_client *c, const goblin_job_id *job_id);
@@ -138,8 +154,9 @@ GOBLIN_API goblin_err goblin_client_matmul_files(goblin_client *c, const char *a
 /** Submit a graph job (goblin_node_submit_graph) to the node: @p g is serialized, the
  *  @p inputs (borrowed, any strides: packed while sending) travel with it, and the node
  *  allocates the outputs. @p jp: split/combine/cache_ids/verify/min_replication/
- *  trust_halflife/chunk_rows/job.task_memory_bytes/job.min_tasks are sent (progress
- *  fields ignored); NULL for defaults. *job_id set on success. */
+ *  trust_halflife/chunk_rows/spot_rows/job.task_memory_bytes/job.min_tasks are sent
+ *  (progress fields ignored; the job's bounds as for goblin_client_submit_matmul_params);
+ *  NULL for defaults. *job_id set on success. */
 GOBLIN_API goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
                                                  const goblin_tensor *inputs, int32_t n_inputs,
                                                  const goblin_graph_job_params *jp,

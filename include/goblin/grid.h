@@ -91,7 +91,9 @@ typedef struct goblin_grid_job goblin_grid_job;
  *  Embedded: as goblin_node_submit_matmul (all three borrowed until the job ends; C is
  *  written in place). Remote: A and B are sent now (borrowed during the call); C (borrowed
  *  until the job is freed) receives the result when goblin_grid_job_wait sees the job end;
- *  @p jp is not sent (the gateway's job parameters apply). @p jp NULL for defaults.
+ *  @p jp's task_memory_bytes and min_tasks are sent with the job (0: the gateway's; bounds
+ *  as for goblin_client_submit_matmul_params), its progress fields are not. @p jp NULL for
+ *  defaults.
  *  *out set on success. Errors as goblin_node_submit_matmul / goblin_client_submit_matmul;
  *  goblin_grid_error says why. */
 GOBLIN_API goblin_err goblin_grid_submit_matmul(goblin_grid *grid, const goblin_tensor *a,
@@ -100,8 +102,8 @@ GOBLIN_API goblin_err goblin_grid_submit_matmul(goblin_grid *grid, const goblin_
                                                 goblin_grid_job **out);
 /** Submit C = A . B over .npy files (paths borrowed during the call) on the node's
  *  machine: A and B mapped read-only, @p c_path created (replaced), mapped and written,
- *  synced to disk when the job is done. Embedded: files of this process's machine, @p jp
- *  as for goblin_grid_submit_matmul; remote: files on the NODE's disk, as the node sees
+ *  synced to disk when the job is done. @p jp as for goblin_grid_submit_matmul. Embedded:
+ *  files of this process's machine; remote: files on the NODE's disk, as the node sees
  *  them, each inside one of the node's data directories (GOBLIN_ENOTSUP if the gateway
  *  lists none; GOBLIN_ENOTFOUND for a path missing or outside them: gateway.h).
  *  GOBLIN_EIO / GOBLIN_EFORMAT for files that cannot be opened, ESHAPE / EDTYPE as for

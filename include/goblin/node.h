@@ -133,9 +133,10 @@ typedef void (*goblin_progress_fn)(void *user, int64_t done, int64_t total);
 
 typedef struct goblin_job_params {
     uint64_t task_memory_bytes; /* memory for one task; 0 = the smallest memory advertised by
-                                   the connected workers (or 256 MiB if none yet) */
+                                   the workers asking for work (or 256 MiB if none yet) */
     int64_t min_tasks;          /* cut finer until at least this many tasks (default 0: 4 per
-                                   connected worker) */
+                                   worker asking for work, weighted by threads: docs/runtime.md,
+                                   "Capacity") */
     goblin_progress_fn progress;
     void *progress_user;
 } goblin_job_params;
@@ -337,6 +338,8 @@ typedef struct goblin_node_stats {
     int64_t peers_tracked;     /* entries of the peer table now: connected peers and gone ones
                                   whose leases have not ended yet (bounded: freed after) */
     int64_t identities_tracked;/* identity records now (at most 4096) */
+    int64_t workers_asking;    /* workers that jobs are cut by now: connected ones that ask for
+                                  work (docs/runtime.md, "Capacity"), not idle connections */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

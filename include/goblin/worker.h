@@ -89,6 +89,10 @@ typedef struct goblin_worker_stats {
     int64_t cache_expiries;
     /** Inputs kept for reuse now, and their bytes (as of the last message handled). */
     int64_t cached_inputs, cached_bytes;
+    /** Messages of a connection that had ended, dropped: received on it and not yet
+     *  handled (its TASKs, reissued by the node), or meant for it and not yet sent
+     *  (RESULTs of its leases, which the node has already given to other workers). */
+    int64_t stale_dropped;
 } goblin_worker_stats;
 
 GOBLIN_API void goblin_worker_stats_get(goblin_worker *w, goblin_worker_stats *out);

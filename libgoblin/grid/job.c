@@ -114,7 +114,7 @@ goblin_err goblin_grid_submit_matmul(goblin_grid *g, const goblin_tensor *a, con
     memset(&tb, 0, sizeof tb);
     const goblin_tensor *pa = packed(a, &ta), *pb = pa ? packed(b, &tb) : NULL;
     if (!pa || !pb) e = goblin__grid_fail(g, GOBLIN_ENOMEM, 0, "out of memory for a packed operand");
-    else e = goblin_client_submit_matmul(g->client, pa, pb, &j->id);
+    else e = goblin_client_submit_matmul_params(g->client, pa, pb, jp, &j->id);
     goblin__free(ta.data);
     goblin__free(tb.data);
     if (!pa || !pb) {
@@ -131,7 +131,7 @@ goblin_err goblin_grid_submit_matmul_files(goblin_grid *g, const char *a_path, c
     goblin_grid_job *j = job_new(g, JOB_FILES, NULL, 0);
     if (!j) return goblin__grid_fail(g, GOBLIN_ENOMEM, 0, "out of memory");
     if (g->client)
-        return remote_submitted(g, goblin_client_submit_matmul_files(g->client, a_path, b_path, c_path, true, &j->id),
+        return remote_submitted(g, goblin_client_submit_matmul_files_params(g->client, a_path, b_path, c_path, true, jp, &j->id),
                                 j, out);
     /* What a gateway does with a file job, in this process. */
     goblin_errbuf why = {0};

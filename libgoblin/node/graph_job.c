@@ -216,7 +216,7 @@ static goblin_err check_inputs(const goblin_graph *g, const goblin_tensor *in, c
 
 /* Everything of a graph job that does not need the node's lock. */
 static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const goblin_graph *g, const goblin_graph_job_params *jp,
-                             uint64_t mem, int32_t workers, char *msg, size_t cap) {
+                             uint64_t mem, int64_t units, char *msg, size_t cap) {
     int32_t ni = G->n_in, no = G->n_out;
     goblin_err e;
     if ((e = check_inputs(g, G->in, jp, G->batched, &G->batch, msg, cap)) != GOBLIN_OK) return e;
@@ -302,10 +302,11 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         double fit = slope > 0 ? ((double)mem - base) / slope : (double)B;
         rows = fit >= (double)B ? B : (int64_t)fit;
         if (rows < 1) rows = 1;
-        /* 4 tasks per worker by default (2 under SPOT: each checked task costs the node a
-         * recomputation of at least one row, so fewer, larger chunks check less of the work) */
+        /* 4 tasks per unit of capacity by default (2 under SPOT: each checked task costs the
+         * node a recomputation of at least one row, so fewer, larger chunks check less of
+         * the work) */
         int64_t per = G->verify == GOBLIN_VERIFY_SPOT ? 2 : 4;
-        int64_t mt = jp->job.min_tasks > 0 ? jp->job.min_tasks : per * (int64_t)(workers > 0 ? workers : 1);
+        int64_t mt = jp->job.min_tasks > 0 ? jp->job.min_tasks : per * units;
         if ((B + rows - 1) / rows < mt) {
             int64_t r2 = B / mt;
             rows = r2 < 1 ? 1 : r2;
@@ -471,16 +472,12 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
         return GOBLIN_ESTATE;
     }
     j->id = n->next_job_id++;
-    uint64_t mem = jp->job.task_memory_bytes;
-    int32_t workers = 0;
-    for (int32_t i = 0; i < n->n_peers; i++) {
-        if (!goblin__node_peer_eligible(n, i)) continue;
-        workers++;
-        if (!jp->job.task_memory_bytes && (mem == 0 || n->peers[i].memory < mem)) mem = n->peers[i].memory;
-    }
+    /* Cut by the workers that will compute it (scheduler.c, docs/runtime.md "Capacity"). */
+    goblin__node_capacity capn = goblin__node_capacity_now(n);
+    uint64_t mem = jp->job.task_memory_bytes ? jp->job.task_memory_bytes : capn.memory;
     if (!mem) mem = (uint64_t)256 << 20;
     pthread_mutex_unlock(&n->mu);
-    e = plan_graph(n, G, j->id, jg, jp, mem, workers, msg, sizeof msg);
+    e = plan_graph(n, G, j->id, jg, jp, mem, capn.units, msg, sizeof msg);
     goblin__free(hsplit);
     goblin__free(hcid);
     if (e) {

@@ -375,14 +375,10 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
         }
         j->status = GOBLIN_JOB_DONE;
     } else {
-        uint64_t mem = jp->task_memory_bytes;
-        int32_t workers = 0;
-        for (int32_t i = 0; i < n->n_peers; i++) {
-            peer *p = &n->peers[i];
-            if (!p->connected || !p->hello || p->quarantined) continue;
-            workers++;
-            if (!jp->task_memory_bytes && (mem == 0 || p->memory < mem)) mem = p->memory;
-        }
+        /* Cut by the workers that will compute it (scheduler.c, docs/runtime.md
+         * "Capacity"), not by the connections. */
+        goblin__node_capacity capn = goblin__node_capacity_now(n);
+        uint64_t mem = jp->task_memory_bytes ? jp->task_memory_bytes : capn.memory;
         if (!mem) mem = (uint64_t)256 << 20;
         goblin__plan_params pp;
         goblin__plan_params_default(&pp);
@@ -391,7 +387,7 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
         pp.n = nn;
         pp.dtype = j->dt;
         pp.memory_bytes = mem;
-        pp.min_tiles = jp->min_tasks > 0 ? jp->min_tasks : 4 * (workers > 0 ? workers : 1);
+        pp.min_tiles = jp->min_tasks > 0 ? jp->min_tasks : 4 * capn.units;
         char err[256];
         goblin_err e = goblin__plan_matmul(&j->plan, &pp, err, sizeof err);
         if (e) {

@@ -152,6 +152,7 @@ typedef struct peer {
     uint64_t gids[GID_MEMO]; /* graph jobs: cache ids of broadcast inputs it holds */
     int32_t gnext;
     int64_t last_heard_ms; /* any message from the peer */
+    int64_t joined_ms, last_asked_ms; /* admitted (PROOF); its last LEASE_REQUEST (capacity) */
     bool ready; /* in node->ready (schedule) */
     /* a message arriving in parts (proto/part.h), counted in node->buffered_bytes */
     uint8_t *asm_buf;
@@ -454,6 +455,17 @@ void goblin__node_mark_ready(goblin_node *n, int32_t pi);
 /** Lease tasks to the peers that can take them; @p full: all peers (housekeeping ticks), else the
  * ready list. */
 void goblin__node_schedule(goblin_node *n, bool full);
+
+/* What a job is cut by (docs/runtime.md, "Capacity"): the workers that ask for work. */
+typedef struct goblin__node_capacity {
+    int32_t workers;  /* eligible workers asking for work (or holding leases, or just joined) */
+    int64_t units;    /* their weight: each worker counts threads / the fewest threads among
+                         them, at most CAPACITY_MAX_WEIGHT; >= 1 even with no worker */
+    uint64_t memory;  /* the smallest memory among them; 0: no worker */
+} goblin__node_capacity;
+
+/** The node's capacity now (under node->mu). */
+goblin__node_capacity goblin__node_capacity_now(const goblin_node *n);
 
 /* ---- matmul_job.c --------------------------------------------------------------- */
 

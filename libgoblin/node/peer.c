@@ -441,6 +441,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
             break;
         }
         p->memo_cap = PANEL_MEMO;
+        p->joined_ms = goblin__now_ms();
         nng_sockaddr sa;
         p->shared = n->share && nng_pipe_get_addr(p->pipe, NNG_OPT_REMADDR, &sa) == 0 &&
                     sa.s_family == NNG_AF_INPROC;
@@ -463,6 +464,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
     }
     case GOBLIN_WIRE_TYPE_LEASE_REQUEST:
         p->wanted += (int32_t)m->body.lease_request.slots;
+        p->last_asked_ms = goblin__now_ms();
         if (p->wanted > MAX_WANTED) p->wanted = MAX_WANTED;
         break;
     case GOBLIN_WIRE_TYPE_RESULT:

@@ -3,6 +3,8 @@
  * duplicate (speculation), and the rounds over the peers ready to take one. */
 #include "node_impl.h"
 
+#include <math.h>
+
 #include "base/clock.h"
 
 #define SCAN_LIMIT 512    /* pending tasks examined per assignment */
@@ -166,4 +168,50 @@ void goblin__node_schedule(goblin_node *n, bool full) {
             goblin__node_batch_flush(n);
         }
     }
+}
+
+/* ---- capacity: what a job is cut by --------------------------------------------- */
+
+/* A worker counts while it asks for work: it has lease slots asked for and not filled,
+ * holds leases, or asked within CAPACITY_WINDOW_MS (an idle worker with slots asked
+ * for asks again every second, worker.c's RESYNC_MS). A worker admitted less than
+ * CAPACITY_JOIN_MS ago counts before its first LEASE_REQUEST is read (an honest worker
+ * sends it right after HELLO_ACK). A peer that only said HELLO and sends heartbeats
+ * does not count: with 1,000 of them beside 2 busy workers, cutting by connections made
+ * 4,096 tiles for 2 workers and the job ran 12x slower. */
+#define CAPACITY_WINDOW_MS 10000
+#define CAPACITY_JOIN_MS 2000
+/* A worker's weight is bounded: a claim of many threads cannot cut a job into more
+ * than this many times the tasks of one worker. */
+#define CAPACITY_MAX_WEIGHT 64
+
+static bool peer_asking(const peer *p, int64_t now) {
+    if (p->wanted > 0 || p->n_leases > 0) return true;
+    if (p->last_asked_ms) return now - p->last_asked_ms <= CAPACITY_WINDOW_MS;
+    return now - p->joined_ms <= CAPACITY_JOIN_MS;
+}
+
+goblin__node_capacity goblin__node_capacity_now(const goblin_node *n) {
+    goblin__node_capacity c = {0, 1, 0};
+    int64_t now = goblin__now_ms();
+    int32_t tmin = 0;
+    for (int32_t i = 0; i < n->n_peers; i++) {
+        const peer *p = &n->peers[i];
+        if (!goblin__node_peer_eligible(n, i) || !peer_asking(p, now)) continue;
+        int32_t t = p->threads > 0 ? p->threads : 1;
+        if (!c.workers || t < tmin) tmin = t;
+        if (!c.workers || p->memory < c.memory) c.memory = p->memory;
+        c.workers++;
+    }
+    if (!c.workers) return c;
+    double units = 0;
+    for (int32_t i = 0; i < n->n_peers; i++) {
+        const peer *p = &n->peers[i];
+        if (!goblin__node_peer_eligible(n, i) || !peer_asking(p, now)) continue;
+        double w = (double)(p->threads > 0 ? p->threads : 1) / (double)tmin;
+        units += w < CAPACITY_MAX_WEIGHT ? w : CAPACITY_MAX_WEIGHT;
+    }
+    c.units = (int64_t)ceil(units - 1e-9);
+    if (c.units < 1) c.units = 1;
+    return c;
 }

@@ -28,6 +28,7 @@ void goblin_node_stats_get(goblin_node *n, goblin_node_stats *out) {
     if (!n || !out) return;
     pthread_mutex_lock(&n->mu);
     *out = n->st;
+    out->workers_asking = goblin__node_capacity_now(n).workers;
     pthread_mutex_unlock(&n->mu);
 }
 

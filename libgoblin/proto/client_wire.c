@@ -134,11 +134,26 @@ static goblin_err tensor_size(const goblin_tensor *t, size_t *out) {
 
 static bool finite_nonneg(double v) { return isfinite(v) && v >= 0; }
 
+/* The job parameters of a submit, checked the same both ways (the decoder with a
+ * message naming the field, value and bounds). */
+static goblin_err job_fields_check(int64_t min_tasks, uint64_t task_memory, char *msg, size_t cap) {
+    if (min_tasks < 0 || min_tasks > GOBLIN__CW_MAX_MIN_TASKS)
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT, "min_tasks %lld outside 0..%lld (0: the default)",
+                            (long long)min_tasks, (long long)GOBLIN__CW_MAX_MIN_TASKS);
+    if (task_memory && (task_memory < GOBLIN__CW_MIN_TASK_MEMORY || task_memory > GOBLIN__CW_MAX_TASK_MEMORY))
+        return goblin__errf(msg, cap, GOBLIN_EFORMAT,
+                            "task_memory_bytes %llu outside %llu..%llu (0: the default)",
+                            (unsigned long long)task_memory, (unsigned long long)GOBLIN__CW_MIN_TASK_MEMORY,
+                            (unsigned long long)GOBLIN__CW_MAX_TASK_MEMORY);
+    return GOBLIN_OK;
+}
+
 /* The SUBMIT_GRAPH fields both directions agree on (the decoder checks the same). */
 static goblin_err graph_fields_ok(const goblin__cw_msg *m) {
     if (m->n_io > GOBLIN__CW_MAX_IO || m->n_outputs > GOBLIN__CW_MAX_IO ||
         m->verify >= GOBLIN_VERIFY_COUNT || !finite_nonneg(m->min_replication) ||
-        !finite_nonneg(m->trust_halflife) || m->chunk_rows < 0 || m->min_tasks < 0 ||
+        !finite_nonneg(m->trust_halflife) || m->chunk_rows < 0 ||
+        job_fields_check(m->min_tasks, m->task_memory_bytes, NULL, 0) ||
         !m->graph || m->graph_len == 0 || (m->n_io && !m->io))
         return GOBLIN_EINVAL;
     for (uint32_t i = 0; m->split && i < m->n_io; i++)
@@ -170,6 +185,8 @@ static goblin_err body_size(const goblin__cw_msg *m, size_t *out) {
     goblin_err e;
     switch (m->type) {
     case GOBLIN__CW_SUBMIT_MATMUL:
+        if (job_fields_check(m->min_tasks, m->task_memory_bytes, NULL, 0)) return GOBLIN_EINVAL;
+        n = 16;
         for (int i = 0; i < 2; i++) {
             if ((e = tensor_size(&m->tensors[i], &a))) return e;
             n += a;
@@ -177,7 +194,8 @@ static goblin_err body_size(const goblin__cw_msg *m, size_t *out) {
         break;
     case GOBLIN__CW_SUBMIT_MATMUL_FILES:
         if (m->file_flags & ~(uint32_t)GOBLIN__CW_FILE_FLAGS) return GOBLIN_EINVAL;
-        n = 16;
+        if (job_fields_check(m->min_tasks, m->task_memory_bytes, NULL, 0)) return GOBLIN_EINVAL;
+        n = 32;
         for (int i = 0; i < 3; i++) {
             size_t l = strnlen(m->paths[i], GOBLIN__CW_MAX_PATH + 1);
             if (l == 0 || l > GOBLIN__CW_MAX_PATH) return GOBLIN_EINVAL;
@@ -335,7 +353,10 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
     size_t o = 0;
     switch (m->type) {
     case GOBLIN__CW_SUBMIT_MATMUL:
-        o += put_tensor(p, &m->tensors[0]);
+        w64(p, m->task_memory_bytes);
+        w64(p + 8, (uint64_t)m->min_tasks);
+        o = 16;
+        o += put_tensor(p + o, &m->tensors[0]);
         put_tensor(p + o, &m->tensors[1]);
         break;
     case GOBLIN__CW_SUBMIT_MATMUL_FILES: {
@@ -345,7 +366,9 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
             w32(p + 4 * i, (uint32_t)l[i]);
         }
         w32(p + 12, m->file_flags);
-        o = 16;
+        w64(p + 16, m->task_memory_bytes);
+        w64(p + 24, (uint64_t)m->min_tasks);
+        o = 32;
         for (int i = 0; i < 3; i++) {
             memcpy(p + o, m->paths[i], l[i]);
             o += l[i];
@@ -585,9 +608,10 @@ static goblin_err get_submit_graph(rd *r, const goblin__cw_limits *lim, goblin__
     m->task_memory_bytes = r64(p + 40);
     m->min_tasks = (int64_t)r64(p + 48);
     uint64_t gl = r64(p + 56);
-    if (!finite_nonneg(m->min_replication) || !finite_nonneg(m->trust_halflife) ||
-        m->chunk_rows < 0 || m->min_tasks < 0)
+    if (!finite_nonneg(m->min_replication) || !finite_nonneg(m->trust_halflife) || m->chunk_rows < 0)
         return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT, "negative or non-finite job parameter");
+    goblin_err fe = job_fields_check(m->min_tasks, m->task_memory_bytes, r->msg, r->cap);
+    if (fe) return fe;
     r->o = GOBLIN__CW_GRAPH_FIXED;
     if (gl == 0 || gl > r->n - r->o)
         return goblin__errf(r->msg, r->cap, GOBLIN_EFORMAT,
@@ -689,11 +713,16 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
     goblin_err e;
     switch (type) {
     case GOBLIN__CW_SUBMIT_MATMUL:
+        NEED(&r, 16, "job parameters");
+        m->task_memory_bytes = r64(r.p);
+        m->min_tasks = (int64_t)r64(r.p + 8);
+        if ((e = job_fields_check(m->min_tasks, m->task_memory_bytes, msg, cap))) return e;
+        r.o = 16;
         if ((e = get_tensor(&r, lim, &m->tensors[0])) || (e = get_tensor(&r, lim, &m->tensors[1])))
             return e;
         break;
     case GOBLIN__CW_SUBMIT_MATMUL_FILES: {
-        NEED(&r, 16, "path lengths");
+        NEED(&r, 32, "path lengths and job parameters");
         uint32_t l[3];
         for (int i = 0; i < 3; i++) {
             l[i] = r32(r.p + 4 * i);
@@ -706,9 +735,12 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         if (m->file_flags & ~(uint32_t)GOBLIN__CW_FILE_FLAGS)
             return goblin__errf(msg, cap, GOBLIN_EFORMAT, "unknown file-job flags 0x%x",
                                 m->file_flags);
-        r.o = 16;
+        m->task_memory_bytes = r64(r.p + 16);
+        m->min_tasks = (int64_t)r64(r.p + 24);
+        if ((e = job_fields_check(m->min_tasks, m->task_memory_bytes, msg, cap))) return e;
+        r.o = 32;
         size_t sum = (size_t)l[0] + l[1] + l[2];
-        NEED(&r, pad8(16 + sum) - 16, "paths");
+        NEED(&r, pad8(32 + sum) - 32, "paths");
         for (int i = 0; i < 3; i++) {
             for (uint32_t k = 0; k < l[i]; k++) {
                 uint8_t ch = r.p[r.o + k];

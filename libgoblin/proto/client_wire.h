@@ -3,9 +3,13 @@
  * Every message: a 24-byte header then a body, little-endian:
  *   "GBLC"  u16 version (GOBLIN__CW_VERSION)  u8 type  u8 flags(0)  u64 request id  u64 body length
  * Bodies (offsets from the body start; tensors and strings padded to 8 bytes):
- *   SUBMIT_MATMUL        tensor A, tensor B
- *   SUBMIT_MATMUL_FILES  u32 len_a, len_b, len_c, u32 flags (bit 0: overwrite C), then the
- *                        three paths (no NUL)
+ *   SUBMIT_MATMUL        u64 task_memory_bytes, i64 min_tasks, tensor A, tensor B
+ *   SUBMIT_MATMUL_FILES  u32 len_a, len_b, len_c, u32 flags (bit 0: overwrite C),
+ *                        u64 task_memory_bytes, i64 min_tasks, then the three paths (no NUL)
+ *                        (job parameters: 0 = the gateway's setting; min_tasks 0 ..
+ *                        GOBLIN__CW_MAX_MIN_TASKS, task_memory_bytes 0 or
+ *                        GOBLIN__CW_MIN_TASK_MEMORY .. GOBLIN__CW_MAX_TASK_MEMORY, also in
+ *                        SUBMIT_GRAPH)
  *   SUBMIT_GRAPH         u32 n_inputs, u32 n_outputs, u8 verify, u8 have (bit 0 split, bit 1
  *                        combine, bit 2 cache ids), u16 spot_rows, u8 0 x4, f64 min_replication,
  *                        f64 trust_halflife, i64 chunk_rows, u64 task_memory_bytes,
@@ -46,7 +50,12 @@
 #include "goblin/tensor.h"
 #include "wire.h"
 
-#define GOBLIN__CW_VERSION 2
+#define GOBLIN__CW_VERSION 3 /* 3: matmul submits carry job parameters */
+/* Bounds of a remote job's parameters: a client may not make the node plan (and hold
+ * the state of) more tasks than this, nor give a budget no task fits or no worker has. */
+#define GOBLIN__CW_MAX_MIN_TASKS ((int64_t)1 << 20)
+#define GOBLIN__CW_MIN_TASK_MEMORY ((uint64_t)4096)
+#define GOBLIN__CW_MAX_TASK_MEMORY ((uint64_t)1 << 48)
 #define GOBLIN__CW_ID_BYTES 16
 #define GOBLIN__CW_FILE_OVERWRITE 1u /* SUBMIT_MATMUL_FILES: C may already exist */
 #define GOBLIN__CW_FILE_FLAGS GOBLIN__CW_FILE_OVERWRITE
@@ -93,6 +102,9 @@ typedef struct goblin__cw_msg {
     uint64_t request_id;
     goblin_job_id job_id;
     goblin_tensor tensors[2]; /* SUBMIT_MATMUL: A, B; RESULT: [0] if has_tensor */
+    /* the job parameters of SUBMIT_MATMUL, SUBMIT_MATMUL_FILES and SUBMIT_GRAPH */
+    int64_t min_tasks;
+    uint64_t task_memory_bytes;
     bool has_tensor;
     char paths[3][GOBLIN__CW_MAX_PATH + 1]; /* SUBMIT_MATMUL_FILES */
     uint32_t file_flags;      /* SUBMIT_MATMUL_FILES: GOBLIN__CW_FILE_* */
@@ -119,8 +131,7 @@ typedef struct goblin__cw_msg {
     uint8_t verify;           /* a goblin_verify */
     uint16_t spot_rows;
     double min_replication, trust_halflife;
-    int64_t chunk_rows, min_tasks;
-    uint64_t task_memory_bytes;
+    int64_t chunk_rows;
     void *owned;              /* decode: the block behind io/split/combine/cache_ids */
     /* PART: decoding points part_data into the buffer */
     uint64_t part_total, part_offset;

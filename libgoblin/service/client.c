@@ -184,16 +184,44 @@ static goblin_err submit_common(goblin_client *c, pair *p, goblin_job_id *job_id
     return e;
 }
 
+/* The job parameters that travel (0: the gateway's setting), checked as the gateway's
+ * decoder checks them, with a message for the caller. */
+static goblin_err job_fields(goblin_client *c, const goblin_job_params *jp, int64_t *min_tasks,
+                             uint64_t *task_memory) {
+    *min_tasks = jp ? jp->min_tasks : 0;
+    *task_memory = jp ? jp->task_memory_bytes : 0;
+    if (*min_tasks < 0 || *min_tasks > GOBLIN__CW_MAX_MIN_TASKS)
+        return cerr(c, GOBLIN_EINVAL, "min_tasks %lld outside 0..%lld (0: the node's default)",
+                    (long long)*min_tasks, (long long)GOBLIN__CW_MAX_MIN_TASKS);
+    if (*task_memory && (*task_memory < GOBLIN__CW_MIN_TASK_MEMORY || *task_memory > GOBLIN__CW_MAX_TASK_MEMORY))
+        return cerr(c, GOBLIN_EINVAL, "task_memory_bytes %llu outside %llu..%llu (0: the node's default)",
+                    (unsigned long long)*task_memory, (unsigned long long)GOBLIN__CW_MIN_TASK_MEMORY,
+                    (unsigned long long)GOBLIN__CW_MAX_TASK_MEMORY);
+    return GOBLIN_OK;
+}
+
 goblin_err goblin_client_submit_matmul(goblin_client *c, const goblin_tensor *a,
                                        const goblin_tensor *b, goblin_job_id *job_id) {
+    return goblin_client_submit_matmul_params(c, a, b, NULL, job_id);
+}
+
+goblin_err goblin_client_submit_matmul_params(goblin_client *c, const goblin_tensor *a,
+                                              const goblin_tensor *b, const goblin_job_params *jp,
+                                              goblin_job_id *job_id) {
     if (!c || !a || !b || !job_id) return GOBLIN_EINVAL;
+    int64_t mt;
+    uint64_t tm;
+    goblin_err e = job_fields(c, jp, &mt, &tm);
+    if (e) return e;
     pthread_mutex_lock(&c->mu);
     pair *p = pair_new(c);
-    goblin_err e = GOBLIN_ENOMEM;
+    e = GOBLIN_ENOMEM;
     if (p) {
         p->req.type = GOBLIN__CW_SUBMIT_MATMUL;
         p->req.tensors[0] = *a;
         p->req.tensors[1] = *b;
+        p->req.min_tasks = mt;
+        p->req.task_memory_bytes = tm;
         e = submit_common(c, p, job_id);
     }
     goblin__free(p);
@@ -204,7 +232,18 @@ goblin_err goblin_client_submit_matmul(goblin_client *c, const goblin_tensor *a,
 goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_path,
                                              const char *b_path, const char *c_path,
                                              bool overwrite, goblin_job_id *job_id) {
+    return goblin_client_submit_matmul_files_params(c, a_path, b_path, c_path, overwrite, NULL, job_id);
+}
+
+goblin_err goblin_client_submit_matmul_files_params(goblin_client *c, const char *a_path,
+                                                    const char *b_path, const char *c_path,
+                                                    bool overwrite, const goblin_job_params *jp,
+                                                    goblin_job_id *job_id) {
     if (!c || !a_path || !b_path || !c_path || !job_id) return GOBLIN_EINVAL;
+    int64_t mt;
+    uint64_t tm;
+    goblin_err fe = job_fields(c, jp, &mt, &tm);
+    if (fe) return fe;
     const char *paths[3] = {a_path, b_path, c_path};
     for (int i = 0; i < 3; i++) {
         size_t l = strlen(paths[i]);
@@ -217,6 +256,8 @@ goblin_err goblin_client_submit_matmul_files(goblin_client *c, const char *a_pat
         p->req.type = GOBLIN__CW_SUBMIT_MATMUL_FILES;
         for (int i = 0; i < 3; i++) snprintf(p->req.paths[i], sizeof p->req.paths[i], "%s", paths[i]);
         p->req.file_flags = overwrite ? GOBLIN__CW_FILE_OVERWRITE : 0;
+        p->req.min_tasks = mt;
+        p->req.task_memory_bytes = tm;
         e = submit_common(c, p, job_id);
     }
     goblin__free(p);
@@ -426,6 +467,10 @@ goblin_err goblin_client_submit_graph(goblin_client *c, const goblin_graph *g,
         return cerr(c, GOBLIN_EINVAL, "verify mode %d does not apply to graph jobs", (int)jp->verify);
     if (jp->spot_rows < 0 || jp->spot_rows > 65535)
         return cerr(c, GOBLIN_EINVAL, "spot_rows %d outside 0..65535", (int)jp->spot_rows);
+    int64_t gmt;
+    uint64_t gtm;
+    goblin_err je = job_fields(c, &jp->job, &gmt, &gtm);
+    if (je) return je;
     uint8_t *split = NULL, *combine = NULL;
     /* One block for both enum arrays as bytes (+1: never a zero-size allocation). */
     uint8_t *arrays = goblin__alloc((size_t)gi + (size_t)go + 1);

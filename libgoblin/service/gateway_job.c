@@ -199,9 +199,14 @@ static void accepted(goblin_gateway *g, gw_job *j, goblin__cw_msg *r, uint64_t r
     goblin__gw_send(g, r);
 }
 
-/* Start the matmul job held in @p j (operands set up); on failure the slot is released. */
-static void submit(goblin_gateway *g, gw_job *j, goblin__cw_msg *r, uint64_t rid) {
-    goblin_err e = goblin_node_submit_matmul(g->node, &j->a, &j->b, &j->c, &g->p.job, &j->job);
+/* Start the matmul job held in @p j (operands set up) with the gateway's job parameters
+ * and the request @p m's (decoded within their bounds; 0: the gateway's); on failure the
+ * slot is released. */
+static void submit(goblin_gateway *g, gw_job *j, const goblin__cw_msg *m, goblin__cw_msg *r, uint64_t rid) {
+    goblin_job_params jp = g->p.job;
+    if (m->task_memory_bytes) jp.task_memory_bytes = m->task_memory_bytes;
+    if (m->min_tasks) jp.min_tasks = m->min_tasks;
+    goblin_err e = goblin_node_submit_matmul(g->node, &j->a, &j->b, &j->c, &jp, &j->job);
     if (e) {
         goblin__gw_job_release(j);
         goblin__gw_reply_error(g, r, rid, e, "the node refused the job: %s", goblin_strerror(e));
@@ -264,7 +269,7 @@ void goblin__gw_submit_matmul(goblin_gateway *g, const gw_who *who, goblin__cw_m
     goblin_tensor_init(&j->b, m->tensors[1].dtype, 2, m->tensors[1].shape, j->b_buf);
     int64_t cs[2] = {mm, nn};
     goblin_tensor_init(&j->c, m->tensors[0].dtype, 2, cs, j->c_buf);
-    submit(g, j, r, rid);
+    submit(g, j, m, r, rid);
 }
 
 /* A file job's operand @p what at @p path, mapped read-only. */
@@ -317,7 +322,7 @@ void goblin__gw_submit_files(goblin_gateway *g, const gw_who *who, goblin__cw_ms
         return goblin__gw_reply_error(g, r, rid, e, "%s", why);
     }
     j->c = *goblin_npy_tensor(j->fc);
-    submit(g, j, r, rid);
+    submit(g, j, m, r, rid);
 }
 
 /* ---- graph jobs ---------------------------------------------------------------- */

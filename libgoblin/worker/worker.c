@@ -15,6 +15,7 @@
  * together in one nng message (the loop's out-batch, w->ob) once the last has run. */
 #include "worker_impl.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,8 @@ goblin_err goblin_worker_new(goblin_worker **out, const goblin_worker_params *p)
     for (int32_t i = 0; i < p->n_connect; i++)
         w->inproc_only = w->inproc_only && strncmp(p->connect[i], "inproc://", 9) == 0;
     pthread_mutex_init(&w->rx_mu, NULL);
+    pthread_mutex_init(&w->tx_mu, NULL);
+    w->send_fd = -1;
     pthread_mutex_init(&w->hb_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -170,6 +173,7 @@ void goblin_worker_free(goblin_worker *w) {
     pthread_mutex_destroy(&w->st_mu);
     pthread_mutex_destroy(&w->part_mu);
     pthread_mutex_destroy(&w->rx_mu);
+    pthread_mutex_destroy(&w->tx_mu);
     pthread_mutex_destroy(&w->hb_mu);
     pthread_cond_destroy(&w->hb_cv);
     goblin__free(w);
@@ -199,15 +203,45 @@ static int wencode(const goblin__wire_msg *m, nng_msg **out) {
     return 0;
 }
 
-/* Send @p msg (taken; any thread): as it is, or, over GOBLIN__PART_MAX bytes, in parts
- * (proto/part.h: the node's socket takes nothing larger). */
-static int send_taken(goblin_worker *w, nng_msg *msg) {
-    size_t len = nng_msg_len(msg);
-    if (len <= GOBLIN__PART_MAX || w->inproc_only) {
-        int rv = nng_sendmsg(w->sock, msg, 0);
-        if (rv) nng_msg_free(msg);
-        return rv;
+/* How long a send waits for the socket to take it (the former NNG_OPT_SENDTIMEO). */
+#define SEND_WAIT_MS 2000
+
+/* Send one nng message (taken; any thread) on the live connection: @p hs non-zero for
+ * the handshake (HELLO, PROOF) on link @p hs, which may not have joined yet; 0 for
+ * everything else, which needs a joined link. The check and the send are one step
+ * under tx_mu, and the send never waits inside nng (NONBLOCK): a message refused
+ * because the socket is busy is tried again once it can take one, and one whose link
+ * has ended is dropped, never kept for the next connection. */
+static int send_one(goblin_worker *w, nng_msg *msg, uint32_t hs) {
+    int64_t deadline = goblin__now_ms() + SEND_WAIT_MS;
+    for (;;) {
+        pthread_mutex_lock(&w->tx_mu);
+        bool ok = hs ? w->link == hs : w->joined;
+        int rv = ok ? nng_sendmsg(w->sock, msg, NNG_FLAG_NONBLOCK) : NNG_ECLOSED;
+        pthread_mutex_unlock(&w->tx_mu);
+        if (rv == 0) return 0;
+        int64_t left = deadline - goblin__now_ms();
+        if (rv != NNG_EAGAIN || left <= 0) {
+            nng_msg_free(msg);
+            if (!ok) BUMP(w, stale_dropped);
+            return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+        }
+        /* Wait until the socket can take a message (or 50 ms: the link may end). */
+        if (w->send_fd >= 0) {
+            struct pollfd pf = {.fd = w->send_fd, .events = POLLIN};
+            poll(&pf, 1, left < 50 ? (int)left : 50);
+        } else {
+            usleep(1000);
+        }
     }
+}
+
+/* Send @p msg (taken; any thread; @p hs as for send_one): as it is, or, over
+ * GOBLIN__PART_MAX bytes, in parts (proto/part.h: the node's socket takes nothing
+ * larger). */
+static int send_taken_on(goblin_worker *w, nng_msg *msg, uint32_t hs) {
+    size_t len = nng_msg_len(msg);
+    if (len <= GOBLIN__PART_MAX || w->inproc_only) return send_one(w, msg, hs);
     const uint8_t *body = nng_msg_body(msg);
     int rv = 0;
     pthread_mutex_lock(&w->part_mu);
@@ -218,12 +252,15 @@ static int send_taken(goblin_worker *w, nng_msg *msg) {
         uint8_t *pb = nng_msg_body(part);
         goblin__part_header(pb, len, off, n);
         memcpy(pb + GOBLIN__PART_HEADER, body + off, n);
-        if ((rv = nng_sendmsg(w->sock, part, 0)) != 0) nng_msg_free(part);
+        rv = send_one(w, part, hs);
     }
     pthread_mutex_unlock(&w->part_mu);
     nng_msg_free(msg);
     return rv;
 }
+
+/* Send @p msg (taken; any thread) on the joined link. */
+static int send_taken(goblin_worker *w, nng_msg *msg) { return send_taken_on(w, msg, 0); }
 
 /* Send now (any thread). */
 static int wsend(goblin_worker *w, const goblin__wire_msg *m) {
@@ -290,7 +327,8 @@ void goblin__worker_send_error(goblin_worker *w, uint64_t task_id, goblin_err co
     goblin__worker_lsend(w, &m);
 }
 
-static void send_hello(goblin_worker *w) {
+/* HELLO on link @p link (the first message of that connection). */
+static void send_hello(goblin_worker *w, uint32_t link) {
     goblin__wire_msg m;
     goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_HELLO);
     unsigned cat = atomic_load(&w->catalog_override);
@@ -305,7 +343,7 @@ static void send_hello(goblin_worker *w) {
     /* The PROOF signs this HELLO's bytes: an identity proof cannot be moved to another
      * HELLO (other token, other memory claims). */
     goblin__wkey_hash(nng_msg_body(msg), nng_msg_len(msg), w->hello_hash);
-    send_taken(w, msg);
+    send_taken_on(w, msg, link);
 }
 
 /* CHALLENGE: sign the node's nonce, this connection's HELLO and the public key. */
@@ -325,19 +363,40 @@ static void send_proof(goblin_worker *w, const goblin__wire_challenge *c) {
     m.body.proof.key_len = GOBLIN__WKEY_PUBLIC_BYTES;
     m.body.proof.sig = sig;
     m.body.proof.sig_len = (uint32_t)sl;
-    wsend(w, &m);
+    nng_msg *pm = NULL;
+    if (wencode(&m, &pm) == 0) send_taken_on(w, pm, w->hello_link);
 }
 
 const char *goblin_worker_identity(const goblin_worker *w) { return w ? goblin__wkey_fingerprint(w->key) : ""; }
 
 /* ---- the loop ---------------------------------------------------------------------- */
 
+/* The live link, or 0. */
+static uint32_t cur_link(goblin_worker *w) {
+    pthread_mutex_lock(&w->tx_mu);
+    uint32_t l = w->link;
+    pthread_mutex_unlock(&w->tx_mu);
+    return l;
+}
+
 static void wpipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     goblin_worker *w = arg;
-    (void)pp;
+    uint32_t id = (uint32_t)nng_pipe_id(pp);
     if (ev == NNG_PIPE_EV_ADD_POST) {
+        /* pair1 starts one pipe at a time, and a pipe's REM_POST comes before the next
+         * one starts: a new link is never added while another is live. */
+        pthread_mutex_lock(&w->tx_mu);
+        w->link = id;
+        w->joined = false;
+        pthread_mutex_unlock(&w->tx_mu);
         atomic_fetch_add(&w->pipes_added, 1);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
+        pthread_mutex_lock(&w->tx_mu);
+        if (w->link == id) { /* from now on nothing is sent until the next link joins */
+            w->link = 0;
+            w->joined = false;
+        }
+        pthread_mutex_unlock(&w->tx_mu);
         atomic_store(&w->hb_ms, 0); /* no HEARTBEAT before the next HELLO */
         atomic_fetch_add(&w->pipes_removed, 1);
     } else {
@@ -411,7 +470,9 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         return e;
     }
     nng_socket_set_ms(w->sock, NNG_OPT_RECVTIMEO, 20);
-    nng_socket_set_ms(w->sock, NNG_OPT_SENDTIMEO, 2000);
+    nng_socket_set_ms(w->sock, NNG_OPT_SENDTIMEO, SEND_WAIT_MS);
+    if (nng_socket_get_int(w->sock, NNG_OPT_SENDFD, &w->send_fd) != 0) w->send_fd = -1;
+    w->hello_link = 0;
     /* Take queued TASKs off the node's pipe promptly (see MAX_IN_FLIGHT in node.c). */
     nng_socket_set_int(w->sock, NNG_OPT_RECVBUF, w->p.slots + 4 < 8192 ? w->p.slots + 4 : 8192);
     nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, wpipe_cb, w);
@@ -460,8 +521,13 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         int added = atomic_load(&w->pipes_added);
         if (added != seen_added) {
             seen_added = added;
-            BUMP(w, connects);
-            send_hello(w);
+            /* One HELLO per link, on that link (several events may come at once). */
+            uint32_t link = cur_link(w);
+            if (link && link != w->hello_link) {
+                w->hello_link = link;
+                BUMP(w, connects);
+                send_hello(w, link);
+            }
         }
         goblin__worker_cache_expire(w);
         nng_msg *nm = NULL;
@@ -504,6 +570,16 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             result = goblin__transport_err(rv);
             break;
         }
+        /* A message of a link that has ended (pair1 keeps what it received across
+         * connections): its TASKs were reissued when the node saw the link end, and an
+         * answer would reach the node on the next link, under another session, before
+         * that link's HELLO. Dropped. */
+        uint32_t from = (uint32_t)nng_pipe_id(nng_msg_get_pipe(nm));
+        if (from != cur_link(w)) {
+            BUMP(w, stale_dropped);
+            nng_msg_free(nm);
+            continue;
+        }
         /* One message, or a batch of them (protocol 1.1), in order. Zero-copy: the
          * tasks' inputs and graphs are read-only views into nm, which lives until
          * all of them are answered (the panel cache may keep it longer: ref). */
@@ -537,6 +613,9 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                 send_proof(w, &m->body.challenge);
                 break;
             case GOBLIN_WIRE_TYPE_HELLO_ACK:
+                pthread_mutex_lock(&w->tx_mu);
+                if (w->link == from) w->joined = true; /* what follows the handshake may go */
+                pthread_mutex_unlock(&w->tx_mu);
                 goblin__worker_log(w, GOBLIN_LOG_INFO, "joined the node as worker %llu%s",
                      (unsigned long long)m->body.hello_ack.session_id,
                      (m->flags & GOBLIN_WIRE_FLAG_BATCH) ? " (batches)" : "");
@@ -622,6 +701,10 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         nng_socket_set_ms(w->sock, NNG_OPT_RECVTIMEO, 0);
         nng_msg *nm = NULL;
         while (nng_recvmsg(w->sock, &nm, NNG_FLAG_NONBLOCK) == 0) {
+            if ((uint32_t)nng_pipe_id(nng_msg_get_pipe(nm)) != cur_link(w)) { /* reissued already */
+                nng_msg_free(nm);
+                continue;
+            }
             const uint8_t *body = nng_msg_body(nm);
             size_t blen = nng_msg_len(nm), off = 0, ml = 0;
             do { /* each TASK of a batch */
@@ -644,6 +727,11 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         usleep(20000);
     }
     nng_close(w->sock);
+    pthread_mutex_lock(&w->tx_mu);
+    w->link = 0;
+    w->joined = false;
+    w->send_fd = -1;
+    pthread_mutex_unlock(&w->tx_mu);
     goblin__worker_cache_clear(w);
     return result;
 }

@@ -83,6 +83,18 @@ struct goblin_worker {
     nng_msg *ob;
     uint64_t node_max;     /* the node's max_message_bytes (HELLO_ACK) */
     nng_socket sock;
+    /* The connection (docs/runtime.md, "Rejoining after a partition"), under tx_mu and
+     * set by pipe events: link is the pipe id of the live connection (0: none) and
+     * joined says HELLO_ACK came on it. Only HELLO and PROOF go out on a link not yet
+     * joined, and nothing meant for an earlier link goes out on a later one: every
+     * send is non-blocking under tx_mu (nng's pair1 would otherwise hold a send made
+     * while disconnected and put it first on the next connection, and the node drops
+     * a worker whose first message is not its HELLO). */
+    pthread_mutex_t tx_mu;
+    uint32_t link;
+    bool joined;
+    uint32_t hello_link; /* loop thread: the link the last HELLO went on */
+    int send_fd;         /* NNG_OPT_SENDFD: readable when a send would not block; -1 */
     goblin__wire_limits limits;
     /* The panel cache: slots (indices stay put while a panel is kept), a hash index of
      * their ids (open addressing, slot + 1, 0 empty) and a recency list, so that a

@@ -150,7 +150,8 @@ class Grid:
     def matmul(self, a: npt.NDArray[Any], b: npt.NDArray[Any], out: Optional[npt.NDArray[Any]] = ...,
                progress: ProgressArg = ..., min_tasks: Optional[int] = ...,
                task_memory: Union[None, int, str] = ...) -> npt.NDArray[Any]: ...
-    def matmul_files(self, a_path: Any, b_path: Any, c_path: Any, progress: ProgressArg = ...) -> None: ...
+    def matmul_files(self, a_path: Any, b_path: Any, c_path: Any, progress: ProgressArg = ...,
+                     min_tasks: Optional[int] = ..., task_memory: Union[None, int, str] = ...) -> None: ...
     def run(self, graph: Union[Graph, Formula], *inputs: Any, split: RuleArg = ..., combine: RuleArg = ...,
             chunk_rows: Optional[int] = ..., verify: str = ..., progress: ProgressArg = ...,
             min_tasks: Optional[int] = ..., task_memory: Union[None, int, str] = ...,

@@ -102,7 +102,8 @@ class Grid:
                progress: Optional[Callable[[int, int], Any]] = ..., min_tasks: int = ...,
                task_memory: int = ...) -> npt.NDArray[Any]: ...
     def matmul_files(self, a_path: str, b_path: str, c_path: str,
-                     progress: Optional[Callable[[int, int], Any]] = ...) -> None: ...
+                     progress: Optional[Callable[[int, int], Any]] = ..., min_tasks: int = ...,
+                     task_memory: int = ...) -> None: ...
     def run(self, graph: Graph, inputs: Sequence[npt.NDArray[Any]], split: Optional[Sequence[int]] = ...,
             combine: Optional[Sequence[int]] = ..., chunk_rows: int = ..., verify: int = ...,
             progress: Optional[Callable[[int, int], Any]] = ..., min_tasks: int = ..., task_memory: int = ...,

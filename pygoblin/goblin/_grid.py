@@ -29,6 +29,15 @@ _VERIFY = {k: v for k, v in _goblin.enum_values("verify").items() if k in ("repl
 _VERIFY["none"] = _VERIFY["unsafe-none"]
 
 
+def _count(v, what):
+    """A task count: None (the default) or an int >= 1."""
+    if v is None:
+        return 0
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1:
+        return int(v)
+    raise _goblin.InvalidArgumentError(f"{what} must be a positive int (or None for the default), got {v!r}")
+
+
 def _bytes(v, what):
     """An int of bytes, or a string like '512M', '2G', '1.5g', '4096' (goblin_size_parse)."""
     if v is None:
@@ -182,19 +191,22 @@ class Grid:
                 return out
         p = _Progress(progress, "goblin matmul")
         try:
-            return self._native.matmul(a, b, out, p.callback, int(min_tasks or 0),
+            return self._native.matmul(a, b, out, p.callback, _count(min_tasks, "min_tasks"),
                                        _bytes(task_memory, "task_memory"))
         finally:
             p.close()
 
-    def matmul_files(self, a_path, b_path, c_path, progress=True):
+    def matmul_files(self, a_path, b_path, c_path, progress=True, min_tasks=None, task_memory=None):
         """C = A @ B over .npy files. Remote: the files lie on the NODE's disk (paths as the
         node sees them); A and B are memory-mapped there and C created there; only tiles
-        travel to workers, never the paths. Embedded: the same, on this machine."""
+        travel to workers, never the paths. Embedded: the same, on this machine.
+        min_tasks, task_memory: as for matmul (sent to a remote node with the job)."""
         self._check_open()
+        mt, tm = _count(min_tasks, "min_tasks"), _bytes(task_memory, "task_memory")
         p = _Progress(progress, "goblin matmul")
         try:
-            self._native.matmul_files(os.fspath(a_path), os.fspath(b_path), os.fspath(c_path), p.callback)
+            self._native.matmul_files(os.fspath(a_path), os.fspath(b_path), os.fspath(c_path), p.callback,
+                                      mt, tm)
             return None
         finally:
             p.close()
@@ -261,7 +273,7 @@ class Grid:
             outs = self._native.run(
                 graph._g, arrays, _per(split, _SPLIT, len(arrays), "split", "input"),
                 _per(combine, _COMBINE, n_out, "combine", "output"), int(chunk_rows or 0), _VERIFY[verify],
-                p.callback, int(min_tasks or 0), _bytes(task_memory, "task_memory"),
+                p.callback, _count(min_tasks, "min_tasks"), _bytes(task_memory, "task_memory"),
                 -1.0 if min_replication is None else float(min_replication),
                 -1.0 if trust_halflife is None else float(trust_halflife), int(spot_rows or 0))
         finally:

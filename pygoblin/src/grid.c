@@ -468,10 +468,13 @@ done:
 
 static PyObject *grid_matmul_files(pygoblin_grid *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"a_path", "b_path", "c_path", "progress", NULL};
+    static char *kwlist[] = {"a_path", "b_path", "c_path", "progress", "min_tasks", "task_memory", NULL};
     const char *pa, *pb, *pc;
     PyObject *progress = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sss|O:matmul_files", kwlist, &pa, &pb, &pc, &progress))
+    long long min_tasks = 0;
+    unsigned long long task_memory = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sss|OLK:matmul_files", kwlist, &pa, &pb, &pc, &progress,
+                                     &min_tasks, &task_memory))
         return NULL;
     if (check_open(self) < 0)
         return NULL;
@@ -479,7 +482,11 @@ static PyObject *grid_matmul_files(pygoblin_grid *self, PyObject *args, PyObject
     goblin_grid_job *j = NULL;
     self->busy++;
     Py_BEGIN_ALLOW_THREADS
-    e = goblin_grid_submit_matmul_files(self->grid, pa, pb, pc, NULL, &j);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = min_tasks;
+    jp.task_memory_bytes = task_memory;
+    e = goblin_grid_submit_matmul_files(self->grid, pa, pb, pc, &jp, &j);
     Py_END_ALLOW_THREADS
     if (e) {
         self->busy--;
@@ -808,6 +815,7 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
     F(freivalds_row_fallbacks);
     F(verify_cpu_ns);
     F(panels_in_place);
+    F(workers_asking);
 #undef F
     bad = bad || set_int(d, "jobs_submitted", self->jobs_submitted) < 0 ||
           set_int(d, "jobs_done", self->jobs_done) < 0 || set_int(d, "jobs_failed", self->jobs_failed) < 0 ||
@@ -864,7 +872,8 @@ static PyMethodDef grid_methods[] = {
     {"matmul", (PyCFunction)(void (*)(void))grid_matmul, METH_VARARGS | METH_KEYWORDS,
      "matmul(a, b, out=None, progress=None, min_tasks=0, task_memory=0) -> C = A @ B"},
     {"matmul_files", (PyCFunction)(void (*)(void))grid_matmul_files, METH_VARARGS | METH_KEYWORDS,
-     "matmul_files(a_path, b_path, c_path, progress=None): a product over .npy files on the node's disk"},
+     "matmul_files(a_path, b_path, c_path, progress=None, min_tasks=0, task_memory=0): a product over .npy "
+     "files on the node's disk"},
     {"run", (PyCFunction)(void (*)(void))grid_run, METH_VARARGS | METH_KEYWORDS,
      "run(graph, inputs, split=None, combine=None, chunk_rows=0, verify=0, progress=None, min_tasks=0, "
      "task_memory=0, min_replication=-1, trust_halflife=-1, spot_rows=0) -> tuple of arrays"},

@@ -555,6 +555,51 @@ def test_remote_matmul_memmaps_and_stats(remote, tmp_path):
 
 
 @needs_tools
+def test_remote_job_parameters_reach_the_node(remote, tmp_path):
+    """min_tasks, task_memory and verify given to a remote grid are the node's (its stats
+    count the tasks), on matmul, file and graph jobs; bad values raise with the field."""
+    a, b = operands(96, 64, 80, np.float32, 11)
+
+    def tasks_of(fn):
+        before = remote.stats()
+        out = fn()
+        after = remote.stats()
+        return out, after["tasks_completed"] - before["tasks_completed"], before, after
+
+    c, dflt, _, _ = tasks_of(lambda: remote.matmul(a, b, progress=False))
+    contract_ok(c, a, b)
+    assert 8 <= dflt < 24
+    c, many, _, _ = tasks_of(lambda: remote.matmul(a, b, progress=False, min_tasks=24))
+    contract_ok(c, a, b)
+    assert many >= 24
+    c, small, _, _ = tasks_of(lambda: remote.matmul(a, b, progress=False, task_memory=16384))
+    contract_ok(c, a, b)
+    assert small > dflt
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    _, files, _, _ = tasks_of(lambda: remote.matmul_files(str(tmp_path / "a.npy"), str(tmp_path / "b.npy"),
+                                                          str(tmp_path / "c.npy"), progress=False, min_tasks=20))
+    contract_ok(np.load(tmp_path / "c.npy"), a, b)
+    assert files >= 20
+    g = goblin.Graph()
+    x = g.input((40, 3), "f64")
+    g.output(goblin.ops.tanh(x))
+    xv = np.linspace(-3, 3, 120).reshape(40, 3)
+    y, n, before, after = tasks_of(lambda: remote.run(g, xv, verify="recompute", min_tasks=10, progress=False))
+    np.testing.assert_allclose(y, np.tanh(xv), rtol=1e-14, atol=0)
+    assert n == 10
+    assert after["node_recomputed"] - before["node_recomputed"] == 10  # RECOMPUTE, not the default
+    assert after["replicas_issued"] == before["replicas_issued"]
+    for bad in (dict(min_tasks=-2), dict(min_tasks=0), dict(min_tasks=1.5), dict(min_tasks=1 << 30)):
+        with pytest.raises(goblin.InvalidArgumentError, match="min_tasks"):
+            remote.matmul(a, b, progress=False, **bad)
+    with pytest.raises(goblin.InvalidArgumentError, match="task_memory"):
+        remote.matmul(a, b, progress=False, task_memory=100)
+    with pytest.raises(goblin.InvalidArgumentError, match="task_memory"):
+        remote.matmul_files("a.npy", "b.npy", "c.npy", progress=False, task_memory=-5)
+
+
+@needs_tools
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
 def test_remote_ctrl_c_cancels_on_node(remote):
     _check_ctrl_c_cancels(remote, 3000)

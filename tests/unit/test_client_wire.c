@@ -41,8 +41,8 @@ Test(client_wire, status_request_bytes) {
     for (int i = 0; i < 16; i++) m->job_id.bytes[i] = (uint8_t)(0xa0 + i);
     size_t n;
     uint8_t *b = enc(m, &n);
-    /* version 2; the job id is 16 bytes as given */
-    const uint8_t want[40] = {'G', 'B', 'L', 'C', 2, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+    /* version 3; the job id is 16 bytes as given */
+    const uint8_t want[40] = {'G', 'B', 'L', 'C', 3, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
                               16, 0, 0, 0, 0, 0, 0, 0, 0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6,
                               0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf};
     cr_assert_eq(n, 40);
@@ -54,10 +54,13 @@ Test(client_wire, status_request_bytes) {
     cr_assert_eq(d->type, GOBLIN__CW_STATUS);
     cr_assert(goblin_job_id_equal(&d->job_id, &m->job_id));
     cr_assert_eq(d->request_id, 0x0102030405060708ull);
-    /* Wrong version (the old 8-byte ids: 1), unknown type, flags, bad magic, length mismatch. */
+    /* Wrong version (the old 8-byte ids: 1; matmul submits without job parameters: 2),
+     * unknown type, flags, bad magic, length mismatch. */
     b[4] = 1;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EVERSION);
-    b[4] = 2; b[6] = 99;
+    b[4] = 2;
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EVERSION);
+    b[4] = 3; b[6] = 99;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EPROTO);
     b[6] = 3; b[7] = 1;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EPROTO);
@@ -76,13 +79,41 @@ Test(client_wire, submit_roundtrip_and_truncation) {
     m->type = GOBLIN__CW_SUBMIT_MATMUL;
     goblin_tensor_init(&m->tensors[0], GOBLIN_DTYPE_F32, 2, sa, a);
     goblin_tensor_init(&m->tensors[1], GOBLIN_DTYPE_F32, 2, sb, bb);
+    m->task_memory_bytes = 0x10000;
+    m->min_tasks = 9;
     size_t n;
     uint8_t *b = enc(m, &n);
-    /* header 24 + A (8 + 16 + 24) + B (8 + 16 + 12 padded to 16) */
-    cr_assert_eq(n, 24 + 48 + 40);
+    /* header 24 + job parameters 16 + A (8 + 16 + 24) + B (8 + 16 + 12 padded to 16) */
+    cr_assert_eq(n, 24 + 16 + 48 + 40);
+    const uint8_t params[16] = {0, 0, 1, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0};
+    cr_assert(memcmp(b + 24, params, 16) == 0, "u64 task_memory_bytes, i64 min_tasks, little-endian");
     goblin__cw_limits l = lim();
     goblin__cw_msg *d = msg_new();
     char why[256];
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
+    cr_assert_eq(d->task_memory_bytes, 0x10000);
+    cr_assert_eq(d->min_tasks, 9);
+    /* Hostile job parameters: a negative or huge min_tasks, a budget no task fits or
+     * no worker has, each refused with the field named. */
+    const struct { int at; uint8_t byte; const char *field; } bad[] = {
+        {24 + 15, 0xff, "min_tasks"}, /* negative */
+        {24 + 11, 0x01, "min_tasks"}, /* 2^24 + 9 tasks */
+        {24 + 0, 100, "task_memory_bytes"},  /* 100 bytes (byte 2 cleared below) */
+        {24 + 7, 0x01, "task_memory_bytes"}, /* 2^56 bytes */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint8_t *c = malloc(n);
+        memcpy(c, b, n);
+        c[bad[i].at] = bad[i].byte;
+        if (i == 2) c[24 + 2] = 0;
+        cr_assert_eq(goblin__cw_decode(c, n, &l, d, why, sizeof why), GOBLIN_EFORMAT, "case %zu", i);
+        cr_assert(strstr(why, bad[i].field), "case %zu: %s", i, why);
+        free(c);
+    }
+    m->min_tasks = -1;
+    size_t sz0;
+    cr_assert_eq(goblin__cw_encoded_size(m, &sz0), GOBLIN_EINVAL);
+    m->min_tasks = 9;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
     cr_assert_eq(d->tensors[0].shape[1], 3);
     cr_assert_eq(d->tensors[1].shape[0], 3);
@@ -101,11 +132,11 @@ Test(client_wire, submit_roundtrip_and_truncation) {
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
     b[n - 1] = 0;
     /* A dimension claiming far more data than present. */
-    b[24 + 8] = 0xff; b[24 + 9] = 0xff; b[24 + 10] = 0xff;
+    b[40 + 8] = 0xff; b[40 + 9] = 0xff; b[40 + 10] = 0xff;
     cr_assert_neq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK);
     /* Over the message limit. */
     goblin__cw_limits small = {32, 1 << 20};
-    b[24 + 8] = 2; b[24 + 9] = 0; b[24 + 10] = 0;
+    b[40 + 8] = 2; b[40 + 9] = 0; b[40 + 10] = 0;
     cr_assert_eq(goblin__cw_decode(b, n, &small, d, why, sizeof why), GOBLIN_ELIMIT);
     /* Non-contiguous tensors are not encodable. */
     m->tensors[0].strides[0] = 1;
@@ -123,17 +154,25 @@ Test(client_wire, files_status_stats_error) {
     strcpy(m->paths[0], "/data/a.npy");
     strcpy(m->paths[1], "/data/b.npy");
     strcpy(m->paths[2], "/data/c.npy");
+    m->min_tasks = 12;
+    m->task_memory_bytes = (uint64_t)1 << 30;
     uint8_t *b = enc(m, &n);
-    cr_assert_eq(n, 24 + 16 + 40);
+    cr_assert_eq(n, 24 + 32 + 40);
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
     cr_assert_str_eq(d->paths[2], "/data/c.npy");
     cr_assert_eq(d->file_flags, 0);
+    cr_assert_eq(d->min_tasks, 12);
+    cr_assert_eq(d->task_memory_bytes, (uint64_t)1 << 30);
+    b[24 + 31] = 0x80; /* min_tasks < 0 */
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
+    cr_assert(strstr(why, "min_tasks"), "%s", why);
+    b[24 + 31] = 0;
     b[24 + 12] = 2; /* an unknown flag */
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
     b[24 + 12] = GOBLIN__CW_FILE_OVERWRITE;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_OK, "%s", why);
     cr_assert_eq(d->file_flags, GOBLIN__CW_FILE_OVERWRITE);
-    b[24 + 16 + 3] = '\n'; /* a control byte in a path */
+    b[24 + 32 + 3] = '\n'; /* a control byte in a path */
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EFORMAT);
     free(b);
     m->paths[1][0] = 0;
