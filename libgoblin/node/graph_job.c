@@ -251,11 +251,11 @@ static goblin_err check_per_sample(const gjob *G, const goblin_graph *g, const g
         }
         if (ax->mix[src] < 0) continue;
         goblin__batch_mix_msg(g, ax, src, why, sizeof why);
-        static const char *const todo = "run it in one chunk (chunk_rows >= the batch), give the output the "
-                                        "combine rule concat to have every chunk computed on its own rows, or, if "
-                                        "the batch is another dim of the inputs, make it their dim 0";
-        snprintf(msg, cap, "output %d is not per-sample, so the batch of %lld cannot be cut into chunks: %s; %s",
-                 (int)o, (long long)G->batch, why, todo);
+        size_t k = (size_t)snprintf(msg, cap, "output %d is not per-sample, so the batch of %lld cannot be cut: "
+                                    "%s", (int)o, (long long)G->batch, why);
+        if (k < cap)
+            snprintf(msg + k, cap - k, "; run it in one chunk (chunk_rows >= the batch), or give it the combine "
+                     "rule concat to compute every chunk on its own rows");
         return GOBLIN_ESHAPE;
     }
     return GOBLIN_OK;
