@@ -115,6 +115,26 @@ def test_batch_in_dim_one_is_found_not_the_sequence(grid):
     assert _rel(out, ref.numpy()) <= 1e-10 and _rel(wg, w.numpy()) <= 1e-10
 
 
+def test_padding_mask_batched_in_dim_0_beside_seq_first_input(grid):
+    """key_padding_mask [batch, seq] beside x [seq, batch, embed]: with split='batch' for
+    both, each is cut along its own batch dim (x: 1, mask: 0)."""
+    torch.manual_seed(6)
+    att = nn.MultiheadAttention(24, 4).double().eval()
+
+    def f(x, mask):
+        return att(x, x, x, key_padding_mask=mask, need_weights=False)[0]
+
+    x = torch.randn(6, 11, 24, dtype=torch.float64)
+    mask = torch.zeros(11, 6, dtype=torch.bool)
+    mask[:, -1] = True
+    mask[3, -3:] = True
+    with torch.no_grad():
+        ref = f(x, mask)
+    got = grid.run(goblin.capture(f, x, mask), x.numpy(), mask.numpy(), split="batch", chunk_rows=4,
+                   progress=False)
+    assert _rel(got, ref.numpy()) <= 1e-10
+
+
 def test_output_not_per_sample_is_refused_naming_the_node(grid):
     x = torch.randn(8, 3, dtype=torch.float64)
     cg = goblin.capture(lambda t: t / t.sum(), x)
