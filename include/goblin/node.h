@@ -189,25 +189,32 @@ GOBLIN_API void goblin_job_free(goblin_job *job);
 /* ---- graph jobs ------------------------------------------------------------
  *
  * A graph job evaluates a graph over inputs that may be far larger than any worker's
- * memory. Inputs marked GOBLIN_SPLIT_BATCH are cut along their leading (batch)
- * dimension into chunks of at most chunk_rows rows (every batched input must have the
- * same leading size B); the others are sent whole to every task (and cached on the
- * workers under cache_ids, so parameters travel once per worker). Each chunk is one
- * task: the node re-instantiates the graph for the chunk's row count (every node is
- * re-added with its attributes, so shapes are re-inferred; a RESHAPE whose target's
- * leading dim is the batch size is rescaled) and sends it with the chunk's rows.
+ * memory. Inputs marked GOBLIN_SPLIT_BATCH are cut along their batch dimension into
+ * chunks of at most chunk_rows rows (every batched input has B samples); the others are
+ * sent whole to every task (and cached on the workers under cache_ids, so parameters
+ * travel once per worker). The batch dimension is traced through the graph
+ * (docs/graph-format.md, "The batch axis"): dim 0 of the batched inputs, unless the
+ * graph's outputs are per-sample only along another dim (a seq-first [seq, batch, ...]
+ * model: dim 1). Each chunk is one task: the node re-instantiates the graph for the
+ * chunk's row count (every node is re-added with its attributes, so shapes are
+ * re-inferred; a RESHAPE, EXPAND or creation op's target dim holding the batch is
+ * rescaled) and sends it with the chunk's rows.
  *
  * Each output is assembled on the node by its combine rule, over the chunks in chunk
  * order (a fixed order: the result does not depend on which worker finished first):
- *   CONCAT  along dim 0 (the output's leading dim must scale with the batch);
+ *   CONCAT  along the output's batch dim (any dim that follows the batch; given
+ *           explicitly, also for an output that is not per-sample: every chunk is then
+ *           computed on its own rows);
  *   SUM     elementwise sum of the chunks' outputs (partial reductions);
  *   MEAN    sum of chunk_rows_c / B * output_c (a per-chunk mean becomes the mean
  *           over the whole batch; also how per-chunk gradients of a mean loss combine);
  *   MAX/MIN elementwise;
- *   AUTO    CONCAT if the output's leading dim equals B and the output depends on a
- *           batched input along dim 0, else SUM if the output node is a SUM over axes
- *           that include the batch axis, MEAN for a MEAN, MAX/MIN for those; otherwise
- *           the submit fails with GOBLIN_EINVAL naming the output.
+ *   AUTO    CONCAT if a dim of the output follows the batch, else SUM if the output
+ *           node is a SUM over axes that include the batch axis, MEAN for a MEAN,
+ *           MAX/MIN for those; otherwise the submit fails with GOBLIN_EINVAL naming the
+ *           output. A job of several chunks whose AUTO output is not per-sample (a node
+ *           before it reduces over the batch, works along it, ...) fails with
+ *           GOBLIN_ESHAPE naming that node.
  *
  * Verification (docs/verification.md): REPLICATE runs a task on two workers of
  * different identity (and different owner, when owners_file names owners); bit-equal results are accepted at once, results that differ are

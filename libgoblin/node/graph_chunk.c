@@ -7,22 +7,38 @@
 
 #include "base/alloc.h"
 #include "core/node.h"
+#include "graph/rebatch.h"
 
 /* ---- a chunk's inputs and outputs ----------------------------------------------- */
 
-/* Rows [r0, r0 + rows) of @p t (a view). */
-goblin_tensor goblin__node_rows_view(const goblin_tensor *t, int64_t r0, int64_t rows) {
+/* Indices [r0, r0 + rows) of dim @p axis of @p t (a view). */
+static goblin_tensor axis_view(const goblin_tensor *t, int32_t axis, int64_t r0, int64_t rows) {
     goblin_tensor v = *t;
-    v.shape[0] = rows;
-    v.data = (char *)t->data + r0 * t->strides[0] * (int64_t)goblin_dtype_size(t->dtype);
+    v.shape[axis] = rows;
+    v.data = (char *)t->data + r0 * t->strides[axis] * (int64_t)goblin_dtype_size(t->dtype);
     return v;
 }
 
-/* Input @p i of task @p ti as the node sees it (caller's memory, any strides). */
+/* Rows [r0, r0 + rows) of @p t (a view). */
+goblin_tensor goblin__node_rows_view(const goblin_tensor *t, int64_t r0, int64_t rows) {
+    return axis_view(t, 0, r0, rows);
+}
+
+/* Input @p i of task @p ti as the node sees it (caller's memory, any strides): batched
+ * inputs cut along their batch dim. */
 goblin_tensor goblin__node_task_input(const goblin_job *j, int64_t ti, int32_t i) {
     const gjob *G = j->g;
-    if (G->batched[i]) return goblin__node_rows_view(&G->in[i], ti * G->rows, gvar(j, ti)->rows);
+    if (G->batched[i]) return axis_view(&G->in[i], G->ax->in_axis[i], ti * G->rows, gvar(j, ti)->rows);
     return G->in[i];
+}
+
+goblin_tensor goblin__node_out_rows(const goblin_job *j, int64_t ti, int32_t o) {
+    const gjob *G = j->g;
+    const gvariant *v = gvar(j, ti);
+    /* The batch at dim a of the output, each sample's inner values together (planned:
+     * outer == 1 for a CONCAT output, graph_job.c). */
+    goblin__bax b = G->ax->bax[goblin_graph_output_id(v->g, o)];
+    return axis_view(&G->out[o], b.axis, ti * G->rows * b.inner, v->rows * b.inner);
 }
 
 size_t goblin__node_out_bytes(const goblin_tensor *shape) {
@@ -216,7 +232,7 @@ bool goblin__node_graph_store(goblin_job *j, int64_t ti, void *const *data) {
     for (int32_t o = 0; o < G->n_out; o++) {
         goblin_tensor src = goblin__node_out_tensor(j, ti, o, data[o]);
         if (G->comb[o] == GOBLIN_COMBINE_CONCAT) {
-            goblin_tensor dst = goblin__node_rows_view(&G->out[o], ti * G->rows, v->rows);
+            goblin_tensor dst = goblin__node_out_rows(j, ti, o);
             goblin__tensor_copy(&dst, &src);
             continue;
         }

@@ -42,6 +42,8 @@ void goblin__node_gjob_free(gjob *G) {
     goblin__free(G->comb);
     goblin__hoist_release(G->hoist);
     goblin_graph_free(G->spot_g);
+    goblin__batch_axes_clear(G->ax);
+    goblin__free(G->ax);
     goblin__free(G);
 }
 
@@ -137,7 +139,8 @@ static goblin_err make_variant(goblin_node *n, gjob *G, const goblin_graph *g, c
                                int64_t rows, gvariant *v, char *msg, size_t cap) {
     memset(v, 0, sizeof *v);
     v->rows = rows;
-    goblin_err e = goblin__graph_rebatch(g, split, rows, &v->g, msg, cap);
+    (void)split;
+    goblin_err e = goblin__graph_rebatch_at(g, G->ax, rows, &v->g, msg, cap);
     if (e) return e;
     v->bytes = goblin__graph_task_bytes(v->g);
     v->oshape = goblin__calloc((size_t)G->n_out, sizeof *v->oshape);
@@ -148,10 +151,11 @@ static goblin_err make_variant(goblin_node *n, gjob *G, const goblin_graph *g, c
         goblin_graph_node(v->g, goblin_graph_output_id(v->g, o), NULL, &v->oshape[o], NULL, NULL);
         goblin__graph_output_contract(v->g, o, &v->oop[o], &v->ok[o]);
         const goblin_tensor *full = &G->out[o], *s = &v->oshape[o];
-        bool same_rest = s->rank == full->rank;
-        for (int32_t d = 1; same_rest && d < s->rank; d++) same_rest = s->shape[d] == full->shape[d];
-        bool good = G->comb[o] == GOBLIN_COMBINE_CONCAT ? same_rest && s->rank >= 1 && s->shape[0] == rows
-                                                        : same_rest && (s->rank == 0 || s->shape[0] == full->shape[0]);
+        goblin__bax b = G->ax->bax[goblin_graph_output_id(g, o)];
+        bool cat = G->comb[o] == GOBLIN_COMBINE_CONCAT;
+        int32_t a = cat ? b.axis : -1;
+        bool good = s->rank == full->rank && (!cat || (a >= 0 && s->shape[a] == b.outer * rows * b.inner));
+        for (int32_t d = 0; good && d < s->rank; d++) good = d == a || s->shape[d] == full->shape[d];
         if (!good) {
             snprintf(msg, cap, "output %d: a chunk of %lld rows gives shape [%lld...] (rank %d), which the "
                      "%s combine cannot assemble into the output", (int)o, (long long)rows,
@@ -196,12 +200,15 @@ static goblin_err check_io(const goblin_graph *g, int32_t id, const goblin_tenso
 /* The caller's inputs @p in of graph @p g against its graph, split and cache ids:
  * which are batched (@p batched) and the batch size (*B). */
 static goblin_err check_inputs(const goblin_graph *g, const goblin_tensor *in, const goblin_graph_job_params *jp,
-                               uint8_t *batched, int64_t *B, char *msg, size_t cap) {
+                               const int32_t *axes, goblin__batch_axes *ax, uint8_t *batched, int64_t *B,
+                               char *msg, size_t cap) {
     int32_t ni = goblin_graph_input_count(g);
     goblin_err e;
     for (int32_t i = 0; i < ni; i++)
         if ((e = check_io(g, goblin_graph_input_id(g, i), &in[i], "input", i, msg, cap)) != GOBLIN_OK) return e;
-    if ((e = goblin__batch_inputs(g, jp->split, batched, B, msg, cap)) != GOBLIN_OK) return e;
+    if ((e = goblin__batch_axes_find(g, jp->split, axes, ax, msg, cap)) != GOBLIN_OK) return e;
+    for (int32_t i = 0; i < ni; i++) batched[i] = ax->in_axis[i] >= 0;
+    *B = ax->batch;
     if (*B < 1) {
         snprintf(msg, cap, "the batch is empty");
         return GOBLIN_EINVAL;
@@ -214,12 +221,53 @@ static goblin_err check_inputs(const goblin_graph *g, const goblin_tensor *in, c
     return GOBLIN_OK;
 }
 
+/* A job cut into several chunks: is every output assembled from the chunks the value
+ * the whole batch gives (per-sample, or a reduction over the batch of per-sample values)? */
+static goblin_err check_per_sample(const gjob *G, const goblin_graph *g, const goblin_graph_job_params *jp,
+                                   char *msg, size_t cap) {
+    if (G->nchunks <= 1) return GOBLIN_OK;
+    const goblin__batch_axes *ax = G->ax;
+    char why[240];
+    for (int32_t o = 0; o < G->n_out; o++) {
+        int32_t id = goblin_graph_output_id(g, o);
+        goblin__bax b = ax->bax[id];
+        int32_t src = id;
+        if (G->comb[o] == GOBLIN_COMBINE_CONCAT && b.outer > 1) {
+            snprintf(msg, cap, "output %d: its dim %d holds %lld x the batch x %lld (the batch merged with the dims "
+                     "before it): a chunk's rows are not one block of it; reshape the output so the batch leads "
+                     "its dim (e.g. [seq, batch, ...] rather than [seq * batch, ...])", (int)o, (int)b.axis,
+                     (long long)b.outer, (long long)b.inner);
+            return GOBLIN_ESHAPE;
+        }
+        /* A rule given by the caller is taken as meant (CONCAT of a graph that is not
+         * per-sample: every chunk computed on its own rows, e.g. normalized by its own
+         * statistics). */
+        if (jp->combine && jp->combine[o] != GOBLIN_COMBINE_AUTO) continue;
+        if (G->comb[o] != GOBLIN_COMBINE_CONCAT) {
+            /* a reduction combined by the node: its own input must be per-sample */
+            const goblin__node *n = &g->nodes[id];
+            if (n->n_inputs < 1) continue;
+            src = n->inputs[0];
+        }
+        if (ax->mix[src] < 0) continue;
+        goblin__batch_mix_msg(g, ax, src, why, sizeof why);
+        size_t k = (size_t)snprintf(msg, cap, "output %d is not per-sample, so the batch of %lld cannot be cut: "
+                                    "%s", (int)o, (long long)G->batch, why);
+        if (k < cap)
+            snprintf(msg + k, cap - k, "; run it in one chunk (chunk_rows >= the batch), or give it the combine "
+                     "rule concat to compute every chunk on its own rows");
+        return GOBLIN_ESHAPE;
+    }
+    return GOBLIN_OK;
+}
+
 /* Everything of a graph job that does not need the node's lock. */
 static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const goblin_graph *g, const goblin_graph_job_params *jp,
-                             uint64_t mem, int64_t units, char *msg, size_t cap) {
+                             const int32_t *axes, uint64_t mem, int64_t units, char *msg, size_t cap) {
     int32_t ni = G->n_in, no = G->n_out;
     goblin_err e;
-    if ((e = check_inputs(g, G->in, jp, G->batched, &G->batch, msg, cap)) != GOBLIN_OK) return e;
+    if (!(G->ax = goblin__calloc(1, sizeof *G->ax))) return GOBLIN_ENOMEM;
+    if ((e = check_inputs(g, G->in, jp, axes, G->ax, G->batched, &G->batch, msg, cap)) != GOBLIN_OK) return e;
     for (int32_t o = 0; o < no; o++)
         if ((e = check_io(g, goblin_graph_output_id(g, o), &G->out[o], "output", o, msg, cap)) != GOBLIN_OK)
             return e;
@@ -245,10 +293,14 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
      * a task needs per row (task bytes are affine in the rows). */
     int64_t pr = B > 1 ? 1 : 2;
     goblin_graph *probe = NULL;
-    char pm[256];
-    if ((e = goblin__graph_rebatch(g, jp->split, pr, &probe, pm, sizeof pm)) != GOBLIN_OK) {
-        snprintf(msg, cap, "the graph cannot be cut along the batch: %s", pm);
-        return e;
+    char pm[320];
+    bool one = jp->chunk_rows >= B; /* one chunk: the graph as it is */
+    if ((e = goblin__graph_rebatch_at(g, G->ax, pr, &probe, pm, sizeof pm)) != GOBLIN_OK) {
+        if (e == GOBLIN_ENOMEM || !one) {
+            snprintf(msg, cap, "the graph cannot be cut along the batch: %s", pm);
+            return e;
+        }
+        probe = NULL;
     }
     for (int32_t o = 0; o < no; o++) {
         goblin_combine c = jp->combine ? jp->combine[o] : GOBLIN_COMBINE_AUTO;
@@ -257,7 +309,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
             goblin_graph_free(probe);
             return GOBLIN_EINVAL;
         }
-        goblin_combine a = goblin__graph_auto_combine(g, probe, B, pr, o);
+        goblin_combine a = goblin__graph_auto_combine(g, G->ax, o);
         if (c == GOBLIN_COMBINE_AUTO && a == GOBLIN_COMBINE_AUTO) {
             snprintf(msg, cap, "output %d: AUTO cannot decide how to combine it (its leading dim does not "
                      "follow the batch and it is not a sum/mean/max/min over the batch axis); give a "
@@ -267,8 +319,8 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         }
         if (c == GOBLIN_COMBINE_AUTO) c = a;
         if (c == GOBLIN_COMBINE_CONCAT && a != GOBLIN_COMBINE_CONCAT) {
-            snprintf(msg, cap, "output %d: CONCAT needs an output whose leading dim is the batch (%lld) "
-                     "and follows it", (int)o, (long long)B);
+            snprintf(msg, cap, "output %d: CONCAT needs an output with a dim that follows the batch (%lld)",
+                     (int)o, (long long)B);
             goblin_graph_free(probe);
             return GOBLIN_EINVAL;
         }
@@ -283,7 +335,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         }
         G->comb[o] = c;
     }
-    uint64_t bfull = goblin__graph_task_bytes(g), bprobe = goblin__graph_task_bytes(probe);
+    uint64_t bfull = goblin__graph_task_bytes(g), bprobe = probe ? goblin__graph_task_bytes(probe) : bfull;
     goblin_graph_free(probe);
     double slope = bfull > bprobe ? (double)(bfull - bprobe) / (double)(B - pr) : 0.0;
     if (B == 1) slope = 0.0;
@@ -343,7 +395,22 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         int64_t r2 = (int64_t)((double)rows * (double)mem / (double)G->v[0].bytes);
         rows = r2 < rows ? (r2 < 1 ? 1 : r2) : rows - 1;
     }
+    if ((e = check_per_sample(G, g, jp, msg, cap)) != GOBLIN_OK) return e;
     if (G->verify == GOBLIN_VERIFY_SPOT) {
+        for (int32_t i = 0; i < ni; i++)
+            if (G->batched[i] && G->ax->in_axis[i] != 0) {
+                snprintf(msg, cap, "input %d has the batch in dim %d: a spot-check recomputes rows of dim 0; "
+                         "verify with REPLICATE", (int)i, (int)G->ax->in_axis[i]);
+                return GOBLIN_EINVAL;
+            }
+        for (int32_t o = 0; o < no; o++) {
+            goblin__bax b = G->ax->bax[goblin_graph_output_id(g, o)];
+            if (G->comb[o] == GOBLIN_COMBINE_CONCAT && (b.axis != 0 || b.inner != 1)) {
+                snprintf(msg, cap, "output %d has the batch in dim %d (x%lld): a spot-check recomputes rows of "
+                         "dim 0; verify with REPLICATE", (int)o, (int)b.axis, (long long)b.inner);
+                return GOBLIN_EINVAL;
+            }
+        }
         for (int32_t o = 0; o < no; o++)
             if (G->comb[o] != GOBLIN_COMBINE_CONCAT) {
                 snprintf(msg, cap, "output %d is combined by %s over the chunks: a spot-check recomputes rows, "
@@ -432,6 +499,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     goblin_graph_job_params hjp; /* jp for the hoisted graph: split and cache ids per its inputs */
     goblin_split *hsplit = NULL;
     uint64_t *hcid = NULL;
+    int32_t *haxes = NULL; /* the hoisted graph's inputs' batch dims, from the caller's graph */
     if (!G->hoist) {
         if (ni) memcpy(G->in, inputs, (size_t)ni * sizeof *G->in);
     } else {
@@ -439,17 +507,22 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
          * messages name the caller's input numbers. */
         const goblin__hoisted *h = G->hoist;
         int64_t B = 0;
+        goblin__batch_axes cax;
+        memset(&cax, 0, sizeof cax);
         hsplit = goblin__calloc(nin, sizeof *hsplit);
         hcid = goblin__calloc(nin, sizeof *hcid);
-        if (!hsplit || !hcid) {
+        haxes = goblin__calloc(nin, sizeof *haxes);
+        if (!hsplit || !hcid || !haxes) {
             e = GOBLIN_ENOMEM;
-        } else if ((e = check_inputs(g, inputs, jp, G->batched, &B, msg, sizeof msg)) == GOBLIN_OK) {
+        } else if ((e = check_inputs(g, inputs, jp, NULL, &cax, G->batched, &B, msg, sizeof msg)) == GOBLIN_OK) {
             for (int32_t i = 0; i < gi; i++) {
                 int32_t s = h->src[i];
                 G->in[i] = s >= 0 ? inputs[s] : h->ct[-1 - s];
                 hsplit[i] = s >= 0 && G->batched[s] ? GOBLIN_SPLIT_BATCH : GOBLIN_SPLIT_BROADCAST;
+                haxes[i] = s >= 0 ? cax.in_axis[s] : -1;
                 hcid[i] = s >= 0 ? (jp->cache_ids ? jp->cache_ids[s] : 0) : h->cid[-1 - s];
             }
+            goblin__batch_axes_clear(&cax);
             hjp = *jp;
             hjp.split = hsplit;
             hjp.cache_ids = hcid;
@@ -457,8 +530,10 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
         }
         if (e) {
             goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
+            goblin__batch_axes_clear(&cax);
             goblin__free(hsplit);
             goblin__free(hcid);
+            goblin__free(haxes);
             goblin_job_free(j);
             return e;
         }
@@ -468,6 +543,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
         pthread_mutex_unlock(&n->mu);
         goblin__free(hsplit);
         goblin__free(hcid);
+        goblin__free(haxes);
         goblin_job_free(j);
         return GOBLIN_ESTATE;
     }
@@ -477,9 +553,10 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     uint64_t mem = jp->job.task_memory_bytes ? jp->job.task_memory_bytes : capn.memory;
     if (!mem) mem = (uint64_t)256 << 20;
     pthread_mutex_unlock(&n->mu);
-    e = plan_graph(n, G, j->id, jg, jp, mem, capn.units, msg, sizeof msg);
+    e = plan_graph(n, G, j->id, jg, jp, haxes, mem, capn.units, msg, sizeof msg);
     goblin__free(hsplit);
     goblin__free(hcid);
+    goblin__free(haxes);
     if (e) {
         goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
         goblin_job_free(j);

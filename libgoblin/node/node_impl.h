@@ -216,6 +216,7 @@ typedef struct gjob {
     const goblin__hoisted *hoist; /* the graph whose constants are inputs here, or NULL */
     int64_t spot_k;               /* SPOT: rows recomputed per check */
     goblin_graph *spot_g;         /* SPOT: the graph for spot_k rows */
+    struct goblin__batch_axes *ax; /* the batch traced through the job's graph (rebatch.h) */
 } gjob;
 
 typedef struct lease {
@@ -536,6 +537,8 @@ void goblin__node_gjob_free(gjob *G);
 
 /** Rows [r0, r0 + rows) of @p t (a view). */
 goblin_tensor goblin__node_rows_view(const goblin_tensor *t, int64_t r0, int64_t rows);
+/* The part of output @p o that task @p ti computes (a view of the caller's tensor). */
+goblin_tensor goblin__node_out_rows(const goblin_job *j, int64_t ti, int32_t o);
 /** Input @p i of task @p ti as the node sees it (caller's memory, any strides). */
 goblin_tensor goblin__node_task_input(const goblin_job *j, int64_t ti, int32_t i);
 /** Bytes of a contiguous tensor of @p shape's dtype and shape. */

@@ -27,9 +27,8 @@ static void recheck_graph(goblin_node *n, goblin_job *j, uint64_t by) {
         goblin_tensor *have = goblin__calloc((size_t)G->n_out, sizeof *have);
         bool agree = false;
         if (have) {
-            gvariant *v = gvar(j, i);
             for (int32_t o = 0; o < G->n_out; o++)
-                have[o] = G->comb[o] == GOBLIN_COMBINE_CONCAT ? goblin__node_rows_view(&G->out[o], i * G->rows, v->rows)
+                have[o] = G->comb[o] == GOBLIN_COMBINE_CONCAT ? goblin__node_out_rows(j, i, o)
                                                               : goblin__node_out_tensor(j, i, o, t->outs[o]);
             goblin_verify_reason why;
             agree = goblin__node_graph_agrees(n, j, i, have, mine, &why);

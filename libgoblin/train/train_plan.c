@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "train_impl.h"
+#include "graph/rebatch.h"
 
 #define ERRF(e, ...) (snprintf(msg, cap, __VA_ARGS__), (e))
 
@@ -30,34 +31,37 @@ static double node_bytes(const goblin__node *n) {
 
 goblin_err goblin__train_instance(const goblin_graph *g, int32_t n_params, int64_t batch0,
                                   int64_t rows, goblin_graph **out, char *msg, size_t cap) {
-    goblin_graph *ng = NULL;
-    goblin_err e = goblin_graph_new(&ng);
-    if (e) return ERRF(e, "out of memory");
-    int32_t input_index = 0;
-    for (int32_t id = 0; id < g->n_nodes; id++) {
-        goblin__node p = g->nodes[id];
-        goblin_attr attrs[GOBLIN__MAX_OP_ATTRS];
-        if (p.op == GOBLIN_OP_INPUT) {
-            if (input_index++ >= n_params && p.rank >= 1) p.shape[0] = rows;
-        } else if (rows != batch0 && p.n_attrs > 0 && p.n_attrs <= GOBLIN__MAX_OP_ATTRS) {
-            memcpy(attrs, p.attrs, sizeof(goblin_attr) * (size_t)p.n_attrs);
-            for (int32_t k = 0; k < p.n_attrs; k++)
-                if (attrs[k].key == GOBLIN_ATTR_SHAPE && attrs[k].count >= 1 &&
-                    attrs[k].v.ints[0] == batch0)
-                    attrs[k].v.ints[0] = rows;
-            p.attrs = attrs;
-        }
-        int32_t nid;
-        e = goblin__graph_add_node(ng, &p, &nid);
-        if (e) {
-            snprintf(msg, cap, "the model at %lld rows: %s", (long long)rows, goblin_graph_error(ng));
-            goblin_graph_free(ng);
-            return e;
-        }
+    /* The data inputs carry the batch along dim 0; the batch is traced through the
+     * model (graph/batch_axis.c), so reshapes that merge it keep working. */
+    int32_t ni = g->n_inputs;
+    goblin_split *split = goblin__calloc((size_t)ni + 1, sizeof *split);
+    int32_t *axes = goblin__calloc((size_t)ni + 1, sizeof *axes);
+    goblin_err e = GOBLIN_ENOMEM;
+    if (!split || !axes) goto done;
+    for (int32_t i = 0; i < ni; i++) {
+        const goblin__node *in = &g->nodes[g->input_ids[i]];
+        bool b = i >= n_params && in->rank >= 1 && in->shape[0] == batch0;
+        split[i] = b ? GOBLIN_SPLIT_BATCH : GOBLIN_SPLIT_BROADCAST;
+        axes[i] = b ? 0 : -1;
     }
-    for (int32_t i = 0; i < g->n_outputs; i++) goblin_graph_output(ng, g->output_ids[i]);
-    *out = ng;
-    return GOBLIN_OK;
+    goblin__batch_axes ax;
+    char m[400] = "";
+    if ((e = goblin__batch_axes_find(g, split, axes, &ax, m, sizeof m)) == GOBLIN_OK) {
+        e = goblin__graph_rebatch_at(g, &ax, rows, out, m, sizeof m);
+        goblin__batch_axes_clear(&ax);
+    } else if (rows == batch0 && e != GOBLIN_ENOMEM) {
+        /* the model at its own batch size: a copy, whatever the batch does inside */
+        memset(&ax, 0, sizeof ax);
+        ax.batch = batch0;
+        for (int32_t i = 0; i < ni; i++) axes[i] = -1;
+        ax.in_axis = axes;
+        e = goblin__batch_instance(g, &ax, false, rows, out, m, sizeof m);
+    }
+    if (e) snprintf(msg, cap, "the model at %lld rows: %s", (long long)rows, m[0] ? m : goblin_strerror(e));
+done:
+    goblin__free(split);
+    goblin__free(axes);
+    return e;
 }
 
 /* ---- analysis ------------------------------------------------------------------- */

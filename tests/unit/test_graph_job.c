@@ -1183,10 +1183,11 @@ Test(graph_job, spot_on_a_graph_not_row_by_row_never_rejects) {
     fill(GOBLIN_DTYPE_F64, x, B * D, 950);
     goblin_graph *g = NULL;
     cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
-    int64_t sx[2] = {B, D}, ax[1] = {0};
+    int64_t sx[2] = {B, D}, ax[2] = {0, 1};
     int32_t xi, mu, d;
     cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sx, &xi), GOBLIN_OK);
-    goblin_attr at[2] = {goblin_attr_ints(GOBLIN_ATTR_AXES, ax, 1), goblin_attr_int(GOBLIN_ATTR_KEEPDIM, 1)};
+    /* the mean over all of x (over dim 0 alone, the batch would be found in dim 1) */
+    goblin_attr at[2] = {goblin_attr_ints(GOBLIN_ATTR_AXES, ax, 2), goblin_attr_int(GOBLIN_ATTR_KEEPDIM, 1)};
     cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MEAN, &xi, 1, at, 2, &mu), GOBLIN_OK);
     int32_t i2[2] = {xi, mu};
     cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_SUB, i2, 2, NULL, 0, &d), GOBLIN_OK);
@@ -1199,15 +1200,20 @@ Test(graph_job, spot_on_a_graph_not_row_by_row_never_rejects) {
     jp.verify = GOBLIN_VERIFY_SPOT;
     jp.chunk_rows = R;
     jp.trust_halflife = 1e9;
+    /* not per-sample (the mean over the batch): cut only with CONCAT given (AUTO refuses) */
+    cr_assert_eq(goblin_node_submit_graph(node, g, &in, 1, &out, 1, &jp, &(goblin_job *){NULL}), GOBLIN_ESHAPE);
+    goblin_combine cat = GOBLIN_COMBINE_CONCAT;
+    jp.combine = &cat;
     goblin_job *job = rt_run_graph(node, g, &in, 1, &out, 1, &jp);
     goblin_job_free(job);
-    for (int c = 0; c < B / R; c++)
-        for (int j = 0; j < D; j++) {
-            double s = 0;
-            for (int i = c * R; i < (c + 1) * R; i++) s += x[i * D + j];
-            for (int i = c * R; i < (c + 1) * R; i++)
-                cr_assert(fabs(y[i * D + j] - (x[i * D + j] - s / R)) <= 1e-14, "y[%d,%d]", i, j);
-        }
+    for (int c = 0; c < B / R; c++) {
+        double s = 0;
+        for (int i = c * R; i < (c + 1) * R; i++)
+            for (int j = 0; j < D; j++) s += x[i * D + j];
+        for (int i = c * R; i < (c + 1) * R; i++)
+            for (int j = 0; j < D; j++)
+                cr_assert(fabs(y[i * D + j] - (x[i * D + j] - s / (R * D))) <= 1e-14, "y[%d,%d]", i, j);
+    }
     goblin_node_stats st;
     goblin_node_stats_get(node, &st);
     cr_assert_eq(st.results_rejected, 0);
