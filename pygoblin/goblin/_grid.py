@@ -219,10 +219,12 @@ class Grid:
 
         Inputs are NumPy arrays (memmaps included; torch tensors are taken through .numpy())
         whose dtypes and shapes match the graph's inputs; a captured graph is re-captured
-        for another batch size. The node cuts batched inputs along dim 0 into chunks of
-        chunk_rows rows (None: as many as fit a worker's memory), one task per chunk.
-        split: per input 'batch' or 'broadcast' (None: batch for every input whose dim 0
-        equals input 0's). combine: per output 'auto', 'concat', 'sum', 'mean', 'max',
+        for another batch size. The node cuts batched inputs along their batch dim into
+        chunks of chunk_rows samples (None: as many as fit a worker's memory), one task per
+        chunk: the batch dim is found by tracing the graph (dim 0 first; [seq, batch, ...]
+        layouts such as nn.MultiheadAttention's default are cut along dim 1; see
+        docs/graph-format.md, "The batch axis"). split: per input 'batch' or 'broadcast'
+        (None: batch for every input whose batch dim equals input 0's). combine: per output 'auto', 'concat', 'sum', 'mean', 'max',
         'min'. verify: 'replicate' (adaptive replication, default), 'spot' (the node
         recomputes spot_rows secret rows of each checked task, and every row holding a NaN
         or inf, and compares: a few per cent of the work; for graphs whose outputs are all
