@@ -6,7 +6,7 @@
 #include <criterion/criterion.h>
 #include <goblin/goblin.h>
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
+#include <nng/protocol/pair1/pair.h>
 #include <unistd.h>
 
 #include "hostile_peer.h"
@@ -178,8 +178,7 @@ Test(client_params, bad_values_refused_with_the_field_named, .timeout = 120) {
     cr_assert_eq(goblin__cw_encode_into(m, buf, n, &n), GOBLIN_OK);
     for (int k = 0; k < 8; k++) buf[24 + 8 + k] = 0xff; /* min_tasks = -1 */
     nng_socket s;
-    cr_assert_eq(nng_req0_open(&s), 0);
-    nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    cr_assert_eq(nng_pair1_open(&s), 0); /* as clients speak */
     /* No redial once the gateway closes this connection: nng 1.5 leaks a connection still
      * being set up when its socket is closed (as test_node's raw peers). */
     nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 600000);
