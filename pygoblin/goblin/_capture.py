@@ -502,10 +502,11 @@ class _Lowering:
                         hints.append(h)
         if unsupported:
             raise UnsupportedOpError(unsupported, hints)
-        lazy = _decomp.instance_norm_nodes(self, gm)
+        lazy = _decomp.instance_norm_nodes(self, gm) | _decomp.embedding_bag_nodes(self, gm)
         for node in gm.graph.nodes:
             if node in lazy:
-                self.env[node] = _decomp.Unviewed(self.env[node.args[0]])
+                a = node.args[0]
+                self.env[node] = _decomp.Unviewed(self.env[a] if isinstance(a, self.torch.fx.Node) else None)
                 continue
             if node.op == "placeholder":
                 spec = kinds[node.name]

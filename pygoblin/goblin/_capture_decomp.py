@@ -312,6 +312,65 @@ def conv3d(g, x, w, b, stride, padding, dilation, groups):
     return y
 
 
+def fold(low, x, out_hw, kernel, dilation, padding, stride):
+    """F.fold (col2im) as conv_transpose2d of the columns [N, C kh kw, lh, lw] with a one-hot
+    weight [C kh kw, 1, kh, kw] and C groups: block (i, j) of channel c adds into the output
+    at its place. Exact for finite inputs (an inf column entry meets zero weights: NaN)."""
+    g = low.g
+    batched = x.ndim == 3
+    if not batched:
+        x = _unsqueeze(g, x, 0)
+    n, ckk, nl = x.shape
+    kh, kw = kernel
+    blocks = [(o + 2 * p - d * (k - 1) - 1) // s + 1
+              for o, k, p, d, s in zip(out_hw, kernel, padding, dilation, stride)]
+    c = ckk // (kh * kw)
+    if blocks[0] * blocks[1] != nl or c * kh * kw != ckk:
+        return None
+    w = np.zeros((ckk, 1, kh, kw))
+    for r in range(ckk):
+        w[r, 0, (r // kw) % kh, r % kw] = 1.0
+    cols = reshape(g, x, [n, ckk] + blocks)
+    made = [(b - 1) * s - 2 * p + d * (k - 1) + 1
+            for b, k, p, d, s in zip(blocks, kernel, padding, dilation, stride)]
+    y = conv_transpose2d(low, cols, _const(g, w, x.dtype), None, list(stride), list(padding), list(dilation),
+                         [o - m for o, m in zip(out_hw, made)], c)
+    return y if batched else reshape(g, y, list(y.shape[1:]))
+
+
+def embedding_bag_nodes(low, gm):
+    """F.embedding_bag over a 2-D input [B, L] (bags of L): torch flattens it to [B L] with
+    offsets arange(0, B L, L); the view and the arange stay lazy (the batch stays dim 0)."""
+    lazy = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or getattr(n.target, "__name__", "").split(".")[0] not in (
+                "_embedding_bag", "_embedding_bag_forward_only"):
+            continue
+        v, off = n.args[1], n.args[2]
+        if getattr(v, "op", None) != "call_function" or len(v.users) != 1 or \
+                getattr(v.target, "__name__", "").split(".")[0] != "view" or \
+                getattr(off, "op", None) != "call_function" or len(off.users) != 1 or \
+                getattr(off.target, "__name__", "") != "arange.start_step":
+            continue
+        src = list(low.meta(v.args[0]).shape)
+        if len(src) == 2 and list(off.args[:3]) == [0, src[0] * src[1], src[1]]:
+            lazy |= {v, off}
+    return lazy
+
+
+def embedding_bag(g, w, idx, mode, per_sample, padding_idx):
+    """Fixed-size bags: embedding [B, L, D], then sum (weighted), mean or max over L."""
+    if padding_idx not in (None, -1):
+        return None
+    e = g.op("embedding", w, idx)
+    if per_sample is not None:
+        if mode != 0:
+            return None
+        e = g.op("mul", e, _unsqueeze(g, per_sample, 2))
+    op = {0: "sum", 1: "mean", 2: "reduce_max"}.get(int(mode))
+    return None if op is None else g.op(op, e, axes=[1], keepdim=0)
+
+
 def adaptive_max_pool2d(g, x, size):
     """Divisible sizes only: max_pool2d with kernel = stride = input / output."""
     h, w = x.shape[-2:]
@@ -414,6 +473,17 @@ def lower(low, node, name, args, kw):
         x = args[0].t
         w, b = [p.t if isinstance(p, Unviewed) else None for p in args[1:3]]
         return Unviewed(group_norm(g, x, w, b, x.shape[1], float(args[5]))), None, None
+    if name in ("_embedding_bag", "_embedding_bag_forward_only"):
+        if not isinstance(args[1], Unviewed) or arg(3, "scale_grad_by_freq", False) or \
+                arg(7, "include_last_offset", False):
+            return None
+        ps = arg(6, "per_sample_weights")
+        if ps is not None:
+            ps = ps.t if isinstance(ps, Unviewed) else reshape(g, ps, args[1].t.shape)
+        y = embedding_bag(g, args[0], args[1].t, arg(4, "mode", 0), ps, arg(8, "padding_idx", -1))
+        return None if y is None else (y, None, None, None)
+    if name == "col2im":
+        return fold(low, args[0], list(args[1]), list(args[2]), list(args[3]), list(args[4]), list(args[5]))
     if name == "native_group_norm":
         x, w, b, _n, _c, _hw, groups, eps = args[:8]
         return group_norm(g, x, w, b, int(groups), eps), None, None
@@ -468,6 +538,11 @@ def why(name, args):
         return ("F.adaptive_max_pool2d / nn.AdaptiveMaxPool2d: capture supports output sizes that divide the "
                 "input size (it becomes max_pool2d); use F.max_pool2d, or F.adaptive_avg_pool2d, which takes any "
                 "size; the indices output (return_indices=True) is not available")
+    if name in ("_embedding_bag", "_embedding_bag_forward_only"):
+        return ("F.embedding_bag / nn.EmbeddingBag: capture supports a 2-D input [B, L] (bags of equal size L) "
+                "with mode 'sum' (per_sample_weights allowed), 'mean' or 'max', no padding_idx, no "
+                "scale_grad_by_freq, no include_last_offset; for ragged bags with offsets, pad the bags to one "
+                "length and use F.embedding with a mask instead")
     if name == "searchsorted":
         return "torch.searchsorted: capture supports a tensor of values without a sorter (sort the sequence first)"
     return None

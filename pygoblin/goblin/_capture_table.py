@@ -91,6 +91,13 @@ ROWS = [
     ("scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu",
      "scaled_dot_product_attention (causal, mask, scale)", "no dropout_p, no enable_gqa", "both"),
     ("embedding", "embedding", "", "both"),
+    ("_embedding_bag _embedding_bag_forward_only", "embedding, then sum (mul by per_sample_weights) / mean / "
+     "reduce_max over the bag (decomposed)",
+     "F.embedding_bag / nn.EmbeddingBag over a 2-D input [B, L] (bags of one size): mode sum, mean or max "
+     "(max has no backward rule); no offsets of ragged bags, no padding_idx, no scale_grad_by_freq, no "
+     "include_last_offset", "both"),
+    ("col2im", "conv_transpose2d's decomposition with a constant one-hot weight",
+     "F.fold / nn.Fold (F.unfold is aten.index, above); an inf entry meets zero weights: NaN", "both"),
     ("dropout native_dropout", "nothing (the identity)",
      "goblin.capture: eval mode only (training mode is refused with 'call model.eval()'); "
      "goblin.capture_training: off (the identity)", "both"),
@@ -151,7 +158,8 @@ KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
         "scaled_dot_product_attention.default", "max_pool2d.default", "avg_pool2d.default",
         "adaptive_avg_pool2d.default", "softmax.int", "log_softmax.int", "matmul.default",
         "embedding.default", "floor_divide.default", "remainder.Tensor", "remainder.Scalar",
-        "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default")
+        "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default",
+        "col2im.default")
 TRAIN_KEEP = ("nll_loss_forward.default", "nll_loss2d_forward.default")
 
 BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "

@@ -4,7 +4,8 @@ ones torch decomposes itself: celu, softplus, mish, hardswish, ...), flip, roll,
 one_hot, vector_norm (F.normalize, F.cosine_similarity), group_norm, instance_norm, max / min with dim
 (values and indices), topk, sort / argsort, bucketize / searchsorted, cdist, interpolate
 (nearest, nearest-exact, bilinear, linear), adaptive_max_pool2d (divisible sizes) and
-conv3d, conv_transpose1d / conv_transpose2d; and the errors for what stays unsupported.
+conv3d, conv_transpose1d / conv_transpose2d, fold and embedding_bag (bags of one size);
+and the errors for what stays unsupported.
 
 As in test_pkg_capture_ops.py, each op is checked against PyTorch in f64 (integer
 outputs exactly): forward locally and on an embedded grid (the batch cut into chunks),
@@ -70,6 +71,11 @@ def _distinct(*shape):
     return (p.to(D) / n - 0.5 + 0.001 * _x(n)).reshape(shape)
 
 
+def _bags(b, n):
+    return torch.randint(0, 9, (b, n), generator=_gen())
+
+
+EMB = _w(9, 5) * 3
 GN_W, GN_B = torch.linspace(0.5, 1.5, 6, dtype=D), torch.linspace(-0.3, 0.3, 6, dtype=D)
 BOUNDS = torch.tensor([-1.0, -0.25, 0.0, 0.5, 1.0], dtype=D)
 
@@ -150,6 +156,14 @@ FORWARD = {
     "conv3d_all": (lambda x: F.conv3d(x, _w(4, 1, 3, 2, 2), stride=(2, 1, 2), padding=(1, 1, 0), dilation=(1, 2, 1),
                                       groups=2), (_x(12, 2, 5, 5, 6),)),
     "conv3d_module": (torch.nn.Conv3d(2, 3, 3, padding=1).double(), (_x(12, 2, 4, 4, 4),)),
+    "fold": (lambda x: F.fold(x, (4, 5), 2), (_x(12, 3 * 4, 12),)),
+    "fold_all": (lambda x: F.fold(x, (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), (_x(12, 2 * 6, 20),)),
+    "fold_of_unfold": (lambda x: F.fold(F.unfold(x, 3, padding=1), (5, 6), 3, padding=1), (_x(12, 2, 5, 6),)),
+    "embedding_bag_mean": (lambda i: F.embedding_bag(i, EMB), (_bags(12, 4),)),
+    "embedding_bag_sum_weighted": (lambda i, p: F.embedding_bag(i, EMB, mode="sum", per_sample_weights=p),
+                                   (_bags(12, 4), _x(12, 4))),
+    "embedding_bag_max": (lambda i: F.embedding_bag(i, EMB, mode="max"), (_bags(12, 3),)),
+    "embedding_bag_module": (torch.nn.EmbeddingBag(9, 5, mode="sum").double(), (_bags(12, 3),)),
     "conv_transpose1d": (lambda x: F.conv_transpose1d(x, _w(4, 2, 3), stride=2), (_x(12, 4, 9),)),
 }
 # programs whose result is not a row-wise function of the batch: checked locally only
@@ -225,6 +239,9 @@ BACKWARD = {
     "unfold": (lambda h: F.unfold(h, 2, stride=2), (8, 3, 4, 6), ()),
     "index_two_tensors": (lambda h: h[:, torch.tensor([[0, 4], [1, 1]]), torch.tensor([5, -1])], (8, 5, 6), ()),
     "conv3d": (lambda h: F.conv3d(h, _w(4, 3, 2, 3, 2), stride=(2, 1, 1), padding=(1, 0, 1)), (8, 3, 4, 5, 6), ()),
+    "fold": (lambda h: F.fold(h, (6, 7), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), (8, 2 * 6, 20), ()),
+    "embedding_bag_weighted": (lambda h, i: F.embedding_bag(i, EMB, mode="sum", per_sample_weights=h), (8, 4),
+                               (_bags(8, 4),)),
     "conv_transpose2d": (lambda h: F.conv_transpose2d(h, _w(4, 3, 3, 3), _w(3), stride=2, padding=1,
                                                       output_padding=1), (8, 4, 5, 6), ()),
 }
@@ -306,5 +323,7 @@ def test_boolean_mask_selection_is_refused_with_advice():
 def test_unsupported_variants_name_the_op_and_the_alternative():
     msg = _refused(lambda x: F.adaptive_max_pool2d(x, 3), _x(2, 3, 5, 5))
     assert "aten.adaptive_max_pool2d" in msg and "divide the input size" in msg, msg
+    msg = _refused(lambda i, o: F.embedding_bag(i, EMB, o), torch.tensor([1, 2, 4, 5, 3]), torch.tensor([0, 2]))
+    assert "embedding_bag" in msg and "2-D input" in msg, msg
     msg = _refused(lambda x: F.conv_transpose3d(x, _w(3, 2, 1, 2, 2)), _x(2, 3, 4, 5, 5))
     assert "F.conv_transpose3d" in msg and "F.conv3d" in msg, msg
