@@ -372,13 +372,29 @@ def embedding_bag(g, w, idx, mode, per_sample, padding_idx):
 
 
 def adaptive_max_pool2d(g, x, size):
-    """Divisible sizes only: max_pool2d with kernel = stride = input / output."""
+    """max_pool2d with kernel = stride = input / output where the sizes divide; otherwise
+    torch's windows [floor(i in / out), ceil((i + 1) in / out)) one dim at a time: a
+    max_pool2d over each window's slice, concatenated (differentiable through max_pool2d,
+    slice and concat; 2 (out_h + out_w) ops)."""
     h, w = x.shape[-2:]
     oh, ow = [int(v) if v is not None else d for v, d in zip(size, (h, w))]
-    if h % oh or w % ow:
+    if x.ndim != 4:
         return None
-    k = [h // oh, w // ow]
-    return g.op("max_pool2d", x, kernel=k, stride=k, padding=[0], dilation=[1], ceil_mode=0)
+    if h % oh == 0 and w % ow == 0:
+        k = [h // oh, w // ow]
+        return g.op("max_pool2d", x, kernel=k, stride=k, padding=[0], dilation=[1], ceil_mode=0)
+    for axis, n_in, n_out in ((2, h, oh), (3, w, ow)):
+        if n_in == n_out:
+            continue
+        parts = []
+        for i in range(n_out):
+            s0, s1 = (i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)
+            piece = g.op("slice", x, axes=[axis], starts=[s0], stops=[s1], steps=[1])
+            k = [s1 - s0, 1] if axis == 2 else [1, s1 - s0]
+            parts.append(g.op("max_pool2d", piece, kernel=k, stride=[1, 1], padding=[0], dilation=[1],
+                              ceil_mode=0))
+        x = g.op("concat", *parts, axis=axis)
+    return x
 
 
 # -- instance norm ------------------------------------------------------------------
@@ -535,9 +551,9 @@ def lower(low, node, name, args, kw):
 def why(name, args):
     """The message for a decomposable op whose arguments have no mapping; None: generic."""
     if name == "adaptive_max_pool2d":
-        return ("F.adaptive_max_pool2d / nn.AdaptiveMaxPool2d: capture supports output sizes that divide the "
-                "input size (it becomes max_pool2d); use F.max_pool2d, or F.adaptive_avg_pool2d, which takes any "
-                "size; the indices output (return_indices=True) is not available")
+        return ("F.adaptive_max_pool2d / nn.AdaptiveMaxPool2d: capture supports a batched 4-D input [N, C, H, W] "
+                "(add the batch dim with x.unsqueeze(0)); the indices output (return_indices=True) is not "
+                "available")
     if name in ("_embedding_bag", "_embedding_bag_forward_only"):
         return ("F.embedding_bag / nn.EmbeddingBag: capture supports a 2-D input [B, L] (bags of equal size L) "
                 "with mode 'sum' (per_sample_weights allowed), 'mean' or 'max', no padding_idx, no "

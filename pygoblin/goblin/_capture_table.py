@@ -57,8 +57,9 @@ ROWS = [
      "weight slice repeated per depth, groups times the output depth), summed; not conv_transpose3d: refused "
      "with a message naming it", "both"),
     ("max_pool2d max_pool2d_with_indices", "max_pool2d", "the indices output is not available", "both"),
-    ("adaptive_max_pool2d", "max_pool2d (kernel = stride = input / output)",
-     "output sizes that divide the input size; the indices output is not available", "both"),
+    ("adaptive_max_pool2d", "max_pool2d (kernel = stride = input / output); sizes that do not divide: "
+     "max_pool2d over each of torch's windows, one dim at a time, and concat",
+     "a batched 4-D input; the indices output is not available", "both"),
     ("upsample_nearest1d upsample_nearest2d upsample_nearest3d _upsample_nearest_exact1d "
      "_upsample_nearest_exact2d _upsample_nearest_exact3d", "index_select / gather with a constant index per dim",
      "F.interpolate(mode='nearest' or 'nearest-exact'), nn.Upsample", "both"),

@@ -3,7 +3,7 @@
 ones torch decomposes itself: celu, softplus, mish, hardswish, ...), flip, roll, repeat,
 one_hot, vector_norm (F.normalize, F.cosine_similarity), group_norm, instance_norm, max / min with dim
 (values and indices), topk, sort / argsort, bucketize / searchsorted, cdist, interpolate
-(nearest, nearest-exact, bilinear, linear), adaptive_max_pool2d (divisible sizes) and
+(nearest, nearest-exact, bilinear, linear), adaptive_max_pool2d and
 conv3d, conv_transpose1d / conv_transpose2d, fold and embedding_bag (bags of one size);
 and the errors for what stays unsupported.
 
@@ -142,6 +142,8 @@ FORWARD = {
     "interpolate_linear": (lambda x: F.interpolate(x, size=11, mode="linear"), (_x(12, 3, 6),)),
     "upsample_module": (torch.nn.Upsample(scale_factor=2), (_x(12, 3, 4, 5),)),
     "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), (_x(12, 3, 4, 6),)),
+    "adaptive_max_pool2d_uneven": (lambda x: F.adaptive_max_pool2d(x, (3, 4)), (_x(12, 3, 5, 7),)),
+    "adaptive_max_pool2d_module": (torch.nn.AdaptiveMaxPool2d((None, 2)), (_x(12, 3, 5, 7),)),
     "conv_transpose2d": (lambda x: F.conv_transpose2d(x, _w(4, 3, 3, 3), _w(3), stride=2, padding=1),
                          (_x(12, 4, 5, 6),)),
     "conv_transpose2d_all": (lambda x: F.conv_transpose2d(x, _w(4, 3, 3, 2), stride=(2, 3), padding=(1, 0),
@@ -236,6 +238,7 @@ BACKWARD = {
     "interpolate_nearest": (lambda h: F.interpolate(h, scale_factor=2, mode="nearest"), (8, 3, 4, 5), ()),
     "interpolate_bilinear": (lambda h: F.interpolate(h, size=(7, 9), mode="bilinear"), (8, 3, 4, 5), ()),
     "adaptive_max_pool2d": (lambda h: F.adaptive_max_pool2d(h, (2, 3)), (8, 3, 4, 6), ()),
+    "adaptive_max_pool2d_uneven": (lambda h: F.adaptive_max_pool2d(h, (3, 4)), (8, 3, 5, 7), ()),
     "unfold": (lambda h: F.unfold(h, 2, stride=2), (8, 3, 4, 6), ()),
     "index_two_tensors": (lambda h: h[:, torch.tensor([[0, 4], [1, 1]]), torch.tensor([5, -1])], (8, 5, 6), ()),
     "conv3d": (lambda h: F.conv3d(h, _w(4, 3, 2, 3, 2), stride=(2, 1, 1), padding=(1, 0, 1)), (8, 3, 4, 5, 6), ()),
@@ -321,8 +324,8 @@ def test_boolean_mask_selection_is_refused_with_advice():
 
 
 def test_unsupported_variants_name_the_op_and_the_alternative():
-    msg = _refused(lambda x: F.adaptive_max_pool2d(x, 3), _x(2, 3, 5, 5))
-    assert "aten.adaptive_max_pool2d" in msg and "divide the input size" in msg, msg
+    msg = _refused(lambda x: F.adaptive_max_pool2d(x, 3), _x(3, 5, 5))
+    assert "aten.adaptive_max_pool2d" in msg and "4-D input" in msg, msg
     msg = _refused(lambda i, o: F.embedding_bag(i, EMB, o), torch.tensor([1, 2, 4, 5, 3]), torch.tensor([0, 2]))
     assert "embedding_bag" in msg and "2-D input" in msg, msg
     msg = _refused(lambda x: F.conv_transpose3d(x, _w(3, 2, 1, 2, 2)), _x(2, 3, 4, 5, 5))
