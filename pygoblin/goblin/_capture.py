@@ -20,6 +20,7 @@ import numpy as np
 from . import _goblin
 from . import _dtypes
 from . import _capture_table as _table
+from . import _capture_decomp as _decomp
 from ._graph import Graph, Tensor
 
 
@@ -181,7 +182,12 @@ class _Lowering:
         if name == "clamp":
             lo = args[1] if len(args) > 1 else kw.get("min")
             hi = args[2] if len(args) > 2 else kw.get("max")
-            return g.op("clamp", args[0], min=lo, max=hi)
+            x = args[0]
+            if isinstance(lo, Tensor):  # clamp.Tensor: tensor bounds are maximum / minimum
+                x, lo = g.op("maximum", x, self.cast(lo, x.dtype)), None
+            if isinstance(hi, Tensor):
+                x, hi = g.op("minimum", x, self.cast(hi, x.dtype)), None
+            return x if lo is None and hi is None else g.op("clamp", x, min=lo, max=hi)
         if name == "where":
             return g.op("where", self.cast(args[0], "bool") if isinstance(args[0], Tensor) else args[0],
                         *[self.cast(v, _gdtype(out.dtype)) if isinstance(v, Tensor) else v
@@ -210,14 +216,20 @@ class _Lowering:
             x = args[0]
             return x if x.ndim < 2 else x.permute(1, 0)
         if name == "convolution":
-            x, w, b, stride, padding, dilation, transposed, _op, groups = args[:9]
-            if transposed or len(w.shape) not in (3, 4):
+            x, w, b, stride, padding, dilation, transposed, out_pad, groups = args[:9]
+            if len(w.shape) == 5 and not transposed:
+                return _decomp.conv3d(g, x, w, b, list(stride), list(padding), list(dilation), int(groups))
+            if len(w.shape) not in (3, 4):
                 return None
-            stride, padding, dilation = list(stride), list(padding), list(dilation)
+            stride, padding, dilation, out_pad = list(stride), list(padding), list(dilation), list(out_pad)
             if len(w.shape) == 3:  # conv1d as conv2d over [N, C, 1, L]
                 x = g.op("reshape", x, shape=[x.shape[0], x.shape[1], 1, x.shape[2]])
                 w = g.op("reshape", w, shape=[w.shape[0], w.shape[1], 1, w.shape[2]])
                 stride, padding, dilation = [1] + stride[-1:], [0] + padding[-1:], [1] + dilation[-1:]
+                out_pad = [0] + out_pad[-1:]
+            if transposed:
+                y = _decomp.conv_transpose2d(self, x, w, b, stride, padding, dilation, out_pad, int(groups))
+                return y if y.ndim == len(out.shape) else g.op("reshape", y, shape=list(out.shape))
             ins = [x, w] + ([b] if b is not None else [])
             y = g.op("conv2d", *ins, stride=stride, padding=padding, dilation=dilation, groups=int(groups))
             return y if y.ndim == len(out.shape) else g.op("reshape", y, shape=list(out.shape))
@@ -288,6 +300,8 @@ class _Lowering:
         # -- shape and movement --
         if name in ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze",
                     "view_copy"):
+            if isinstance(args[0], _decomp.Unviewed):  # the view back after F.instance_norm
+                return _decomp.reshape(g, args[0].t, out.shape)
             return g.op("reshape", args[0], shape=list(out.shape))
         if name in ("permute", "permute_copy"):
             return args[0].permute(list(args[1]))
@@ -366,12 +380,26 @@ class _Lowering:
             # come here too, as an index computed from arange)
             x, idx = args[0], list(args[1])
             pos = [i for i, t in enumerate(idx) if t is not None]
-            if len(pos) != 1 or not isinstance(idx[pos[0]], Tensor) or idx[pos[0]].dtype not in ("i32", "i64"):
+            if not pos or not all(isinstance(idx[i], Tensor) and idx[i].dtype in ("i32", "i64") for i in pos):
                 return None
-            d, ix = pos[0], idx[pos[0]]
-            size = x.shape[d]
-            ix = g.op("where", g.op("lt", ix, g._coerce(0, ix.dtype)), g.op("add", ix, g._coerce(size, ix.dtype)),
-                      ix)  # negative indices count from the end, as in torch
+            if pos != list(range(pos[0], pos[0] + len(pos))):
+                # separated index tensors: torch puts their broadcast dims first
+                x = x.permute(pos + [i for i in range(x.ndim) if i not in pos])
+                pos = list(range(len(pos)))
+                idx = [t for t in idx if t is not None]
+            else:
+                idx = [idx[i] for i in pos]
+            d = pos[0]
+            ix = None
+            for k, t in zip(pos, idx):
+                size = x.shape[k]
+                t = self.cast(t, "i64")
+                t = g.op("where", g.op("lt", t, g._coerce(0, "i64")), g.op("add", t, g._coerce(size, "i64")),
+                         t)  # negative indices count from the end, as in torch
+                ix = t if ix is None else g.op("add", g.op("mul", ix, g._coerce(size, "i64")), t)
+            if len(pos) > 1:  # several adjacent index tensors: one index into the merged dims
+                merged = int(np.prod([x.shape[k] for k in pos], dtype=np.int64))
+                x = g.op("reshape", x, shape=list(x.shape[:d]) + [merged] + list(x.shape[pos[-1] + 1:]))
             return self.take(x, d, ix, list(out.shape))
         if name == "gather":
             x, dim, ix = args[0], int(args[1]), args[2]
@@ -412,7 +440,7 @@ class _Lowering:
             if odt in _dtypes.FLOAT:
                 x = self.cast(x, odt)
             return self.cast(g.op("cumsum", x, axis=dim % max(x.ndim, 1)), odt)
-        return None
+        return _decomp.lower(self, node, name, args, kw)
 
     def take(self, x, d, ix, out_shape):
         """x's slices at positions ix (integer tensor, any rank) along axis d, shaped out_shape."""
@@ -427,20 +455,22 @@ class _Lowering:
         if name == "convolution":
             w, transposed = args[1], args[6]
             nd = len(w.shape) - 2
-            if transposed:
-                return (f"F.conv_transpose{nd}d / nn.ConvTranspose{nd}d (aten.convolution.default with "
-                        "transposed=True): the catalogue has no transposed convolution; capture supports "
-                        "F.conv1d and F.conv2d (stride, padding, dilation, groups)")
-            return (f"F.conv{nd}d / nn.Conv{nd}d (aten.convolution.default with a {nd + 2}-d weight): capture "
-                    "supports F.conv1d and F.conv2d (stride, padding, dilation, groups), not conv3d")
+            what = f"F.conv_transpose{nd}d / nn.ConvTranspose{nd}d" if transposed else f"F.conv{nd}d / nn.Conv{nd}d"
+            return (f"{what} (aten.convolution.default with a {nd + 2}-d weight): capture supports F.conv1d, "
+                    "F.conv2d and F.conv3d and the transposed forms F.conv_transpose1d / F.conv_transpose2d "
+                    "(stride, padding, dilation, groups), not a transposed 3-d convolution: use "
+                    "F.interpolate(mode='nearest') then F.conv3d to upsample a volume")
+        hint = _decomp.why(name, args)
+        if hint is not None:
+            return hint
         if name in ("dropout", "native_dropout"):
             return _DROPOUT_HINT
-        if name == "batch_norm":
+        if name in ("batch_norm", "_native_batch_norm_legit"):
             return _BN_HINT
         if name == "index":
-            return ("advanced indexing (aten.index.Tensor): capture supports one integer index tensor, as in "
-                    "x[:, [0, 2]] or x[idx]; not boolean masks (their result's shape depends on the data) nor "
-                    "several index tensors at once (index one dim at a time)")
+            return ("advanced indexing (aten.index.Tensor): capture supports integer index tensors, as in "
+                    "x[:, [0, 2]], x[idx] or x[i, j]; not boolean masks (their result's shape depends on the "
+                    "data: use torch.where(mask, x, 0) to keep the shape)")
         if name in ("var", "var_mean"):
             return f"{self._qual(node)} with a fractional correction: the catalogue's var takes an int correction"
         shown = ", ".join(_describe(a) for a in args)
@@ -460,6 +490,9 @@ class _Lowering:
         consts = getattr(ep, "constants", {}) or {}
         # first pass: every op we cannot map, all at once
         unsupported, hints = set(), []
+        dynamic = self._dynamic(gm)
+        if dynamic:
+            raise UnsupportedOpError(dynamic, [_table.DYNAMIC_HINT])
         for node in gm.graph.nodes:
             if node.op == "call_function" and node.target is not operator.getitem:
                 if not self._known(node):
@@ -469,7 +502,12 @@ class _Lowering:
                         hints.append(h)
         if unsupported:
             raise UnsupportedOpError(unsupported, hints)
+        lazy = _decomp.instance_norm_nodes(self, gm) | _decomp.embedding_bag_nodes(self, gm)
         for node in gm.graph.nodes:
+            if node in lazy:
+                a = node.args[0]
+                self.env[node] = _decomp.Unviewed(self.env[a] if isinstance(a, self.torch.fx.Node) else None)
+                continue
             if node.op == "placeholder":
                 spec = kinds[node.name]
                 kind = spec.kind.name
@@ -505,6 +543,21 @@ class _Lowering:
                         t = self.g.constant(np.asarray(t))
                     self.g.output(t)
         return self.g
+
+    def _dynamic(self, gm):
+        """The ops whose result has a data-dependent (symbolic) shape."""
+        T = self.torch
+        found = set()
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            v = self.meta(node)
+            vs = v if isinstance(v, (tuple, list)) else (v,)
+            sym = any(isinstance(t, T.SymInt) or (isinstance(t, T.Tensor) and
+                                                  any(not isinstance(d, int) for d in t.shape)) for t in vs)
+            if sym and isinstance(node.target, T._ops.OpOverload):
+                found.add(self._qual(node))
+        return found
 
     def _check(self, node, res):
         v = self.meta(node)

@@ -32,8 +32,13 @@ ROWS = [
     ("exp log sqrt rsqrt reciprocal sin cos tanh erf log1p expm1",
      "the unary op of that name", "integer inputs are cast to torch's result dtype first", "both"),
     ("relu sigmoid silu", "relu, sigmoid, silu", "", "both"),
+    ("elu", "where, minimum, expm1, mul (decomposed)",
+     "F.elu, F.selu, nn.ELU, nn.SELU (F.celu, F.softplus, F.mish, F.hardswish, F.hardsigmoid, F.logsigmoid, "
+     "F.softsign arrive already decomposed by torch)", "both"),
+    ("leaky_relu", "where, gt, mul (decomposed)", "", "both"),
+    ("hardtanh", "clamp", "F.hardtanh, F.relu6, nn.ReLU6", "both"),
     ("gelu", "gelu", "approximate 'none' or 'tanh'", "both"),
-    ("clamp", "clamp", "bounds are numbers (not tensors)", "both"),
+    ("clamp", "clamp; maximum / minimum for tensor bounds", "", "both"),
     ("where", "where", "", "both"),
     ("_to_copy to", "cast", "dtype changes only (the device is ignored)", "both"),
     ("clone alias detach lift_fresh_copy contiguous _assert_tensor_metadata", "nothing (the input itself)", "",
@@ -43,23 +48,57 @@ ROWS = [
     ("mm bmm matmul", "matmul", "", "both"),
     ("addmm", "matmul (alpha, beta)", "", "both"),
     ("t", "permute", "", "both"),
-    ("convolution", "conv2d; conv1d as conv2d over [N, C, 1, L] (reshapes)",
-     "F.conv1d / F.conv2d with stride, padding, dilation, groups; not conv3d, not transposed "
-     "(F.conv_transpose*d): both are refused with a message naming them", "both"),
+    ("convolution", "conv2d; conv1d as conv2d over [N, C, 1, L] (reshapes); transposed: conv2d over the "
+     "zero-strided, padded input with the weight transposed per group and flipped; conv3d: conv2d per kernel "
+     "depth offset, add (decomposed)",
+     "F.conv1d / F.conv2d / F.conv3d / F.conv_transpose1d / F.conv_transpose2d with stride, padding, dilation, groups "
+     "(and output_padding); a transposed convolution with stride s does s^2 times a direct kernel's work; "
+     "F.conv3d as one conv2d per kernel depth offset (the output depths side by side in the channels, the "
+     "weight slice repeated per depth, groups times the output depth), summed; not conv_transpose3d: refused "
+     "with a message naming it", "both"),
     ("max_pool2d max_pool2d_with_indices", "max_pool2d", "the indices output is not available", "both"),
+    ("adaptive_max_pool2d", "max_pool2d (kernel = stride = input / output); sizes that do not divide: "
+     "max_pool2d over each of torch's windows, one dim at a time, and concat",
+     "a batched 4-D input; the indices output is not available", "both"),
+    ("upsample_nearest1d upsample_nearest2d upsample_nearest3d _upsample_nearest_exact1d "
+     "_upsample_nearest_exact2d _upsample_nearest_exact3d", "index_select / gather with a constant index per dim",
+     "F.interpolate(mode='nearest' or 'nearest-exact'), nn.Upsample", "both"),
+    ("upsample_bilinear2d upsample_linear1d", "matmul with a constant interpolation matrix per spatial dim",
+     "F.interpolate(mode='bilinear' or 'linear'), align_corners either way; not bicubic, not antialias", "both"),
     ("avg_pool2d", "avg_pool2d", "no divisor_override", "both"),
     ("adaptive_avg_pool2d _adaptive_avg_pool2d", "adaptive_avg_pool2d", "", "both"),
     ("_native_batch_norm_legit_no_training", "batch_norm (training=0: the running statistics)", "", "both"),
     ("batch_norm", "batch_norm", "goblin.capture: eval mode only (the running statistics; training mode is "
      "refused with 'call model.eval()'); goblin.capture_training: batch statistics", "both"),
-    ("_native_batch_norm_legit _native_batch_norm_legit_functional", "batch_norm (training=1)",
+    ("_native_batch_norm_legit_functional", "batch_norm (training=1)",
      "batch statistics; the running statistics are not tracked", "training"),
     ("layer_norm native_layer_norm", "layer_norm", "", "both"),
+    ("native_group_norm", "layer_norm over [N, G, C/G * spatial], then mul, add (decomposed)",
+     "F.group_norm, nn.GroupNorm; the mean / rstd outputs are not available", "both"),
+    ("_native_batch_norm_legit", "F.instance_norm: layer_norm over [N, C, spatial], then mul, add (as "
+     "group_norm, one group per channel); otherwise batch_norm (training=1) in goblin.capture_training",
+     "F.instance_norm, nn.InstanceNorm*d without running statistics (torch's view to [1, N*C, ...] is "
+     "undone: the batch stays dim 0); any other batch norm in training mode: goblin.capture refuses it "
+     "with the advice to call model.eval(), goblin.capture_training uses batch statistics", "both"),
+    ("linalg_vector_norm", "sqrt(sum(x*x)); sum(abs); reduce_max(abs); pow(sum(pow(abs, p)), 1/p)",
+     "torch.linalg.vector_norm, x.norm(p, dim), F.normalize, F.cosine_similarity; ord=inf/-inf "
+     "(reduce_max/min) has no backward rule; the gradient of the 2-norm at an all-zero row is NaN "
+     "(torch: 0)", "both"),
+    ("_cdist_forward", "sub, then the vector norm of linalg_vector_norm over the last dim",
+     "torch.cdist, any p; computed directly (never with torch's matmul form for p=2), memory "
+     "B*P*R*M", "both"),
     ("rms_norm", "rms_norm", "eps=None becomes torch's default, the dtype's machine epsilon", "both"),
     ("softmax _softmax log_softmax _log_softmax", "softmax, log_softmax", "", "both"),
     ("scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu",
      "scaled_dot_product_attention (causal, mask, scale)", "no dropout_p, no enable_gqa", "both"),
     ("embedding", "embedding", "", "both"),
+    ("_embedding_bag _embedding_bag_forward_only", "embedding, then sum (mul by per_sample_weights) / mean / "
+     "reduce_max over the bag (decomposed)",
+     "F.embedding_bag / nn.EmbeddingBag over a 2-D input [B, L] (bags of one size): mode sum, mean or max "
+     "(max has no backward rule); no offsets of ragged bags, no padding_idx, no scale_grad_by_freq, no "
+     "include_last_offset", "both"),
+    ("col2im", "conv_transpose2d's decomposition with a constant one-hot weight",
+     "F.fold / nn.Fold (F.unfold is aten.index, above); an inf entry meets zero weights: NaN", "both"),
     ("dropout native_dropout", "nothing (the identity)",
      "goblin.capture: eval mode only (training mode is refused with 'call model.eval()'); "
      "goblin.capture_training: off (the identity)", "both"),
@@ -76,22 +115,41 @@ ROWS = [
     ("cat concat", "concat", "", "both"),
     ("stack", "stack", "", "both"),
     ("split split_with_sizes", "slice (one per part)", "", "both"),
+    ("flip", "index_select / gather with a reversed constant index per dim", "", "both"),
+    ("index_select", "index_select (goblin.capture); gather over the expanded index (goblin.capture_training)",
+     "also torch.roll, which torch lowers to arange, fmod and index_select", "both"),
+    ("repeat", "reshape, expand, reshape", "x.repeat(...) (torch.tile too)", "both"),
     ("constant_pad_nd", "pad", "F.pad mode='constant'; reflect and replicate come as index (below)", "both"),
     ("index", "index_select (goblin.capture); gather over the expanded index (goblin.capture_training, "
      "which has a backward rule)",
-     "x[..., idx] with one integer index tensor (any rank; negative entries count from the end), which also "
-     "covers F.pad's reflect and replicate modes; not boolean masks, not several index tensors", "both"),
+     "x[..., idx] with integer index tensors (any rank; negative entries count from the end; several of them "
+     "index the merged dims, broadcast dims first when they are not adjacent, as in torch), which also covers "
+     "F.pad's reflect and replicate modes, F.unfold and interpolate(mode='nearest-exact'); not boolean masks "
+     "(a data-dependent shape: refused with advice)", "both"),
     ("gather", "gather", "", "both"),
     ("scatter_add", "scatter_add", "no backward rule (forward and inference only)", "both"),
     # -- reductions --
     ("sum mean prod", "sum, mean, prod", "", "both"),
     ("amax amin", "reduce_max, reduce_min", "", "both"),
     ("argmax argmin", "argmax, argmin", "with dim (not over the whole tensor)", "both"),
+    ("max min", "argmax / argmin, then gather (torch.max(x, dim): values and indices); reduce_max / "
+     "reduce_min over all dims (torch.max(x)); maximum / minimum (torch.max(x, y))",
+     "the first index of the extreme, NaN propagating, as torch", "both"),
+    ("any all", "ne, reduce_max / reduce_min over bool", "", "both"),
+    ("sort topk", "gt, eq, sum (ranks), eq, argmax, gather (decomposed)",
+     "x.sort, torch.argsort, x.topk (largest, sorted): stable, NaN as the largest value as in torch; "
+     "O(n^2) compares and memory per row (n the sorted dim's length); topk(sorted=False) returns them "
+     "sorted too", "both"),
+    ("bucketize searchsorted", "lt / le against the boundaries, sum (decomposed)",
+     "right / side, out_int32; NaN goes past the last boundary as in torch; searchsorted needs a tensor of "
+     "values and no sorter", "both"),
     ("var var_mean", "var (and mean)", "x.var / x.std (std is var then sqrt) / torch.var_mean with dim, "
      "keepdim and an integer correction; no backward rule", "both"),
     ("cumsum", "cumsum (then cast)", "integer inputs sum into i64 as in torch; no backward rule", "both"),
     # -- creation --
     ("arange", "arange", "", "both"),
+    ("_assert_async", "nothing (the check is not run)", "the range check of F.one_hot (which becomes arange, "
+     "eq and a cast; give num_classes)", "both"),
     ("full zeros ones scalar_tensor full_like zeros_like ones_like", "full", "", "both"),
 ]
 
@@ -101,7 +159,8 @@ KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
         "scaled_dot_product_attention.default", "max_pool2d.default", "avg_pool2d.default",
         "adaptive_avg_pool2d.default", "softmax.int", "log_softmax.int", "matmul.default",
         "embedding.default", "floor_divide.default", "remainder.Tensor", "remainder.Scalar",
-        "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default")
+        "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default",
+        "col2im.default")
 TRAIN_KEEP = ("nll_loss_forward.default", "nll_loss2d_forward.default")
 
 BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "
@@ -113,9 +172,14 @@ DROPOUT_HINT = ("dropout in training mode (nn.Dropout after model.train(), or F.
 SLICE_SCATTER_HINT = ("F.pad(mode='circular') and slice assignment (x[:, :2] = y) arrive as "
                       "aten.slice_scatter, which has no mapping: F.pad supports modes 'constant', 'reflect' "
                       "and 'replicate'; build the tensor with torch.cat instead of assigning into it")
+DYNAMIC_HINT = ("a result whose shape depends on the data (boolean-mask selection x[mask], torch.nonzero, "
+                "masked_select, unique, .item() into a shape): goblin graphs have static shapes; keep the shape with "
+                "torch.where(mask, x, 0) or x * mask and reduce afterwards, or select outside the captured program")
 # ATen ops refused with advice (most appear only when a module is in training mode)
 NAME_HINTS = {"_native_batch_norm_legit_functional": BN_HINT, "_native_batch_norm_legit": BN_HINT,
-              "native_batch_norm": BN_HINT, "bernoulli": DROPOUT_HINT, "slice_scatter": SLICE_SCATTER_HINT}
+              "native_batch_norm": BN_HINT, "bernoulli": DROPOUT_HINT, "slice_scatter": SLICE_SCATTER_HINT,
+              "nonzero": DYNAMIC_HINT, "masked_select": DYNAMIC_HINT, "_unique2": DYNAMIC_HINT,
+              "unique_dim": DYNAMIC_HINT, "unique_consecutive": DYNAMIC_HINT, "_local_scalar_dense": DYNAMIC_HINT}
 
 
 def names(modes):

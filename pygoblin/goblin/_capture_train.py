@@ -85,6 +85,8 @@ class _TrainLowering(_capture._Lowering):
         if name in ("dropout", "native_dropout"):
             # off in training capture (documented): identity, no mask
             return args[0] if name == "dropout" else (args[0], None)
+        if name == "_native_batch_norm_legit" and isinstance(args[0], _capture._decomp.Unviewed):
+            return super().lower(node, name, args, kw)  # F.instance_norm: a group norm per channel
         if name == "_native_batch_norm_legit":
             # no_stats overload: (x, w, b, training, momentum, eps); with stats: (x, w, b, rm, rv, training, ...)
             if len(args) >= 8:

@@ -53,7 +53,8 @@ def test_the_lowering_accepts_what_the_table_says():
     assert _capture._KNOWN == t.INFERENCE == _capture_table.INFERENCE
     # every name the table lists is handled by the lowering's code (a name that reached
     # the table but not _Lowering.lower would fail as 'these arguments have no mapping')
-    src = open(_capture.__file__).read() + open(os.path.join(os.path.dirname(_capture.__file__),
-                                                             "_capture_train.py")).read()
+    here = os.path.dirname(_capture.__file__)
+    src = "".join(open(os.path.join(here, f)).read() for f in ("_capture.py", "_capture_train.py",
+                                                                  "_capture_decomp.py"))
     for n in t.INFERENCE | t.TRAINING:
         assert f'"{n}"' in src, f"{n} is in the table but not in the lowering"
