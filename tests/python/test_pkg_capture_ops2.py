@@ -23,40 +23,9 @@ F = torch.nn.functional
 if not hasattr(goblin, "capture"):
     pytest.skip("an unrelated module named goblin shadows the package", allow_module_level=True)
 
-TOL = 1e-10
-D = torch.float64
+from torch_cases import (D, check_backward, check_forward_locally, check_forward_on_grid,  # noqa: E402
+                         close, gen as _gen, randn as _x, targets as _targets)
 
-
-def close(got, want, what):
-    want = want.detach().numpy() if hasattr(want, "detach") else np.asarray(want)
-    got = np.asarray(got)
-    assert got.shape == want.shape, f"{what}: shape {got.shape}, torch {want.shape}"
-    if want.dtype.kind in "iub":
-        assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, torch {want.dtype}"
-        np.testing.assert_array_equal(got, want, err_msg=what)
-        return
-    nan = np.isnan(want)
-    assert np.array_equal(np.isnan(got), nan), f"{what}: NaN at other places than torch's"
-    got, want = np.where(nan, 0, got), np.where(nan, 0, want)
-    scale = max(float(np.abs(want).max()) if want.size else 0.0, 1e-3)
-    err = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()) if want.size else 0.0
-    assert err <= TOL * scale, f"{what}: max error {err:g} (scale {scale:g})"
-
-
-def _gen():
-    return torch.Generator().manual_seed(20)
-
-
-def _x(*shape):
-    return torch.randn(*shape, dtype=D, generator=_gen())
-
-
-def _targets(n, c):
-    return torch.randint(0, c, (n,), generator=_gen())
-
-
-def _scatter_index(n):
-    return torch.randint(0, 5, (n, 3), generator=_gen())
 
 
 
@@ -174,26 +143,9 @@ LOCAL_ONLY = {"max_whole",  # a reduction over the batch
               "repeat_new_dims"}  # a new leading dim: the batch is dim 1 of the result
 
 
-def _outs(v):
-    return v if isinstance(v, tuple) else (v,)
-
-
 @pytest.mark.parametrize("name", sorted(FORWARD))
 def test_forward_locally_matches_torch(name):
-    fn, ex = FORWARD[name]
-    g = goblin.capture(fn, *ex)
-    with torch.no_grad():
-        want = _outs(fn(*ex))
-    got = _outs(g(*ex))
-    assert len(got) == len(want)
-    for i, (a, b) in enumerate(zip(got, want)):
-        close(a, b, f"{name} output {i}")
-    # another batch size: captured again (the op's attributes follow the new shapes)
-    ex5 = tuple(e[:5] for e in ex)
-    with torch.no_grad():
-        want5 = _outs(fn(*ex5))
-    for i, (a, b) in enumerate(zip(_outs(g(*ex5)), want5)):
-        close(a, b, f"{name} (batch 5) output {i}")
+    check_forward_locally(name, *FORWARD[name])
 
 
 @pytest.fixture(scope="module")
@@ -205,15 +157,7 @@ def grid():
 
 @pytest.mark.parametrize("name", sorted(set(FORWARD) - LOCAL_ONLY))
 def test_forward_on_the_grid_matches_torch(grid, name):
-    fn, ex = FORWARD[name]
-    g = goblin.capture(fn, *ex)
-    with torch.no_grad():
-        want = _outs(fn(*ex))
-    seen = []
-    got = _outs(grid.run(g, *[e.numpy() for e in ex], chunk_rows=4, progress=lambda d, t: seen.append((d, t))))
-    assert seen[-1] == (3, 3), seen  # 12 rows in chunks of 4
-    for i, (a, b) in enumerate(zip(got, want)):
-        close(a, b, f"{name} on the grid, output {i}")
+    check_forward_on_grid(grid, name, *FORWARD[name])
 
 
 # name -> (op applied to h = x * W, x's shape, extra batch inputs); W [x.shape[1:]] is the parameter
@@ -250,60 +194,9 @@ BACKWARD = {
 }
 
 
-class _Scaled(torch.nn.Module):
-    def __init__(self, op, shape):
-        super().__init__()
-        self.op = op
-        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, int(np.prod(shape)), dtype=D).reshape(shape))
-
-    def forward(self, x, *extra):
-        return self.op(x * self.w, *extra)
-
-
-def _backward_case(name):
-    op, shape, extra = BACKWARD[name]
-    model = _Scaled(op, shape[1:])
-    x = _x(*shape)
-    with torch.no_grad():
-        out = op(x * model.w, *extra)
-    cot = torch.randn(out.shape, dtype=D, generator=torch.Generator().manual_seed(3))
-
-    def loss_fn(y, cot):  # a sum over the batch: the grid's tasks add up to it
-        return (y * cot).sum()
-
-    class _WithExtra(torch.nn.Module):  # (x, *extra, cot) -> loss
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, *batch):
-            return loss_fn(self.m(*batch[:-1]), batch[-1])
-
-    step = _WithExtra()
-    batch = (x, *extra, cot)
-    cap = goblin.capture_training(step, None, *batch)
-    g = cap.graph
-    grads = g._g.backward(g.outputs[0].id, [t.id for t in g.inputs[:cap.n_params]])
-    for gid in grads:
-        g._g.output(gid)
-    tl = step(*batch)
-    tl.backward()
-    return cap, batch, tl, model.w.grad
-
-
 @pytest.mark.parametrize("name", sorted(BACKWARD))
 def test_backward_matches_autograd(grid, name):
-    cap, batch, tl, want = _backward_case(name)
-    assert cap.n_params == 1
-    arrays = [b.numpy() for b in batch]
-    loss, grad = cap.graph.evaluate(*cap.init, *arrays)
-    close(loss, tl, f"{name}: loss")
-    close(grad, want, f"{name}: gradient")
-    # the same graph on the grid: W to every task, the batch in chunks, loss and gradient summed
-    loss, grad = grid.run(cap.graph, *cap.init, *arrays, chunk_rows=3, progress=False,
-                          split=["broadcast"] + ["batch"] * len(arrays), combine="sum")
-    close(loss, tl, f"{name} on the grid: loss")
-    close(grad, want, f"{name} on the grid: gradient")
+    check_backward(grid, name, *BACKWARD[name])
 
 
 
