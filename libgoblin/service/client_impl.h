@@ -26,6 +26,10 @@ struct goblin_client {
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
     bool waiting, reply_done, conn_lost;
+    /* connections lost so far, and that count when the request waited for was sent: a
+     * connection that closes between the send and the wait is not missed (pair1, unlike
+     * req0, does not fail the request itself) */
+    uint64_t lost_gen, sent_gen;
     /* the heartbeat connection: a second pair1 socket to the same gateway */
     nng_socket hb;
     bool hb_open;

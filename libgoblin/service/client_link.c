@@ -44,6 +44,7 @@ void goblin__client_on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg) {
     (void)ev;
     goblin_client *c = arg;
     pthread_mutex_lock(&c->wmu);
+    c->lost_gen++;
     if (c->waiting) {
         c->conn_lost = true;
         pthread_cond_signal(&c->wcv);
@@ -278,7 +279,7 @@ static int recv_reply(goblin_client *c, uint32_t timeout_ms, nng_msg **out, bool
     pthread_mutex_lock(&c->wmu);
     c->waiting = true;
     c->reply_done = false;
-    c->conn_lost = false;
+    c->conn_lost = c->lost_gen != c->sent_gen; /* closed since the request went out */
     pthread_mutex_unlock(&c->wmu);
     nng_recv_aio(c->sock, aio);
     bool silent = false;
@@ -317,6 +318,9 @@ static int recv_reply(goblin_client *c, uint32_t timeout_ms, nng_msg **out, bool
  * nng_msg_free after using the reply's tensors); an ERROR reply becomes its code. */
 /* Send @p bytes as one message; the error is reported on @p c. */
 static goblin_err send_bytes(goblin_client *c, nng_msg *m) {
+    pthread_mutex_lock(&c->wmu);
+    c->sent_gen = c->lost_gen;
+    pthread_mutex_unlock(&c->wmu);
     int rv = nng_sendmsg(c->sock, m, 0);
     if (!rv) return GOBLIN_OK;
     nng_msg_free(m);
