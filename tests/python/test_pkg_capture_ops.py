@@ -23,7 +23,7 @@ if not hasattr(goblin, "capture"):
     pytest.skip("an unrelated module named goblin shadows the package", allow_module_level=True)
 
 from torch_cases import (D, Scaled as _Scaled, check_backward, check_forward_locally,  # noqa: E402
-                         check_forward_on_grid, close, gen as _gen, randn as _x,
+                         check_forward_on_grid, grid, close, gen as _gen, randn as _x,
                          scatter_index as _scatter_index, targets as _targets)
 
 
@@ -65,13 +65,6 @@ FORWARD = {
 @pytest.mark.parametrize("name", sorted(FORWARD))
 def test_forward_locally_matches_torch(name):
     check_forward_locally(name, *FORWARD[name])
-
-
-@pytest.fixture(scope="module")
-def grid():
-    g = goblin.connect(workers=2, threads=1)
-    yield g
-    g.close()
 
 
 @pytest.mark.parametrize("name", sorted(FORWARD))

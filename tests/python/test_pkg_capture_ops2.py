@@ -23,7 +23,7 @@ F = torch.nn.functional
 if not hasattr(goblin, "capture"):
     pytest.skip("an unrelated module named goblin shadows the package", allow_module_level=True)
 
-from torch_cases import (D, check_backward, check_forward_locally, check_forward_on_grid,  # noqa: E402
+from torch_cases import (D, check_backward, check_forward_locally, check_forward_on_grid, grid,  # noqa: E402
                          close, gen as _gen, randn as _x, targets as _targets)
 
 
@@ -146,13 +146,6 @@ LOCAL_ONLY = {"max_whole",  # a reduction over the batch
 @pytest.mark.parametrize("name", sorted(FORWARD))
 def test_forward_locally_matches_torch(name):
     check_forward_locally(name, *FORWARD[name])
-
-
-@pytest.fixture(scope="module")
-def grid():
-    g = goblin.connect(workers=2, threads=1)
-    yield g
-    g.close()
 
 
 @pytest.mark.parametrize("name", sorted(set(FORWARD) - LOCAL_ONLY))

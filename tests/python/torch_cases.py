@@ -3,6 +3,7 @@ the program locally at two batch sizes, on an embedded grid cut into chunks, and
 against torch.autograd locally and on the grid. Imported after the test module has checked
 that goblin and torch are there."""
 import numpy as np
+import pytest
 import torch
 
 import goblin
@@ -27,6 +28,14 @@ def close(got, want, what):
     scale = max(float(np.abs(want).max()) if want.size else 0.0, 1e-3)
     err = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()) if want.size else 0.0
     assert err <= TOL * scale, f"{what}: max error {err:g} (scale {scale:g})"
+
+
+@pytest.fixture(scope="module")
+def grid():
+    """An embedded grid of 2 workers, one per test module (import it there)."""
+    g = goblin.connect(workers=2, threads=1)
+    yield g
+    g.close()
 
 
 def gen():

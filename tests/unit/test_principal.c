@@ -672,6 +672,15 @@ static void answer_probe(dying_node *d) {
     free(r);
 }
 
+/* A fake node on a free loopback port (polyamorous pair1, as the node's socket), its
+ * behaviour @p fn in a thread @p t. */
+static void fake_node_start(dying_node *d, void *(*fn)(void *), pthread_t *t) {
+    snprintf(d->url, sizeof d->url, "tcp://127.0.0.1:%d", hp_free_port());
+    cr_assert_eq(nng_pair1_open_poly(&d->s), 0);
+    cr_assert_eq(nng_listen(d->s, d->url, NULL, 0), 0);
+    cr_assert_eq(pthread_create(t, NULL, fn, d), 0);
+}
+
 static void *dying_node_main(void *arg) {
     dying_node *d = arg;
     answer_probe(d);
@@ -684,11 +693,8 @@ static void *dying_node_main(void *arg) {
 
 Test(principal, a_node_that_dies_is_reported_at_once, .timeout = 90) {
     dying_node d;
-    snprintf(d.url, sizeof d.url, "tcp://127.0.0.1:%d", hp_free_port());
-    cr_assert_eq(nng_pair1_open_poly(&d.s), 0);
-    cr_assert_eq(nng_listen(d.s, d.url, NULL, 0), 0);
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, dying_node_main, &d), 0);
+    fake_node_start(&d, dying_node_main, &t);
     goblin_client_params cp;
     goblin_client_params_default(&cp);
     cp.timeout_ms = 3600000; /* an hour: only a closed connection can end the wait in time */
@@ -715,11 +721,8 @@ static void *hung_node_main(void *arg) {
 
 Test(principal, a_node_that_stops_answering_is_noticed_by_heartbeats, .timeout = 90) {
     dying_node d;
-    snprintf(d.url, sizeof d.url, "tcp://127.0.0.1:%d", hp_free_port());
-    cr_assert_eq(nng_pair1_open_poly(&d.s), 0);
-    cr_assert_eq(nng_listen(d.s, d.url, NULL, 0), 0);
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, hung_node_main, &d), 0);
+    fake_node_start(&d, hung_node_main, &t);
     goblin_client_params cp;
     goblin_client_params_default(&cp);
     cp.timeout_ms = 3600000; /* an hour: only the heartbeats can end the wait in time */
