@@ -54,7 +54,7 @@
 /* Bounds of a remote job's parameters: a client may not make the node plan (and hold
  * the state of) more tasks than this, nor give a budget no task fits or no worker has. */
 #define GOBLIN__CW_MAX_MIN_TASKS ((int64_t)1 << 20)
-#define GOBLIN__CW_MIN_TASK_MEMORY ((uint64_t)4096)
+#define GOBLIN__CW_MIN_TASK_MEMORY ((uint64_t)1024)
 #define GOBLIN__CW_MAX_TASK_MEMORY ((uint64_t)1 << 48)
 #define GOBLIN__CW_ID_BYTES 16
 #define GOBLIN__CW_FILE_OVERWRITE 1u /* SUBMIT_MATMUL_FILES: C may already exist */

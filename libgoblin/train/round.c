@@ -70,6 +70,7 @@ static goblin_err run_submit(goblin_trainer *t, tr_run *r) {
     goblin_graph_job_params_default(&jp);
     jp.job.min_tasks = 1;
     jp.chunk_rows = r->rows;
+    jp.job.task_memory_bytes = t->plan.budget; /* the budget the plan's tasks were measured against */
     jp.split = r->split;
     jp.combine = r->comb;
     jp.cache_ids = r->cids;
@@ -134,29 +135,9 @@ static int64_t mb_rows(const tr_round *R, int64_t c) {
 
 static goblin_err get_graph(goblin_trainer *t, int32_t s, tr_task_kind kind, int64_t rows,
                             int32_t tile, tr_task_graph **out) {
-    tr_stage *st = &t->plan.stages[s];
-    int slot = rows == t->plan.micro ? 0 : 1;
-    if (st->graph_rows[slot] != rows) {
-        for (int k = 0; k < 3; k++) {
-            for (int32_t i = 0; st->graphs[slot][k] && i < st->tiles; i++)
-                goblin__train_task_graph_free(st->graphs[slot][k][i]);
-            goblin__free(st->graphs[slot][k]);
-            st->graphs[slot][k] = NULL;
-        }
-        st->graph_rows[slot] = rows;
-    }
-    if (!st->graphs[slot][kind]) {
-        st->graphs[slot][kind] = goblin__calloc((size_t)st->tiles, sizeof(tr_task_graph *));
-        if (!st->graphs[slot][kind]) return goblin__train_err(t, GOBLIN_ENOMEM, "out of memory");
-    }
-    if (!st->graphs[slot][kind][tile]) {
-        char msg[512];
-        goblin_err e = goblin__train_task_graph(&t->m, &t->plan, s, kind, rows, tile,
-                                                &st->graphs[slot][kind][tile], msg, sizeof msg);
-        if (e) return goblin__train_err(t, e, "%s", msg);
-    }
-    *out = st->graphs[slot][kind][tile];
-    return GOBLIN_OK;
+    char msg[512];
+    goblin_err e = goblin__train_stage_graph(&t->m, &t->plan, s, kind, rows, tile, out, msg, sizeof msg);
+    return e ? goblin__train_err(t, e, "%s", msg) : GOBLIN_OK;
 }
 
 static uint64_t cache_id(const goblin_trainer *t, int32_t p, int32_t tile) {
@@ -333,12 +314,6 @@ static goblin_err run_phase(tr_round *R, int32_t s, tr_task_kind kind) {
     }
     goblin__free(runs);
     return e;
-}
-
-static bool stage_has_seeds(const tr_model *m, const tr_stage *st) {
-    for (int32_t i = 0; i < st->n_out; i++)
-        if (m->nodes[st->out_nodes[i]].needs_grad) return true;
-    return false;
 }
 
 static void round_clear(tr_round *R) {
@@ -524,12 +499,12 @@ static goblin_err round_grads(goblin_trainer *t, const goblin_tensor *data, int6
     for (int32_t s = 0; s < S; s++) {
         const tr_stage *st = &t->plan.stages[s];
         if (s == S - 1) R.total += R.nm * st->tiles;
-        else R.total += R.nm * st->tiles * (stage_has_seeds(m, st) ? 2 : 1);
+        else R.total += R.nm * st->tiles * (goblin__train_stage_has_seeds(m, st) ? 2 : 1);
     }
     for (int32_t s = 0; s < S - 1 && !e; s++) e = run_phase(&R, s, TR_TASK_FWD);
     if (!e) e = run_phase(&R, S - 1, TR_TASK_LAST);
     for (int32_t s = S - 2; s >= 0 && !e; s--)
-        if (stage_has_seeds(m, &t->plan.stages[s])) e = run_phase(&R, s, TR_TASK_BWD);
+        if (goblin__train_stage_has_seeds(m, &t->plan.stages[s])) e = run_phase(&R, s, TR_TASK_BWD);
     if (e) goto done;
     /* gradients in the parameters' dtype, clipping, the optimizer step */
     grads = goblin__calloc((size_t)np, sizeof *grads);

@@ -111,6 +111,16 @@ goblin_err goblin__train_make_plan(const tr_model *m, int64_t batch, int64_t mic
                                    uint64_t budget, int32_t max_stages, tr_plan *out, char *msg,
                                    size_t cap);
 void goblin__train_plan_clear(tr_plan *p);
+/* plan_admit.c: the plan whose every task graph, measured by the node's admission rule
+ * (goblin__graph_task_bytes), fits @p budget; the graphs are built into the stages. */
+goblin_err goblin__train_make_admitted_plan(const tr_model *m, int64_t batch, int64_t micro_batch,
+                                            uint64_t budget, int32_t max_stages, tr_plan *out, char *msg,
+                                            size_t cap);
+/* Stage @p s's task graph of @p kind at @p rows rows, tile @p tile: built once, kept in the plan. */
+goblin_err goblin__train_stage_graph(const tr_model *m, tr_plan *p, int32_t s, tr_task_kind kind,
+                                     int64_t rows, int32_t tile, tr_task_graph **out, char *msg, size_t cap);
+/* Does a later stage consume a node of @p st that needs a gradient (so it has a backward task)? */
+bool goblin__train_stage_has_seeds(const tr_model *m, const tr_stage *st);
 /* The closure walk of stage [a, b] (train_plan.c), shared with task_graph.c. */
 typedef struct tr_measure {
     double pbytes, act_row, act_fixed, flops_row, flops_fixed;

@@ -314,7 +314,7 @@ goblin_err goblin__train_ensure_plan(goblin_trainer *t, int64_t batch) {
         return GOBLIN_OK;
     goblin__train_plan_clear(&t->plan);
     char msg[512];
-    goblin_err e = goblin__train_make_plan(&t->m, batch, t->p.micro_batch, budget, t->p.max_stages,
+    goblin_err e = goblin__train_make_admitted_plan(&t->m, batch, t->p.micro_batch, budget, t->p.max_stages,
                                            &t->plan, msg, sizeof msg);
     if (e) return goblin__train_err(t, e, "%s", msg);
     t->plan_micro_param = t->p.micro_batch;
