@@ -26,7 +26,8 @@ typedef struct goblin_worker_params {
     int32_t n_connect;              /* 1 .. GOBLIN_WORKER_MAX_CONNECT */
     goblin_backend_kind backend;    /* default BLIS when built, else REF */
     int32_t threads;                /* kernel threads; 0 = all cores (advertised as >= 1) */
-    uint64_t memory_bytes;          /* budget advertised for tasks (default 1 GiB) */
+    uint64_t memory_bytes;          /* all the task data it may hold (default 1 GiB): each task gets
+                                       (memory - cache) / (slots + 1), docs/runtime.md */
     uint64_t cache_bytes;           /* panel cache bound (default memory_bytes / 4; 0 disables) */
     /** Drop every input kept for reuse once no TASK has come for this long (default
      *  30000 ms; 0 keeps them until evicted or the connection ends), so that a job's

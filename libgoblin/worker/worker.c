@@ -327,6 +327,18 @@ void goblin__worker_send_error(goblin_worker *w, uint64_t task_id, goblin_err co
     goblin__worker_lsend(w, &m);
 }
 
+/* The memory one task may take, as the worker advertises it: memory_bytes bounds all the
+ * task data a worker holds (docs/runtime.md, "A worker's memory"): the inputs kept for
+ * reuse (cache_bytes, counted up to half of it) and `slots` tasks in flight, one of them
+ * computing (its inputs, intermediates and outputs: what the node's task measure
+ * counts), the others arriving, plus the result being sent (at most one more task's
+ * worth). */
+uint64_t goblin__worker_task_budget(const goblin_worker_params *p) {
+    uint64_t cache = p->cache_bytes < p->memory_bytes / 2 ? p->cache_bytes : p->memory_bytes / 2;
+    uint64_t t = (p->memory_bytes - cache) / (uint64_t)(p->slots + 1);
+    return t ? t : 1;
+}
+
 /* HELLO on link @p link (the first message of that connection). */
 static void send_hello(goblin_worker *w, uint32_t link) {
     goblin__wire_msg m;
@@ -335,7 +347,7 @@ static void send_hello(goblin_worker *w, uint32_t link) {
     if (cat) m.body.hello.catalog_version = cat;
     m.body.hello.backends = (1u << w->p.backend) | GOBLIN_WIRE_CAP_BATCH;
     m.body.hello.threads = (uint32_t)(w->p.threads > 0 ? w->p.threads : 1);
-    m.body.hello.memory_bytes = w->p.memory_bytes;
+    m.body.hello.memory_bytes = goblin__worker_task_budget(&w->p);
     m.body.hello.token_len = w->p.token_len;
     m.body.hello.token = w->p.join_token;
     nng_msg *msg = NULL;

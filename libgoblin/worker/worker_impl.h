@@ -133,6 +133,9 @@ struct goblin_worker {
 #define RESYNC_MS 1000 /* idle with leases asked for: ask again after this long */
 
 /* worker.c: logging and sending (loop thread unless said otherwise) */
+/* The memory a task may take, advertised in HELLO: memory_bytes less the cache, over
+ * slots + 1 (the tasks in flight and the result being sent). */
+uint64_t goblin__worker_task_budget(const goblin_worker_params *p);
 void goblin__worker_log(goblin_worker *w, goblin_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int goblin__worker_out(goblin_worker *w, nng_msg *msg);
