@@ -146,6 +146,14 @@ ROWS = [
     ("var var_mean", "var (and mean)", "x.var / x.std (std is var then sqrt) / torch.var_mean with dim, "
      "keepdim and an integer correction; no backward rule", "both"),
     ("cumsum", "cumsum (then cast)", "integer inputs sum into i64 as in torch; no backward rule", "both"),
+    # -- recurrent layers (bounded unrolling: _capture_rnn.py, "Recurrent layers" below) --
+    ("lstm gru rnn_tanh rnn_relu", "per cell step: select, matmul, slice, sigmoid / tanh / relu, mul, add; "
+     "stack over time, concat of the directions (unrolled)",
+     "nn.LSTM, nn.GRU, nn.RNN (tanh or relu): any layers, bidirectional, batch_first either way, with or "
+     "without biases, hx given or zeros, unbatched 2-d input; at most 4096 cell steps (sequence length x "
+     "layers x directions; past it: RangeError with advice); not PackedSequence, not proj_size; inter-layer "
+     "dropout: refused by goblin.capture in training mode (call model.eval()), off in "
+     "goblin.capture_training (with a warning)", "both"),
     # -- creation --
     ("arange", "arange", "", "both"),
     ("_assert_async", "nothing (the check is not run)", "the range check of F.one_hot (which becomes arange, "
@@ -160,7 +168,7 @@ KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
         "adaptive_avg_pool2d.default", "softmax.int", "log_softmax.int", "matmul.default",
         "embedding.default", "floor_divide.default", "remainder.Tensor", "remainder.Scalar",
         "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default",
-        "col2im.default")
+        "col2im.default", "lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input")
 TRAIN_KEEP = ("nll_loss_forward.default", "nll_loss2d_forward.default")
 
 BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "
