@@ -182,10 +182,18 @@ goblin_err goblin__batch_instance(const goblin_graph *g, goblin__batch_axes *ax,
             else if (on->rank >= 1 && on->shape[0] == B && (off > 0 || x->shape[0] == 1))
                 want = (goblin__bax){0, 1, 1}; /* a broadcast to the batch size follows the batch */
             rewrite_shape(on, attrs, na, want, size);
-        } else if (follows_batch_op(on->op) && on->rank >= 1 && on->shape[0] == B) {
-            want = (goblin__bax){0, 1, 1};
-            rewrite_shape(on, attrs, na, want, size);
-            alt = true;
+        } else if (follows_batch_op(on->op) && on->rank >= 1) {
+            if (on->shape[0] == B) want = (goblin__bax){0, 1, 1};
+            /* the batch merged with other dims in dim 0 ([seq * batch, vocab] logits): as the
+             * input of the same leading size that carries it there */
+            for (int32_t k = 0; k < on->n_inputs && want.axis < 0; k++) {
+                goblin__bax ib = ax->bax[on->inputs[k]];
+                if (ib.axis == 0 && g->nodes[on->inputs[k]].shape[0] == on->shape[0]) want = ib;
+            }
+            if (want.axis >= 0) {
+                rewrite_shape(on, attrs, na, want, size);
+                alt = true;
+            }
         }
         int32_t nid = -1;
         e = goblin__graph_add_node(ng, &p, &nid);
