@@ -171,6 +171,39 @@ KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
         "col2im.default", "lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input")
 TRAIN_KEEP = ("nll_loss_forward.default", "nll_loss2d_forward.default")
 
+# docs/pytorch.md, "Recurrent layers" (the form of recurrence: _capture_rnn.py)
+RECURRENCE = """\
+## Recurrent layers and the batch dim
+
+`nn.LSTM`, `nn.GRU` and `nn.RNN` reach the mapping whole (`aten.lstm.input`, ...) and are
+**unrolled at capture** over the example's sequence length: one matmul of the input with
+`W_ih` for all steps, then per step `h @ W_hh^T`, the gates (slice), sigmoid / tanh / relu,
+mul and add as in torch's cells, the outputs stacked over time (bidirectional: both
+directions concatenated). A zero initial state is not materialised. Unrolling rather than
+a scan node over a body graph: every op it uses already has kernels on every backend, a
+backward rule (grid.train differentiates it like any graph) and a batch-axis rule (each
+step's state is `[batch, hidden]`); a scan node would need all three anew.
+
+Limits: the sequence length is fixed by the example (a graph has static shapes; another
+length is another capture). The graph grows by about 16 nodes per cell step (a 2-layer
+bidirectional LSTM over 5 steps: 337 nodes), twice that with the backward, and a task
+keeps every step's values; capture refuses more than 4096 cell steps (sequence length x
+layers x directions) with a `RangeError` that says to capture windows of the sequence and
+carry the state through the module's `hx` input.
+
+Where the batch sits: `goblin.capture(model, *examples, batch_dims=...)` takes it per input
+(an int for all, or one entry per input, None for an unbatched one); without it, capture
+infers it where the program says so unambiguously: the input of a recurrent layer (dim 1,
+or 0 with `batch_first=True`) traced back through embedding, linear, elementwise ops and
+permutes to the graph input, the `[seq, batch, embed]` inputs of a seq-first
+`nn.MultiheadAttention` / `nn.Transformer*` module captured itself, and any other input by
+its one dim of that batch size (several: a `ValueError`-style message naming
+`batch_dims`). `g.batch_dims` holds the choice; `grid.run` (also `batch_dims=`) cuts the
+inputs along it, moving them batch-first for a graph that permutes them back, and a call
+at another batch size captures again along it. `goblin.capture_training` and `grid.train`
+(`batch_dims=`) do the same for the batch tensors (a seq-first language model's tokens and
+targets `[T, B]`: dims (1, 1)); the trainer gets them batch-first.
+"""
 BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "
            "call model.eval() before goblin.capture (inference uses the running statistics), or train on a "
            "grid with grid.train / goblin.capture_training, which normalizes with batch statistics")
