@@ -59,12 +59,13 @@ class CapturedGraph(Graph):
                 batch.add(s[d])
                 ok &= s[:d] + s[d + 1:] == m[:d] + m[d + 1:]
         if not ok or len(batch) != 1:
+            got = f"the graph takes {mine}, got {tuple(tuple(s) for s in shapes)}"
+            if self.batch_dims is None:
+                raise _goblin.ShapeError(f"only dim 0 (the batch) may change: {got}; if the batch is another dim, "
+                                         "capture with goblin.capture(..., batch_dims=(dim per input))")
             where = ", ".join(f"input {i}: {'no dim (unbatched)' if d is None else f'dim {d}'}"
                               for i, d in enumerate(dims))
-            how = ("" if self.batch_dims is not None else
-                   "; if the batch is not dim 0, capture with goblin.capture(..., batch_dims=(dim per input))")
-            raise _goblin.ShapeError(f"only the batch may change ({where}): the graph takes {mine}, got "
-                                     f"{tuple(tuple(s) for s in shapes)}{how}")
+            raise _goblin.ShapeError(f"only the batch may change ({where}): {got}")
         n = batch.pop()
         g = self._by_batch.get(n)
         if g is None:
