@@ -669,6 +669,8 @@ def export_program(torch, fn_or_module, ex):
     with torch.no_grad(), warnings.catch_warnings():
         # torch.export's own pytree internals warn about their deprecated API.
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        # nn.LSTM/GRU/RNN re-assign their _flat_weights while traced: torch warns, harmlessly
+        warnings.filterwarnings("ignore", message=".*were assigned during export.*", category=UserWarning)
         ep = torch.export.export(mod, ex)
         ep = ep.run_decompositions(_decomp_table(torch))
     return ep

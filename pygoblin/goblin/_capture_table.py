@@ -71,7 +71,7 @@ ROWS = [
     ("batch_norm", "batch_norm", "goblin.capture: eval mode only (the running statistics; training mode is "
      "refused with 'call model.eval()'); goblin.capture_training: batch statistics", "both"),
     ("_native_batch_norm_legit_functional", "batch_norm (training=1)",
-     "batch statistics; the running statistics are not tracked", "training"),
+     "batch statistics; the running statistics are not tracked (a UserWarning says so)", "training"),
     ("layer_norm native_layer_norm", "layer_norm", "", "both"),
     ("native_group_norm", "layer_norm over [N, G, C/G * spatial], then mul, add (decomposed)",
      "F.group_norm, nn.GroupNorm; the mean / rstd outputs are not available", "both"),
@@ -101,7 +101,7 @@ ROWS = [
      "F.fold / nn.Fold (F.unfold is aten.index, above); an inf entry meets zero weights: NaN", "both"),
     ("dropout native_dropout", "nothing (the identity)",
      "goblin.capture: eval mode only (training mode is refused with 'call model.eval()'); "
-     "goblin.capture_training: off (the identity)", "both"),
+     "goblin.capture_training: off (the identity), with a UserWarning when p > 0", "both"),
     ("nll_loss_forward nll_loss2d_forward", "nll_loss (reduction, ignore_index, weight)",
      "goblin.capture decomposes F.nll_loss / F.cross_entropy into log_softmax, gather and where instead",
      "training"),

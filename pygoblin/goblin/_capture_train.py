@@ -15,7 +15,8 @@ Training semantics of the captured forward:
    statistics; running statistics are NOT tracked (the module's running_mean/var
    buffers are left as they are, and state_dict() returns them unchanged);
  - dropout is OFF (identity): goblin's counter-based dropout cannot reproduce
-   torch's random stream, so a trajectory could not be checked against torch;
+   torch's random stream, so a trajectory could not be checked against torch
+   (a UserWarning says so when p > 0, as for tracked running statistics);
  - parameters with requires_grad=False become constants (not trained).
 
 Parameter names are kept here, in Python, only to map state_dict keys to input
@@ -50,6 +51,16 @@ def _train_decomp_table(torch):
     return table
 
 
+
+
+DROPOUT_OFF = ("goblin.capture_training: dropout in training mode (nn.Dropout / F.dropout, p={p}) is off on the "
+               "grid (the identity), so training differs from torch's, which drops; to train the same function, "
+               "build the model with p=0 or call .eval() on its dropout modules")
+BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running statistics, which grid.train does "
+            "not update: each micro-batch is normalized with its own batch statistics (torch in train mode "
+            "uses the whole batch's), and state_dict() returns running_mean / running_var as they were, so the "
+            "model evaluates in eval mode with its old statistics; refresh them in torch afterwards (a few "
+            "forward passes in train mode under torch.no_grad()) or use nn.LayerNorm / nn.GroupNorm")
 
 
 class _TrainLowering(_capture._Lowering):
@@ -91,7 +102,12 @@ class _TrainLowering(_capture._Lowering):
 
     def lower(self, node, name, args, kw):
         if name in ("dropout", "native_dropout"):
-            # off in training capture (documented): identity, no mask
+            # off in training capture (documented): identity, no mask; said once per capture
+            p = args[1] if len(args) > 1 else kw.get("p", 0.5)
+            train = args[2] if len(args) > 2 else kw.get("train", True)
+            if train and p and not getattr(self, "_dropout_said", False):
+                self._dropout_said = True
+                warnings.warn(DROPOUT_OFF.format(p=p), UserWarning, stacklevel=2)
             return args[0] if name == "dropout" else (args[0], None)
         if name == "_native_batch_norm_legit" and isinstance(args[0], _capture._decomp.Unviewed):
             return super().lower(node, name, args, kw)  # F.instance_norm: a group norm per channel
@@ -250,6 +266,10 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
     init = [_to_numpy(p)[0].copy() for _, p in params]
     dts = [_gdtype(p.dtype) for _, p in params]
 
+    n_bn = sum(1 for mod in model.modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
+               and mod.track_running_stats)
+    if n_bn:
+        warnings.warn(BN_STATS.format(n=n_bn), UserWarning, stacklevel=2)
     mcopy = _train_copy(torch, model)
 
     class _Step(torch.nn.Module):
@@ -265,6 +285,8 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
     step = _Step(mcopy).train()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        # nn.LSTM/GRU/RNN re-assign their _flat_weights while traced: torch warns, harmlessly
+        warnings.filterwarnings("ignore", message=".*were assigned during export.*", category=UserWarning)
         ep = torch.export.export(step, ex)
         ep = ep.run_decompositions(_train_decomp_table(torch))
     # the copy's parameters under the export's names ("m." + the module's key)
