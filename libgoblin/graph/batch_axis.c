@@ -181,6 +181,17 @@ goblin_err goblin__batch_instance(const goblin_graph *g, goblin__batch_axes *ax,
             if (xb.axis >= 0) want = (goblin__bax){xb.axis + off, xb.outer, xb.inner};
             else if (on->rank >= 1 && on->shape[0] == B && (off > 0 || x->shape[0] == 1))
                 want = (goblin__bax){0, 1, 1}; /* a broadcast to the batch size follows the batch */
+            else {
+                /* elsewhere, when one dim alone is broadcast to the batch size (the gradient
+                 * of a sum, expanded over a seq-first [seq, batch, ...] value) */
+                int32_t k1 = -1, nk = 0;
+                for (int32_t k = 1; k < on->rank; k++)
+                    if (on->shape[k] == B && (k < off || x->shape[k - off] == 1)) {
+                        nk++;
+                        k1 = k;
+                    }
+                if (nk == 1) want = (goblin__bax){k1, 1, 1};
+            }
             rewrite_shape(on, attrs, na, want, size);
         } else if (follows_batch_op(on->op) && on->rank >= 1) {
             if (on->shape[0] == B) want = (goblin__bax){0, 1, 1};

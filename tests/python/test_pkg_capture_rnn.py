@@ -125,6 +125,33 @@ def test_rnn_gradients_match_autograd(grid, kind):
         close(w0 - sd[name].numpy(), want[name].grad, f"{kind} d/d{name} on the grid")
 
 
+def test_rnn_backward_graph_cut_on_the_grid(grid):
+    """The differentiated graph of a sum loss over a seq-first 2-layer bidirectional LSTM
+    run by grid.run in chunks of the batch (its gradient seed is expanded over [seq, batch,
+    ...]: the batch in dim 1), the chunks' loss and gradients summed, against autograd."""
+    torch.manual_seed(2)
+    m = nn.LSTM(3, 4, num_layers=2, bidirectional=True).double()
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(T, 6, 3, dtype=D, generator=gen)
+    cot = torch.randn(T, 6, 8, dtype=D, generator=gen)
+
+    def loss_fn(y, c):
+        return (y[0] * c).sum()
+
+    cap = goblin.capture_training(m, loss_fn, x, cot)
+    gg = cap.graph
+    for gid in gg._g.backward(gg.outputs[0].id, [t.id for t in gg.inputs[:cap.n_params]]):
+        gg._g.output(gid)
+    ref = loss_fn(m(x), cot)
+    ref.backward()
+    got = grid.run(gg, *cap.init, *cap.batch_first([x.numpy(), cot.numpy()]), chunk_rows=2, progress=False,
+                   split=["broadcast"] * cap.n_params + ["batch", "batch"], combine="sum")
+    close(got[0], ref, "loss on the grid")
+    want = dict(m.named_parameters())
+    for name, a in zip(cap.names, got[1:]):
+        close(a, want[name].grad, f"d/d{name} on the grid")
+
+
 class LM(nn.Module):
     """Embedding, a 2-layer seq-first LSTM, a linear head: tokens [T, B] -> logits [T, B, V]."""
 
