@@ -197,8 +197,9 @@ infers it where the program says so unambiguously: the input of a recurrent laye
 or 0 with `batch_first=True`) traced back through embedding, linear, elementwise ops and
 permutes to the graph input, the `[seq, batch, embed]` inputs of a seq-first
 `nn.MultiheadAttention` / `nn.Transformer*` module captured itself, and any other input by
-its one dim of that batch size (several: a `ValueError`-style message naming
-`batch_dims`). `g.batch_dims` holds the choice; `grid.run` (also `batch_dims=`) cuts the
+its one dim of that batch size (several: capture leaves the batch to the grid, whose
+error then says to pass `batch_dims`; `goblin.capture_training` raises a `ShapeError`
+saying so). `g.batch_dims` holds the choice; `grid.run` (also `batch_dims=`) cuts the
 inputs along it, moving them batch-first for a graph that permutes them back, and a call
 at another batch size captures again along it. `goblin.capture_training` and `grid.train`
 (`batch_dims=`) do the same for the batch tensors (a seq-first language model's tokens and

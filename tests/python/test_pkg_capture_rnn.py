@@ -90,6 +90,20 @@ def test_rnn_forward_locally_and_on_the_grid(grid, name, make, bf, with_hx):
         close(a, b, f"{name} (batch 3) output {i}")
 
 
+def test_unbatched_input_matches_torch():
+    """A 2-d input [T, F] (no batch dim): output [T, D*H], h_n [layers * D, H]."""
+    torch.manual_seed(8)
+    for m in (nn.LSTM(3, 4, num_layers=2, bidirectional=True), nn.GRU(3, 4)):
+        m = m.double().eval()
+        x = torch.randn(T, 3, dtype=D, generator=torch.Generator().manual_seed(9))
+        with torch.no_grad():
+            want = _flat(m(x))
+        g = goblin.capture(m, x)
+        assert g.batch_dims is None
+        for i, (a, b) in enumerate(zip(g(x.numpy()), want)):
+            close(a, b, f"{type(m).__name__} unbatched output {i}")
+
+
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn"])
 def test_rnn_gradients_match_autograd(grid, kind):
     """d/dW of mean over the batch of sum(output * cot), every weight of a 2-layer
