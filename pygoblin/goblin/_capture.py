@@ -9,8 +9,10 @@ An op without a mapping is reported together with every other one in a single
 UnsupportedOpError. torch is imported only here, when capture is used.
 
 Shapes are static: a graph is captured for the example inputs' shapes.
-CapturedGraph handles other batch sizes by capturing again for each new
-batch size (dim 0 of every input) on first use and caching the result.
+CapturedGraph (_captured.py) handles other batch sizes by capturing again for
+each new batch size (dim 0 of every input, or its batch_dims: given to
+capture() or inferred, e.g. from an nn.LSTM's input) on first use and caching
+the result. nn.LSTM / GRU / RNN are unrolled by _capture_rnn.py.
 """
 import operator
 import warnings

@@ -108,12 +108,11 @@ def _cell_gru(g, xt, h, whh, bhh, hs):
     def part(t, k, axis):
         return g.op("slice", t, axes=[axis], starts=[k * hs], stops=[(k + 1) * hs], steps=[1])
 
-    ax = lambda t: t.ndim - 1  # noqa: E731
     xr, xz, xn = (part(xt, k, 1) for k in range(3))
     if gh is None:
         r, z, n = g.op("sigmoid", xr), g.op("sigmoid", xz), g.op("tanh", xn)
     else:
-        hr, hz, hn = (part(gh, k, ax(gh)) for k in range(3))
+        hr, hz, hn = (part(gh, k, gh.ndim - 1) for k in range(3))  # gh [B, 3H], or b_hh [3H]
         r, z = g.op("sigmoid", xr + hr), g.op("sigmoid", xz + hz)
         n = g.op("tanh", xn + r * hn)
     # h' = (1 - z) * n + z * h, as torch's cell: n + z * (h - n)
