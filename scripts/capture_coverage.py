@@ -82,7 +82,7 @@ def render(t):
             "These reach the mapping as one op instead of torch's decomposition, because the "
             "catalogue has a kernel for them:", "",
             ", ".join(f"`{k}`" for k in t.KEEP) + "; training capture also keeps " +
-            ", ".join(f"`{k}`" for k in t.TRAIN_KEEP) + ".", "", REFUSED]
+            ", ".join(f"`{k}`" for k in t.TRAIN_KEEP) + ".", "", t.RECURRENCE, REFUSED]
     for name, hint in sorted(t.NAME_HINTS.items()):
         out.append(f"- `{name}`: {hint}.")
     out.append("")

@@ -181,11 +181,30 @@ goblin_err goblin__batch_instance(const goblin_graph *g, goblin__batch_axes *ax,
             if (xb.axis >= 0) want = (goblin__bax){xb.axis + off, xb.outer, xb.inner};
             else if (on->rank >= 1 && on->shape[0] == B && (off > 0 || x->shape[0] == 1))
                 want = (goblin__bax){0, 1, 1}; /* a broadcast to the batch size follows the batch */
+            else {
+                /* elsewhere, when one dim alone is broadcast to the batch size (the gradient
+                 * of a sum, expanded over a seq-first [seq, batch, ...] value) */
+                int32_t k1 = -1, nk = 0;
+                for (int32_t k = 1; k < on->rank; k++)
+                    if (on->shape[k] == B && (k < off || x->shape[k - off] == 1)) {
+                        nk++;
+                        k1 = k;
+                    }
+                if (nk == 1) want = (goblin__bax){k1, 1, 1};
+            }
             rewrite_shape(on, attrs, na, want, size);
-        } else if (follows_batch_op(on->op) && on->rank >= 1 && on->shape[0] == B) {
-            want = (goblin__bax){0, 1, 1};
-            rewrite_shape(on, attrs, na, want, size);
-            alt = true;
+        } else if (follows_batch_op(on->op) && on->rank >= 1) {
+            if (on->shape[0] == B) want = (goblin__bax){0, 1, 1};
+            /* the batch merged with other dims in dim 0 ([seq * batch, vocab] logits): as the
+             * input of the same leading size that carries it there */
+            for (int32_t k = 0; k < on->n_inputs && want.axis < 0; k++) {
+                goblin__bax ib = ax->bax[on->inputs[k]];
+                if (ib.axis == 0 && g->nodes[on->inputs[k]].shape[0] == on->shape[0]) want = ib;
+            }
+            if (want.axis >= 0) {
+                rewrite_shape(on, attrs, na, want, size);
+                alt = true;
+            }
         }
         int32_t nid = -1;
         e = goblin__graph_add_node(ng, &p, &nid);

@@ -9,8 +9,10 @@ An op without a mapping is reported together with every other one in a single
 UnsupportedOpError. torch is imported only here, when capture is used.
 
 Shapes are static: a graph is captured for the example inputs' shapes.
-CapturedGraph handles other batch sizes by capturing again for each new
-batch size (dim 0 of every input) on first use and caching the result.
+CapturedGraph (_captured.py) handles other batch sizes by capturing again for
+each new batch size (dim 0 of every input, or its batch_dims: given to
+capture() or inferred, e.g. from an nn.LSTM's input) on first use and caching
+the result. nn.LSTM / GRU / RNN are unrolled by _capture_rnn.py.
 """
 import operator
 import warnings
@@ -21,7 +23,9 @@ from . import _goblin
 from . import _dtypes
 from . import _capture_table as _table
 from . import _capture_decomp as _decomp
-from ._graph import Graph, Tensor
+from . import _capture_rnn as _rnn
+from ._graph import Tensor
+from ._captured import CapturedGraph
 
 
 class UnsupportedOpError(_goblin.NotSupportedError):
@@ -83,7 +87,7 @@ def _to_numpy(t):
 class _Lowering:
     """Walks an exported FX graph, emitting goblin nodes."""
 
-    def __init__(self, torch, ep, param_inputs=None):
+    def __init__(self, torch, ep, param_inputs=None, batch_first=None):
         self.torch = torch
         self.ep = ep
         self.g = CapturedGraph()
@@ -91,6 +95,14 @@ class _Lowering:
         # training capture (_capture_train.py): state_dict name -> graph input Tensor for
         # parameters that stay inputs instead of becoming constants
         self.param_inputs = param_inputs
+        # per user input: None, or its batch dim, moved to dim 0 of the graph's input (the
+        # grid form: a permute back to the program's layout follows the input)
+        self.batch_first = batch_first
+        self.batch_hints = {}  # user input index -> batch dim (from the RNN ops, _capture_rnn.py)
+
+    def rnn_dropout_ok(self, name, p):
+        """An RNN's inter-layer dropout in training mode: refused (call model.eval())."""
+        return False
 
     # -- helpers -----------------------------------------------------------
     def meta(self, node):
@@ -440,6 +452,8 @@ class _Lowering:
             if odt in _dtypes.FLOAT:
                 x = self.cast(x, odt)
             return self.cast(g.op("cumsum", x, axis=dim % max(x.ndim, 1)), odt)
+        if name in _rnn.NAMES:
+            return _rnn.lower(self, node, name, args)
         return _decomp.lower(self, node, name, args, kw)
 
     def take(self, x, d, ix, out_shape):
@@ -460,7 +474,7 @@ class _Lowering:
                     "F.conv2d and F.conv3d and the transposed forms F.conv_transpose1d / F.conv_transpose2d "
                     "(stride, padding, dilation, groups), not a transposed 3-d convolution: use "
                     "F.interpolate(mode='nearest') then F.conv3d to upsample a volume")
-        hint = _decomp.why(name, args)
+        hint = _decomp.why(name, args) or _rnn.hint(name, args)
         if hint is not None:
             return hint
         if name in ("dropout", "native_dropout"):
@@ -503,7 +517,14 @@ class _Lowering:
         if unsupported:
             raise UnsupportedOpError(unsupported, hints)
         lazy = _decomp.instance_norm_nodes(self, gm) | _decomp.embedding_bag_nodes(self, gm)
+        zeros = _rnn.zero_state_nodes(gm)
+        users = [n for n in gm.graph.nodes if n.op == "placeholder" and kinds[n.name].kind.name == "USER_INPUT"]
+        user_index = {n: i for i, n in enumerate(users)}
+        self.batch_hints = _rnn.batch_hints(self, gm, user_index)
         for node in gm.graph.nodes:
+            if node in zeros:
+                self.env[node] = _rnn.ZERO
+                continue
             if node in lazy:
                 a = node.args[0]
                 self.env[node] = _decomp.Unviewed(self.env[a] if isinstance(a, self.torch.fx.Node) else None)
@@ -513,7 +534,11 @@ class _Lowering:
                 kind = spec.kind.name
                 if kind == "USER_INPUT":
                     v = self.meta(node)
-                    if isinstance(v, T.Tensor):
+                    d = self.batch_first[user_index[node]] if self.batch_first else None
+                    if isinstance(v, T.Tensor) and d:
+                        moved, back = _rnn.move_batch_first(tuple(v.shape), d)
+                        self.env[node] = self.g.input(tuple(moved), _gdtype(v.dtype)).permute(back)
+                    elif isinstance(v, T.Tensor):
                         self.env[node] = self.g.input(tuple(v.shape), _gdtype(v.dtype))
                     else:
                         self.env[node] = v
@@ -590,84 +615,108 @@ def _describe(a):
 _KNOWN = _table.INFERENCE  # what the lowering maps, documented in _capture_table.py
 
 
-class CapturedGraph(Graph):
-    """A goblin.Graph captured from PyTorch, callable on NumPy arrays (or torch tensors).
-
-    Calling it with inputs whose batch size (dim 0) differs from the example's
-    captures the program again for that batch size (once; cached), since goblin
-    graphs have static shapes.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self._source = None
-        self._by_batch = {}
-
-    def for_inputs(self, shapes):
-        """The graph for inputs of these shapes (this one, or a cached re-capture)."""
-        mine = tuple(t.shape for t in self.inputs)
-        if tuple(tuple(s) for s in shapes) == mine:
-            return self
-        if self._source is None and len(shapes) != len(mine):
-            raise _goblin.InvalidArgumentError(f"the graph takes {len(mine)} input(s) (shapes {mine}), got "
-                                               f"{len(shapes)}")
-        if self._source is None:
-            raise _goblin.ShapeError(f"the graph takes inputs of shapes {mine}, got {tuple(shapes)}")
-        if len(shapes) != len(mine):
-            raise _goblin.InvalidArgumentError(f"the graph takes {len(mine)} input(s) (shapes {mine}), got "
-                                               f"{len(shapes)}: pass one array per example input of capture()")
-        fn, examples = self._source
-        batch = {s[0] for s in shapes if len(s)}
-        ok = len(batch) == 1 and all(len(s) == len(m) and tuple(s[1:]) == m[1:] for s, m in zip(shapes, mine))
-        if not ok:
-            raise _goblin.ShapeError(f"only dim 0 (the batch) may change: the graph takes {mine}, "
-                                     f"got {tuple(shapes)}")
-        n = batch.pop()
-        g = self._by_batch.get(n)
-        if g is None:
-            torch = _torch()
-            ex = []
-            for e in examples:
-                if isinstance(e, torch.Tensor) and e.dim() > 0 and e.shape[0] > 0:
-                    reps = [-(-n // e.shape[0])] + [1] * (e.dim() - 1)
-                    ex.append(e.repeat(*reps)[:n].clone())
-                else:
-                    ex.append(e)
-            g = capture(fn, *ex)
-            self._by_batch[n] = g
-        return g
-
-    def __call__(self, *inputs, backend=None, threads=0):
-        arrs = []
-        for x in inputs:
-            if hasattr(x, "detach") and hasattr(x, "numpy"):
-                x = _to_numpy(x)[0]
-            arrs.append(x)
-        shapes = [np.shape(a) for a in arrs]
-        outs = self.for_inputs(shapes).evaluate(*arrs, backend=backend, threads=threads)
-        return outs[0] if len(outs) == 1 else outs
+def _module_hints(torch, mod, ex):
+    """{input index: 1} for a seq-first PyTorch attention module captured itself
+    (nn.MultiheadAttention, nn.Transformer*, batch_first=False): its [seq, batch, embed]
+    inputs."""
+    nn = torch.nn
+    kinds = (nn.MultiheadAttention, nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder,
+             nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+    if not isinstance(mod, kinds):
+        return {}
+    bf = getattr(mod, "batch_first", None)
+    if bf is None:
+        att = getattr(mod, "self_attn", None)
+        if att is None and getattr(mod, "layers", None) is not None and len(mod.layers):
+            att = getattr(mod.layers[0], "self_attn", None)
+        bf = getattr(att, "batch_first", None)
+    if bf is None or bf:
+        return {}
+    return {i: 1 for i, e in enumerate(ex) if isinstance(e, torch.Tensor) and e.dim() == 3}
 
 
-def capture(fn_or_module, *example_inputs):
-    """Capture a PyTorch module or function as a goblin graph (a CapturedGraph).
+def _given_dims(batch_dims, ex, torch):
+    """batch_dims as given to capture(): an int for every tensor input, or one entry per
+    input (an int, or None for an unbatched input)."""
+    n = len(ex)
+    if isinstance(batch_dims, (int, np.integer)) and not isinstance(batch_dims, bool):
+        dims = [int(batch_dims) if isinstance(e, torch.Tensor) and e.dim() > 0 else None for e in ex]
+    else:
+        dims = list(batch_dims)
+        if len(dims) != n:
+            raise _goblin.InvalidArgumentError(f"batch_dims: expected {n} entries (one per example input, None "
+                                               f"for an unbatched one), got {len(dims)}")
+    out = []
+    for i, (d, e) in enumerate(zip(dims, ex)):
+        if d is None:
+            out.append(None)
+            continue
+        rank = e.dim() if isinstance(e, torch.Tensor) else 0
+        if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or not -rank <= int(d) < rank:
+            raise _goblin.InvalidArgumentError(f"batch_dims: input {i} of shape {tuple(getattr(e, 'shape', ()))} "
+                                               f"has no dim {d!r}")
+        out.append(int(d) % rank)
+    return tuple(out)
 
-    `example_inputs` are torch tensors; the graph's inputs follow their order,
-    shapes and dtypes. Put modules in eval() mode first (batch-norm and dropout
-    are captured in inference form). Raises UnsupportedOpError naming every op
-    without a mapping."""
-    torch = _torch()
+
+def export_program(torch, fn_or_module, ex):
+    """torch.export of the program (a module, or a function wrapped in one), lowered by
+    the decomposition table."""
     mod = fn_or_module
     if not isinstance(mod, torch.nn.Module):
         class _Fn(torch.nn.Module):
             def forward(self, *a):
                 return fn_or_module(*a)
         mod = _Fn()
-    ex = tuple(torch.as_tensor(e) if isinstance(e, np.ndarray) else e for e in example_inputs)
     with torch.no_grad(), warnings.catch_warnings():
         # torch.export's own pytree internals warn about their deprecated API.
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        # nn.LSTM/GRU/RNN re-assign their _flat_weights while traced: torch warns, harmlessly
+        warnings.filterwarnings("ignore", message=".*were assigned during export.*", category=UserWarning)
         ep = torch.export.export(mod, ex)
         ep = ep.run_decompositions(_decomp_table(torch))
-    g = _Lowering(torch, ep).run()
+    return ep
+
+
+def capture(fn_or_module, *example_inputs, batch_dims=None):
+    """Capture a PyTorch module or function as a goblin graph (a CapturedGraph).
+
+    `example_inputs` are torch tensors; the graph's inputs follow their order,
+    shapes and dtypes. Put modules in eval() mode first (batch-norm and dropout
+    are captured in inference form). Raises UnsupportedOpError naming every op
+    without a mapping.
+
+    batch_dims: where the batch sits in each input, for grids (grid.run cuts the
+    inputs along it) and for calls at another batch size: an int for every tensor
+    input, or one entry per input (None: not batched). Default: inferred from the
+    program where that is unambiguous (the input of nn.LSTM / nn.GRU / nn.RNN: dim 1,
+    or 0 with batch_first=True, traced back through embedding, linear, elementwise
+    ops and permutes to the graph input; the [seq, batch, embed] inputs of a seq-first
+    nn.MultiheadAttention / nn.Transformer* module captured itself; the other inputs
+    by the one dim of the same size), else left to the grid (dim 0 first, see
+    docs/graph-format.md "The batch axis"). `g.batch_dims` says what was chosen."""
+    torch = _torch()
+    ex = tuple(torch.as_tensor(e) if isinstance(e, np.ndarray) else e for e in example_inputs)
+    given = None if batch_dims is None else _given_dims(batch_dims, ex, torch)
+    ep = export_program(torch, fn_or_module, ex)
+    low = _Lowering(torch, ep)
+    g = low.run()
     g._source = (fn_or_module, ex)
+    g._ep = ep
+    if given is not None:
+        g.batch_dims, g.batch_dims_given = given, True
+    else:
+        hints = dict(_module_hints(torch, fn_or_module, ex))
+        hints.update(low.batch_hints)
+        shapes = [tuple(e.shape) if isinstance(e, torch.Tensor) else () for e in ex]
+        try:
+            g.batch_dims = _rnn.infer_dims(shapes, hints, "goblin.capture")
+        except ValueError as e:
+            g.batch_dims, g._dims_why = None, str(e)
     return g
+
+
+def lower_batch_first(ep, dims):
+    """The exported program lowered again with the batch dims `dims` moved to dim 0 of
+    the graph's inputs (the form a grid cuts; the outputs are the program's)."""
+    return _Lowering(_torch(), ep, batch_first=list(dims)).run()

@@ -71,7 +71,7 @@ ROWS = [
     ("batch_norm", "batch_norm", "goblin.capture: eval mode only (the running statistics; training mode is "
      "refused with 'call model.eval()'); goblin.capture_training: batch statistics", "both"),
     ("_native_batch_norm_legit_functional", "batch_norm (training=1)",
-     "batch statistics; the running statistics are not tracked", "training"),
+     "batch statistics; the running statistics are not tracked (a UserWarning says so)", "training"),
     ("layer_norm native_layer_norm", "layer_norm", "", "both"),
     ("native_group_norm", "layer_norm over [N, G, C/G * spatial], then mul, add (decomposed)",
      "F.group_norm, nn.GroupNorm; the mean / rstd outputs are not available", "both"),
@@ -101,7 +101,7 @@ ROWS = [
      "F.fold / nn.Fold (F.unfold is aten.index, above); an inf entry meets zero weights: NaN", "both"),
     ("dropout native_dropout", "nothing (the identity)",
      "goblin.capture: eval mode only (training mode is refused with 'call model.eval()'); "
-     "goblin.capture_training: off (the identity)", "both"),
+     "goblin.capture_training: off (the identity), with a UserWarning when p > 0", "both"),
     ("nll_loss_forward nll_loss2d_forward", "nll_loss (reduction, ignore_index, weight)",
      "goblin.capture decomposes F.nll_loss / F.cross_entropy into log_softmax, gather and where instead",
      "training"),
@@ -146,6 +146,14 @@ ROWS = [
     ("var var_mean", "var (and mean)", "x.var / x.std (std is var then sqrt) / torch.var_mean with dim, "
      "keepdim and an integer correction; no backward rule", "both"),
     ("cumsum", "cumsum (then cast)", "integer inputs sum into i64 as in torch; no backward rule", "both"),
+    # -- recurrent layers (bounded unrolling: _capture_rnn.py, "Recurrent layers" below) --
+    ("lstm gru rnn_tanh rnn_relu", "per cell step: select, matmul, slice, sigmoid / tanh / relu, mul, add; "
+     "stack over time, concat of the directions (unrolled)",
+     "nn.LSTM, nn.GRU, nn.RNN (tanh or relu): any layers, bidirectional, batch_first either way, with or "
+     "without biases, hx given or zeros, unbatched 2-d input; at most 4096 cell steps (sequence length x "
+     "layers x directions; past it: RangeError with advice); not PackedSequence, not proj_size; inter-layer "
+     "dropout: refused by goblin.capture in training mode (call model.eval()), off in "
+     "goblin.capture_training (with a warning)", "both"),
     # -- creation --
     ("arange", "arange", "", "both"),
     ("_assert_async", "nothing (the check is not run)", "the range check of F.one_hot (which becomes arange, "
@@ -160,9 +168,43 @@ KEEP = ("linear.default", "layer_norm.default", "gelu.default", "silu.default",
         "adaptive_avg_pool2d.default", "softmax.int", "log_softmax.int", "matmul.default",
         "embedding.default", "floor_divide.default", "remainder.Tensor", "remainder.Scalar",
         "batch_norm.default", "dropout.default", "sigmoid.default", "erf.default", "rms_norm.default",
-        "col2im.default")
+        "col2im.default", "lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input")
 TRAIN_KEEP = ("nll_loss_forward.default", "nll_loss2d_forward.default")
 
+# docs/pytorch.md, "Recurrent layers" (the form of recurrence: _capture_rnn.py)
+RECURRENCE = """\
+## Recurrent layers and the batch dim
+
+`nn.LSTM`, `nn.GRU` and `nn.RNN` reach the mapping whole (`aten.lstm.input`, ...) and are
+**unrolled at capture** over the example's sequence length: one matmul of the input with
+`W_ih` for all steps, then per step `h @ W_hh^T`, the gates (slice), sigmoid / tanh / relu,
+mul and add as in torch's cells, the outputs stacked over time (bidirectional: both
+directions concatenated). A zero initial state is not materialised. Unrolling rather than
+a scan node over a body graph: every op it uses already has kernels on every backend, a
+backward rule (grid.train differentiates it like any graph) and a batch-axis rule (each
+step's state is `[batch, hidden]`); a scan node would need all three anew.
+
+Limits: the sequence length is fixed by the example (a graph has static shapes; another
+length is another capture). The graph grows by about 16 nodes per cell step (a 2-layer
+bidirectional LSTM over 5 steps: 337 nodes), twice that with the backward, and a task
+keeps every step's values; capture refuses more than 4096 cell steps (sequence length x
+layers x directions) with a `RangeError` that says to capture windows of the sequence and
+carry the state through the module's `hx` input.
+
+Where the batch sits: `goblin.capture(model, *examples, batch_dims=...)` takes it per input
+(an int for all, or one entry per input, None for an unbatched one); without it, capture
+infers it where the program says so unambiguously: the input of a recurrent layer (dim 1,
+or 0 with `batch_first=True`) traced back through embedding, linear, elementwise ops and
+permutes to the graph input, the `[seq, batch, embed]` inputs of a seq-first
+`nn.MultiheadAttention` / `nn.Transformer*` module captured itself, and any other input by
+its one dim of that batch size (several: capture leaves the batch to the grid, whose
+error then says to pass `batch_dims`; `goblin.capture_training` raises a `ShapeError`
+saying so). `g.batch_dims` holds the choice; `grid.run` (also `batch_dims=`) cuts the
+inputs along it, moving them batch-first for a graph that permutes them back, and a call
+at another batch size captures again along it. `goblin.capture_training` and `grid.train`
+(`batch_dims=`) do the same for the batch tensors (a seq-first language model's tokens and
+targets `[T, B]`: dims (1, 1)); the trainer gets them batch-first.
+"""
 BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "
            "call model.eval() before goblin.capture (inference uses the running statistics), or train on a "
            "grid with grid.train / goblin.capture_training, which normalizes with batch statistics")

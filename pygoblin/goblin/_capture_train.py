@@ -15,7 +15,8 @@ Training semantics of the captured forward:
    statistics; running statistics are NOT tracked (the module's running_mean/var
    buffers are left as they are, and state_dict() returns them unchanged);
  - dropout is OFF (identity): goblin's counter-based dropout cannot reproduce
-   torch's random stream, so a trajectory could not be checked against torch;
+   torch's random stream, so a trajectory could not be checked against torch
+   (a UserWarning says so when p > 0, as for tracked running statistics);
  - parameters with requires_grad=False become constants (not trained).
 
 Parameter names are kept here, in Python, only to map state_dict keys to input
@@ -33,6 +34,7 @@ import numpy as np
 
 from . import _goblin
 from . import _capture
+from . import _capture_rnn as _rnn
 from ._capture import _torch, _gdtype, _to_numpy, UnsupportedOpError  # noqa: F401
 
 
@@ -51,11 +53,28 @@ def _train_decomp_table(torch):
 
 
 
+DROPOUT_OFF = ("goblin.capture_training: dropout in training mode (nn.Dropout / F.dropout, p={p}) is off on the "
+               "grid (the identity), so training differs from torch's, which drops; to train the same function, "
+               "build the model with p=0 or call .eval() on its dropout modules")
+BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running statistics, which grid.train does "
+            "not update: each micro-batch is normalized with its own batch statistics (torch in train mode "
+            "uses the whole batch's), and state_dict() returns running_mean / running_var as they were, so the "
+            "model evaluates in eval mode with its old statistics; refresh them in torch afterwards (a few "
+            "forward passes in train mode under torch.no_grad()) or use nn.LayerNorm / nn.GroupNorm")
+
+
 class _TrainLowering(_capture._Lowering):
     """goblin.capture's lowering with training-mode batch-norm, dropout off and nll_loss."""
 
     def _known(self, node):
         return self._name(node) in _capture._table.TRAINING
+
+    def rnn_dropout_ok(self, name, p):
+        warnings.warn(f"goblin.capture_training: the inter-layer dropout (p={p}) of an {_rnn._MODULE[name]} is "
+                      "off on the grid (goblin's dropout cannot follow torch's random stream), so training "
+                      "differs from torch's in train mode; build the module with dropout=0 to silence this",
+                      UserWarning, stacklevel=2)
+        return True
 
     def take(self, x, d, ix, out_shape):
         """As goblin.capture's, through gather (index_select has no backward rule): the index
@@ -83,7 +102,12 @@ class _TrainLowering(_capture._Lowering):
 
     def lower(self, node, name, args, kw):
         if name in ("dropout", "native_dropout"):
-            # off in training capture (documented): identity, no mask
+            # off in training capture (documented): identity, no mask; said once per capture
+            p = args[1] if len(args) > 1 else kw.get("p", 0.5)
+            train = args[2] if len(args) > 2 else kw.get("train", True)
+            if train and p and not getattr(self, "_dropout_said", False):
+                self._dropout_said = True
+                warnings.warn(DROPOUT_OFF.format(p=p), UserWarning, stacklevel=2)
             return args[0] if name == "dropout" else (args[0], None)
         if name == "_native_batch_norm_legit" and isinstance(args[0], _capture._decomp.Unviewed):
             return super().lower(node, name, args, kw)  # F.instance_norm: a group norm per channel
@@ -124,8 +148,12 @@ class TrainingCapture:
     buffers: the other state_dict entries (NumPy copies, returned unchanged);
     data_shapes / data_dtypes: the batch inputs of the example batch."""
 
-    def __init__(self, graph, names, init, aliases, buffers, data_shapes, data_dtypes, key_order):
+    def __init__(self, graph, names, init, aliases, buffers, data_shapes, data_dtypes, key_order,
+                 batch_dims=None):
         self.graph = graph
+        # per batch input: its batch dim in the arrays given to the trainer; the graph takes
+        # the inputs batch-first (moved by the trainer), as goblin/train.h wants
+        self.batch_dims = tuple(batch_dims) if batch_dims is not None else (0,) * len(data_shapes)
         self.names = tuple(names)
         self.init = list(init)
         self.aliases = dict(aliases)
@@ -137,6 +165,15 @@ class TrainingCapture:
     @property
     def n_params(self):
         return len(self.names)
+
+    @property
+    def batch_size(self):
+        """The example batch's size."""
+        return self.data_shapes[0][self.batch_dims[0]]
+
+    def batch_first(self, arrays):
+        """The batch arrays as the graph takes them: each batch dim moved to dim 0."""
+        return [np.ascontiguousarray(np.moveaxis(a, d, 0)) if d else a for a, d in zip(arrays, self.batch_dims)]
 
     def state_dict(self, params, torch=None):
         """A state_dict (OrderedDict of torch tensors, or NumPy arrays without torch)
@@ -181,11 +218,15 @@ def _train_copy(torch, model):
     return m
 
 
-def capture_training(model, loss_fn, *example_batch, n_inputs=1):
+def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None):
     """Capture `loss_fn(model(*batch[:n_inputs]), *batch[n_inputs:])` for training
     (`loss_fn` None: the model returns the loss itself from the whole batch).
 
-    example_batch: torch tensors (or NumPy arrays) of one batch, batched on dim 0.
+    example_batch: torch tensors (or NumPy arrays) of one batch. batch_dims: the dim of
+    each that holds the batch (an int for all, or one per tensor); default: inferred
+    as goblin.capture does (a seq-first nn.LSTM's input: dim 1, the targets by the one
+    dim of the batch size), else dim 0. The graph takes them batch-first
+    (TrainingCapture.batch_first moves arrays to match).
     Returns a TrainingCapture. Raises UnsupportedOpError naming every op without a
     mapping, ShapeError/DTypeError for a loss that is not one float element."""
     torch = _torch()
@@ -196,10 +237,13 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1):
     ex = tuple(torch.as_tensor(e) if isinstance(e, np.ndarray) else e for e in example_batch)
     for e in ex:
         if not isinstance(e, torch.Tensor) or e.dim() == 0:
-            raise TypeError("capture_training(): every batch input must be a tensor batched on dim 0")
-    if len({int(e.shape[0]) for e in ex}) != 1:
-        raise _goblin.ShapeError("capture_training(): the batch inputs must share dim 0 (the batch), got " +
-                                 ", ".join(str(tuple(e.shape)) for e in ex))
+            raise TypeError("capture_training(): every batch input must be a tensor with a batch dim")
+    given = None if batch_dims is None else _capture._given_dims(batch_dims, ex, torch)
+    if given is not None and None in given:
+        raise _goblin.InvalidArgumentError("capture_training(): batch_dims: every batch input has a batch dim "
+                                           f"(got {given})")
+    if given is not None:
+        _same_batch(ex, given)
     n_in = len(ex) if loss_fn is None else int(n_inputs)
     if not 1 <= n_in <= len(ex):
         raise ValueError(f"capture_training(): n_inputs={n_inputs} with {len(ex)} batch tensors")
@@ -222,6 +266,10 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1):
     init = [_to_numpy(p)[0].copy() for _, p in params]
     dts = [_gdtype(p.dtype) for _, p in params]
 
+    n_bn = sum(1 for mod in model.modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
+               and mod.track_running_stats)
+    if n_bn:
+        warnings.warn(BN_STATS.format(n=n_bn), UserWarning, stacklevel=2)
     mcopy = _train_copy(torch, model)
 
     class _Step(torch.nn.Module):
@@ -237,6 +285,8 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1):
     step = _Step(mcopy).train()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        # nn.LSTM/GRU/RNN re-assign their _flat_weights while traced: torch warns, harmlessly
+        warnings.filterwarnings("ignore", message=".*were assigned during export.*", category=UserWarning)
         ep = torch.export.export(step, ex)
         ep = ep.run_decompositions(_train_decomp_table(torch))
     # the copy's parameters under the export's names ("m." + the module's key)
@@ -244,16 +294,36 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1):
     for n, _ in params:
         if n not in copy_params:
             raise _goblin.InternalError(f"capture_training(): parameter '{n}' missing from the copy")
-    low = _TrainLowering(torch, ep, param_inputs={})
-    g = low.g
-    for (n, p), dt in zip(params, dts):
-        t = g.input(tuple(p.shape), dt)
-        low.param_inputs["m." + n] = t
-    # tied weights: every name of the same tensor maps to its input
-    for k, i in aliases.items():
-        low.param_inputs.setdefault("m." + k, low.param_inputs["m." + params[i][0]])
-    # frozen parameters (requires_grad False) are not in param_inputs: constants
-    g = low.run()
+
+    def lower(batch_first):
+        low = _TrainLowering(torch, ep, param_inputs={}, batch_first=batch_first)
+        g = low.g
+        for (n, p), dt in zip(params, dts):
+            t = g.input(tuple(p.shape), dt)
+            low.param_inputs["m." + n] = t
+        # tied weights: every name of the same tensor maps to its input
+        for k, i in aliases.items():
+            low.param_inputs.setdefault("m." + k, low.param_inputs["m." + params[i][0]])
+        # frozen parameters (requires_grad False) are not in param_inputs: constants
+        return low, low.run()
+
+    low, g = lower(given)
+    dims = given
+    if dims is None:
+        try:
+            dims = _rnn.infer_dims([tuple(e.shape) for e in ex], low.batch_hints, "capture_training()")
+        except ValueError as e:
+            raise _goblin.ShapeError(str(e)) from None
+        if dims is None:
+            dims = (0,) * len(ex)
+        if None in dims:
+            i = dims.index(None)
+            raise _goblin.ShapeError(f"capture_training(): batch input {i} of shape {tuple(ex[i].shape)} has no dim "
+                                     f"of the batch size {ex[0].shape[dims[0]]}: pass batch_dims=(one dim per batch "
+                                     "input)")
+        _same_batch(ex, dims)
+        if any(dims):
+            low, g = lower(dims)
     outs = g.outputs
     if len(outs) != 1:
         raise _goblin.ShapeError(f"capture_training(): the loss must be one tensor, the program returns {len(outs)}")
@@ -267,4 +337,12 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1):
                                     f"{len(params)} parameters + {len(ex)} batch inputs")
     g._source = None  # a training graph is not re-captured per batch size: the trainer rebatches
     return TrainingCapture(g, [n for n, _ in params], init, aliases, buffers,
-                           [tuple(e.shape) for e in ex], [_gdtype(e.dtype) for e in ex], list(sd.keys()))
+                           [tuple(e.shape) for e in ex], [_gdtype(e.dtype) for e in ex], list(sd.keys()),
+                           batch_dims=dims)
+
+
+def _same_batch(ex, dims):
+    if len({int(e.shape[d]) for e, d in zip(ex, dims)}) != 1:
+        raise _goblin.ShapeError("capture_training(): the batch inputs must share the batch size (dims "
+                                 f"{tuple(dims)}), got " + ", ".join(str(tuple(e.shape)) for e in ex) +
+                                 " (pass batch_dims=(one dim per batch input) where the batch is not dim 0)")

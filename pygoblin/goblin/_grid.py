@@ -214,7 +214,7 @@ class Grid:
     # -- graphs -----------------------------------------------------------------------------
     def run(self, graph, *inputs, split=None, combine=None, chunk_rows=None, verify="replicate",
             progress=True, min_tasks=None, task_memory=None, min_replication=None, trust_halflife=None,
-            spot_rows=None, **variables):
+            spot_rows=None, batch_dims=None, **variables):
         """Evaluate a goblin.Graph (or a captured PyTorch program) on the grid.
 
         Inputs are NumPy arrays (memmaps included; torch tensors are taken through .numpy())
@@ -236,7 +236,12 @@ class Grid:
 
         graph may be a goblin.formula: its variables are given by position or by name
         (grid.run(f, a=1.5, x=xs)); numbers become constants, arrays are split as above
-        (default: 'batch' for arrays of the result's rank and longest dim 0)."""
+        (default: 'batch' for arrays of the result's rank and longest dim 0).
+
+        batch_dims: per input, the dim holding the batch (None: unbatched); default: the
+        captured graph's g.batch_dims (goblin.capture(..., batch_dims=...), or inferred
+        there, e.g. dim 1 for a seq-first nn.LSTM). Inputs whose batch is not dim 0 are
+        moved batch-first (a copy) for a graph that permutes them back."""
         from ._graph import Graph
         from ._formula import Formula
         self._check_open()
@@ -248,8 +253,17 @@ class Grid:
         if not isinstance(graph, Graph):
             raise TypeError(f"run: expected a goblin.Graph (or goblin.capture(...)), got {type(graph).__name__}")
         arrays = [_array(x, f"run: input {i}") for i, x in enumerate(inputs)]
-        if hasattr(graph, "for_inputs"):
+        captured = hasattr(graph, "grid_form")
+        if captured:
             graph = graph.for_inputs([a.shape for a in arrays])
+            graph, arrays, split = graph.grid_form(arrays, split, batch_dims)
+        elif batch_dims is not None:
+            if any(d not in (0, None) for d in batch_dims):
+                raise _goblin.InvalidArgumentError("run: batch_dims other than 0 need a graph from goblin.capture; "
+                                                   "for a goblin.Graph, take the input batch-first and permute it "
+                                                   "inside the graph")
+            if split is None:
+                split = ["batch" if d is not None else "broadcast" for d in batch_dims]
         want = graph.inputs
         if len(arrays) != len(want):
             raise _goblin.InvalidArgumentError(f"run: the graph takes {len(want)} input(s), got {len(arrays)}")
@@ -278,6 +292,13 @@ class Grid:
                 p.callback, _count(min_tasks, "min_tasks"), _bytes(task_memory, "task_memory"),
                 -1.0 if min_replication is None else float(min_replication),
                 -1.0 if trust_halflife is None else float(trust_halflife), int(spot_rows or 0))
+        except _goblin.ShapeError as e:
+            if captured and getattr(graph, "batch_dims", None) is None and "batch" in str(e):
+                why = getattr(graph, "_dims_why", None)
+                raise _goblin.ShapeError(f"{e}\n  (where the batch sits in each input: pass batch_dims=(dim per "
+                                         f"input, None for an unbatched one) to goblin.capture or grid.run"
+                                         f"{'; ' + why if why else ''})") from None
+            raise
         finally:
             p.close()
         return outs[0] if len(outs) == 1 else outs

@@ -166,7 +166,7 @@ class Trainer:
 
     def __init__(self, grid, model, loss_fn=None, optimizer=None, batch_size=None, micro_batch_size=None,
                  schedule=None, clip_norm=None, task_memory=None, max_stages=None, verify="replicate",
-                 min_replication=None, example=None, n_inputs=1, progress=True, capture=None):
+                 min_replication=None, example=None, n_inputs=1, progress=True, capture=None, batch_dims=None):
         self._grid = grid
         self._native_grid = _native_grid(grid)
         if self._native_grid.closed:
@@ -200,6 +200,7 @@ class Trainer:
         if min_replication is not None:
             self._options["min_replication"] = float(min_replication)
         self.n_inputs = int(n_inputs)
+        self.batch_dims = batch_dims  # given, else the capture's (inferred on the first batch)
         self.progress = progress
         self.history = []
         self.capture = None
@@ -218,7 +219,8 @@ class Trainer:
         if cap is None:
             import torch
             ex = [torch.from_numpy(np.ascontiguousarray(b)) if isinstance(b, np.ndarray) else b for b in batch]
-            cap = capture_training(self.model, self.loss_fn, *ex, n_inputs=self.n_inputs)
+            cap = capture_training(self.model, self.loss_fn, *ex, n_inputs=self.n_inputs,
+                                   batch_dims=self.batch_dims)
         me = weakref.ref(self)
 
         def on_task(done, total):
@@ -233,6 +235,7 @@ class Trainer:
         for k in [k for k, v in _LIVE.items() if not v]:
             del _LIVE[k]
         self.capture = cap
+        self.batch_dims = cap.batch_dims
         self._np_dtypes = [_dtypes.to_numpy(d) for d in cap.data_dtypes]
 
     def _ready(self, what):
@@ -253,6 +256,11 @@ class Trainer:
                                                  f"{a.dtype}")
                     a = a.astype(want)
             arrs.append(a)
+        if self._t is not None and len(arrs) == len(self.capture.batch_dims):  # else the library says so
+            for i, (a, d) in enumerate(zip(arrs, self.capture.batch_dims)):
+                if a.ndim <= d:
+                    raise _goblin.ShapeError(f"batch input {i}: shape {a.shape} has no batch dim {d}")
+            arrs = self.capture.batch_first(arrs)
         return arrs
 
     # -- rounds ------------------------------------------------------------------
@@ -269,18 +277,50 @@ class Trainer:
         self.history.append(info)
         return info
 
-    def _batches(self, data):
+    def _dims_for(self, data):
+        """The batch dims of fit()'s arrays: given or captured; else captured here on a first
+        batch (cut along dim 0, and again along the dims that capture finds, e.g. dim 1 for
+        a seq-first nn.LSTM's input)."""
+        if self.batch_dims is not None:
+            d = self.batch_dims
+            return tuple(d) if not isinstance(d, (int, np.integer)) else (int(d),) * len(data)
+        n = int(data[0].shape[0])
+        bs = min(self.batch_size or n, n)
+        probe = [_as_array(x[:bs], "fit()") for x in data]
+        import torch
+        from ._capture_train import capture_training as cap_train
+        cap = cap_train(self.model, self.loss_fn, *[torch.from_numpy(np.ascontiguousarray(b)) for b in probe],
+                        n_inputs=self.n_inputs)
+        dims = cap.batch_dims
+        if not any(dims):
+            self._start(None, cap)
+        else:
+            self.batch_dims = dims  # the first step captures again on a batch cut along them
+        return dims
+
+    @staticmethod
+    def _arrays(data):
+        return isinstance(data, (tuple, list)) and data and all(hasattr(x, "shape") for x in data)
+
+    def _batches(self, data, dims=None):
         """Endless batches from arrays (in order, drop the incomplete last) or an iterable."""
-        if isinstance(data, (tuple, list)) and data and all(hasattr(x, "shape") for x in data):
-            n = int(data[0].shape[0])
-            if any(int(x.shape[0]) != n for x in data):
-                raise _goblin.ShapeError("fit(): the arrays must share dim 0")
+        if self._arrays(data):
+            data = [_as_array(x, f"fit(): array {i}") for i, x in enumerate(data)]
+            dims = self._dims_for(data) if dims is None else dims
+            if len(dims) != len(data) or any(x.ndim <= d for x, d in zip(data, dims)):
+                raise _goblin.ShapeError(f"fit(): arrays of shapes {[tuple(x.shape) for x in data]} with batch dims "
+                                         f"{tuple(dims)}")
+            n = int(data[0].shape[dims[0]])
+            if any(int(x.shape[d]) != n for x, d in zip(data, dims)):
+                raise _goblin.ShapeError(f"fit(): the arrays must share the batch size along their batch dims "
+                                         f"{tuple(dims)}")
             bs = self.batch_size or n
             if bs > n:
                 raise _goblin.InvalidArgumentError(f"fit(): batch_size {bs} is larger than the data ({n} rows)")
             while True:
                 for s in range(0, n - bs + 1, bs):
-                    yield tuple(x[s:s + bs] for x in data)
+                    yield tuple(np.take(x, np.arange(s, s + bs), axis=d) if d else x[s:s + bs]
+                                for x, d in zip(data, dims))
         else:
             while True:
                 empty = True
@@ -296,9 +336,13 @@ class Trainer:
         cycling; an incomplete last batch is skipped) or an iterable of batches (a torch
         DataLoader; restarted when exhausted). Shows a progress bar with the loss (tqdm when
         installed). Returns the rounds' info dicts."""
+        dims = None
+        if self._arrays(data):
+            dims = self._dims_for([_as_array(x, f"fit(): array {i}") for i, x in enumerate(data)])
         if rounds is None:
-            if isinstance(data, (tuple, list)) and data and all(hasattr(x, "shape") for x in data):
-                rounds = max(1, int(data[0].shape[0]) // (self.batch_size or int(data[0].shape[0])))
+            if dims is not None:
+                n = int(data[0].shape[dims[0]])
+                rounds = max(1, n // (self.batch_size or n))
             elif hasattr(data, "__len__"):
                 rounds = len(data)
             else:
@@ -308,7 +352,7 @@ class Trainer:
         out = []
         self._bar = _Bar(show, rounds)
         try:
-            it = self._batches(data)
+            it = self._batches(data, dims)
             for _ in range(rounds):
                 info = self.step(*next(it))
                 self._bar.round(info)
@@ -323,7 +367,7 @@ class Trainer:
         """The plan for a batch of `batch_size` rows (default: the trainer's batch_size):
         micro-batches, pipeline stages (graph node ranges), tiles, memory per task."""
         t = self._ready("plan()")
-        b = batch_size or self.batch_size or (self.capture.data_shapes[0][0])
+        b = batch_size or self.batch_size or self.capture.batch_size
         return TrainPlan(t.plan(int(b)), t.plan_text(int(b)))
 
     # -- parameters ----------------------------------------------------------------

@@ -55,6 +55,6 @@ def test_the_lowering_accepts_what_the_table_says():
     # the table but not _Lowering.lower would fail as 'these arguments have no mapping')
     here = os.path.dirname(_capture.__file__)
     src = "".join(open(os.path.join(here, f)).read() for f in ("_capture.py", "_capture_train.py",
-                                                                  "_capture_decomp.py"))
+                                                                  "_capture_decomp.py", "_capture_rnn.py"))
     for n in t.INFERENCE | t.TRAINING:
         assert f'"{n}"' in src, f"{n} is in the table but not in the lowering"

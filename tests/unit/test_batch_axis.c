@@ -1,6 +1,7 @@
 /* test_batch_axis.c - the batch traced through a graph (graph/batch_axis.c): a
  * seq-first graph rebatched and cut along dim 1 on an embedded grid (against naive
- * loops), and a reshape that splits the batch refused with a message naming it. */
+ * loops), a backward op whose dim 0 holds the batch merged with the sequence, and a
+ * reshape that splits the batch refused with a message naming it. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -110,5 +111,47 @@ Test(batch_axis, reshape_splitting_the_batch_is_refused_naming_it) {
     cr_assert_eq(goblin_graph_rebatch(g, NULL, 2, &r, &eb), GOBLIN_ESHAPE);
     cr_assert_null(r);
     cr_assert(strstr(eb.message, "node 1 (reshape)") && strstr(eb.message, "splits the batch"), "%s", eb.message);
+    goblin_graph_free(g);
+}
+
+/* targets y [B, L] -> reshape [B*L] -> nll_loss_backward(g, ., shape [B*L, C], sum) ->
+ * reshape [B, L, C]: the backward op's dim 0 holds the batch merged with L (as a
+ * language model's flattened logits). Rebatched to 2 samples, its shape attribute follows
+ * (2*L rows), and the values are -g at each target, 0 elsewhere (worked out by hand). */
+Test(batch_axis, backward_op_with_the_batch_merged_in_dim_0_follows_it) {
+    enum { NB = 5, L = 3, C = 4 };
+    goblin_graph *g = NULL, *r = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sy[2] = {NB, L}, sf[1] = {NB * L}, sd[2] = {NB * L, C}, so[3] = {NB, L, C};
+    int32_t y, go, f, d, o;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_I64, 2, sy, &y), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 0, NULL, &go), GOBLIN_OK);
+    goblin_attr af = goblin_attr_ints(GOBLIN_ATTR_SHAPE, sf, 1);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &y, 1, &af, 1, &f), GOBLIN_OK);
+    goblin_attr ad[3] = {goblin_attr_ints(GOBLIN_ATTR_SHAPE, sd, 2), goblin_attr_int(GOBLIN_ATTR_REDUCTION, 2),
+                         goblin_attr_int(GOBLIN_ATTR_IGNORE_INDEX, -100)};
+    int32_t di[2] = {go, f};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_NLL_LOSS_BACKWARD, di, 2, ad, 3, &d), GOBLIN_OK);
+    goblin_attr ao = goblin_attr_ints(GOBLIN_ATTR_SHAPE, so, 3);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_RESHAPE, &d, 1, &ao, 1, &o), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, o), GOBLIN_OK);
+    goblin_split split[2] = {GOBLIN_SPLIT_BATCH, GOBLIN_SPLIT_BROADCAST};
+    goblin_errbuf eb = {0};
+    cr_assert_eq(goblin_graph_rebatch(g, split, 2, &r, &eb), GOBLIN_OK, "%s", eb.message);
+    goblin_tensor s;
+    goblin_graph_node(r, d, NULL, &s, NULL, NULL);
+    cr_assert(s.rank == 2 && s.shape[0] == 2 * L && s.shape[1] == C, "nll_loss_backward [%lld, %lld]",
+              (long long)s.shape[0], (long long)s.shape[1]);
+    int64_t yv[2 * L] = {0, 3, 1, 2, 2, 0}, sy2[2] = {2, L}, so2[3] = {2, L, C};
+    double gv = 0.75, ov[2 * L * C];
+    goblin_tensor in[2], out[1];
+    goblin_tensor_init(&in[0], GOBLIN_DTYPE_I64, 2, sy2, yv);
+    goblin_tensor_init(&in[1], GOBLIN_DTYPE_F64, 0, NULL, &gv);
+    goblin_tensor_init(&out[0], GOBLIN_DTYPE_F64, 3, so2, ov);
+    cr_assert_eq(goblin_graph_eval(r, NULL, in, 2, out, 1), GOBLIN_OK);
+    for (int i = 0; i < 2 * L; i++)
+        for (int c = 0; c < C; c++)
+            cr_assert(ov[i * C + c] == (c == yv[i] ? -gv : 0.0), "row %d class %d: %g", i, c, ov[i * C + c]);
+    goblin_graph_free(r);
     goblin_graph_free(g);
 }
