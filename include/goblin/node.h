@@ -289,13 +289,18 @@ GOBLIN_API void goblin_graph_job_params_default(goblin_graph_job_params *p);
  *  does not apply: the message says which), GOBLIN_ESHAPE / GOBLIN_EDTYPE (an input or
  *  output that does not match the graph), GOBLIN_ESTATE (node not started),
  *  GOBLIN_ERANGE (one row of one chunk does not fit the memory budget), GOBLIN_ENOMEM.
- *  goblin_job_error() of a job that failed later says why; for a failed submit, the
- *  node logs why. */
+ *  goblin_job_error() of a job that failed later says why; for a failed submit,
+ *  goblin_node_submit_error() (and the node's log). */
 GOBLIN_API goblin_err goblin_node_submit_graph(goblin_node *node, const goblin_graph *g,
                                                const goblin_tensor *inputs, int32_t n_inputs,
                                                goblin_tensor *outputs, int32_t n_outputs,
                                                const goblin_graph_job_params *jp,
                                                goblin_job **out);
+/** Why the last goblin_node_submit_matmul / goblin_node_submit_graph called on this
+ *  thread was refused, as the node logged it ("" after one that was accepted, or one
+ *  refused for a NULL argument or a dtype/shape mismatch its return value says all of).
+ *  Thread-local: valid until this thread's next submit. */
+GOBLIN_API const char *goblin_node_submit_error(void);
 
 
 /* ---- counters --------------------------------------------------------------- */

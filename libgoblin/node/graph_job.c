@@ -435,6 +435,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
 goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const goblin_tensor *inputs,
                                     int32_t n_inputs, goblin_tensor *outputs, int32_t n_outputs,
                                     const goblin_graph_job_params *jp, goblin_job **out) {
+    goblin__node_submit_begin();
     if (!n || !g || !out || n_inputs < 0 || n_outputs < 0 || (n_inputs && !inputs) || (n_outputs && !outputs))
         return GOBLIN_EINVAL;
     goblin_graph_job_params defp;
@@ -443,14 +444,14 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     int32_t ni = goblin_graph_input_count(g), no = goblin_graph_output_count(g);
     if (ni != n_inputs || no != n_outputs || no < 1 || ni > GOBLIN_GRAPH_JOB_MAX_IO ||
         no > GOBLIN_GRAPH_JOB_MAX_IO) {
-        goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot submit graph job: the graph has %d inputs and %d outputs, got %d and %d",
+        goblin__node_refuse(n, "cannot submit graph job: the graph has %d inputs and %d outputs, got %d and %d",
                          (int)ni, (int)no, (int)n_inputs, (int)n_outputs);
         return GOBLIN_EINVAL;
     }
     if ((unsigned)jp->verify >= GOBLIN_VERIFY_COUNT || jp->verify == GOBLIN_VERIFY_FREIVALDS || !(jp->min_replication > 0.0 && jp->min_replication <= 1.0) ||
         !(jp->trust_halflife > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0 || jp->spot_rows < 0 ||
         jp->spot_rows > 65535) {
-        goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot submit graph job: bad parameters (verify, min_replication in (0, 1], "
+        goblin__node_refuse(n, "cannot submit graph job: bad parameters (verify, min_replication in (0, 1], "
                          "trust_halflife > 0, chunk_rows >= 0, min_tasks >= 0, spot_rows in 0..65535)");
         return GOBLIN_EINVAL;
     }
@@ -529,7 +530,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
             jp = &hjp;
         }
         if (e) {
-            goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
+            goblin__node_refuse(n, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
             goblin__batch_axes_clear(&cax);
             goblin__free(hsplit);
             goblin__free(hcid);
@@ -558,7 +559,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     goblin__free(hcid);
     goblin__free(haxes);
     if (e) {
-        goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
+        goblin__node_refuse(n, "cannot submit graph job: %s", msg[0] ? msg : goblin_strerror(e));
         goblin_job_free(j);
         return e;
     }

@@ -333,6 +333,7 @@ static bool is_matrix(const goblin_tensor *t) {
 
 goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, const goblin_tensor *b,
                                      goblin_tensor *c, const goblin_job_params *jp, goblin_job **out) {
+    goblin__node_submit_begin();
     if (!n || !out || !is_matrix(a) || !is_matrix(b) || !is_matrix(c)) return GOBLIN_EINVAL;
     if (a->dtype != b->dtype || a->dtype != c->dtype ||
         (a->dtype != GOBLIN_DTYPE_F32 && a->dtype != GOBLIN_DTYPE_F64))
@@ -391,7 +392,7 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
         char err[256];
         goblin_err e = goblin__plan_matmul(&j->plan, &pp, err, sizeof err);
         if (e) {
-            goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot plan job: %s", err);
+            goblin__node_refuse(n, "cannot plan job: %s", err);
             pthread_mutex_unlock(&n->mu);
             j->node = NULL;
             goblin_job_free(j);

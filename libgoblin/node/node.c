@@ -28,6 +28,21 @@ void goblin__node_log(goblin_node *n, goblin_log_level lvl, const char *fmt, ...
     va_end(ap);
 }
 
+/* Why the last submit on this thread was refused (goblin_node_submit_error). */
+static _Thread_local char submit_why[512];
+
+void goblin__node_submit_begin(void) { submit_why[0] = 0; }
+
+void goblin__node_refuse(goblin_node *n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(submit_why, sizeof submit_why, fmt, ap);
+    va_end(ap);
+    goblin__node_log(n, GOBLIN_LOG_ERROR, "%s", submit_why);
+}
+
+const char *goblin_node_submit_error(void) { return submit_why; }
+
 bool goblin__node_grow(void **arr, int64_t *cap, int64_t need, size_t elem) {
     if (need <= *cap) return true;
     int64_t nc = *cap ? *cap * 2 : 16;

@@ -391,6 +391,10 @@ void goblin__node_pending_sweep(goblin_node *n, int64_t now, int64_t grace_ms);
 /** Log at @p lvl through the node's log callback (printf format). */
 void goblin__node_log(goblin_node *n, goblin_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/** A submit refused: log @p fmt at ERROR and keep it as this thread's
+ *  goblin_node_submit_error(); _begin clears it at the start of a submit. */
+void goblin__node_refuse(goblin_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void goblin__node_submit_begin(void);
 /** Grow array *@p arr of @p elem-byte items to hold @p need (doubling *@p cap); false: out of
  * memory, *@p arr unchanged. */
 bool goblin__node_grow(void **arr, int64_t *cap, int64_t need, size_t elem);

@@ -209,8 +209,9 @@ static void submit(goblin_gateway *g, gw_job *j, const goblin__cw_msg *m, goblin
     goblin_err e = goblin_node_submit_matmul(g->node, &j->a, &j->b, &j->c, &jp, &j->job);
     if (e) {
         goblin__gw_job_release(j);
-        goblin__gw_reply_error(g, r, rid, e, "the node refused the job: %s", goblin_strerror(e));
-        goblin__gw_log(g, GOBLIN_LOG_WARN, "job refused by the node: %s", goblin_strerror(e));
+        const char *why = goblin_node_submit_error();
+        goblin__gw_reply_error(g, r, rid, e, "the node refused the job: %s", why[0] ? why : goblin_strerror(e));
+        goblin__gw_log(g, GOBLIN_LOG_WARN, "job refused by the node: %s", why[0] ? why : goblin_strerror(e));
         return;
     }
     accepted(g, j, r, rid);
@@ -503,9 +504,10 @@ void goblin__gw_submit_graph(goblin_gateway *g, const gw_who *who, goblin__cw_ms
     goblin__free(arr);
     if (e) {
         goblin__gw_job_release(j);
-        goblin__gw_log(g, GOBLIN_LOG_WARN, "graph job refused by the node: %s", goblin_strerror(e));
-        return goblin__gw_reply_error(g, r, rid, e, "the node refused the graph job: %s (the node's log says "
-                           "why)", goblin_strerror(e));
+        const char *why = goblin_node_submit_error();
+        goblin__gw_log(g, GOBLIN_LOG_WARN, "graph job refused by the node: %s", why[0] ? why : goblin_strerror(e));
+        return goblin__gw_reply_error(g, r, rid, e, "the node refused the graph job: %s",
+                                      why[0] ? why : goblin_strerror(e));
     }
     accepted(g, j, r, rid);
 }

@@ -54,39 +54,55 @@ def wait_for(cond, what, timeout=60.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.parametrize("memory_mib", [32, 64])
-def test_worker_peak_within_its_memory(memory_mib):
+def start(memory):
+    """A goblin-node (open, loopback) and one goblin-worker --memory @p memory."""
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     node = subprocess.Popen([NODE, "--listen", url, "--open"], stderr=subprocess.DEVNULL)
-    worker = None
+
+    def listening():
+        assert node.poll() is None, "the node exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
     try:
-        def listening():
-            assert node.poll() is None, "the node exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                return False
         wait_for(listening, "the node to listen")
-        worker = subprocess.Popen([WORKER, "--connect", url, "--memory", f"{memory_mib}M", "--threads", "1"],
-                                  stderr=subprocess.DEVNULL)
+    except BaseException:
+        node.terminate()
+        node.wait(timeout=60)
+        raise
+    worker = subprocess.Popen([WORKER, "--connect", url, "--memory", memory, "--threads", "1"],
+                              stderr=subprocess.DEVNULL)
+    return url, node, worker
+
+
+def product_graph():
+    """x @ w1 -> tanh -> @ w2: a 4 MiB weight, per row 4 KiB in, 4 KiB twice, 1 KiB out."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4096, 1024), dtype=np.float32)
+    w1 = (rng.standard_normal((1024, 1024), dtype=np.float32) / 32).astype(np.float32)
+    w2 = (rng.standard_normal((1024, 256), dtype=np.float32) / 32).astype(np.float32)
+    gr = goblin.Graph()
+    xi = gr.input((4096, 1024), "f32")
+    a = gr.input((1024, 1024), "f32")
+    b = gr.input((1024, 256), "f32")
+    gr.output(goblin.ops.matmul(goblin.ops.tanh(goblin.ops.matmul(xi, a)), b))
+    return gr, x, w1, w2
+
+
+@pytest.mark.parametrize("memory_mib", [32, 64])
+def test_worker_peak_within_its_memory(memory_mib):
+    url, node, worker = start(f"{memory_mib}M")
+    try:
         g = goblin.connect(url)
         try:
             wait_for(lambda: g.stats()["workers_connected"] == 1, "the worker to join")
             before = status(worker.pid)["VmRSS"]
             offered = g.stats()["workers"][0]["memory_bytes"]
             assert offered == (memory_mib * MIB - memory_mib * MIB // 4) // 3
-            # x @ w1 -> tanh -> @ w2: a 4 MiB weight, per row 4 KiB in, 4 KiB twice, 1 KiB out
-            rng = np.random.default_rng(5)
-            x = rng.standard_normal((4096, 1024), dtype=np.float32)
-            w1 = (rng.standard_normal((1024, 1024), dtype=np.float32) / 32).astype(np.float32)
-            w2 = (rng.standard_normal((1024, 256), dtype=np.float32) / 32).astype(np.float32)
-            gr = goblin.Graph()
-            xi = gr.input((4096, 1024), "f32")
-            a = gr.input((1024, 1024), "f32")
-            b = gr.input((1024, 256), "f32")
-            gr.output(goblin.ops.matmul(goblin.ops.tanh(goblin.ops.matmul(xi, a)), b))
+            gr, x, w1, w2 = product_graph()
             y = g.run(gr, x, w1, w2, split=["batch", "broadcast", "broadcast"], progress=False)
             want = np.tanh(x.astype(np.float64) @ w1) @ w2
             np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=0, atol=1e-3)
@@ -104,3 +120,23 @@ def test_worker_peak_within_its_memory(memory_mib):
             if p is not None:
                 p.terminate()
                 p.wait(timeout=60)
+
+
+def test_a_job_no_task_of_fits_says_why_through_the_client():
+    """Workers of 8M offer 2 MiB tasks; a graph whose 4 MiB weight goes to every task is
+    refused, and the remote client is told the node's reason, not to read its log."""
+    url, node, worker = start("8M")
+    try:
+        g = goblin.connect(url)
+        try:
+            wait_for(lambda: g.stats()["workers_connected"] == 1, "the worker to join")
+            gr, x, w1, w2 = product_graph()
+            with pytest.raises(goblin.RangeError, match=r"more than the task memory budget of 2097152") as ei:
+                g.run(gr, x, w1, w2, split=["batch", "broadcast", "broadcast"], progress=False)
+            assert "log" not in str(ei.value)
+        finally:
+            g.close()
+    finally:
+        for p in (worker, node):
+            p.terminate()
+            p.wait(timeout=60)
