@@ -18,7 +18,7 @@ void goblin_graph_job_params_default(goblin_graph_job_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
     goblin_job_params_default(&p->job);
-    p->verify = GOBLIN_VERIFY_REPLICATE;
+    p->verify = GOBLIN_VERIFY_CHECKED;
     p->min_replication = 0.25;
     p->trust_halflife = 20.0;
 }
@@ -31,6 +31,7 @@ void goblin__node_gjob_free(gjob *G) {
         goblin__free(G->v[k].oshape);
         goblin__free(G->v[k].oop);
         goblin__free(G->v[k].ok);
+        goblin__node_checked_free(&G->v[k]);
     }
     if (G->packed)
         for (int32_t i = 0; i < G->n_in; i++) goblin__free(G->packed[i]);
@@ -163,7 +164,20 @@ static goblin_err make_variant(goblin_node *n, gjob *G, const goblin_graph *g, c
             return GOBLIN_EINVAL;
         }
     }
-    return serialize_chunk(n, v->g, &v->buf, &v->len);
+    if (G->verify == GOBLIN_VERIFY_CHECKED) {
+        /* The first variant decides for the job (the other has the same nodes). */
+        bool applies = false;
+        char why[320] = "";
+        goblin_err ce = goblin__node_checked_plan(G, g, v, v != &G->v[0], &applies, why, sizeof why);
+        if (ce) return ce;
+        if (!applies) {
+            if (n) goblin__node_log(n, GOBLIN_LOG_INFO, "checked execution does not apply (%s): replicating instead", why);
+            G->verify = GOBLIN_VERIFY_REPLICATE;
+        } else {
+            v->bytes = goblin__graph_task_bytes(v->wg);
+        }
+    }
+    return serialize_chunk(n, v->wg ? v->wg : v->g, &v->buf, &v->len);
 }
 
 /* ---- planning: the caller's tensors, chunk sizes -------------------------------- */
@@ -375,6 +389,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
             goblin__free(G->v[k].oshape);
             goblin__free(G->v[k].oop);
             goblin__free(G->v[k].ok);
+            goblin__node_checked_free(&G->v[k]);
             memset(&G->v[k], 0, sizeof G->v[k]);
         }
         for (int32_t k = 0; k < G->nv; k++) {

@@ -60,7 +60,7 @@ void goblin_trainer_params_default(goblin_trainer_params *p) {
     p->schedule.kind = GOBLIN_LR_CONSTANT;
     p->schedule.warmup_start_factor = 1.0 / 3.0;
     p->max_stages = GOBLIN_TRAIN_MAX_STAGES;
-    p->verify = GOBLIN_VERIFY_REPLICATE;
+    p->verify = GOBLIN_VERIFY_CHECKED;
     p->min_replication = 1.0;
     p->grad_jump_factor = 100.0;
     p->log_level = GOBLIN_LOG_WARN;

@@ -170,8 +170,8 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     /* the policies that apply to training tasks */
     if (goblin_verify_from_name(verify, &p.verify) != GOBLIN_OK ||
         (p.verify != GOBLIN_VERIFY_REPLICATE && p.verify != GOBLIN_VERIFY_RECOMPUTE &&
-         p.verify != GOBLIN_VERIFY_UNSAFE_NONE))
-        return pygoblin_raise(GOBLIN_EINVAL, "verify must be 'replicate', 'recompute' or 'unsafe-none'");
+         p.verify != GOBLIN_VERIFY_UNSAFE_NONE && p.verify != GOBLIN_VERIFY_CHECKED))
+        return pygoblin_raise(GOBLIN_EINVAL, "verify must be 'checked', 'replicate', 'recompute' or 'unsafe-none'");
     int64_t sched_kind = 0, task_mem = 0, max_stages = 0;
     if (get_double(opts, "lr", &p.sgd.lr) < 0 || get_double(opts, "lr", &p.adamw.lr) < 0 ||
         get_double(opts, "momentum", &p.sgd.momentum) < 0 || get_double(opts, "dampening", &p.sgd.dampening) < 0 ||
