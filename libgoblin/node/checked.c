@@ -60,6 +60,12 @@ static double cheap_macs(const goblin_graph *g, const goblin__node *n) {
     }
 }
 
+static bool is_product(const goblin_graph *g, const goblin__node *n) {
+    if (n->op != GOBLIN_OP_MATMUL || n->n_inputs < 2 || n->n_inputs > 3) return false;
+    return goblin__product_checkable(n, &g->nodes[n->inputs[0]], &g->nodes[n->inputs[1]],
+                                     n->n_inputs == 3 ? &g->nodes[n->inputs[2]] : NULL);
+}
+
 static void free_plan(gvariant *v) {
     goblin_graph_free(v->wg);
     goblin_graph_free(v->cg);
@@ -80,18 +86,18 @@ goblin_err goblin__node_checked_plan(const gjob *G, const goblin_graph *g, gvari
     for (int32_t i = 0; i < cg0->n_nodes; i++) {
         const goblin__node *n = &cg0->nodes[i];
         if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT) continue;
-        if (n->op == GOBLIN_OP_MATMUL && n->n_inputs == 2 &&
-            goblin__product_checkable(n, &cg0->nodes[n->inputs[0]], &cg0->nodes[n->inputs[1]])) {
+        if (is_product(cg0, n)) {
             nh++;
             heavy += goblin__product_macs(n, &cg0->nodes[n->inputs[0]]);
             fv += FREIVALDS_VECTORS * (numel_of(n) + numel_of(&cg0->nodes[n->inputs[0]]) +
                                        numel_of(&cg0->nodes[n->inputs[1]]));
+            if (n->n_inputs == 3) fv += 2 * numel_of(&cg0->nodes[n->inputs[0]]); /* [a | 1] copied */
         } else {
             cheap += cheap_macs(cg0, n);
         }
     }
     if (nh == 0) {
-        snprintf(why, cap, "the graph has no product (f32/f64 matmul) to check");
+        snprintf(why, cap, "the graph has no product (f32/f64 matmul, alpha 1, no c term but a bias) to check");
         return GOBLIN_OK;
     }
     double share = (cheap + fv) / (heavy + cheap);
@@ -110,13 +116,11 @@ goblin_err goblin__node_checked_plan(const gjob *G, const goblin_graph *g, gvari
     if (!(v->heavy = goblin__calloc((size_t)nh, sizeof *v->heavy))) return GOBLIN_ENOMEM;
     for (int32_t i = 0, h = 0; i < cg0->n_nodes; i++) {
         const goblin__node *n = &cg0->nodes[i];
-        if (n->op == GOBLIN_OP_MATMUL && n->n_inputs == 2 &&
-            goblin__product_checkable(n, &cg0->nodes[n->inputs[0]], &cg0->nodes[n->inputs[1]]))
-            v->heavy[h++] = i;
+        if (is_product(cg0, n)) v->heavy[h++] = i;
     }
     v->n_heavy = nh;
     /* The worker's graph: the job's outputs, then each product. The node's: the job's
-     * outputs, then each product's two operands. Same nodes as v->g. */
+     * outputs, then each product's operands (a, b and a bias). Same nodes as v->g. */
     if ((e = goblin__graph_rebatch_at(g, G->ax, v->rows, &v->wg, why, cap)) != GOBLIN_OK ||
         (e = goblin__graph_rebatch_at(g, G->ax, v->rows, &v->cg, why, cap)) != GOBLIN_OK) {
         free_plan(v);
@@ -124,8 +128,8 @@ goblin_err goblin__node_checked_plan(const gjob *G, const goblin_graph *g, gvari
     }
     for (int32_t h = 0; h < nh && !e; h++) {
         const goblin__node *n = &v->cg->nodes[v->heavy[h]];
-        if (!(e = goblin_graph_output(v->wg, v->heavy[h])) && !(e = goblin_graph_output(v->cg, n->inputs[0])))
-            e = goblin_graph_output(v->cg, n->inputs[1]);
+        e = goblin_graph_output(v->wg, v->heavy[h]);
+        for (int32_t q = 0; q < n->n_inputs && !e; q++) e = goblin_graph_output(v->cg, n->inputs[q]);
     }
     if (e) {
         free_plan(v);
@@ -156,8 +160,8 @@ bool goblin__node_checked_shape_ok(const goblin_job *j, int64_t ti, const goblin
 }
 
 /* Evaluate the node's graph of task @p ti with the claimed products @p prod: *out gets
- * one new contiguous buffer per output of v->cg (the job's outputs, then the products'
- * operands). */
+ * one new contiguous buffer per output of v->cg (the job's outputs, then each product's
+ * operands, 2 or 3). */
 static goblin_err eval_cheap(goblin_node *n, goblin_job *j, int64_t ti, const goblin_tensor *prod, void ***out) {
     gjob *G = j->g;
     gvariant *v = gvar(j, ti);
@@ -195,21 +199,23 @@ fail:
 }
 
 /* Freivalds' check of every claimed product of task @p ti against its operands as the
- * node computed them (@p mine: v->cg's outputs). The worst verdict. */
+ * node computed them (@p mine: v->cg's outputs). The worst verdict; the first REJECT. */
 static goblin_err check_products(goblin_node *n, const goblin_job *j, int64_t ti, const goblin_tensor *prod,
                                  void **mine, goblin_verdict *worst) {
     const gvariant *v = gvar(j, ti);
-    int32_t no = j->g->n_out;
+    int32_t slot = j->g->n_out; /* v->cg's outputs: the job's, then each product's operands */
     memset(worst, 0, sizeof *worst);
     worst->worst_index = -1;
     for (int32_t h = 0; h < v->n_heavy; h++) {
         const goblin__node *nd = &v->cg->nodes[v->heavy[h]];
-        const goblin__node *an = &v->cg->nodes[nd->inputs[0]], *bn = &v->cg->nodes[nd->inputs[1]];
-        goblin_tensor a, b;
-        goblin_tensor_init(&a, an->dtype, an->rank, an->shape, mine[no + 2 * h]);
-        goblin_tensor_init(&b, bn->dtype, bn->rank, bn->shape, mine[no + 2 * h + 1]);
+        goblin_tensor op[3];
+        for (int32_t q = 0; q < nd->n_inputs; q++) {
+            const goblin__node *x = &v->cg->nodes[nd->inputs[q]];
+            goblin_tensor_init(&op[q], x->dtype, x->rank, x->shape, mine[slot++]);
+        }
         goblin_verdict vd;
-        goblin_err e = goblin__product_check(nd, &a, &b, &prod[h], goblin__secret_u64(), &vd);
+        goblin_err e = goblin__product_check(nd, &op[0], &op[1], nd->n_inputs == 3 ? &op[2] : NULL, &prod[h],
+                                             goblin__secret_u64(), &vd);
         if (e) return e;
         n->st.products_checked++;
         if (vd.kind > worst->kind) {

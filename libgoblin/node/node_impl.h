@@ -201,7 +201,7 @@ typedef struct gvariant {
     int64_t *ok;
     /* CHECKED (checked.c): the products checked by Freivalds' algorithm (node ids, the
      * same in g, wg and cg), the graph sent (wg: g's outputs, then the products) and the
-     * node's graph (cg: g's outputs, then each product's two operands); NULL otherwise */
+     * node's graph (cg: g's outputs, then each product's operands); NULL otherwise */
     int32_t n_heavy;
     int32_t *heavy;
     goblin_graph *wg, *cg;

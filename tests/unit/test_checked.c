@@ -21,22 +21,27 @@ static float frand(uint64_t *s) { return (float)((double)(rt_rng(s) >> 11) * 0x1
 typedef struct prod {
     goblin_graph *g;
     int32_t mm;
-    bool tb;
-    goblin_tensor a, b, c;
-    float *ad, *bd, *cd;
+    bool tb, has_c;
+    goblin_tensor a, b, c, cb; /* cb: the bias, when has_c */
+    float *ad, *bd, *cd, *cbd;
 } prod;
 
-static prod prod_new(int32_t ra, const int64_t *as, int32_t rb, const int64_t *bs, bool tb, uint64_t seed) {
+/* @p bias: with a c term of one row [n] (a linear layer's bias). */
+static prod prod_new(int32_t ra, const int64_t *as, int32_t rb, const int64_t *bs, bool tb, bool bias,
+                     uint64_t seed) {
     prod p;
     memset(&p, 0, sizeof p);
     p.tb = tb;
+    p.has_c = bias;
     cr_assert_eq(goblin_graph_new(&p.g), GOBLIN_OK);
     int32_t x, y;
     cr_assert_eq(goblin_graph_input(p.g, GOBLIN_DTYPE_F32, ra, as, &x), GOBLIN_OK);
     cr_assert_eq(goblin_graph_input(p.g, GOBLIN_DTYPE_F32, rb, bs, &y), GOBLIN_OK);
-    int32_t in[2] = {x, y};
+    int64_t ncol = tb ? bs[rb - 2] : bs[rb - 1];
+    int32_t in[3] = {x, y, -1};
+    if (bias) cr_assert_eq(goblin_graph_input(p.g, GOBLIN_DTYPE_F32, 1, &ncol, &in[2]), GOBLIN_OK);
     goblin_attr at = goblin_attr_int(GOBLIN_ATTR_TRANS_B, tb);
-    cr_assert_eq(goblin_graph_add(p.g, GOBLIN_OP_MATMUL, in, 2, &at, 1, &p.mm), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(p.g, GOBLIN_OP_MATMUL, in, bias ? 3 : 2, &at, 1, &p.mm), GOBLIN_OK);
     cr_assert_eq(goblin_graph_output(p.g, p.mm), GOBLIN_OK);
     int64_t na = 1, nb = 1;
     for (int d = 0; d < ra; d++) na *= as[d];
@@ -47,6 +52,9 @@ static prod prod_new(int32_t ra, const int64_t *as, int32_t rb, const int64_t *b
     for (int64_t i = 0; i < nb; i++) p.bd[i] = frand(&seed);
     goblin_tensor_init(&p.a, GOBLIN_DTYPE_F32, ra, as, p.ad);
     goblin_tensor_init(&p.b, GOBLIN_DTYPE_F32, rb, bs, p.bd);
+    p.cbd = malloc((size_t)ncol * sizeof(float));
+    for (int64_t i = 0; i < ncol; i++) p.cbd[i] = frand(&seed) * 4.0f;
+    goblin_tensor_init(&p.cb, GOBLIN_DTYPE_F32, 1, &ncol, p.cbd);
     goblin_tensor cs;
     goblin_graph_node(p.g, p.mm, NULL, &cs, NULL, NULL);
     p.cd = malloc((size_t)goblin_tensor_numel(&cs) * sizeof(float));
@@ -54,14 +62,14 @@ static prod prod_new(int32_t ra, const int64_t *as, int32_t rb, const int64_t *b
     goblin_exec_params ep;
     goblin_exec_params_default(&ep);
     ep.threads = 1;
-    goblin_tensor ins[2] = {p.a, p.b};
-    cr_assert_eq(goblin_graph_eval(p.g, &ep, ins, 2, &p.c, 1), GOBLIN_OK);
+    goblin_tensor ins[3] = {p.a, p.b, p.cb};
+    cr_assert_eq(goblin_graph_eval(p.g, &ep, ins, bias ? 3 : 2, &p.c, 1), GOBLIN_OK);
     return p;
 }
 
 static void prod_free(prod *p) {
     goblin_graph_free(p->g);
-    free(p->ad), free(p->bd), free(p->cd);
+    free(p->ad), free(p->bd), free(p->cd), free(p->cbd);
 }
 
 /* Element (bi, i, j) of the exact product (f64) and its contract scale S = sum |a||b|;
@@ -74,7 +82,7 @@ static double exact(const prod *p, int64_t bi, int64_t i, int64_t j, double *S) 
     const float *A = p->ad + (ra > 2 ? bi * m * K : 0);
     int64_t bstride = p->b.shape[rb - 1] * p->b.shape[rb - 2];
     const float *B = p->bd + (rb > 2 && p->b.shape[0] > 1 ? bi * bstride : 0);
-    double s = 0, sa = 0;
+    double s = p->has_c ? p->cbd[j] : 0, sa = fabs(s);
     for (int64_t k = 0; k < K; k++) {
         double bv = trans ? B[j * K + k] : B[k * n + j];
         s += (double)A[i * K + k] * bv;
@@ -93,7 +101,7 @@ static double gamma_k(int64_t K) {
 static void expect_verdict(const prod *p, const goblin_tensor *c, uint64_t seed, goblin_verdict_kind want,
                            const char *what) {
     goblin_verdict v;
-    cr_assert_eq(goblin__product_check(&p->g->nodes[p->mm], &p->a, &p->b, c, seed, &v), GOBLIN_OK);
+    cr_assert_eq(goblin__product_check(&p->g->nodes[p->mm], &p->a, &p->b, p->has_c ? &p->cb : NULL, c, seed, &v), GOBLIN_OK);
     cr_assert_eq(v.kind, want, "%s: verdict %s (%s), worst ratio %.3g", what, goblin_verdict_name(v.kind),
                  goblin_verify_reason_name(v.reason), v.worst_ratio);
 }
@@ -147,7 +155,7 @@ static void check_honest_and_bumped(prod *p, int64_t batch) {
 
 Test(checked, batched_product_with_transposed_b) {
     int64_t as[3] = {3, 20, 64}, bs[3] = {3, 48, 64};
-    prod p = prod_new(3, as, 3, bs, true, 5);
+    prod p = prod_new(3, as, 3, bs, true, false, 5);
     check_honest_and_bumped(&p, 3);
     prod_free(&p);
 }
@@ -155,8 +163,25 @@ Test(checked, batched_product_with_transposed_b) {
 Test(checked, linear_layer_over_a_batch_is_one_check) {
     /* b shared by the batch: a [4, 16, 96] folds into [64, 96] */
     int64_t as[3] = {4, 16, 96}, bs[2] = {96, 24};
-    prod p = prod_new(3, as, 2, bs, false, 6);
+    prod p = prod_new(3, as, 2, bs, false, false, 6);
     check_honest_and_bumped(&p, 4);
+    prod_free(&p);
+}
+
+Test(checked, product_with_a_bias_is_checked_as_one_more_term) {
+    /* nn.Linear as captured: x [2, 24, 80] . W^T (W [40, 80]) + b [40] */
+    int64_t as[3] = {2, 24, 80}, bs[2] = {40, 80};
+    prod p = prod_new(3, as, 2, bs, true, true, 7);
+    check_honest_and_bumped(&p, 2);
+    /* the product without its bias is wrong by |b_j|, far above any bound */
+    size_t bytes = (size_t)goblin_tensor_numel(&p.c) * sizeof(float);
+    float *w = malloc(bytes);
+    memcpy(w, p.cd, bytes);
+    for (int64_t r = 0; r < 48; r++) w[r * 40 + 3] -= p.cbd[3];
+    goblin_tensor c = p.c;
+    c.data = w;
+    expect_verdict(&p, &c, 9, GOBLIN_VERDICT_REJECT, "bias left out");
+    free(w);
     prod_free(&p);
 }
 
@@ -177,10 +202,21 @@ Test(checked, only_plain_float_matmuls_are_checkable) {
     goblin_attr tb = goblin_attr_int(GOBLIN_ATTR_TRANS_B, 1);
     cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, ini, 2, &tb, 1, &mi), GOBLIN_OK);
     const goblin__node *N = g->nodes;
-    cr_assert(goblin__product_checkable(&N[mm], &N[a], &N[b]));
-    cr_assert(!goblin__product_checkable(&N[mv], &N[a], &N[v]), "a matrix-vector product (rank 1)");
-    cr_assert(!goblin__product_checkable(&N[ms], &N[a], &N[b]), "alpha != 1");
-    cr_assert(!goblin__product_checkable(&N[mi], &N[ai], &N[ai]), "integers");
+    cr_assert(goblin__product_checkable(&N[mm], &N[a], &N[b], NULL));
+    cr_assert(!goblin__product_checkable(&N[mv], &N[a], &N[v], NULL), "a matrix-vector product (rank 1)");
+    cr_assert(!goblin__product_checkable(&N[ms], &N[a], &N[b], NULL), "alpha != 1");
+    cr_assert(!goblin__product_checkable(&N[mi], &N[ai], &N[ai], NULL), "integers");
+    /* a bias: [n] yes; a c of several rows (a residual) no */
+    int64_t cs1[1] = {3}, cs2[2] = {4, 3};
+    int32_t c1, c2, mb, mr;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 1, cs1, &c1), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F32, 2, cs2, &c2), GOBLIN_OK);
+    int32_t inb[3] = {a, b, c1}, inr[3] = {a, b, c2};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, inb, 3, NULL, 0, &mb), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, inr, 3, NULL, 0, &mr), GOBLIN_OK);
+    N = g->nodes;
+    cr_assert(goblin__product_checkable(&N[mb], &N[a], &N[b], &N[c1]));
+    cr_assert(!goblin__product_checkable(&N[mr], &N[a], &N[b], &N[c2]), "a c of several rows");
     goblin_graph_free(g);
 }
 
