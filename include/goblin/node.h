@@ -277,6 +277,10 @@ typedef struct goblin_graph_job_params {
     int32_t spot_rows;             /* SPOT: rows recomputed per checked task, 0..65535;
                                       0 (default): min(4, rows / 16), at least 1; SPOT jobs
                                       are cut into 2 chunks per worker by default (not 4) */
+    double checked_max_share;      /* CHECKED applies when the node's estimated share of a
+                                      task's work (the nodes it evaluates and the Freivalds
+                                      checks) is at most this; > 0, default 0.25; >= 1:
+                                      whenever the graph has a checkable product */
 } goblin_graph_job_params;
 
 GOBLIN_API void goblin_graph_job_params_default(goblin_graph_job_params *p);
@@ -350,6 +354,8 @@ typedef struct goblin_node_stats {
     int64_t tasks_checked;     /* CHECKED: graph tasks whose products passed Freivalds' check and
                                   whose other nodes the node evaluated and compared */
     int64_t products_checked;  /* CHECKED: products (matmul nodes) checked by Freivalds' check */
+    int64_t products_bytes;    /* CHECKED: bytes of the products workers returned with their
+                                  results (what checked execution adds to a RESULT) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

@@ -67,6 +67,7 @@ typedef struct goblin_trainer_params {
                                     connected workers advertise (256 MiB if none) */
     int32_t max_stages;          /* upper bound for the partitioner (default 64) */
     goblin_verify verify;  /* default CHECKED (verify.h; REPLICATE where it does not apply) */
+    double checked_max_share;    /* CHECKED: as goblin_graph_job_params' (> 0, default 0.25) */
     double min_replication;      /* default 1.0: under REPLICATE every training task is
                                     replicated, so a cheating worker cannot change the
                                     trajectory */

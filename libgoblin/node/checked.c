@@ -17,9 +17,6 @@
 #include "graph/rebatch.h"
 #include "verify/product.h"
 
-/* Checked execution applies when the node's estimated work (every node but the
- * products, plus the Freivalds checks) is at most this share of the task's. */
-#define CHECKED_MAX_SHARE 0.25
 /* Elementwise and data-movement ops are bound by memory: one element touched costs
  * about as much time as this many multiply-adds of a matmul (BLIS at ~100 GF/s against
  * a few G elements/s). A rough weight: the share is measured in bench/bench_train.py. */
@@ -60,10 +57,25 @@ static double cheap_macs(const goblin_graph *g, const goblin__node *n) {
     }
 }
 
+/* A product worth checking rather than computing: checkable, and each of its matmuls
+ * (per batch item, or the whole batch folded) large enough that Freivalds' passes, O(v
+ * (mK + Kn + mn)) plus a fixed cost per check, are a small part of its m n K (a batch of
+ * attention's small per-head products is cheaper to compute again). */
+#define FV_CALL_MACS 20000.0
+#define FV_MIN_GAIN 2.0
 static bool is_product(const goblin_graph *g, const goblin__node *n) {
     if (n->op != GOBLIN_OP_MATMUL || n->n_inputs < 2 || n->n_inputs > 3) return false;
-    return goblin__product_checkable(n, &g->nodes[n->inputs[0]], &g->nodes[n->inputs[1]],
-                                     n->n_inputs == 3 ? &g->nodes[n->inputs[2]] : NULL);
+    const goblin__node *a = &g->nodes[n->inputs[0]], *b = &g->nodes[n->inputs[1]];
+    if (!goblin__product_checkable(n, a, b, n->n_inputs == 3 ? &g->nodes[n->inputs[2]] : NULL)) return false;
+    double items = 1, bitems = 1;
+    for (int32_t d = 0; d < n->rank - 2; d++) items *= (double)n->shape[d];
+    for (int32_t d = 0; d < b->rank - 2; d++) bitems *= (double)b->shape[d];
+    bool ta = goblin__attr_i(n, GOBLIN_ATTR_TRANS_A, 0) != 0;
+    double m = (double)n->shape[n->rank - 2], nc = (double)n->shape[n->rank - 1];
+    double k = (double)(ta ? a->shape[a->rank - 2] : a->shape[a->rank - 1]);
+    if (bitems == 1 && !ta && a->rank == n->rank) m *= items, items = 1; /* folded (product.c) */
+    double fv = FREIVALDS_VECTORS * (m * k + k * nc + m * nc) + FV_CALL_MACS;
+    return m * nc * k >= FV_MIN_GAIN * fv;
 }
 
 static void free_plan(gvariant *v) {
@@ -101,9 +113,11 @@ goblin_err goblin__node_checked_plan(const gjob *G, const goblin_graph *g, gvari
         return GOBLIN_OK;
     }
     double share = (cheap + fv) / (heavy + cheap);
-    if (share > CHECKED_MAX_SHARE && !any_share) {
+    /* Checked execution applies when the node's estimated work (every node but the
+     * products, plus the Freivalds checks) is at most checked_max_share of the task's. */
+    if (share > G->max_share && !any_share) {
         snprintf(why, cap, "the node would do about %.0f %% of the work of a task (more than %.0f %%: %d products "
-                 "of %.3g multiply-adds, the rest about %.3g)", 100 * share, 100 * CHECKED_MAX_SHARE, (int)nh, heavy,
+                 "of %.3g multiply-adds, the rest about %.3g)", 100 * share, 100 * G->max_share, (int)nh, heavy,
                  cheap);
         return GOBLIN_OK;
     }
@@ -237,6 +251,7 @@ void goblin__node_graph_checked(goblin_node *n, goblin_job *j, int64_t ti, int32
     gvariant *v = gvar(j, ti);
     int32_t no = G->n_out, nout = goblin_graph_output_count(v->cg);
     const goblin_tensor *prod = res + no;
+    for (int32_t h = 0; h < v->n_heavy; h++) n->st.products_bytes += (int64_t)goblin__node_out_bytes(&prod[h]);
     void **mine = NULL;
     goblin_verdict vd;
     memset(&vd, 0, sizeof vd);

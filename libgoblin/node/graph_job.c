@@ -21,6 +21,7 @@ void goblin_graph_job_params_default(goblin_graph_job_params *p) {
     p->verify = GOBLIN_VERIFY_CHECKED;
     p->min_replication = 0.25;
     p->trust_halflife = 20.0;
+    p->checked_max_share = 0.25;
 }
 
 void goblin__node_gjob_free(gjob *G) {
@@ -463,10 +464,10 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
         return GOBLIN_EINVAL;
     }
     if ((unsigned)jp->verify >= GOBLIN_VERIFY_COUNT || jp->verify == GOBLIN_VERIFY_FREIVALDS || !(jp->min_replication > 0.0 && jp->min_replication <= 1.0) ||
-        !(jp->trust_halflife > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0 || jp->spot_rows < 0 ||
+        !(jp->trust_halflife > 0.0) || !(jp->checked_max_share > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0 || jp->spot_rows < 0 ||
         jp->spot_rows > 65535) {
         goblin__node_log(n, GOBLIN_LOG_ERROR, "cannot submit graph job: bad parameters (verify, min_replication in (0, 1], "
-                         "trust_halflife > 0, chunk_rows >= 0, min_tasks >= 0, spot_rows in 0..65535)");
+                         "trust_halflife > 0, checked_max_share > 0, chunk_rows >= 0, min_tasks >= 0, spot_rows in 0..65535)");
         return GOBLIN_EINVAL;
     }
     goblin_job *j = goblin__calloc(1, sizeof *j);
@@ -498,6 +499,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     G->verify = jp->verify;
     G->min_rep = jp->min_replication;
     G->halflife = jp->trust_halflife;
+    G->max_share = jp->checked_max_share;
     size_t nin = (size_t)(gi > 0 ? gi : 1);
     G->in = goblin__calloc(nin, sizeof *G->in);
     G->out = goblin__calloc((size_t)no, sizeof *G->out);

@@ -219,6 +219,7 @@ typedef struct gjob {
     int32_t nv;
     goblin_verify verify;
     double min_rep, halflife;
+    double max_share;             /* CHECKED: goblin_graph_job_params.checked_max_share */
     const goblin__hoisted *hoist; /* the graph whose constants are inputs here, or NULL */
     int64_t spot_k;               /* SPOT: rows recomputed per check */
     goblin_graph *spot_g;         /* SPOT: the graph for spot_k rows */

@@ -166,7 +166,8 @@ class Trainer:
 
     def __init__(self, grid, model, loss_fn=None, optimizer=None, batch_size=None, micro_batch_size=None,
                  schedule=None, clip_norm=None, task_memory=None, max_stages=None, verify="checked",
-                 min_replication=None, example=None, n_inputs=1, progress=True, capture=None):
+                 min_replication=None, example=None, n_inputs=1, progress=True, capture=None,
+                 checked_max_share=None):
         self._grid = grid
         self._native_grid = _native_grid(grid)
         if self._native_grid.closed:
@@ -199,6 +200,8 @@ class Trainer:
             "verify": _VERIFY[verify]})
         if min_replication is not None:
             self._options["min_replication"] = float(min_replication)
+        if checked_max_share is not None:
+            self._options["checked_max_share"] = float(checked_max_share)
         self.n_inputs = int(n_inputs)
         self.progress = progress
         self.history = []

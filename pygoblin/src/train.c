@@ -188,7 +188,8 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         get_i64(opts, "total_steps", &p.schedule.total_steps) < 0 ||
         get_double(opts, "clip_norm", &p.clip_norm) < 0 || get_i64(opts, "micro_batch", &p.micro_batch) < 0 ||
         get_i64(opts, "task_memory", &task_mem) < 0 || get_i64(opts, "max_stages", &max_stages) < 0 ||
-        get_double(opts, "min_replication", &p.min_replication) < 0)
+        get_double(opts, "min_replication", &p.min_replication) < 0 ||
+        get_double(opts, "checked_max_share", &p.checked_max_share) < 0)
         return NULL;
     if (sched_kind < 0 || sched_kind >= GOBLIN_LR_KIND_COUNT)
         return pygoblin_raise(GOBLIN_EINVAL, "unknown schedule kind (goblin._goblin.enum_values('lr_kind'))");
