@@ -185,6 +185,29 @@ Test(checked, product_with_a_bias_is_checked_as_one_more_term) {
     prod_free(&p);
 }
 
+/* Honest products are never rejected: 600 products of random shapes (batched, a shared
+ * b, transposed, with a bias), each computed honestly by the library and checked with a
+ * fresh seed. */
+Test(checked, honest_products_of_many_shapes_are_all_accepted, .timeout = 300) {
+    uint64_t rs = 2024;
+    int64_t rejected = 0, escalated = 0;
+    for (int t = 0; t < 600; t++) {
+        int64_t bt = 1 + (int64_t)(rt_rng(&rs) % 3), m = 1 + (int64_t)(rt_rng(&rs) % 40);
+        int64_t k = 1 + (int64_t)(rt_rng(&rs) % 300), n = 1 + (int64_t)(rt_rng(&rs) % 40);
+        bool tb = rt_rng(&rs) & 1, shared = rt_rng(&rs) & 1, bias = rt_rng(&rs) & 1;
+        int64_t as[3] = {bt, m, k}, bs3[3] = {bt, tb ? n : k, tb ? k : n}, bs2[2] = {tb ? n : k, tb ? k : n};
+        prod p = prod_new(3, as, shared ? 2 : 3, shared ? bs2 : bs3, tb, bias, 100 + (uint64_t)t);
+        goblin_verdict v;
+        cr_assert_eq(goblin__product_check(&p.g->nodes[p.mm], &p.a, &p.b, bias ? &p.cb : NULL, &p.c,
+                                           rt_rng(&rs), &v), GOBLIN_OK);
+        rejected += v.kind == GOBLIN_VERDICT_REJECT;
+        escalated += v.kind == GOBLIN_VERDICT_ESCALATE;
+        prod_free(&p);
+    }
+    cr_assert_eq(rejected, 0, "%lld of 600 honest products rejected", (long long)rejected);
+    cr_assert_eq(escalated, 0, "%lld of 600 honest products escalated", (long long)escalated);
+}
+
 Test(checked, only_plain_float_matmuls_are_checkable) {
     int64_t as[2] = {4, 8}, bs[2] = {8, 3}, vs[1] = {8};
     goblin_graph *g;
