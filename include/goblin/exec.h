@@ -44,6 +44,15 @@ typedef struct goblin_exec_params {
      * path, whose sums run in another order), so each row of a row-by-row graph comes
      * out exactly as in that graph. The node's spot-checks use it. */
     const goblin_graph *shapes_like;
+    /* Values given for nodes instead of computed (checked execution, docs/verification.md:
+     * the node evaluates a task's cheap nodes with the products a worker claimed). Node
+     * given_ids[i] of the graph takes given[i] as its value: contiguous, the node's dtype
+     * and shape; the nodes it alone needs are still computed. @p given_ids and @p given
+     * (n_given of each, distinct ids, no INPUT or CONSTANT) are borrowed, with their data,
+     * until the executor is freed. NULL / 0: every node computed. */
+    const int32_t *given_ids;
+    const goblin_tensor *given;
+    int32_t n_given;
 } goblin_exec_params;
 
 GOBLIN_API void goblin_exec_params_default(goblin_exec_params *p);

@@ -270,13 +270,17 @@ typedef struct goblin_graph_job_params {
     const uint64_t *cache_ids;     /* per input, or NULL: a non-zero id names a BROADCAST
                                       input's content; the same id must always mean the same
                                       bytes (workers keep it in their cache across jobs) */
-    goblin_verify verify;    /* default REPLICATE */
+    goblin_verify verify;    /* default CHECKED (REPLICATE where it does not apply) */
     double min_replication;        /* (0, 1]; default 0.25: the least share of a trusted
                                       worker's tasks replicated (REPLICATE) or spot-checked (SPOT) */
     double trust_halflife;         /* agreements that halve the replication rate; default 20 */
     int32_t spot_rows;             /* SPOT: rows recomputed per checked task, 0..65535;
                                       0 (default): min(4, rows / 16), at least 1; SPOT jobs
                                       are cut into 2 chunks per worker by default (not 4) */
+    double checked_max_share;      /* CHECKED applies when the node's estimated share of a
+                                      task's work (the nodes it evaluates and the Freivalds
+                                      checks) is at most this; > 0, default 0.25; >= 1:
+                                      whenever the graph has a checkable product */
 } goblin_graph_job_params;
 
 GOBLIN_API void goblin_graph_job_params_default(goblin_graph_job_params *p);
@@ -352,6 +356,11 @@ typedef struct goblin_node_stats {
     int64_t identities_tracked;/* identity records now (at most 4096) */
     int64_t workers_asking;    /* workers that jobs are cut by now: connected ones that ask for
                                   work (docs/runtime.md, "Capacity"), not idle connections */
+    int64_t tasks_checked;     /* CHECKED: graph tasks whose products passed Freivalds' check and
+                                  whose other nodes the node evaluated and compared */
+    int64_t products_checked;  /* CHECKED: products (matmul nodes) checked by Freivalds' check */
+    int64_t products_bytes;    /* CHECKED: bytes of the products workers returned with their
+                                  results (what checked execution adds to a RESULT) */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);

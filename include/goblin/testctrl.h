@@ -32,6 +32,12 @@ typedef enum goblin_misbehave {
     GOBLIN_MISBEHAVE_CRASH = 9,    /* die mid-task: see GOBLIN_TESTCTRL_WORKER_CRASH */
     GOBLIN_MISBEHAVE_NEGATE = 10,  /* every float output negated: two such workers send the
                                       same wrong bits (a colluding pair) */
+    GOBLIN_MISBEHAVE_PRODUCTS = 11, /* every output that is a matmul's value (the products a
+                                       CHECKED task returns) scaled by (1 + 1e-3), the other
+                                       outputs as computed; deterministic, as NEGATE */
+    GOBLIN_MISBEHAVE_NEGATE_REST = 12, /* every float output that is not a matmul's value
+                                          negated, the products as computed (a sign-flipped
+                                          loss and gradient); deterministic, as NEGATE */
     GOBLIN_MISBEHAVE_COUNT
 } goblin_misbehave;
 

@@ -66,9 +66,11 @@ typedef struct goblin_trainer_params {
     uint64_t task_memory_bytes;  /* one task's budget; 0 = the smallest memory the
                                     connected workers advertise (256 MiB if none) */
     int32_t max_stages;          /* upper bound for the partitioner (default 64) */
-    goblin_verify verify;  /* default REPLICATE */
-    double min_replication;      /* default 1.0: every training task is replicated, so a
-                                    cheating worker cannot change the trajectory */
+    goblin_verify verify;  /* default CHECKED (verify.h; REPLICATE where it does not apply) */
+    double checked_max_share;    /* CHECKED: as goblin_graph_job_params' (> 0, default 0.25) */
+    double min_replication;      /* default 1.0: under REPLICATE every training task is
+                                    replicated, so a cheating worker cannot change the
+                                    trajectory */
     /* A round that cannot be right is computed again on this machine before its step
      * (docs/training.md): a loss or gradient that is not finite, a loss below zero from a
      * loss the graph proves never negative, or a gradient norm over grad_jump_factor times

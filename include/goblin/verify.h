@@ -38,8 +38,8 @@ GOBLIN_BEGIN_DECLS
 /** How a job's results are checked: one policy enum for every kind of job.
  *  goblin_node_params.verify (matmul jobs) takes FREIVALDS (its default),
  *  RECOMPUTE or UNSAFE_NONE; goblin_graph_job_params.verify and
- *  goblin_trainer_params.verify take REPLICATE (their default), SPOT, RECOMPUTE
- *  or UNSAFE_NONE. A policy that does not apply to the job is GOBLIN_EINVAL.
+ *  goblin_trainer_params.verify take CHECKED (their default), REPLICATE, SPOT,
+ *  RECOMPUTE or UNSAFE_NONE. A policy that does not apply to the job is GOBLIN_EINVAL.
  *  There is no "off" except the named unsafe mode. Values are on the client wire:
  *  explicit and append-only. */
 typedef enum goblin_verify {
@@ -48,6 +48,14 @@ typedef enum goblin_verify {
     GOBLIN_VERIFY_UNSAFE_NONE = 2, /* no check at all: benchmarks only */
     GOBLIN_VERIFY_SPOT = 3,        /* graph jobs: the node recomputes a few secret rows */
     GOBLIN_VERIFY_REPLICATE = 4,   /* graph jobs: adaptive replication on another worker */
+    /* graph jobs and training: checked execution. The worker returns the values of the
+     * task's products (f32/f64 matmuls) with its outputs; the node checks each product
+     * by Freivalds' algorithm, evaluates every other node itself from the task's inputs
+     * and the products, and compares its outputs with the worker's under the ops'
+     * contracts. Every task verified, no replica trusted (docs/verification.md, "Checked
+     * execution"). Where the graph has no product, or the rest of its work is more than a
+     * quarter of a task's (estimated), the job is replicated instead (REPLICATE). */
+    GOBLIN_VERIFY_CHECKED = 5,
     GOBLIN_VERIFY_COUNT
 } goblin_verify;
 

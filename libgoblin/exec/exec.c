@@ -30,6 +30,7 @@ struct goblin_exec {
     /* per node that owns a buffer: the last node reading it through itself or an alias
      * (n_nodes when the buffer is a graph output, -1 when nothing reads it) */
     int32_t *buf_last;
+    int32_t *given; /* per node: index into p.given of its given value, or -1 */
     goblin_exec_stats stats;
     bool profile; /* GOBLIN_PROFILE set (non-empty, not "0"): per-node times to stderr */
     char err[512];
@@ -226,8 +227,8 @@ static bool contig_strides(const goblin__node *n, const int64_t *st) {
     return true;
 }
 
-static void alias_plan(const goblin_graph *g, const int32_t *last_use, int32_t *root, int32_t *buf_last,
-                       int64_t *voff, int64_t *vstr) {
+static void alias_plan(const goblin_graph *g, const int32_t *last_use, const int32_t *given, int32_t *root,
+                       int32_t *buf_last, int64_t *voff, int64_t *vstr) {
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const goblin__node *n = &g->nodes[i];
         root[i] = i;
@@ -235,7 +236,7 @@ static void alias_plan(const goblin_graph *g, const int32_t *last_use, int32_t *
         voff[i] = 0;
         int64_t *st = vstr + (size_t)i * GOBLIN_MAX_RANK;
         goblin__contig_strides(n->rank, n->shape, st);
-        if (n->n_inputs != 1 || last_use[i] == g->n_nodes) continue;
+        if (n->n_inputs != 1 || last_use[i] == g->n_nodes || given[i] >= 0) continue;
         int32_t x = n->inputs[0], r = root[x];
         if (g->nodes[r].op == GOBLIN_OP_INPUT || n->dtype != g->nodes[x].dtype) continue;
         int64_t numel = 1;
@@ -263,6 +264,7 @@ static void exec_free_plan(goblin_exec *ex) {
     goblin__free(ex->buf_last);
     goblin__free(ex->voff);
     goblin__free(ex->vstr);
+    goblin__free(ex->given);
 }
 
 goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const goblin_exec_params *p) {
@@ -276,6 +278,12 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
         if (l->n_nodes != g->n_nodes) return GOBLIN_EINVAL;
         for (int32_t i = 0; i < g->n_nodes; i++)
             if (l->nodes[i].op != g->nodes[i].op || l->nodes[i].n_inputs != g->nodes[i].n_inputs) return GOBLIN_EINVAL;
+    }
+    if (params.n_given < 0 || (params.n_given > 0 && (!params.given_ids || !params.given))) return GOBLIN_EINVAL;
+    for (int32_t q = 0; q < params.n_given; q++) {
+        int32_t id = params.given_ids[q];
+        if (id < 0 || id >= g->n_nodes || g->nodes[id].op == GOBLIN_OP_INPUT || g->nodes[id].op == GOBLIN_OP_CONSTANT)
+            return GOBLIN_EINVAL;
     }
     if (params.threads == 0) { /* all cores: resolved once so kernels see a real count */
         long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -299,17 +307,27 @@ goblin_err goblin_exec_new(goblin_exec **out, const goblin_graph *g, const gobli
     ex->buf_last = goblin__calloc(nn1, sizeof(int32_t));
     ex->voff = goblin__calloc(nn1, sizeof(int64_t));
     ex->vstr = goblin__calloc(nn1 * GOBLIN_MAX_RANK, sizeof(int64_t));
-    if (!ex->last_use || !ex->root || !ex->buf_last || !ex->voff || !ex->vstr) {
+    ex->given = goblin__calloc(nn1, sizeof(int32_t));
+    if (!ex->last_use || !ex->root || !ex->buf_last || !ex->voff || !ex->vstr || !ex->given) {
         exec_free_plan(ex);
         goblin__free(ex);
         return GOBLIN_ENOMEM;
+    }
+    for (int32_t i = 0; i < g->n_nodes; i++) ex->given[i] = -1;
+    for (int32_t q = 0; q < params.n_given; q++) {
+        if (ex->given[params.given_ids[q]] >= 0) {
+            exec_free_plan(ex);
+            goblin__free(ex);
+            return GOBLIN_EINVAL;
+        }
+        ex->given[params.given_ids[q]] = q;
     }
     for (int32_t i = 0; i < g->n_nodes; i++) {
         ex->last_use[i] = -1;
         for (int32_t j = 0; j < g->nodes[i].n_inputs; j++) ex->last_use[g->nodes[i].inputs[j]] = i;
     }
     for (int32_t o = 0; o < g->n_outputs; o++) ex->last_use[g->output_ids[o]] = g->n_nodes;
-    alias_plan(g, ex->last_use, ex->root, ex->buf_last, ex->voff, ex->vstr);
+    alias_plan(g, ex->last_use, ex->given, ex->root, ex->buf_last, ex->voff, ex->vstr);
     char msg[256] = "";
     e = vt->init(&ex->be_ctx, &params, msg, sizeof msg);
     if (e) {
@@ -564,6 +582,14 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
                          goblin__shape_str(n->rank, n->shape, sa, sizeof sa));
     }
 
+    for (int32_t q = 0; q < ex->p.n_given; q++) {
+        const goblin__node *n = &g->nodes[ex->p.given_ids[q]];
+        const goblin_tensor *t = &ex->p.given[q];
+        if (!same_shape(t, n) || !goblin_tensor_is_contiguous(t) || (!t->data && node_bytes(n) > 0))
+            return xfail(ex, GOBLIN_ESHAPE, "given value %d (node %d): expected contiguous %s %s", (int)q,
+                         (int)ex->p.given_ids[q], goblin_dtype_name(n->dtype),
+                         goblin__shape_str(n->rank, n->shape, sa, sizeof sa));
+    }
     goblin_err e = GOBLIN_OK;
     int32_t nn = g->n_nodes;
     reuse_pool pool;
@@ -589,7 +615,7 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
         int32_t id = g->output_ids[o];
         const goblin__node *n = &g->nodes[id];
         if (!outputs[o].data || !goblin_tensor_is_contiguous(&outputs[o])) continue;
-        if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT) continue;
+        if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT || ex->given[id] >= 0) continue;
         bool dup = false;
         for (int32_t q = 0; q < n_outputs; q++) dup |= q != o && g->output_ids[q] == id;
         if (!dup) direct[id] = o;
@@ -605,6 +631,10 @@ goblin_err goblin_exec_run(goblin_exec *ex, const goblin_tensor *inputs, int32_t
         }
         if (n->op == GOBLIN_OP_CONSTANT) {
             describe(&vals[i], n, n->payload);
+            continue;
+        }
+        if (ex->given[i] >= 0) { /* borrowed, contiguous: views of it work as of a buffer */
+            describe(&vals[i], n, ex->p.given[ex->given[i]].data);
             continue;
         }
         if (ex->root[i] != i) { /* a view of its root's buffer (alias_plan) */

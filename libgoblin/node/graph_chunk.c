@@ -172,7 +172,8 @@ bool goblin__node_graph_result_shape_ok(const goblin_job *j, int64_t ti, const g
                                         goblin_verify_reason *why) {
     const gvariant *v = gvar(j, ti);
     *why = GOBLIN_VERIFY_SHAPE;
-    if ((int64_t)r->n_outputs != j->g->n_out) return false;
+    if (v->wg && !goblin__node_checked_shape_ok(j, ti, r, why)) return false;
+    if ((int64_t)r->n_outputs != j->g->n_out + v->n_heavy) return false;
     for (int32_t o = 0; o < j->g->n_out; o++) {
         const goblin_tensor *a = &r->outputs[o], *s = &v->oshape[o];
         if (a->dtype != s->dtype) {

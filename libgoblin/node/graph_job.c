@@ -18,9 +18,10 @@ void goblin_graph_job_params_default(goblin_graph_job_params *p) {
     if (!p) return;
     memset(p, 0, sizeof *p);
     goblin_job_params_default(&p->job);
-    p->verify = GOBLIN_VERIFY_REPLICATE;
+    p->verify = GOBLIN_VERIFY_CHECKED;
     p->min_replication = 0.25;
     p->trust_halflife = 20.0;
+    p->checked_max_share = 0.25;
 }
 
 void goblin__node_gjob_free(gjob *G) {
@@ -31,6 +32,7 @@ void goblin__node_gjob_free(gjob *G) {
         goblin__free(G->v[k].oshape);
         goblin__free(G->v[k].oop);
         goblin__free(G->v[k].ok);
+        goblin__node_checked_free(&G->v[k]);
     }
     if (G->packed)
         for (int32_t i = 0; i < G->n_in; i++) goblin__free(G->packed[i]);
@@ -163,7 +165,20 @@ static goblin_err make_variant(goblin_node *n, gjob *G, const goblin_graph *g, c
             return GOBLIN_EINVAL;
         }
     }
-    return serialize_chunk(n, v->g, &v->buf, &v->len);
+    if (G->verify == GOBLIN_VERIFY_CHECKED) {
+        /* The first variant decides for the job (the other has the same nodes). */
+        bool applies = false;
+        char why[320] = "";
+        goblin_err ce = goblin__node_checked_plan(G, g, v, v != &G->v[0], &applies, why, sizeof why);
+        if (ce) return ce;
+        if (!applies) {
+            if (n) goblin__node_log(n, GOBLIN_LOG_INFO, "checked execution does not apply (%s): replicating instead", why);
+            G->verify = GOBLIN_VERIFY_REPLICATE;
+        } else {
+            v->bytes = goblin__graph_task_bytes(v->wg);
+        }
+    }
+    return serialize_chunk(n, v->wg ? v->wg : v->g, &v->buf, &v->len);
 }
 
 /* ---- planning: the caller's tensors, chunk sizes -------------------------------- */
@@ -375,6 +390,7 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
             goblin__free(G->v[k].oshape);
             goblin__free(G->v[k].oop);
             goblin__free(G->v[k].ok);
+            goblin__node_checked_free(&G->v[k]);
             memset(&G->v[k], 0, sizeof G->v[k]);
         }
         for (int32_t k = 0; k < G->nv; k++) {
@@ -449,10 +465,10 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
         return GOBLIN_EINVAL;
     }
     if ((unsigned)jp->verify >= GOBLIN_VERIFY_COUNT || jp->verify == GOBLIN_VERIFY_FREIVALDS || !(jp->min_replication > 0.0 && jp->min_replication <= 1.0) ||
-        !(jp->trust_halflife > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0 || jp->spot_rows < 0 ||
+        !(jp->trust_halflife > 0.0) || !(jp->checked_max_share > 0.0) || jp->chunk_rows < 0 || jp->job.min_tasks < 0 || jp->spot_rows < 0 ||
         jp->spot_rows > 65535) {
         goblin__node_refuse(n, "cannot submit graph job: bad parameters (verify, min_replication in (0, 1], "
-                         "trust_halflife > 0, chunk_rows >= 0, min_tasks >= 0, spot_rows in 0..65535)");
+                         "trust_halflife > 0, checked_max_share > 0, chunk_rows >= 0, min_tasks >= 0, spot_rows in 0..65535)");
         return GOBLIN_EINVAL;
     }
     goblin_job *j = goblin__calloc(1, sizeof *j);
@@ -484,6 +500,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     G->verify = jp->verify;
     G->min_rep = jp->min_replication;
     G->halflife = jp->trust_halflife;
+    G->max_share = jp->checked_max_share;
     size_t nin = (size_t)(gi > 0 ? gi : 1);
     G->in = goblin__calloc(nin, sizeof *G->in);
     G->out = goblin__calloc((size_t)no, sizeof *G->out);

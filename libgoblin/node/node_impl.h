@@ -199,6 +199,12 @@ typedef struct gvariant {
     goblin_tensor *oshape; /* per output: dtype and shape (data NULL) */
     goblin_op *oop;        /* per output: the op of its node and its reduction length */
     int64_t *ok;
+    /* CHECKED (checked.c): the products checked by Freivalds' algorithm (node ids, the
+     * same in g, wg and cg), the graph sent (wg: g's outputs, then the products) and the
+     * node's graph (cg: g's outputs, then each product's operands); NULL otherwise */
+    int32_t n_heavy;
+    int32_t *heavy;
+    goblin_graph *wg, *cg;
 } gvariant;
 
 typedef struct gjob {
@@ -213,6 +219,7 @@ typedef struct gjob {
     int32_t nv;
     goblin_verify verify;
     double min_rep, halflife;
+    double max_share;             /* CHECKED: goblin_graph_job_params.checked_max_share */
     const goblin__hoisted *hoist; /* the graph whose constants are inputs here, or NULL */
     int64_t spot_k;               /* SPOT: rows recomputed per check */
     goblin_graph *spot_g;         /* SPOT: the graph for spot_k rows */
@@ -568,6 +575,21 @@ void goblin__node_graph_task_accept(goblin_node *n, goblin_job *j, int64_t ti, v
                                     int32_t by, bool replicated);
 /** Decide task @p ti by recomputing it on the node, judging @p nc candidate results @p res of peers
  * @p pc. */
+/* ---- checked.c: CHECKED ------------------------------------------------------ */
+
+/** Plan checked execution of variant @p v (its g built from job graph @p g): *applies
+ *  false, with the reason in @p why, when the graph has no checkable product or the node
+ *  would do too large a share of the work (unless @p any_share); else v's heavy, wg and cg set. GOBLIN_ENOMEM. */
+goblin_err goblin__node_checked_plan(const gjob *G, const goblin_graph *g, gvariant *v, bool any_share,
+                                     bool *applies, char *why, size_t cap);
+/** Free what goblin__node_checked_plan set in @p v. */
+void goblin__node_checked_free(gvariant *v);
+/** Do a CHECKED result's products have the products' dtypes and shapes (else *@p why)? */
+bool goblin__node_checked_shape_ok(const goblin_job *j, int64_t ti, const goblin__wire_result *r,
+                                   goblin_verify_reason *why);
+/** Judge worker @p pi's result @p res (the job's outputs, then the products) of task @p ti. */
+void goblin__node_graph_checked(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi, const goblin_tensor *res);
+
 void goblin__node_graph_decide(goblin_node *n, goblin_job *j, int64_t ti, int32_t nc, const int32_t *pc,
                                const goblin_tensor *const *res);
 /** Combine the reduction outputs over the chunks, in chunk order. */

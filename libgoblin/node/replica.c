@@ -70,6 +70,8 @@ void goblin__node_handle_graph_result(goblin_node *n, int32_t pi, int64_t li, go
         goblin__node_graph_decide(n, j, ti, 1, &pi, &res0);
     } else if (G->verify == GOBLIN_VERIFY_SPOT) {
         goblin__node_graph_spot(n, j, ti, pi, res0, data);
+    } else if (G->verify == GOBLIN_VERIFY_CHECKED) {
+        goblin__node_graph_checked(n, j, ti, pi, res0);
     } else if (t->holder) {
         int32_t h = t->holder - 1;
         vclock t0 = goblin__node_verify_begin();

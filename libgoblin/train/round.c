@@ -76,6 +76,7 @@ static goblin_err run_submit(goblin_trainer *t, tr_run *r) {
     jp.cache_ids = r->cids;
     jp.verify = t->p.verify;
     jp.min_replication = t->p.min_replication;
+    jp.checked_max_share = t->p.checked_max_share;
     goblin_err e;
     int32_t ni = r->tg->n_in, no = r->tg->n_out;
     if (!t->grid) {

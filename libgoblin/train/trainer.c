@@ -60,8 +60,9 @@ void goblin_trainer_params_default(goblin_trainer_params *p) {
     p->schedule.kind = GOBLIN_LR_CONSTANT;
     p->schedule.warmup_start_factor = 1.0 / 3.0;
     p->max_stages = GOBLIN_TRAIN_MAX_STAGES;
-    p->verify = GOBLIN_VERIFY_REPLICATE;
+    p->verify = GOBLIN_VERIFY_CHECKED;
     p->min_replication = 1.0;
+    p->checked_max_share = 0.25;
     p->grad_jump_factor = 100.0;
     p->log_level = GOBLIN_LOG_WARN;
 }
@@ -160,6 +161,8 @@ goblin_err goblin_trainer_new(goblin_trainer **out, goblin_grid *grid, const gob
     if (p->max_stages < 1 || p->max_stages > GOBLIN_TRAIN_MAX_STAGES)
         NEWFAIL(GOBLIN_EINVAL, "max_stages %d outside 1..%d", (int)p->max_stages,
                 GOBLIN_TRAIN_MAX_STAGES);
+    if (!(p->checked_max_share > 0))
+        NEWFAIL(GOBLIN_EINVAL, "checked_max_share %g is not > 0", p->checked_max_share);
     if (!(p->min_replication > 0 && p->min_replication <= 1))
         NEWFAIL(GOBLIN_EINVAL, "min_replication %g outside (0, 1]", p->min_replication);
     if (!(p->clip_norm >= 0) || isinf(p->clip_norm))

@@ -9,6 +9,7 @@ static const char *const g_names[GOBLIN_VERIFY_COUNT] = {
     [GOBLIN_VERIFY_UNSAFE_NONE] = "unsafe-none",
     [GOBLIN_VERIFY_SPOT] = "spot",
     [GOBLIN_VERIFY_REPLICATE] = "replicate",
+    [GOBLIN_VERIFY_CHECKED] = "checked",
 };
 
 const char *goblin_verify_name(goblin_verify v) {

@@ -19,7 +19,7 @@
 
 static const char *mb_names[GOBLIN_MISBEHAVE_COUNT] = {"none",     "wrong",  "scale", "nan",  "stale",
                                                        "swap",     "truncate", "silent", "slow", "crash",
-                                                       "negate"};
+                                                       "negate",   "products", "negate-rest"};
 
 static const char *misbehave_name(goblin_misbehave mode) {
     return (unsigned)mode < GOBLIN_MISBEHAVE_COUNT ? mb_names[mode] : NULL;
@@ -121,7 +121,8 @@ void goblin__worker_crash(goblin_worker *w, uint64_t task_id) {
 }
 
 bool goblin__worker_misbehave_apply(goblin_worker *w, goblin_misbehave mode, uint64_t task_id,
-                                    goblin_tensor *out, int32_t no, goblin_tensor **send_t, int32_t *n_out) {
+                                    goblin_tensor *out, int32_t no, const uint8_t *product,
+                                    goblin_tensor **send_t, int32_t *n_out) {
     goblin_tensor *o0 = no > 0 ? &out[0] : NULL;
     int64_t ne = o0 ? goblin_tensor_numel(o0) : 0;
     bool f32 = o0 && o0->dtype == GOBLIN_DTYPE_F32, f64 = o0 && o0->dtype == GOBLIN_DTYPE_F64;
@@ -188,6 +189,19 @@ bool goblin__worker_misbehave_apply(goblin_worker *w, goblin_misbehave mode, uin
             for (int64_t i = 0; i < nq; i++) {
                 if (out[q].dtype == GOBLIN_DTYPE_F32) ((float *)out[q].data)[i] = -((float *)out[q].data)[i];
                 else if (out[q].dtype == GOBLIN_DTYPE_F64) ((double *)out[q].data)[i] = -((double *)out[q].data)[i];
+            }
+        }
+        break;
+    case GOBLIN_MISBEHAVE_PRODUCTS:
+    case GOBLIN_MISBEHAVE_NEGATE_REST:
+        for (int32_t q = 0; q < no; q++) {
+            bool prod = product && product[q];
+            if (prod != (mode == GOBLIN_MISBEHAVE_PRODUCTS)) continue;
+            double f = mode == GOBLIN_MISBEHAVE_PRODUCTS ? 1.001 : -1.0;
+            int64_t nq = goblin_tensor_numel(&out[q]);
+            for (int64_t i = 0; i < nq; i++) {
+                if (out[q].dtype == GOBLIN_DTYPE_F32) ((float *)out[q].data)[i] = (float)(f * ((float *)out[q].data)[i]);
+                else if (out[q].dtype == GOBLIN_DTYPE_F64) ((double *)out[q].data)[i] *= f;
             }
         }
         break;

@@ -164,11 +164,12 @@ void goblin__worker_kept_free(kept_set *k);
 goblin_misbehave goblin__worker_misbehave_draw(goblin_worker *w);
 /* CRASH: log, then the hook, or _exit(3) where allowed; the caller then ends the loop. */
 void goblin__worker_crash(goblin_worker *w, uint64_t task_id);
-/* Alter the honest outputs @p out (@p no of them) by @p mode: *send_t / *n_out are what
- * to send (out itself, a kept earlier result or a truncated copy). False: send nothing
- * (SILENT). */
+/* Alter the honest outputs @p out (@p no of them; @p product[i] non-zero where output i
+ * is a matmul's value, or NULL) by @p mode: *send_t / *n_out are what to send (out
+ * itself, a kept earlier result or a truncated copy). False: send nothing (SILENT). */
 bool goblin__worker_misbehave_apply(goblin_worker *w, goblin_misbehave mode, uint64_t task_id,
-                                    goblin_tensor *out, int32_t no, goblin_tensor **send_t, int32_t *n_out);
+                                    goblin_tensor *out, int32_t no, const uint8_t *product,
+                                    goblin_tensor **send_t, int32_t *n_out);
 /* After an answer: keep honest outputs that STALE / SWAP will replay. */
 void goblin__worker_misbehave_keep(goblin_worker *w, goblin_misbehave mode, const goblin_tensor *out,
                                    int32_t no);

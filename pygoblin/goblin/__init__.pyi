@@ -166,7 +166,8 @@ class Grid:
               clip_norm: Optional[float] = ..., task_memory: Union[None, int, str] = ...,
               max_stages: Optional[int] = ..., verify: str = ..., min_replication: Optional[float] = ...,
               example: Optional[Sequence[Any]] = ..., n_inputs: int = ..., progress: bool = ...,
-              capture: Optional[TrainingCapture] = ...) -> Trainer: ...
+              capture: Optional[TrainingCapture] = ...,
+              checked_max_share: Optional[float] = ...) -> Trainer: ...
 
 def connect(url: Optional[str] = ..., *, ca: Any = ..., fingerprint: Optional[str] = ...,
             token: Union[None, str, bytes] = ..., server_name: Optional[str] = ..., workers: Optional[int] = ...,

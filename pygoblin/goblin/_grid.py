@@ -24,8 +24,8 @@ from ._progress import Progress as _Progress
 # verification policies; "none" is short for "unsafe-none".
 _SPLIT = _goblin.enum_values("split")
 _COMBINE = _goblin.enum_values("combine")
-_VERIFY = {k: v for k, v in _goblin.enum_values("verify").items() if k in ("replicate", "recompute", "spot",
-                                                                           "unsafe-none")}
+_VERIFY = {k: v for k, v in _goblin.enum_values("verify").items() if k in ("checked", "replicate", "recompute",
+                                                                           "spot", "unsafe-none")}
 _VERIFY["none"] = _VERIFY["unsafe-none"]
 
 
@@ -212,7 +212,7 @@ class Grid:
             p.close()
 
     # -- graphs -----------------------------------------------------------------------------
-    def run(self, graph, *inputs, split=None, combine=None, chunk_rows=None, verify="replicate",
+    def run(self, graph, *inputs, split=None, combine=None, chunk_rows=None, verify="checked",
             progress=True, min_tasks=None, task_memory=None, min_replication=None, trust_halflife=None,
             spot_rows=None, batch_dims=None, **variables):
         """Evaluate a goblin.Graph (or a captured PyTorch program) on the grid.
@@ -225,7 +225,10 @@ class Grid:
         layouts such as nn.MultiheadAttention's default are cut along dim 1; see
         docs/graph-format.md, "The batch axis"). split: per input 'batch' or 'broadcast'
         (None: batch for every input whose batch dim equals input 0's). combine: per output 'auto', 'concat', 'sum', 'mean', 'max',
-        'min'. verify: 'replicate' (adaptive replication, default), 'spot' (the node
+        'min'. verify: 'checked' (default: the worker returns the graph's matmul products,
+        the node checks them by Freivalds' algorithm and evaluates the rest itself; where the
+        graph has no product or too much other work, 'replicate'), 'replicate' (adaptive
+        replication), 'spot' (the node
         recomputes spot_rows secret rows of each checked task, and every row holding a NaN
         or inf, and compares: a few per cent of the work; for graphs whose outputs are all
         'concat', i.e. computed row by row), 'recompute' (every task recomputed by the node)
@@ -277,7 +280,7 @@ class Grid:
                 raise _goblin.ShapeError(f"run: input {i}: the graph takes shape {tuple(t.shape)}, got "
                                          f"{tuple(a.shape)}")
         if verify not in _VERIFY:
-            raise _goblin.InvalidArgumentError(f"run: verify must be 'replicate', 'spot', 'recompute' or "
+            raise _goblin.InvalidArgumentError(f"run: verify must be 'checked', 'replicate', 'spot', 'recompute' or "
                                                f"'none', got {verify!r}")
         if spot_rows is not None and (not isinstance(spot_rows, (int, np.integer)) or not 1 <= spot_rows <= 65535):
             raise _goblin.InvalidArgumentError(f"run: spot_rows must be an int in 1..65535, got {spot_rows!r}")

@@ -29,7 +29,7 @@ from . import _dtypes
 from . import optim as _optim
 from ._capture_train import capture_training
 
-_VERIFY = {"replicate": "replicate", "recompute": "recompute", "none": "unsafe-none",
+_VERIFY = {"checked": "checked", "replicate": "replicate", "recompute": "recompute", "none": "unsafe-none",
            "unsafe-none": "unsafe-none"}
 
 # The live trainers of each native grid: a trainer holds its grid busy (the library's
@@ -165,8 +165,9 @@ class Trainer:
     recheck_changed)."""
 
     def __init__(self, grid, model, loss_fn=None, optimizer=None, batch_size=None, micro_batch_size=None,
-                 schedule=None, clip_norm=None, task_memory=None, max_stages=None, verify="replicate",
-                 min_replication=None, example=None, n_inputs=1, progress=True, capture=None, batch_dims=None):
+                 schedule=None, clip_norm=None, task_memory=None, max_stages=None, verify="checked",
+                 min_replication=None, example=None, n_inputs=1, progress=True, capture=None, batch_dims=None,
+                 checked_max_share=None):
         self._grid = grid
         self._native_grid = _native_grid(grid)
         if self._native_grid.closed:
@@ -187,7 +188,7 @@ class Trainer:
             raise _goblin.InvalidArgumentError(f"micro_batch_size must be an int >= 0 (0: the largest that "
                                                f"fits), got {micro_batch_size!r}")
         if verify not in _VERIFY:
-            raise _goblin.InvalidArgumentError("verify must be 'replicate' or 'recompute' ('none' for "
+            raise _goblin.InvalidArgumentError("verify must be 'checked', 'replicate' or 'recompute' ('none' for "
                                                "benchmarks only)")
         self.batch_size = None if batch_size is None else int(batch_size)
         self.micro_batch_size = int(micro_batch_size or 0)
@@ -199,6 +200,8 @@ class Trainer:
             "verify": _VERIFY[verify]})
         if min_replication is not None:
             self._options["min_replication"] = float(min_replication)
+        if checked_max_share is not None:
+            self._options["checked_max_share"] = float(checked_max_share)
         self.n_inputs = int(n_inputs)
         self.batch_dims = batch_dims  # given, else the capture's (inferred on the first batch)
         self.progress = progress

@@ -816,6 +816,9 @@ static PyObject *grid_stats(pygoblin_grid *self, PyObject *unused)
     F(verify_cpu_ns);
     F(panels_in_place);
     F(workers_asking);
+    F(tasks_checked);
+    F(products_checked);
+    F(products_bytes);
 #undef F
     bad = bad || set_int(d, "jobs_submitted", self->jobs_submitted) < 0 ||
           set_int(d, "jobs_done", self->jobs_done) < 0 || set_int(d, "jobs_failed", self->jobs_failed) < 0 ||

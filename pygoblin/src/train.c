@@ -170,8 +170,8 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     /* the policies that apply to training tasks */
     if (goblin_verify_from_name(verify, &p.verify) != GOBLIN_OK ||
         (p.verify != GOBLIN_VERIFY_REPLICATE && p.verify != GOBLIN_VERIFY_RECOMPUTE &&
-         p.verify != GOBLIN_VERIFY_UNSAFE_NONE))
-        return pygoblin_raise(GOBLIN_EINVAL, "verify must be 'replicate', 'recompute' or 'unsafe-none'");
+         p.verify != GOBLIN_VERIFY_UNSAFE_NONE && p.verify != GOBLIN_VERIFY_CHECKED))
+        return pygoblin_raise(GOBLIN_EINVAL, "verify must be 'checked', 'replicate', 'recompute' or 'unsafe-none'");
     int64_t sched_kind = 0, task_mem = 0, max_stages = 0;
     if (get_double(opts, "lr", &p.sgd.lr) < 0 || get_double(opts, "lr", &p.adamw.lr) < 0 ||
         get_double(opts, "momentum", &p.sgd.momentum) < 0 || get_double(opts, "dampening", &p.sgd.dampening) < 0 ||
@@ -188,7 +188,8 @@ static PyObject *trainer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         get_i64(opts, "total_steps", &p.schedule.total_steps) < 0 ||
         get_double(opts, "clip_norm", &p.clip_norm) < 0 || get_i64(opts, "micro_batch", &p.micro_batch) < 0 ||
         get_i64(opts, "task_memory", &task_mem) < 0 || get_i64(opts, "max_stages", &max_stages) < 0 ||
-        get_double(opts, "min_replication", &p.min_replication) < 0)
+        get_double(opts, "min_replication", &p.min_replication) < 0 ||
+        get_double(opts, "checked_max_share", &p.checked_max_share) < 0)
         return NULL;
     if (sched_kind < 0 || sched_kind >= GOBLIN_LR_KIND_COUNT)
         return pygoblin_raise(GOBLIN_EINVAL, "unknown schedule kind (goblin._goblin.enum_values('lr_kind'))");

@@ -36,7 +36,10 @@ class ErrBuf(C.Structure):  # goblin_errbuf
 
 
 class ExecParams(C.Structure):
-    _fields_ = [("backend", C.c_int), ("threads", C.c_int32), ("device", C.c_int32)]
+    # the whole goblin_exec_params (goblin_exec_params_default writes all of it)
+    _fields_ = [("backend", C.c_int), ("threads", C.c_int32), ("device", C.c_int32),
+                ("shapes_like", C.c_void_p), ("given_ids", C.c_void_p), ("given", C.c_void_p),
+                ("n_given", C.c_int32)]
 
 
 def _find_lib():

@@ -39,7 +39,7 @@ Test(names, enums_both_ways) {
     CHECK_ENUM(goblin_combine, goblin_combine_name, goblin_combine_from_name, GOBLIN_COMBINE_COUNT, NULL,
                "auto", "concat", "sum", "mean", "max", "min");
     CHECK_ENUM(goblin_verify, goblin_verify_name, goblin_verify_from_name, GOBLIN_VERIFY_COUNT, NULL,
-               "freivalds", "recompute", "unsafe-none", "spot", "replicate");
+               "freivalds", "recompute", "unsafe-none", "spot", "replicate", "checked");
     CHECK_ENUM(goblin_lr_kind, goblin_lr_kind_name, goblin_lr_kind_from_name, GOBLIN_LR_KIND_COUNT, NULL,
                "constant", "cosine-warmup");
     CHECK_ENUM(goblin_optimizer, goblin_optimizer_name, goblin_optimizer_from_name,

@@ -817,3 +817,62 @@ Test(train, an_agreeing_pair_cannot_pass_an_impossible_loss) {
     goblin_grid_free(grid);
     mlp_free(&m);
 }
+
+/* Checked execution (the default, verify.h): two workers of one attacker and nobody
+ * else, sending a sign-flipped loss and gradient over honest products (NEGATE_REST), or
+ * everything negated (NEGATE: the products too). The node checks the products by
+ * Freivalds and evaluates the rest itself, so each cheat is caught where it arrives:
+ * the round is not even rechecked, and the trajectory is the reference's. */
+Test(train, checked_execution_catches_a_sign_flipped_gradient_alone) {
+    mlp m;
+    int64_t dims[2] = {256, 128}; /* softmax regression: its work in its two products */
+    mlp_build(&m, 1, dims, 64, 23, 0);
+    const goblin_misbehave modes[2] = {GOBLIN_MISBEHAVE_NEGATE_REST, GOBLIN_MISBEHAVE_NEGATE};
+    goblin_tensor data[2];
+    data_tensors(&m, data);
+    for (int q = 0; q < 3; q++) {
+        goblin_grid *grid = grid_new(2);
+        if (q < 2)
+            for (int i = 0; i < 2; i++)
+                cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, goblin_grid_worker(grid, i),
+                                                 modes[q], 1.0, (uint64_t)0), GOBLIN_OK);
+        goblin_trainer_params tp;
+        tparams(&tp, &m, GOBLIN_OPTIMIZER_SGD);
+        cr_assert_eq(tp.verify, GOBLIN_VERIFY_CHECKED);
+        tp.micro_batch = 64; /* one task a round: each cheater is caught on its own task */
+        goblin_trainer *t = trainer(&m, grid, &tp);
+        ref_state r;
+        ref_init(&r, &m);
+        double **got = alloc_params(&m);
+        for (int k = 0; k < 2; k++) {
+            goblin_train_round_info ri;
+            cr_assert_eq(goblin_trainer_round(t, data, 2, &ri), GOBLIN_OK, "%s", goblin_trainer_error(t));
+            double lref = ref_round(&r, &m, &tp);
+            cr_assert_gt(lref, 0);
+            cr_assert(!ri.rechecked, "round %d needed the round check", k);
+            cr_assert(fabs(ri.loss - lref) <= 1e-12 * (1 + fabs(lref)), "round %d loss %.17g, reference %.17g", k,
+                      ri.loss, lref);
+            get_params(t, &m, got);
+            double d = max_rel_diff(&m, got, r.p);
+            cr_assert(d <= 1e-12, "round %d: parameters differ from the reference by %.3g", k, d);
+        }
+        goblin_node_stats st;
+        goblin_node_stats_get(goblin_grid_node(grid), &st);
+        cr_assert_eq(st.replicas_agreed, 0);
+        if (q < 2) {
+            cr_assert_eq(st.results_rejected, 2, "%s: %lld rejected", rt_misbehave_name(modes[q]),
+                         (long long)st.results_rejected);
+            cr_assert_eq(st.results_accepted, 0);
+            cr_assert_eq(st.workers_quarantined, 2);
+        } else {
+            cr_assert_eq(st.tasks_checked, 2, "every honest task checked (%lld)", (long long)st.tasks_checked);
+            cr_assert_eq(st.results_rejected, 0);
+            cr_assert_eq(st.replicas_issued, 0);
+        }
+        goblin_trainer_free(t);
+        free_params(&m, got);
+        ref_free(&r, &m);
+        goblin_grid_free(grid);
+    }
+    mlp_free(&m);
+}
