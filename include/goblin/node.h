@@ -232,15 +232,18 @@ GOBLIN_API void goblin_job_free(goblin_job *job);
  *           GOBLIN_ESHAPE naming that node.
  *
  * Verification (docs/verification.md): REPLICATE runs a task on two workers of
- * different identity (and different owner, when owners_file names owners); bit-equal results are accepted at once, results that differ are
+ * different identity, owner (when owners_file names owners) and network origin
+ * (goblin_node_params.probation_results and audit_rate: who checks whom); bit-equal
+ * results are accepted at once, results that differ are
  * decided by recomputing the task on the node (a worker whose result disagrees with the
  * node's beyond the ops' numeric contracts is caught: result rejected, worker
  * quarantined, its unreplicated results in running jobs recomputed). Adaptive trust:
  * a worker's tasks are replicated with probability
  *     max(min_replication, 1 / (1 + accepted_agreements / trust_halflife)),
  * so a new worker is always replicated and never drops below min_replication (trust
- * belongs to the identity, over its connections). With only one eligible identity (or
- * owner) connected, a task that must be replicated is recomputed on the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
+ * belongs to the identity, over its connections; an identity on probation is always
+ * replicated). With no eligible worker of another party connected, a task that must be
+ * replicated is recomputed on the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
  * shapes only (benchmarks).
  *
  * SPOT (for graphs whose outputs are all CONCAT, i.e. computed row by row: inference
