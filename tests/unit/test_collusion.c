@@ -656,3 +656,40 @@ Test(collusion, adversarial_log, .timeout = 1200) {
     cworker_end(&h1), cworker_end(&h2);
     goblin_node_free(node);
 }
+
+/* ---- a caught worker's agreements: its twin sent the same wrong bits ------------------ */
+
+Test(collusion, a_caught_worker_brings_down_the_twin_it_agreed_with) {
+    const char *url = "inproc://collusion-twin";
+    goblin_node *node = node_new(url, 4, 0.0); /* no audits: the recheck of agreements alone */
+    cworker s1, s2, h;
+    cworker_start(&s1, node, url, NULL, GOBLIN_MISBEHAVE_NONE, 0, 31);
+    cworker_start(&s2, node, url, NULL, GOBLIN_MISBEHAVE_NONE, 0, 32);
+    cr_assert(wait_for(node, connected_at_least, 2));
+    rowjob r = rowjob_new(32, 6);
+    cr_assert_eq(rowjob_run(node, &r, 1.0), GOBLIN_OK); /* honest: past probation */
+    goblin_node_worker_stats ws;
+    cr_assert(node_view(node, &s1, &ws) && !ws.probation);
+    cr_assert(node_view(node, &s2, &ws) && !ws.probation);
+    /* An honest worker that answers late (correctly): the pair's agreements come first,
+     * then one of the pair meets the honest twin and is caught. */
+    cworker_start(&h, node, url, NULL, GOBLIN_MISBEHAVE_SLOW, 1.0, 33);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_SLOW_MS, h.w, 200u), GOBLIN_OK);
+    cr_assert(joined(node, &h));
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, s1.w, GOBLIN_MISBEHAVE_NEGATE, 1.0, (uint64_t)1),
+                 GOBLIN_OK);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, s2.w, GOBLIN_MISBEHAVE_NEGATE, 1.0, (uint64_t)2),
+                 GOBLIN_OK);
+    rowjob r2 = rowjob_new(200, 7);
+    cr_assert_eq(rowjob_run(node, &r2, 1.0), GOBLIN_OK);
+    goblin_node_stats st = nstats(node);
+    cr_assert_eq(rowjob_bad_rows(&r2), 0, "no wrong row in the answer (%lld agreements, %lld rechecks failed)",
+                 (long long)st.replicas_agreed, (long long)st.recheck_failed);
+    cr_assert(node_view(node, &s1, &ws) && ws.quarantined);
+    cr_assert(node_view(node, &s2, &ws) && ws.quarantined);
+    cr_assert(node_view(node, &h, &ws) && !ws.quarantined && ws.rejected == 0);
+    fprintf(stderr, "twin: %lld wrong agreements rechecked and replaced after a catch\n", (long long)st.recheck_failed);
+    cworker_end(&s1), cworker_end(&s2), cworker_end(&h);
+    goblin_node_free(node);
+    rowjob_free(&r), rowjob_free(&r2);
+}
