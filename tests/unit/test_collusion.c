@@ -659,10 +659,26 @@ Test(collusion, adversarial_log, .timeout = 1200) {
 
 /* ---- a caught worker's agreements: its twin sent the same wrong bits ------------------ */
 
+/* The progress callback (the node's thread): after @p at tasks, the second of the pair
+ * turns honest, so that the next time the pair meets, the first is caught. */
+typedef struct turn {
+    goblin_worker *w;
+    int64_t at;
+    bool done;
+} turn;
+
+static void turn_honest(void *user, int64_t done, int64_t total) {
+    (void)total;
+    turn *t = user;
+    if (t->done || done < t->at) return;
+    t->done = true;
+    goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, t->w, GOBLIN_MISBEHAVE_NONE, 0.0, (uint64_t)0);
+}
+
 Test(collusion, a_caught_worker_brings_down_the_twin_it_agreed_with) {
     const char *url = "inproc://collusion-twin";
     goblin_node *node = node_new(url, 4, 0.0); /* no audits: the recheck of agreements alone */
-    cworker s1, s2, h;
+    cworker s1, s2;
     cworker_start(&s1, node, url, NULL, GOBLIN_MISBEHAVE_NONE, 0, 31);
     cworker_start(&s2, node, url, NULL, GOBLIN_MISBEHAVE_NONE, 0, 32);
     cr_assert(wait_for(node, connected_at_least, 2));
@@ -671,22 +687,35 @@ Test(collusion, a_caught_worker_brings_down_the_twin_it_agreed_with) {
     goblin_node_worker_stats ws;
     cr_assert(node_view(node, &s1, &ws) && !ws.probation);
     cr_assert(node_view(node, &s2, &ws) && !ws.probation);
-    /* An honest worker that answers late (correctly): the pair's agreements come first,
-     * then one of the pair meets the honest twin and is caught. */
-    cworker_start(&h, node, url, NULL, GOBLIN_MISBEHAVE_SLOW, 1.0, 33);
-    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_SLOW_MS, h.w, 200u), GOBLIN_OK);
-    cr_assert(joined(node, &h));
+    /* Both negate: alone, established, every task twinned between them, their agreements
+     * are accepted. After 20 tasks s2 turns honest: s1 is caught at their next common
+     * task, and the recheck of s1's agreements catches s2, which sent the same bits. */
     cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, s1.w, GOBLIN_MISBEHAVE_NEGATE, 1.0, (uint64_t)1),
                  GOBLIN_OK);
     cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, s2.w, GOBLIN_MISBEHAVE_NEGATE, 1.0, (uint64_t)2),
                  GOBLIN_OK);
-    rowjob r2 = rowjob_new(200, 7);
-    cr_assert_eq(rowjob_run(node, &r2, 1.0), GOBLIN_OK);
+    int64_t agreed0 = nstats(node).replicas_agreed;
+    turn tu = {s2.w, 20, false};
+    rowjob r2 = rowjob_new(400, 7);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.chunk_rows = 1;
+    jp.min_replication = 1.0;
+    jp.job.progress = turn_honest;
+    jp.job.progress_user = &tu;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_graph(node, r2.g, r2.in, 2, r2.out, 1, &jp, &job), GOBLIN_OK);
+    cr_assert(!job_or_quarantine(node, job, 2), "the pair finished the job (%lld wrong rows)",
+              (long long)rowjob_bad_rows(&r2));
+    cr_assert(wait_for(node, quarantined_at_least, 2), "both caught");
     goblin_node_stats st = nstats(node);
-    cr_assert_eq(rowjob_bad_rows(&r2), 0, "no wrong row in the answer (%lld agreements, %lld rechecks failed)",
-                 (long long)st.replicas_agreed, (long long)st.recheck_failed);
-    cr_assert(node_view(node, &s1, &ws) && ws.quarantined);
-    cr_assert(node_view(node, &s2, &ws) && ws.quarantined);
+    cr_assert_geq(st.replicas_agreed - agreed0, 20, "the pair's agreements were accepted first");
+    cr_assert_geq(st.recheck_failed, st.replicas_agreed - agreed0, "every wrong agreement rechecked");
+    cworker h; /* an honest worker finishes the job */
+    cworker_start(&h, node, url, NULL, GOBLIN_MISBEHAVE_NONE, 0, 33);
+    cr_assert_eq(goblin_job_wait(job, 600000), GOBLIN_OK, "%s", goblin_job_error(job));
+    goblin_job_free(job);
+    cr_assert_eq(rowjob_bad_rows(&r2), 0, "no wrong row in the answer");
     cr_assert(node_view(node, &h, &ws) && !ws.quarantined && ws.rejected == 0);
     fprintf(stderr, "twin: %lld wrong agreements rechecked and replaced after a catch\n", (long long)st.recheck_failed);
     cworker_end(&s1), cworker_end(&s2), cworker_end(&h);
