@@ -94,6 +94,21 @@ typedef struct goblin_node_params {
     /* Lines "fingerprint owner": identities of one owner count as one worker (a replica
      * never goes to the same owner) and are quarantined together. */
     const char *owners_file;
+    /* Who checks whom (docs/verification.md, "Threat model"). A replica of a graph
+     * task goes only to a worker of another identity, another owner and another
+     * network origin (IPv4 /24, IPv6 /48 of the connection's remote address; local
+     * connections, over inproc://, ipc:// or loopback, have no network origin unless a
+     * test assigns one, goblin/testctrl.h); with none connected the node checks the
+     * task itself. Probation: the first probation_results results of a new identity
+     * (default 16; 0: none) are all checked by the node or by an established worker
+     * of another party: a fresh key starts with no trust. */
+    int32_t probation_results;
+    /* Secret audits: the share of graph-task results accepted by replica agreement or
+     * by trust that the node recomputes anyway, drawn in secret (default 0.02; 0..1):
+     * a pair of cheaters that slips past the rules above is caught with probability
+     * audit_rate per wrong result, and then quarantined together with every result
+     * they gave in running jobs rechecked. */
+    double audit_rate;
 } goblin_node_params;
 
 GOBLIN_API void goblin_node_params_default(goblin_node_params *p);
@@ -217,15 +232,18 @@ GOBLIN_API void goblin_job_free(goblin_job *job);
  *           GOBLIN_ESHAPE naming that node.
  *
  * Verification (docs/verification.md): REPLICATE runs a task on two workers of
- * different identity (and different owner, when owners_file names owners); bit-equal results are accepted at once, results that differ are
+ * different identity, owner (when owners_file names owners) and network origin
+ * (goblin_node_params.probation_results and audit_rate: who checks whom); bit-equal
+ * results are accepted at once, results that differ are
  * decided by recomputing the task on the node (a worker whose result disagrees with the
  * node's beyond the ops' numeric contracts is caught: result rejected, worker
  * quarantined, its unreplicated results in running jobs recomputed). Adaptive trust:
  * a worker's tasks are replicated with probability
  *     max(min_replication, 1 / (1 + accepted_agreements / trust_halflife)),
  * so a new worker is always replicated and never drops below min_replication (trust
- * belongs to the identity, over its connections). With only one eligible identity (or
- * owner) connected, a task that must be replicated is recomputed on the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
+ * belongs to the identity, over its connections; an identity on probation is always
+ * replicated). With no eligible worker of another party connected, a task that must be
+ * replicated is recomputed on the node instead. RECOMPUTE recomputes every task on the node. UNSAFE_NONE checks
  * shapes only (benchmarks).
  *
  * SPOT (for graphs whose outputs are all CONCAT, i.e. computed row by row: inference
@@ -361,6 +379,13 @@ typedef struct goblin_node_stats {
     int64_t products_checked;  /* CHECKED: products (matmul nodes) checked by Freivalds' check */
     int64_t products_bytes;    /* CHECKED: bytes of the products workers returned with their
                                   results (what checked execution adds to a RESULT) */
+    int64_t audits;            /* graph results the node recomputed in a secret audit (agreeing
+                                  replicas, or a trusted worker's single result) */
+    int64_t audits_failed;     /* of which the node's result disagreed: the workers quarantined */
+    int64_t probation_checks;  /* results of identities on probation that the node checked
+                                  (no established worker of another party vouched for them) */
+    int64_t replicas_correlated; /* graph results checked on the node because no worker of
+                                  another identity, owner and network origin could replicate */
 } goblin_node_stats;
 
 GOBLIN_API void goblin_node_stats_get(goblin_node *node, goblin_node_stats *out);
@@ -376,6 +401,11 @@ typedef struct goblin_node_worker_stats {
     int64_t suspected; /* results the node recomputed because their check was inconclusive
                           (between the levels); the identity is quarantined at 3
                           (docs/verification.md, "Suspicion costs") */
+    int64_t vouched;   /* results of its identity checked by the node or an established
+                          worker of another party */
+    bool probation;    /* its identity has fewer than probation_results vouched results */
+    char origin[48];   /* its network origin ("10.1.2.0/24", "2001:db8:1::/48", "test:7"),
+                          or "local" (no network origin) */
 } goblin_node_worker_stats;
 
 /** Counters of worker @p i, in HELLO order among the peers the node still tracks

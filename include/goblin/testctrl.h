@@ -70,6 +70,14 @@ typedef enum goblin_testctrl_op {
      *  "MODE:RATE" (the tools' --misbehave syntax; rate in [0, 1], default 1).
      *  GOBLIN_EINVAL, outputs untouched, if it does not parse. */
     GOBLIN_TESTCTRL_MISBEHAVE_PARSE = 6,
+    /** (goblin_node *n, const char *identity, uint64_t origin): the connections of
+     *  worker identity @p identity (64 lowercase hex digits, goblin_worker_identity)
+     *  that have no network origin (inproc://, ipc://, loopback) count as coming from
+     *  origin @p origin (1 .. 2^60 - 1; 0: none again), so that in-process workers can
+     *  stand for several machines (docs/verification.md, "Threat model"). Applies to
+     *  connections already admitted and to later ones. GOBLIN_EINVAL for a NULL node
+     *  or identity, a malformed identity or an origin out of range. */
+    GOBLIN_TESTCTRL_NODE_ORIGIN = 7,
     GOBLIN_TESTCTRL_COUNT
 } goblin_testctrl_op;
 

@@ -211,7 +211,7 @@ bool goblin__node_ident_same_party(const goblin_node *n, int32_t a, int32_t b) {
 }
 
 bool goblin__node_same_party(const goblin_node *n, int32_t a, int32_t b) {
-    if (a == b) return true;
+    if (a == b || goblin__node_same_origin(n, a, b)) return true;
     return goblin__node_ident_same_party(n, n->peers[a].ident, n->peers[b].ident) && n->peers[a].ident >= 0;
 }
 

@@ -86,11 +86,14 @@ void goblin_node_params_default(goblin_node_params *p) {
     p->log_level = GOBLIN_LOG_INFO;
     p->heartbeat_ms = 5000;
     p->max_pending_connections = 256;
+    p->probation_results = 16;
+    p->audit_rate = 0.02;
 }
 
 /* What goblin_node_new made before it failed (its copies, the identity tables). */
 static void free_made(goblin_node *n) {
     goblin__node_identity_free(n);
+    goblin__node_origin_free(n);
     for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
     goblin__free(n->cert_file);
     goblin__free(n->key_file);
@@ -112,7 +115,8 @@ goblin_err goblin_node_new(goblin_node **out, const goblin_node_params *p) {
         p->recv_max_bytes < GOBLIN_WIRE_HEADER_SIZE ||
         p->recv_max_bytes > GOBLIN_WIRE_MAX_MESSAGE_BYTES ||
         (unsigned)p->recompute_backend >= GOBLIN_BACKEND_COUNT ||
-        p->token_len > GOBLIN_WIRE_MAX_TOKEN_BYTES || (p->token_len && !p->join_token))
+        p->token_len > GOBLIN_WIRE_MAX_TOKEN_BYTES || (p->token_len && !p->join_token) ||
+        p->probation_results < 0 || !(p->audit_rate >= 0.0 && p->audit_rate <= 1.0))
         return GOBLIN_EINVAL;
     for (int32_t i = 0; i < p->n_listen; i++)
         if (!p->listen[i] || !p->listen[i][0]) return GOBLIN_EINVAL;
@@ -418,6 +422,7 @@ void goblin_node_free(goblin_node *n) {
     goblin__free(n->owners_file);
     goblin__node_peers_free(n);
     goblin__node_identity_free(n);
+    goblin__node_origin_free(n);
     goblin__free(n->leases);
     goblin__free(n->ready);
     goblin__free(n->jobs);

@@ -49,6 +49,7 @@
 #include "net/share.h"
 #include "client_port.h"
 #include "net/worker_key.h"
+#include "origin.h"
 
 #define PANEL_MEMO 32     /* matmul panel ids remembered per worker and kind (A, B) */
 #define GID_MEMO 160      /* graph-job input ids remembered per worker (a captured model's
@@ -102,6 +103,8 @@ typedef struct ident {
     uint64_t serial;     /* never reused; 0: none */
     int64_t agreements;  /* checked results that agreed (adaptive trust) */
     int64_t suspicions;  /* results the node had to recompute (trust.c) */
+    int64_t vouched;     /* results checked by the node or by an established worker of
+                            another party: probation_results of them end its probation */
     int32_t connected;   /* peers of this identity admitted and connected */
     int64_t last_seen_ms;
 } ident;
@@ -145,6 +148,7 @@ typedef struct peer {
     bool shared; /* an in-process worker over inproc://: matmul panels go in place (share.h) */
     int64_t issued, accepted, rejected, failed;
     int64_t suspected; /* results of this connection that the node had to recompute */
+    uint64_t origin;   /* network origin (origin.c) read at admission; 0: local, none */
     uint64_t panels[2][PANEL_MEMO];
     int32_t panel_next[2];
     int32_t memo_cap; /* panels per kind believed cached: halved on every miss, since
@@ -170,6 +174,8 @@ typedef struct task {
     /* graph jobs */
     int32_t holder;        /* peer index + 1 of a result held until its replica arrives; 0: none */
     bool replicated;       /* the accepted result was checked (replica or node) */
+    uint64_t twin_ident;   /* identity serial of the replica that agreed with it bit for
+                              bit (0: none); rechecked if either is quarantined */
     void **held;           /* the held result: one contiguous buffer per output */
     void **outs;           /* accepted outputs of reductions, combined at the end */
     uint8_t rep;           /* REPLICATE: 0 undecided, REP_SINGLE, REP_TWICE (decided when
@@ -369,6 +375,12 @@ struct goblin_node {
     goblin__client_port cport;
     bool cport_set;
     char client_urls[512]; /* where clients connect instead (mu), "" if nowhere */
+    /* origins tests gave identities' local connections (origin.c), under mu */
+    struct {
+        char fp[GOBLIN__WKEY_FP_HEX];
+        uint64_t origin;
+    } *test_origins;
+    int32_t n_test_origins, cap_test_origins;
 };
 
 /* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */
@@ -614,13 +626,23 @@ ident *goblin__node_peer_ident(const goblin_node *n, int32_t pi);
 /** Do identities @p a and @p b (record indices) count as one party (the same identity, or
  *  the same owner)? */
 bool goblin__node_ident_same_party(const goblin_node *n, int32_t a, int32_t b);
-/** Do peers @p a and @p b count as one party? */
+/** Do peers @p a and @p b count as one party for replication (the same identity, owner
+ *  or network origin)? */
 bool goblin__node_same_party(const goblin_node *n, int32_t a, int32_t b);
 /** The record of identity serial @p serial, or -1. */
 int32_t goblin__node_ident_by_serial(const goblin_node *n, uint64_t serial);
 /** Record identity @p id (and every identity of its owner) as quarantined, in memory
  *  and in the quarantine file. */
 void goblin__node_identity_quarantine(goblin_node *n, int32_t id);
+
+/* ---- origin.c (the rest in origin.h) ---------------------------------------------- */
+
+/** Read peer @p pi's network origin from its pipe (a test's assignment for a local one). */
+void goblin__node_peer_set_origin(goblin_node *n, int32_t pi);
+/** Do peers @p a and @p b have one network origin (local peers have none)? */
+bool goblin__node_same_origin(const goblin_node *n, int32_t a, int32_t b);
+/** Free the test origins (goblin_node_free). */
+void goblin__node_origin_free(goblin_node *n);
 
 /* ---- trust.c -------------------------------------------------------------------- */
 
@@ -634,8 +656,16 @@ double goblin__node_spot_rate(const goblin_node *n, const gjob *G, int32_t pi);
 void goblin__node_task_set_by(const goblin_node *n, task *t, int32_t by);
 /** Count a rejected result of task @p ti from peer @p pi (reason @p why) and log it. */
 void goblin__node_count_reject(goblin_node *n, int32_t pi, int64_t ti, goblin_verify_reason why);
-/** Count an accepted result from peer @p pi; @p agreed: it was checked and agreed (trust). */
+/** Count an accepted result from peer @p pi; @p agreed: the node checked it and it agreed
+ *  (trust, and a vouched result for probation). */
 void goblin__node_count_accept(goblin_node *n, int32_t pi, bool agreed);
+/** Replicas of peers @p h and @p pi (independent parties) agreed bit for bit: each
+ *  gains trust, and a vouched result if the other is established. */
+void goblin__node_count_agreement(goblin_node *n, int32_t h, int32_t pi);
+/** Is peer @p pi's identity on probation (fewer than probation_results vouched)? */
+bool goblin__node_on_probation(const goblin_node *n, int32_t pi);
+/** Is a secret audit drawn for a result accepted by agreement or trust (audit_rate)? */
+bool goblin__node_audit_draw(const goblin_node *n);
 /** A result from peer @p pi (-1 if gone) of identity serial @p by_ident that the node
  *  recomputed because its check was inconclusive between the levels (verdict @p v;
  *  only GOBLIN_VERIFY_BETWEEN counts): counted against the connection and identity,

@@ -445,6 +445,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         nng_sockaddr sa;
         p->shared = n->share && nng_pipe_get_addr(p->pipe, NNG_OPT_REMADDR, &sa) == 0 &&
                     sa.s_family == NNG_AF_INPROC;
+        goblin__node_peer_set_origin(n, pi);
         n->st.workers_seen++;
         n->st.workers_connected++;
         goblin__wire_msg a;

@@ -9,13 +9,19 @@
 
 /* ---- rechecks of a quarantined worker's results --------------------------------- */
 
+static void quarantine_serial(goblin_node *n, uint64_t serial);
+
 /* Recompute on the node what quarantined identity serial @p by had accepted without a
- * replica. */
+ * replica, and what it agreed on bit for bit with another worker: that agreement
+ * vouches for nothing now. A failed recheck of an agreement catches the other worker
+ * too (it sent the same wrong bits: a colluding pair), which is quarantined in turn. */
 static void recheck_graph(goblin_node *n, goblin_job *j, uint64_t by) {
     gjob *G = j->g;
     for (int64_t i = 0; i < j->ntasks && j->running; i++) {
         task *t = &j->tasks[i];
-        if (t->state != T_DONE || t->by_ident != by || t->replicated) continue;
+        if (t->state != T_DONE || (t->by_ident != by && t->twin_ident != by)) continue;
+        if (t->replicated && !t->twin_ident) continue; /* the node checked it */
+        uint64_t partner = t->twin_ident ? (t->by_ident == by ? t->twin_ident : t->by_ident) : 0;
         n->st.rechecked++;
         void **mine = NULL;
         goblin_err e = goblin__node_graph_compute(n, j, i, &mine);
@@ -44,6 +50,7 @@ static void recheck_graph(goblin_node *n, goblin_job *j, uint64_t by) {
         t->replicated = true;
         goblin__free(have);
         goblin__node_free_bufs(&mine, G->n_out);
+        if (!agree && partner) quarantine_serial(n, partner);
     }
 }
 
@@ -133,6 +140,15 @@ void goblin__node_quarantine_identity(goblin_node *n, int32_t id) {
         goblin__node_drop_held_tiles(n, serial);
         recheck_identity(n, serial);
     }
+}
+
+/* The partner of a wrong agreement: quarantined unless it already is. */
+static void quarantine_serial(goblin_node *n, uint64_t serial) {
+    int32_t id = goblin__node_ident_by_serial(n, serial);
+    if (id < 0 || n->idents[id].quarantined) return;
+    goblin__node_log(n, GOBLIN_LOG_WARN, "identity %.16s agreed bit for bit with a quarantined worker on a "
+                     "wrong result: quarantined too", n->idents[id].fp);
+    goblin__node_quarantine_identity(n, id);
 }
 
 void goblin__node_quarantine(goblin_node *n, int32_t pi) {

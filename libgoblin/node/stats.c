@@ -70,7 +70,10 @@ goblin_err goblin_node_worker_stats_get(goblin_node *n, int64_t i, goblin_node_w
         if (id) {
             memcpy(out->identity, id->fp, sizeof out->identity);
             if (id->owner >= 0) snprintf(out->owner, sizeof out->owner, "%s", n->owner_names[id->owner]);
+            out->vouched = id->vouched;
         }
+        out->probation = goblin__node_on_probation(n, k);
+        goblin__node_origin_name(p->origin, out->origin, sizeof out->origin);
         e = GOBLIN_OK;
     }
     pthread_mutex_unlock(&n->mu);

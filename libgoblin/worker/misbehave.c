@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "node/origin.h"
 
 static const char *mb_names[GOBLIN_MISBEHAVE_COUNT] = {"none",     "wrong",  "scale", "nan",  "stale",
                                                        "swap",     "truncate", "silent", "slow", "crash",
@@ -292,6 +293,13 @@ goblin_err goblin_test_control(int op, ...) {
             atomic_store(&w->catalog_override, v);
             e = GOBLIN_OK;
         }
+        break;
+    }
+    case GOBLIN_TESTCTRL_NODE_ORIGIN: {
+        goblin_node *n = va_arg(ap, goblin_node *);
+        const char *identity = va_arg(ap, const char *);
+        uint64_t origin = va_arg(ap, uint64_t);
+        e = goblin__node_test_origin(n, identity, origin);
         break;
     }
     case GOBLIN_TESTCTRL_MISBEHAVE_NAME: {

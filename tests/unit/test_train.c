@@ -773,7 +773,15 @@ Test(train, tiled_conv_matches_reference) {
 Test(train, an_agreeing_pair_cannot_pass_an_impossible_loss) {
     mlp m;
     mlp_build(&m, 2, SMALL, 8, 16, 0);
-    goblin_grid *grid = grid_new(2);
+    /* Probation and audits off: the pair's fresh keys would be checked by the node and
+     * caught before they agree (test_collusion.c); here they slip past who checks whom,
+     * and the round check is the defence left. */
+    goblin_grid_params gp;
+    goblin_grid_params_default(&gp);
+    gp.worker.threads = 1;
+    gp.node.probation_results = 0;
+    gp.node.audit_rate = 0.0;
+    goblin_grid *grid = rt_local_grid(2, &gp);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_WORKER_MISBEHAVE, goblin_grid_worker(grid, i),
                                          GOBLIN_MISBEHAVE_NEGATE, 1.0, (uint64_t)0), GOBLIN_OK);

@@ -43,6 +43,10 @@ void node_cli_usage(FILE *f) {
         "  --allow-identities F    admit only the worker identities listed in F\n"
         "  --owners F              lines \"fingerprint owner\": one owner's identities count\n"
         "                          as one worker for replicas and are quarantined together\n"
+        "  --probation N           a new worker identity's first N results are all checked\n"
+        "                          by the node or an established worker (default 16)\n"
+        "  --audit-permille N      the node rechecks N per 1000 agreeing or trusted graph\n"
+        "                          results in secret (default 20)\n"
         "  --insecure-plaintext    allow plain tcp:// on a non-loopback address\n"
         "  --verify MODE           freivalds (default) | recompute | unsafe-none\n"
         "  --freivalds-tile-by-tile  judge each matmul tile alone as it arrives (default:\n"
@@ -178,6 +182,16 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         } else if (strcmp(a, "--owners") == 0) {
             NEEDV();
             cli->node.owners_file = v;
+        } else if (strcmp(a, "--probation") == 0) {
+            NEEDV();
+            int64_t n;
+            if (!tool_parse_i64(v, 0, 1000000, &n)) return bad("bad --probation '%s'", v);
+            cli->node.probation_results = (int32_t)n;
+        } else if (strcmp(a, "--audit-permille") == 0) {
+            NEEDV();
+            int64_t n;
+            if (!tool_parse_i64(v, 0, 1000, &n)) return bad("bad --audit-permille '%s'", v);
+            cli->node.audit_rate = (double)n / 1000.0;
         } else if (strcmp(a, "--insecure-plaintext") == 0) {
             cli->insecure_plaintext = true;
         } else if (strcmp(a, "--verify") == 0) {
