@@ -35,6 +35,8 @@ apt_wanted=(
   "libblis-openmp-dev|libblis-pthread-dev|libblis64-openmp-dev"
   "libblis-dev|libblis-openmp-dev"
   "libcriterion-dev"
+  "libsqlite3-dev"
+  "libcurl4-openssl-dev"
 )
 
 sudo_cmd=()
