@@ -92,6 +92,7 @@ pip_wanted=(
   "pytest|ver('pytest') >= (7, 0)"
   "torch==2.13.0|ver('torch') == (2, 13, 0)"
   "tqdm|ver('tqdm') >= (4, 0)"
+  "aiosmtpd|ver('aiosmtpd') >= (1, 4)"
 )
 pip_missing=()
 for entry in "${pip_wanted[@]}"; do
