@@ -350,8 +350,8 @@ static void account_get(goblin__hub_req *q, goblin__hub_res *r) {
     if (!w.n) goblin__hub_page_raw(B, "<p>None yet.</p>");
     if (!w.pending && !w.approved) request_form(q, r);
     if (w.approved) {
-        goblin__hub_page_raw(B, "<h2>Lab-node keys</h2><p>A node started with <code>--hub-key FILE</code> "
-                                "joins the network as you.</p>");
+        goblin__hub_page_raw(B, "<h2>Lab-node keys</h2><p>Keys for your lab's nodes; each is shown once, "
+                                "when it is made.</p>");
         w.n = 0;
         if (goblin_hub_store_key_each(s, q->account.id, my_key, &w)) return fail(q, r, 500, "could not read your keys");
         if (w.n) goblin__hub_page_raw(B, "</table>");
