@@ -475,3 +475,34 @@ def test_status_json_and_metrics(hub, mailbox):
     assert st == 404
     st, hdr, _ = b.get("/")
     assert st == 303 and hdr["location"] == "/status"
+
+
+def raw_exchange(hub, data):
+    """Send @data on a TLS connection of its own; the first bytes of the answer (b"" if
+    the hub closed the connection)."""
+    s = hub.ctx.wrap_socket(socket.create_connection(("127.0.0.1", hub.port), timeout=60), server_hostname="localhost")
+    try:
+        s.sendall(data)
+        return s.recv(64)
+    except (ConnectionError, ssl.SSLError):
+        return b""
+    finally:
+        s.close()
+
+
+def test_hostile_framing_leaves_the_hub_serving(hub, mailbox):
+    # A megabyte header, twenty thousand headers, a body announced at 100 MB, a chunked
+    # body: each refused or dropped, and the hub answers the next request as before.
+    big_header = b"GET /status HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n"
+    many = b"GET /status HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(20000)) + b"\r\n"
+    huge = (b"POST /signin HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: 100000000\r\n\r\n" + b"a" * 1000)
+    chunked = (b"POST /signin HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+               b"Content-Type: application/x-www-form-urlencoded\r\n\r\n5\r\nemail\r\n0\r\n\r\n")
+    for data in (big_header, many, huge, chunked):
+        answer = raw_exchange(hub, data)
+        assert answer == b"" or re.match(rb"HTTP/1\.1 4\d\d ", answer), answer
+        assert raw_exchange(hub, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+    assert mailbox.count() == 0
+    with hub.db() as db:
+        assert db.execute("SELECT count(*) FROM signin").fetchone()[0] == 0
