@@ -37,6 +37,8 @@ apt_wanted=(
   "libcriterion-dev"
   "libsqlite3-dev"
   "libcurl4-openssl-dev"
+  "libpq-dev"
+  "postgresql"
 )
 
 sudo_cmd=()

@@ -51,6 +51,7 @@ typedef struct goblin_hub_config {
     char smtp_url[256];   /* smtp_url: "smtp://host:port" or "smtps://..." */
     char smtp_user[128], smtp_password[256]; /* smtp_user, smtp_password (may be empty) */
     char mail_from[GOBLIN_HUB_EMAIL_MAX + 1]; /* mail_from */
+    char store[512]; /* store: a store location (goblin/hub_store.h); default DIR/hub.db */
     char admins[GOBLIN_HUB_ADMINS_MAX][GOBLIN_HUB_EMAIL_MAX + 1]; /* admin (one per line) */
     size_t n_admins;
     uint32_t code_ttl_s;        /* code_ttl_s: a code's life, default 900 */

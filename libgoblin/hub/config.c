@@ -54,7 +54,7 @@ typedef struct str_opt {
 
 #define STR(f) {#f, offsetof(goblin_hub_config, f), sizeof ((goblin_hub_config *)0)->f}
 static const str_opt strs[] = {STR(listen), STR(public_url), STR(smtp_url), STR(smtp_user),
-                               STR(smtp_password), STR(mail_from)};
+                               STR(smtp_password), STR(mail_from), STR(store)};
 
 static char *trim(char *s) {
     while (*s == ' ' || *s == '\t') s++;

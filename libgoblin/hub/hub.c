@@ -39,7 +39,8 @@ goblin_err goblin_hub_open(const char *dir, goblin_hub **out, goblin_errbuf *err
     if (buf) goblin__tls_wipe_free(buf, full);
     char path[4200];
     if (!e) {
-        snprintf(path, sizeof path, "%s/%s", dir, GOBLIN_HUB_DB_FILE);
+        if (h->cfg.store[0]) snprintf(path, sizeof path, "%s", h->cfg.store);
+        else snprintf(path, sizeof path, "%s/%s", dir, GOBLIN_HUB_DB_FILE);
         e = goblin_hub_store_open(path, &h->store, err);
     }
     if (e) {

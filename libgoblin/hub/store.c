@@ -27,13 +27,21 @@ goblin_err goblin_hub_store_open(const char *location, goblin_hub_store **out, g
     GOBLIN__ERRBUF(err, msg, cap);
     if (!location || !out || !*location) return goblin__errf(msg, cap, GOBLIN_EINVAL, "store location and out are required");
     const char *path = location;
-    if (!strncmp(location, "postgresql://", 13) || !strncmp(location, "postgres://", 11))
-        return goblin__errf(msg, cap, GOBLIN_ENOTSUP, "the PostgreSQL store is not built yet; use sqlite:PATH");
+    bool postgres = !strncmp(location, "postgresql://", 13) || !strncmp(location, "postgres://", 11);
+#ifndef GOBLIN_HAVE_HUB_POSTGRES
+    if (postgres)
+        return goblin__errf(msg, cap, GOBLIN_ENOTSUP, "this build has no PostgreSQL store (libpq); use sqlite:PATH");
+#endif
     if (!strncmp(location, "sqlite:", 7)) path = location + 7;
     if (!*path) return goblin__errf(msg, cap, GOBLIN_EINVAL, "empty database path in '%s'", location);
     goblin_hub_store *s = goblin__calloc(1, sizeof *s);
     if (!s) return goblin__errf(msg, cap, GOBLIN_ENOMEM, "out of memory");
-    goblin_err e = goblin__hub_sqlite_open(path, &s->ops, &s->b, msg, cap);
+    goblin_err e;
+#ifdef GOBLIN_HAVE_HUB_POSTGRES
+    if (postgres) e = goblin__hub_postgres_open(location, &s->ops, &s->b, msg, cap);
+    else
+#endif
+        e = goblin__hub_sqlite_open(path, &s->ops, &s->b, msg, cap);
     if (e) {
         goblin__free(s);
         return e;

@@ -73,4 +73,9 @@ typedef struct goblin__hub_store_ops {
 goblin_err goblin__hub_sqlite_open(const char *path, const goblin__hub_store_ops **ops,
                                    void **backend, char *msg, size_t cap);
 
+/* Connect to the PostgreSQL server named by @p conninfo (a libpq URI or key=value
+ * string): *ops and *backend on success (store_postgres.c, built with libpq). */
+goblin_err goblin__hub_postgres_open(const char *conninfo, const goblin__hub_store_ops **ops,
+                                     void **backend, char *msg, size_t cap);
+
 #endif
