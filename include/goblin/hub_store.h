@@ -2,10 +2,10 @@
  * access requests, lab-node keys and quarantines, behind one narrow interface.
  *
  * A store is opened from a location: "sqlite:PATH" or a plain PATH is an SQLite
- * database file (the default; created on first open); "postgresql://..." names a
- * PostgreSQL server (not built yet: GOBLIN_ENOTSUP). Every backend implements the
- * same operations, so the hub never writes SQL of its own; the SQLite backend binds
- * every value as a parameter.
+ * database file (the default; created on first open); "postgresql://..." (a libpq
+ * URI) names a PostgreSQL server (GOBLIN_ENOTSUP in a build without libpq). Every
+ * backend implements the same operations, so the hub never writes SQL of its own;
+ * both backends send every value as a parameter.
  *
  * Opening migrates the schema to GOBLIN_HUB_STORE_SCHEMA_VERSION, one numbered step
  * at a time, each in its own transaction; a database from a newer hub is refused
