@@ -35,6 +35,7 @@ LAYERS = [
     ['node'],
     ['worker'],
     ['service'],
+    ['hub'],
     ['grid'],
     ['train'],
 ]

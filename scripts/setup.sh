@@ -35,6 +35,10 @@ apt_wanted=(
   "libblis-openmp-dev|libblis-pthread-dev|libblis64-openmp-dev"
   "libblis-dev|libblis-openmp-dev"
   "libcriterion-dev"
+  "libsqlite3-dev"
+  "libcurl4-openssl-dev"
+  "libpq-dev"
+  "postgresql"
 )
 
 sudo_cmd=()
@@ -90,6 +94,7 @@ pip_wanted=(
   "pytest|ver('pytest') >= (7, 0)"
   "torch==2.13.0|ver('torch') == (2, 13, 0)"
   "tqdm|ver('tqdm') >= (4, 0)"
+  "aiosmtpd|ver('aiosmtpd') >= (1, 4)"
 )
 pip_missing=()
 for entry in "${pip_wanted[@]}"; do

@@ -1,0 +1,165 @@
+/* goblin/hub.h - goblin-hub, the GPU Goblin network's server: people and their keys.
+ *
+ * A hub lives in one directory made by goblin_hub_init_dir:
+ *     hub.conf   the operator's settings (key = value lines, see goblin_hub_config)
+ *     secret     32 random bytes (hex, mode 0600): the key of every digest the hub keeps
+ *     cert.pem, key.pem   the HTTPS identity (goblin_tls_init_dir)
+ *     hub.db     the store (goblin/hub_store.h)
+ *
+ * People sign in by email: goblin_hub_signin_start mails a one-time code and a link
+ * (SMTP through libcurl); either one, presented to goblin_hub_signin_finish before it
+ * expires, opens a session. Codes, link tokens, session cookies and node keys are kept
+ * only as HMAC-SHA-256 digests under the server secret and compared in constant time;
+ * each code and link works once. Starting a sign-in is limited per address and per
+ * client address, and so are wrong codes (GOBLIN_ELIMIT), within a sliding window.
+ *
+ * A signed-in researcher files an access request (goblin_hub_store_request_add); the
+ * operator decides it (goblin_hub_request_decide, also `goblin-hub requests`), which
+ * mails the researcher; an approved researcher makes lab-node keys
+ * (goblin_hub_key_create: the text is shown once) and revokes them.
+ *
+ * Calls on a hub keep their detail on it (goblin_hub_error); a hub may be used from
+ * several threads (its web server does). Times are seconds since the Unix epoch, given
+ * by the caller (0: now). docs/hub.md says how the pieces fit. */
+#ifndef GOBLIN_HUB_H
+#define GOBLIN_HUB_H
+
+#include "api.h"
+#include "error.h"
+#include "hub_store.h"
+
+GOBLIN_BEGIN_DECLS
+
+/** Files of a hub directory. */
+#define GOBLIN_HUB_CONFIG_FILE "hub.conf"
+#define GOBLIN_HUB_SECRET_FILE "secret"
+#define GOBLIN_HUB_DB_FILE "hub.db"
+/** Most admin addresses in a configuration. */
+#define GOBLIN_HUB_ADMINS_MAX 16
+/** Bytes for a session cookie's value and a link token: 64 hex digits and the NUL. */
+#define GOBLIN_HUB_TOKEN_SIZE 65
+/** Bytes for a sign-in code: 8 decimal digits and the NUL. */
+#define GOBLIN_HUB_CODE_SIZE 9
+/** Bytes for a node key: "gbk1_" + 16 hex digits (its id) + "_" + 64 hex digits + NUL. */
+#define GOBLIN_HUB_NODE_KEY_SIZE 87
+
+/** The operator's settings (hub.conf). Each is a line `name = value`; '#' starts a
+ *  comment line; an unknown name is an error. */
+typedef struct goblin_hub_config {
+    char listen[256];     /* listen: "https://127.0.0.1:8443" (port 0: any free port) */
+    char public_url[256]; /* public_url: the base of mailed links, "https://host:port" */
+    char smtp_url[256];   /* smtp_url: "smtp://host:port" or "smtps://..." */
+    char smtp_user[128], smtp_password[256]; /* smtp_user, smtp_password (may be empty) */
+    char mail_from[GOBLIN_HUB_EMAIL_MAX + 1]; /* mail_from */
+    char store[512]; /* store: a store location (goblin/hub_store.h); default DIR/hub.db */
+    char admins[GOBLIN_HUB_ADMINS_MAX][GOBLIN_HUB_EMAIL_MAX + 1]; /* admin (one per line) */
+    size_t n_admins;
+    uint32_t code_ttl_s;        /* code_ttl_s: a code's life, default 900 */
+    uint32_t session_ttl_s;     /* session_ttl_s: default 604800 (a week) */
+    uint32_t rate_window_s;     /* rate_window_s: the window of every limit, default 900 */
+    uint32_t codes_per_address; /* codes_per_address: sign-ins started per address, default 3 */
+    uint32_t codes_per_client;  /* codes_per_client: per client address, default 10 */
+    uint32_t failures_per_code; /* failures_per_code: wrong codes before a code dies, default 5 */
+    uint32_t failures_per_address; /* failures_per_address: default 10 */
+    uint32_t failures_per_client;  /* failures_per_client: default 20 */
+    uint32_t max_body_bytes;    /* max_body_bytes: largest form posted, default 16384 */
+    uint32_t max_keys;          /* max_keys: live node keys per account, default 20 */
+    uint32_t max_requests;      /* max_requests: access requests per account, default 5 */
+    /* trust_forwarded_for (yes|no, default no): take the client address from the
+     * X-Forwarded-For header (only behind a reverse proxy that sets it). */
+    bool trust_forwarded_for;
+} goblin_hub_config;
+
+/** Fill @p c with the defaults above (listen https://127.0.0.1:8443, smtp
+ *  smtp://127.0.0.1:25, mail_from goblin-hub@localhost, no admins). NULL: no-op. */
+GOBLIN_API void goblin_hub_config_default(goblin_hub_config *c);
+
+/** Read the configuration text @p text (borrowed) over the defaults into @p out (on
+ *  success only). GOBLIN_ESYNTAX (a line that is not `name = value`, an unknown name),
+ *  GOBLIN_ERANGE (a number out of range), GOBLIN_ELIMIT (a value too long),
+ *  GOBLIN_EINVAL; @p err names the line. */
+GOBLIN_API goblin_err goblin_hub_config_parse(const char *text, goblin_hub_config *out,
+                                              goblin_errbuf *err);
+
+/** Make a hub directory @p dir (borrowed; created mode 0700): certificate and key (with
+ *  @p dns_name, may be NULL, as an extra certificate name), a fresh secret, a hub.conf
+ *  from the defaults with @p admin (may be NULL) as its admin, and a migrated hub.db.
+ *  The certificate's fingerprint into @p fingerprint_out (65 bytes, may be NULL).
+ *  GOBLIN_EBUSY (a file exists already), GOBLIN_EIO, GOBLIN_ECRYPTO, GOBLIN_EINVAL. */
+GOBLIN_API goblin_err goblin_hub_init_dir(const char *dir, const char *admin, const char *dns_name,
+                                          char *fingerprint_out, goblin_errbuf *err);
+
+typedef struct goblin_hub goblin_hub;
+
+/** Open the hub in directory @p dir (borrowed): its configuration, secret and store.
+ *  Serves nothing until goblin_hub_serve. *@p out on success only.
+ *  GOBLIN_EIO, GOBLIN_ESYNTAX, GOBLIN_EFORMAT (a bad secret), store errors; @p err. */
+GOBLIN_API goblin_err goblin_hub_open(const char *dir, goblin_hub **out, goblin_errbuf *err);
+/** Stop serving and free @p h; NULL is a no-op. */
+GOBLIN_API void goblin_hub_free(goblin_hub *h);
+/** The detail of the last failed call on @p h; valid until the next call on it. */
+GOBLIN_API const char *goblin_hub_error(const goblin_hub *h);
+/** @p h's configuration and store (borrowed; live as long as @p h). */
+GOBLIN_API const goblin_hub_config *goblin_hub_get_config(const goblin_hub *h);
+GOBLIN_API goblin_hub_store *goblin_hub_get_store(goblin_hub *h);
+
+/** Serve the web pages over HTTPS on the configuration's listen address, on nng's
+ *  threads, until goblin_hub_free. GOBLIN_ESTATE (already serving), GOBLIN_EIO,
+ *  GOBLIN_EINVAL (a bad listen address). */
+GOBLIN_API goblin_err goblin_hub_serve(goblin_hub *h);
+/** The TCP port being served, into *@p out (after goblin_hub_serve). */
+GOBLIN_API goblin_err goblin_hub_port(const goblin_hub *h, int *out);
+
+/** Start a sign-in of @p email (borrowed; 3 .. GOBLIN_HUB_EMAIL_MAX characters, one
+ *  '@', no blanks or control characters) from client address @p client (borrowed, may
+ *  be "") at @p now, and mail its code and link to @p email.
+ *  GOBLIN_EINVAL (not an address), GOBLIN_ELIMIT (too many sign-ins for this address
+ *  or this client in the window), GOBLIN_EIO (the mail was not accepted). */
+GOBLIN_API goblin_err goblin_hub_signin_start(goblin_hub *h, const char *email, const char *client,
+                                              int64_t now);
+/** Finish a sign-in of @p email with @p secret: the code mailed (@p is_link false) or
+ *  the link's token (@p is_link true). On success the sign-in is used up, the account
+ *  exists, and a new session's cookie value goes to @p cookie_out
+ *  (GOBLIN_HUB_TOKEN_SIZE bytes) and its account to @p account_out (may be NULL).
+ *  GOBLIN_EAUTH (wrong, expired or used: one message for all, nothing learned),
+ *  GOBLIN_ELIMIT (too many wrong codes for this address or client), GOBLIN_EINVAL. */
+GOBLIN_API goblin_err goblin_hub_signin_finish(goblin_hub *h, const char *email, const char *secret,
+                                               bool is_link, const char *client, int64_t now,
+                                               char *cookie_out, goblin_hub_account *account_out);
+/** The account of session cookie @p cookie at @p now; GOBLIN_EAUTH if none. */
+GOBLIN_API goblin_err goblin_hub_session_account(goblin_hub *h, const char *cookie, int64_t now,
+                                                 goblin_hub_account *out);
+/** End the session of @p cookie (no error if there is none). */
+GOBLIN_API goblin_err goblin_hub_session_end(goblin_hub *h, const char *cookie);
+/** The form token of session (or pre-session) cookie @p cookie into @p out
+ *  (GOBLIN_HUB_TOKEN_SIZE bytes), and whether @p token is it (constant time). */
+GOBLIN_API goblin_err goblin_hub_csrf_token(const goblin_hub *h, const char *cookie, char *out);
+GOBLIN_API bool goblin_hub_csrf_check(const goblin_hub *h, const char *cookie, const char *token);
+/** Whether @p email is one of the configuration's admins. */
+GOBLIN_API bool goblin_hub_is_admin(const goblin_hub *h, const char *email);
+
+/** File an access request of @p account_id (fields of @p r as in
+ *  goblin_hub_store_request_add); GOBLIN_ELIMIT past max_requests, GOBLIN_EBUSY while
+ *  one is pending. */
+GOBLIN_API goblin_err goblin_hub_request_file(goblin_hub *h, int64_t account_id,
+                                              const goblin_hub_access_request *r, int64_t now,
+                                              int64_t *id);
+/** Decide pending request @p id (approve or deny, with @p note, may be NULL) and mail
+ *  the researcher. A decision stored but not mailed returns GOBLIN_EIO with the
+ *  decision kept. GOBLIN_ENOTFOUND, GOBLIN_ESTATE (already decided). */
+GOBLIN_API goblin_err goblin_hub_request_decide(goblin_hub *h, int64_t id, bool approve,
+                                                const char *note, int64_t now);
+
+/** Make a lab-node key for approved account @p account_id labelled @p label (1 ..
+ *  GOBLIN_HUB_LABEL_MAX bytes): its text into @p key_out (GOBLIN_HUB_NODE_KEY_SIZE
+ *  bytes; shown once, only its digest is kept), its id into @p id (may be NULL).
+ *  GOBLIN_EAUTH (the account is not approved), GOBLIN_ELIMIT (max_keys live keys). */
+GOBLIN_API goblin_err goblin_hub_key_create(goblin_hub *h, int64_t account_id, const char *label,
+                                            int64_t now, char *key_out, int64_t *id);
+/** The live key whose text is @p key into @p out; GOBLIN_EAUTH (unknown, wrong or
+ *  revoked), GOBLIN_EINVAL (not a key's form). */
+GOBLIN_API goblin_err goblin_hub_key_verify(goblin_hub *h, const char *key, goblin_hub_node_key *out);
+
+GOBLIN_END_DECLS
+
+#endif
