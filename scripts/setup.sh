@@ -39,6 +39,8 @@ apt_wanted=(
   "libcurl4-openssl-dev"
   "libpq-dev"
   "postgresql"
+  "chromium"
+  "chromium-driver"
 )
 
 sudo_cmd=()
@@ -95,6 +97,7 @@ pip_wanted=(
   "torch==2.13.0|ver('torch') == (2, 13, 0)"
   "tqdm|ver('tqdm') >= (4, 0)"
   "aiosmtpd|ver('aiosmtpd') >= (1, 4)"
+  "selenium|ver('selenium') >= (4, 10)"
 )
 pip_missing=()
 for entry in "${pip_wanted[@]}"; do
