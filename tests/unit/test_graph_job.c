@@ -518,7 +518,16 @@ Test(graph_job, cheater_swap) { run_cheater(GOBLIN_MISBEHAVE_SWAP, 0.7, "inproc:
 Test(graph_job, cheater_truncate) { run_cheater(GOBLIN_MISBEHAVE_TRUNCATE, 0.3, "inproc://h1-gj-trunc"); }
 
 Test(graph_job, trust_decays_with_agreements) {
-    goblin_grid *grid = grid3(2);
+    /* Adaptive trust alone: probation (a new identity's first results checked by the node
+     * or an established worker) and secret audits add checks whose number depends on which
+     * worker took which task first; test_collusion.c covers them. */
+    goblin_grid_params gp;
+    goblin_grid_params_default(&gp);
+    gp.node.log_level = GOBLIN_LOG_ERROR;
+    gp.worker.log_level = GOBLIN_LOG_ERROR;
+    gp.node.probation_results = 0;
+    gp.node.audit_rate = 0.0;
+    goblin_grid *grid = rt_local_grid(2, &gp);
     goblin_node *node = goblin_grid_node(grid);
     mlp m = mlp_new(GOBLIN_DTYPE_F32, 64, 4, 3);
     job_io io = io_new(&m, 450);
