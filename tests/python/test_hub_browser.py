@@ -14,6 +14,8 @@ import pytest
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from test_hub_web import HUB_EXE, Hub, mail_parts, mailbox  # noqa: E402,F401  (mailbox is a fixture)
 
@@ -37,6 +39,16 @@ def browser(tmp_path):
     d.quit()
 
 
+def loads(d, act):
+    """Do @p act (a click or an Enter that submits or follows a link) and wait until the
+    browser has left the page it was on: neither a click nor a key waits for the next
+    page, and on a loaded machine the old page is still there when the next line reads."""
+    old = d.find_element(By.TAG_NAME, "html")
+    act()
+    WebDriverWait(d, 60).until(EC.staleness_of(old))
+    WebDriverWait(d, 60).until(lambda drv: drv.execute_script("return document.readyState") == "complete")
+
+
 def shot(d, tmp_path, name):
     where = os.environ.get("GOBLIN_HUB_SCREENSHOTS") or str(tmp_path / "screens")
     os.makedirs(where, exist_ok=True)
@@ -47,11 +59,11 @@ def sign_in_by_code(d, hub, box, base, addr, tmp_path, tag):
     n = box.count()
     d.get(base + "/signin")
     field = d.find_element(By.ID, "email")
-    field.send_keys(addr + Keys.ENTER)  # the keyboard alone submits the form
+    loads(d, lambda: field.send_keys(addr + Keys.ENTER))  # the keyboard alone submits the form
     assert "Enter your code" in d.find_element(By.TAG_NAME, "h1").text
     code, _, _ = mail_parts(box.wait(n + 1)[1])
     shot(d, tmp_path, tag + "-code")
-    d.find_element(By.ID, "code").send_keys(code + Keys.ENTER)
+    loads(d, lambda: d.find_element(By.ID, "code").send_keys(code + Keys.ENTER))
     assert d.current_url.endswith("/account"), d.current_url
 
 
@@ -62,16 +74,16 @@ def test_sign_in_request_approve_key_in_chromium(tmp_path, mailbox, browser):
         base = f"https://localhost:{hub.port}"
         d.get(base + "/status")
         shot(d, tmp_path, "1-status")
-        d.find_element(By.LINK_TEXT, "sign in").click()
+        loads(d, lambda: d.find_element(By.LINK_TEXT, "sign in").click())
         d.find_element(By.ID, "email").send_keys("ada@example.org")
         shot(d, tmp_path, "2-signin")
-        d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        loads(d, lambda: d.find_element(By.CSS_SELECTOR, "button[type=submit]").click())
         _, _, token = mail_parts(mailbox.wait(1)[1])
         body = mailbox.wait(1)[1].get_payload(decode=True).decode()
         link = urllib.parse.urlparse(re.search(r"(https://\S+/signin/link\?\S+)", body).group(1))
         d.get(base + link.path + "?" + link.query)  # the mailed link, on this hub's port
         shot(d, tmp_path, "3-link")
-        d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        loads(d, lambda: d.find_element(By.CSS_SELECTOR, "button[type=submit]").click())
         assert d.current_url.endswith("/account"), d.current_url
         assert "ada@example.org" in d.page_source
         # The session cookie is not readable by script (HttpOnly).
@@ -84,31 +96,31 @@ def test_sign_in_request_approve_key_in_chromium(tmp_path, mailbox, browser):
         d.find_element(By.ID, "purpose").send_keys("Bernoulli numbers")
         d.find_element(By.ID, "expected_use").send_keys("one table a week")
         shot(d, tmp_path, "4-request")
-        d.find_element(By.XPATH, "//button[text()='Send the request']").click()
+        loads(d, lambda: d.find_element(By.XPATH, "//button[text()='Send the request']").click())
         assert "pending" in d.page_source and "&lt;b&gt;Analytical&lt;/b&gt;" in d.page_source
         shot(d, tmp_path, "5-pending")
-        d.find_element(By.XPATH, "//button[text()='Sign out']").click()
+        loads(d, lambda: d.find_element(By.XPATH, "//button[text()='Sign out']").click())
         # The operator approves it on the admin page.
         sign_in_by_code(d, hub, mailbox, base, "op@example.org", tmp_path, "6-op")
-        d.find_element(By.LINK_TEXT, "Admin").click()
+        loads(d, lambda: d.find_element(By.LINK_TEXT, "Admin").click())
         assert "Ada Lovelace" in d.page_source
         shot(d, tmp_path, "7-admin")
         n = mailbox.count()
-        d.find_element(By.XPATH, "//button[text()='Approve']").click()
+        loads(d, lambda: d.find_element(By.XPATH, "//button[text()='Approve']").click())
         rcpt, msg = mailbox.wait(n + 1)
         assert rcpt == ["ada@example.org"] and "approved" in msg["Subject"]
         assert "None." in d.page_source
-        d.find_element(By.LINK_TEXT, "Account").click()
-        d.find_element(By.XPATH, "//button[text()='Sign out']").click()
+        loads(d, lambda: d.find_element(By.LINK_TEXT, "Account").click())
+        loads(d, lambda: d.find_element(By.XPATH, "//button[text()='Sign out']").click())
         # The researcher makes a node key, sees it once, and revokes it.
         sign_in_by_code(d, hub, mailbox, base, "ada@example.org", tmp_path, "8-ada")
-        d.find_element(By.ID, "label").send_keys("lab node 1" + Keys.ENTER)
+        loads(d, lambda: d.find_element(By.ID, "label").send_keys("lab node 1" + Keys.ENTER))
         key = d.find_element(By.TAG_NAME, "code").text
         assert re.fullmatch(r"gbk1_[0-9a-f]{16}_[0-9a-f]{64}", key), key
         shot(d, tmp_path, "9-key")
-        d.find_element(By.LINK_TEXT, "Back to your account").click()
+        loads(d, lambda: d.find_element(By.LINK_TEXT, "Back to your account").click())
         assert "lab node 1" in d.page_source and key[22:] not in d.page_source
-        d.find_element(By.XPATH, "//button[text()='Revoke']").click()
+        loads(d, lambda: d.find_element(By.XPATH, "//button[text()='Revoke']").click())
         assert "revoked" in d.page_source
         shot(d, tmp_path, "10-revoked")
     finally:
