@@ -1,7 +1,9 @@
 /* libgoblin/hub/web.c - the hub's HTTPS server on nng's HTTP server.
  *
- * One handler takes every path and method, bounds what it accepts (the body by nng,
- * to max_body_bytes; the path, the fields, the requests in flight by us), reads the
+ * One handler takes every path and method, bounds what it accepts (the body: nng reads
+ * up to 4 x max_body_bytes and closes on more, we answer 413 past max_body_bytes, so a
+ * body a little too large gets a clean reply; the path, the fields, the requests in
+ * flight by us), reads the
  * cookies, and hands a checked request to the pages (pages.c). Pages run one at a time
  * under the server's lock: a hub's traffic is people signing in, and one lock keeps
  * the hub's error text and the store's multi-step checks simple.
@@ -227,7 +229,7 @@ goblin_err goblin_hub_serve(goblin_hub *h) {
     if ((rv = nng_http_handler_alloc(&ws->w.handler, "/", handle)) ||
         (rv = nng_http_handler_set_method(ws->w.handler, NULL)) ||
         (rv = nng_http_handler_set_tree(ws->w.handler)) ||
-        (rv = nng_http_handler_collect_body(ws->w.handler, true, h->cfg.max_body_bytes)) ||
+        (rv = nng_http_handler_collect_body(ws->w.handler, true, 4 * h->cfg.max_body_bytes)) ||
         (rv = nng_http_handler_set_data(ws->w.handler, ws, NULL))) {
         e = nng_fail(h, rv, "handler");
         goto fail;
