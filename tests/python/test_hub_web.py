@@ -413,12 +413,13 @@ def test_oversized_input_refused_nothing_stored(hub, mailbox):
                                   "csrf": acc["csrf"]}).encode()
     st, _, body = b.request("POST", "/request", raw=big)
     assert st == 413 and "too large" in body
-    # Far past the limit, nng refuses before reading the body and closes the connection, which
-    # may reset it while we are still sending: a refusal either way, and nothing stored.
+    # Far past the limit, nng refuses before reading the body (its own 400) and closes the
+    # connection, which may reset it while we are still sending: a refusal either way, and
+    # nothing stored.
     huge = urllib.parse.urlencode({"purpose": "p" * (1 << 20), "csrf": acc["csrf"]}).encode()
     try:
         st, _, _ = b.request("POST", "/request", raw=huge)
-        assert st == 413
+        assert st in (400, 413)
     except (http.client.HTTPException, ConnectionError, ssl.SSLError):
         pass
     many = "&".join(f"f{i}=v" for i in range(40)) + "&csrf=" + acc["csrf"]
