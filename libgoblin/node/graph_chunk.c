@@ -250,8 +250,7 @@ bool goblin__node_graph_store(goblin_job *j, int64_t ti, void *const *data) {
 void goblin__node_graph_task_accept(goblin_node *n, goblin_job *j, int64_t ti, void *const *data,
                                     int32_t by, bool replicated) {
     task *t = &j->tasks[ti];
-    for (int64_t i = 0; i < n->n_leases; i++)
-        if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
+    goblin__node_task_leases_moot(n, j, ti);
     t->n_leases = 0;
     t->state = T_DONE;
     goblin__node_task_set_by(n, t, by);

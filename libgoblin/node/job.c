@@ -75,9 +75,7 @@ void goblin__node_task_settle(goblin_node *n, goblin_job *j, int64_t ti, uint8_t
     /* n_leases counts the task's live leases, the one answered included (already
      * removed by the caller, or by recheck/escalation paths that hold none): only a
      * task with another live lease (a speculative duplicate) has any to mark. */
-    if (t->n_leases > 1 || by < 0)
-        for (int64_t i = 0; i < n->n_leases; i++)
-            if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
+    if (t->n_leases > 1 || by < 0) goblin__node_task_leases_moot(n, j, ti);
     t->n_leases = 0;
 }
 

@@ -5,21 +5,146 @@
 
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/clock.h"
 #include "proto/wire_impl.h"
 
 /* ---- leases --------------------------------------------------------------------- */
 
+/* ---- the id index: lease id -> slot ---------------------------------------------- */
+
+static size_t lidx_home(const goblin_node *n, uint64_t id) {
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) & (size_t)(n->lidx_cap - 1);
+}
+
+/* The index position holding lease @p id, or -1. */
+static int64_t lidx_pos(const goblin_node *n, uint64_t id) {
+    size_t mask = (size_t)(n->lidx_cap - 1);
+    for (size_t h = lidx_home(n, id);; h = (h + 1) & mask) {
+        int64_t v = n->lidx[h];
+        if (!v) return -1;
+        if (n->leases[v - 1].id == id) return (int64_t)h;
+    }
+}
+
+static void lidx_put(goblin_node *n, uint64_t id, int64_t slot) {
+    size_t mask = (size_t)(n->lidx_cap - 1), h = lidx_home(n, id);
+    while (n->lidx[h]) h = (h + 1) & mask;
+    n->lidx[h] = slot + 1;
+}
+
+/* Room for @p want leases (rebuilt from the table when it doubles); on out of memory
+ * the index is dropped and lookups scan the table. */
+static void lidx_reserve(goblin_node *n, int64_t want) {
+    if (n->lidx && want * 2 <= n->lidx_cap) return;
+    if (!n->lidx && n->lidx_cap < 0) return; /* dropped earlier: scanning */
+    int64_t cap = 1024;
+    while (cap < want * 4) cap *= 2;
+    int64_t *ix = goblin__calloc((size_t)cap, sizeof *ix);
+    goblin__free(n->lidx);
+    n->lidx = ix;
+    n->lidx_cap = ix ? cap : -1;
+    if (!ix) return;
+    for (int64_t i = 0; i < n->n_leases; i++) lidx_put(n, n->leases[i].id, i);
+}
+
+/* Remove index position @p h, shifting back the entries of its probe run. */
+static void lidx_del_at(goblin_node *n, size_t h) {
+    size_t mask = (size_t)(n->lidx_cap - 1);
+    n->lidx[h] = 0;
+    for (size_t j = (h + 1) & mask; n->lidx[j]; j = (j + 1) & mask) {
+        size_t k = lidx_home(n, n->leases[n->lidx[j] - 1].id);
+        /* entry j may move to the hole at h unless its home lies cyclically in (h, j] */
+        bool stays = h <= j ? (h < k && k <= j) : (h < k || k <= j);
+        if (stays) continue;
+        n->lidx[h] = n->lidx[j];
+        n->lidx[j] = 0;
+        h = j;
+    }
+}
+
+void goblin__node_leases_clear(goblin_node *n) {
+    n->n_leases = 0;
+    if (n->lidx) memset(n->lidx, 0, (size_t)n->lidx_cap * sizeof *n->lidx);
+}
+
+/* ---- leases --------------------------------------------------------------------- */
+
+static void task_lid_add(task *t, uint64_t id) {
+    if (t->n_lids < TASK_LIDS) t->lids[t->n_lids++] = id;
+    else t->lids_over = true;
+}
+
+static void task_lid_del(task *t, uint64_t id) {
+    for (int i = 0; i < t->n_lids; i++)
+        if (t->lids[i] == id) {
+            t->lids[i] = t->lids[--t->n_lids];
+            return;
+        }
+}
+
 void goblin__node_remove_lease(goblin_node *n, int64_t li) {
-    int32_t pi = n->leases[li].peer;
+    lease *L = &n->leases[li];
+    int32_t pi = L->peer;
     if (pi >= 0 && pi < n->n_peers && n->peers[pi].n_leases > 0) n->peers[pi].n_leases--;
-    n->leases[li] = n->leases[--n->n_leases];
+    if (L->job) task_lid_del(&L->job->tasks[L->task], L->id); /* NULL: the job was freed */
+    int64_t last = n->n_leases - 1;
+    if (n->lidx) {
+        int64_t h = lidx_pos(n, L->id);
+        if (h >= 0) lidx_del_at(n, (size_t)h);
+        if (li != last) {
+            int64_t hm = lidx_pos(n, n->leases[last].id);
+            if (hm >= 0) n->lidx[hm] = li + 1;
+        }
+    }
+    n->leases[li] = n->leases[last];
+    n->n_leases--;
+}
+
+bool goblin__node_lease_reserve(goblin_node *n) {
+    int64_t cap = n->cap_leases;
+    if (!goblin__node_grow((void **)&n->leases, &cap, n->n_leases + 1, sizeof(lease))) return false;
+    n->cap_leases = cap;
+    lidx_reserve(n, n->n_leases + 1);
+    return true;
+}
+
+void goblin__node_lease_push(goblin_node *n, const lease *L) {
+    n->leases[n->n_leases++] = *L;
+    if (n->lidx) lidx_put(n, L->id, n->n_leases - 1);
+    if (L->job) task_lid_add(&L->job->tasks[L->task], L->id);
 }
 
 int64_t goblin__node_find_lease(goblin_node *n, uint64_t id) {
+    if (n->lidx) {
+        int64_t h = lidx_pos(n, id);
+        return h < 0 ? -1 : n->lidx[h] - 1;
+    }
     for (int64_t i = 0; i < n->n_leases; i++)
         if (n->leases[i].id == id) return i;
     return -1;
+}
+
+int goblin__node_task_lease_slots(const goblin_node *n, const goblin_job *j, int64_t ti, int64_t *out, int cap) {
+    const task *t = &j->tasks[ti];
+    if (t->lids_over) return -1;
+    int k = 0;
+    for (int i = 0; i < t->n_lids && k < cap; i++) {
+        int64_t li = goblin__node_find_lease((goblin_node *)n, t->lids[i]);
+        if (li >= 0 && n->leases[li].job == j && n->leases[li].task == ti) out[k++] = li;
+    }
+    return k;
+}
+
+void goblin__node_task_leases_moot(goblin_node *n, goblin_job *j, int64_t ti) {
+    int64_t sl[TASK_LIDS];
+    int k = goblin__node_task_lease_slots(n, j, ti, sl, TASK_LIDS);
+    if (k < 0) {
+        for (int64_t i = 0; i < n->n_leases; i++)
+            if (n->leases[i].job == j && n->leases[i].task == ti) n->leases[i].moot = true;
+        return;
+    }
+    for (int i = 0; i < k; i++) n->leases[sl[i]].moot = true;
 }
 
 /* Lease @p L ended (result, failure, expiry, its job freed): the first lease of its
@@ -171,9 +296,7 @@ bool goblin__node_send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t p
     m.body.task.graph = (uint8_t *)gbuf;
     m.body.task.n_inputs = n_in;
     m.body.task.inputs = in;
-    int64_t cap = n->cap_leases;
-    if (!goblin__node_grow((void **)&n->leases, &cap, n->n_leases + 1, sizeof(lease))) return false;
-    n->cap_leases = cap;
+    if (!goblin__node_lease_reserve(n)) return false;
     uint64_t mid;
     /* Graph jobs verified by replication decide each task's replication from the
      * worker's trust when it is first leased: their tasks go one per message, so a
@@ -187,8 +310,8 @@ bool goblin__node_send_task(goblin_node *n, goblin_job *j, int64_t ti, int32_t p
         return false;
     }
     int64_t now = goblin__now_ms();
-    n->leases[n->n_leases++] = (lease){.id = lid, .msg = mid, .job = j, .task = ti, .peer = pi,
-                                       .deadline_ms = now + n->p.lease_ms};
+    goblin__node_lease_push(n, &(lease){.id = lid, .msg = mid, .job = j, .task = ti, .peer = pi,
+                                        .deadline_ms = now + n->p.lease_ms});
     p->n_leases++;
     task *tk = &j->tasks[ti];
     tk->state = T_LEASED;

@@ -404,7 +404,7 @@ void goblin_node_stop(goblin_node *n) {
     for (int32_t k = 0; k < n->n_jobs; k++)
         if (n->jobs[k]->running)
             goblin__node_job_finish(n->jobs[k], GOBLIN_JOB_CANCELED, GOBLIN_ECANCELED, "the node stopped");
-    n->n_leases = 0;
+    goblin__node_leases_clear(n);
     pthread_mutex_unlock(&n->mu);
 }
 
@@ -424,6 +424,7 @@ void goblin_node_free(goblin_node *n) {
     goblin__node_identity_free(n);
     goblin__node_origin_free(n);
     goblin__free(n->leases);
+    goblin__free(n->lidx);
     goblin__free(n->ready);
     goblin__free(n->jobs);
     goblin__free(n->ev_removed);

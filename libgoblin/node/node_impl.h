@@ -163,9 +163,16 @@ typedef struct peer {
     uint64_t asm_total, asm_got;
 } peer;
 
+#define TASK_LIDS 4 /* lease ids kept per task (lease.c); more: the task scans the table */
+
 typedef struct task {
     uint8_t state;
     uint8_t n_leases;
+    /* The ids of this task's leases in the node's table (live or moot), so that finding
+     * them costs O(1), not O(leases): lids_over once more were out at a time. */
+    uint8_t n_lids;
+    bool lids_over;
+    uint64_t lids[TASK_LIDS];
     int32_t attempts;
     /* who gave the accepted (or held) result: its session and identity serial; 0: the node */
     uint64_t by_session, by_ident;
@@ -340,6 +347,11 @@ struct goblin_node {
     int32_t n_ready, cap_ready;
     lease *leases;
     int64_t n_leases, cap_leases;
+    /* Lease id -> slot in leases (lease.c): open addressing, slot + 1 (0: empty),
+     * lidx_cap a power of two at least twice n_leases; NULL (out of memory): the
+     * table is scanned. With thousands of workers a scan per RESULT was most of the
+     * node's CPU. */
+    int64_t *lidx, lidx_cap;
     goblin_job **jobs;
     int32_t n_jobs, cap_jobs;
     uint64_t next_lease_id, next_job_id, next_session;
@@ -462,6 +474,17 @@ void goblin__node_lease_msg_done(goblin_node *n, const lease *L);
 /** Lease @p li ended without an accepted result; @p counts: against the task's retry budget. */
 void goblin__node_lease_failed(goblin_node *n, int64_t li, bool counts, goblin_err why, const char *what);
 /** End every lease of peer @p pi as lease_failed does. */
+/** Room in the lease table (and its id index) for one more lease; false: out of memory. */
+bool goblin__node_lease_reserve(goblin_node *n);
+/** Append lease @p L (after goblin__node_lease_reserve): indexed by id and listed on its task. */
+void goblin__node_lease_push(goblin_node *n, const lease *L);
+/** Slots of task @p ti of @p j's leases in the table (live or moot), up to @p cap of them
+ *  into @p out: their count, or -1 when the task's id list overflowed (scan the table). */
+int goblin__node_task_lease_slots(const goblin_node *n, const goblin_job *j, int64_t ti, int64_t *out, int cap);
+/** Mark task @p ti of @p j's leases moot (a result arriving for one is discarded). */
+void goblin__node_task_leases_moot(goblin_node *n, goblin_job *j, int64_t ti);
+/** Forget every lease (the node stopped). */
+void goblin__node_leases_clear(goblin_node *n);
 void goblin__node_fail_peer_leases(goblin_node *n, int32_t pi, bool counts, goblin_err why, const char *what);
 /** Send the open batch of TASKs, if any, and close it. */
 void goblin__node_batch_flush(goblin_node *n);

@@ -20,6 +20,13 @@ bool goblin__node_task_fits(const goblin_job *j, int64_t ti, const peer *p) {
 }
 
 static bool lease_held_by(goblin_node *n, goblin_job *j, int64_t ti, int32_t pi) {
+    int64_t sl[TASK_LIDS];
+    int ns = goblin__node_task_lease_slots(n, j, ti, sl, TASK_LIDS);
+    if (ns >= 0) {
+        for (int q = 0; q < ns; q++)
+            if (!n->leases[sl[q]].moot && goblin__node_same_party(n, n->leases[sl[q]].peer, pi)) return true;
+        return false;
+    }
     for (int64_t i = 0; i < n->n_leases; i++)
         if (n->leases[i].job == j && n->leases[i].task == ti && !n->leases[i].moot &&
             goblin__node_same_party(n, n->leases[i].peer, pi))

@@ -232,7 +232,11 @@ void goblin__node_spot_prepare(goblin_node *n) {
             task *t = &j->tasks[ti];
             if (t->state != T_LEASED || t->spot_state != SPOT_UNDECIDED || gvar(j, ti)->rows <= G->spot_k) continue;
             int32_t pi = -1;
-            for (int64_t i = 0; i < n->n_leases && pi < 0; i++)
+            int64_t sl[TASK_LIDS];
+            int ns = goblin__node_task_lease_slots(n, j, ti, sl, TASK_LIDS);
+            for (int q = 0; q < ns && pi < 0; q++)
+                if (!n->leases[sl[q]].moot) pi = n->leases[sl[q]].peer;
+            for (int64_t i = 0; ns < 0 && i < n->n_leases && pi < 0; i++)
                 if (n->leases[i].job == j && n->leases[i].task == ti && !n->leases[i].moot) pi = n->leases[i].peer;
             if (pi < 0) continue;
             t->spot_session = n->peers[pi].session_id;
