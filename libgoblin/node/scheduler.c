@@ -8,6 +8,7 @@
 #include "base/clock.h"
 
 #define SCAN_LIMIT 512    /* pending tasks examined per assignment */
+#define REUSE_MIN_BYTES (64u << 10) /* smaller tasks go in order, without a reuse scan */
 
 /* ---- picking a task for a worker ------------------------------------------------ */
 
@@ -58,7 +59,17 @@ static bool assign_one(goblin_node *n, int32_t pi) {
                 first = i;
                 break;
             }
-            if (first < 0) first = i;
+            if (first < 0) {
+                first = i;
+                /* Reuse pays for the scan only when a panel is worth not sending:
+                 * for small tiles (tiny tasks), the first pending one. With a
+                 * thousand workers whose panels are seldom the next tasks', the
+                 * scan of SCAN_LIMIT tasks per lease was the node's main cost. */
+                goblin__matmul_tile tl;
+                uint64_t tb = 0;
+                goblin__node_job_tile(j, i, &tl);
+                if (goblin__matmul_tile_bytes(&tl, j->dt, &tb) == GOBLIN_OK && tb < REUSE_MIN_BYTES) break;
+            }
             if (goblin__node_peer_has_panel(p, 0, goblin__node_panel_id(j, 0, i)) || goblin__node_peer_has_panel(p, 1, goblin__node_panel_id(j, 1, i))) {
                 best = i;
                 break;
