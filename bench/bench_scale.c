@@ -343,6 +343,9 @@ int main(int argc, char **argv) {
             int add = want - have < group_sz ? want - have : group_sz;
             if (spawn_group(url, add) != 0) break;
             have += add;
+            /* One group at a time: 2,048 workers dialing at once kept the node's
+             * handshakes (15 s each) from finishing; see docs/BENCHMARKS.md. */
+            if (!wait_workers(node, have, 60.0)) break;
         }
         if (have < want || !wait_workers(node, want, 60.0 + (double)want * 0.05)) {
             fprintf(stderr, "W=%d: only some workers joined\n", want);
