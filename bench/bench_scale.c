@@ -246,7 +246,15 @@ static double run_job(goblin_node *n, mats *x, int64_t tiles, double *cpu, int64
         fprintf(stderr, "submit failed: %s\n", goblin_err_name(e));
         return -1;
     }
-    e = goblin_job_wait(job, 600000);
+    /* Waited for in steps of 5 s, the progress on stderr (a stalled job shows). */
+    for (int waited = 0; (e = goblin_job_wait(job, 5000)) == GOBLIN_ETIMEDOUT && waited < 120; waited++) {
+        int64_t done = 0, total = 0;
+        goblin_job_progress(job, &done, &total);
+        goblin_node_stats st = stats_of(n);
+        fprintf(stderr, "  %.0f s: %lld of %lld tasks done; %lld leases issued, %lld reissued, %lld workers\n",
+                now_s() - t0, (long long)done, (long long)total, (long long)st.tasks_issued,
+                (long long)st.tasks_reissued, (long long)st.workers_connected);
+    }
     double t = now_s() - t0;
     *cpu = cpu_s() - c0;
     goblin_job_plan pi;

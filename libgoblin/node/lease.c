@@ -65,6 +65,7 @@ static void lidx_del_at(goblin_node *n, size_t h) {
 
 void goblin__node_leases_clear(goblin_node *n) {
     n->n_leases = 0;
+    n->lease_deadline_min = 0;
     if (n->lidx) memset(n->lidx, 0, (size_t)n->lidx_cap * sizeof *n->lidx);
 }
 
@@ -111,6 +112,7 @@ bool goblin__node_lease_reserve(goblin_node *n) {
 
 void goblin__node_lease_push(goblin_node *n, const lease *L) {
     n->leases[n->n_leases++] = *L;
+    if (!n->lease_deadline_min || L->deadline_ms < n->lease_deadline_min) n->lease_deadline_min = L->deadline_ms;
     if (n->lidx) lidx_put(n, L->id, n->n_leases - 1);
     if (L->job) task_lid_add(&L->job->tasks[L->task], L->id);
 }

@@ -352,6 +352,9 @@ struct goblin_node {
      * table is scanned. With thousands of workers a scan per RESULT was most of the
      * node's CPU. */
     int64_t *lidx, lidx_cap;
+    /* No lease's deadline is before this (0: no lease): housekeeping scans the table
+     * for expired leases only from then on (lease.c sets it, housekeeping renews it). */
+    int64_t lease_deadline_min;
     goblin_job **jobs;
     int32_t n_jobs, cap_jobs;
     uint64_t next_lease_id, next_job_id, next_session;
