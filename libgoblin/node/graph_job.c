@@ -598,6 +598,7 @@ goblin_err goblin_node_submit_graph(goblin_node *n, const goblin_graph *g, const
     j->node = n;
     j->running = true;
     n->jobs[n->n_jobs++] = j;
+    n->sched_all = true;
     goblin__node_log(n, GOBLIN_LOG_INFO, "job %llu: graph over a batch of %lld in %lld tasks of %lld rows (%llu bytes each)",
                      (unsigned long long)j->id, (long long)G->batch, (long long)j->ntasks, (long long)G->rows,
                      (unsigned long long)G->v[0].bytes);

@@ -431,6 +431,7 @@ goblin_err goblin_node_submit_matmul(goblin_node *n, const goblin_tensor *a, con
     }
     n->cap_jobs = (int32_t)cap;
     n->jobs[n->n_jobs++] = j;
+    n->sched_all = true;
     pthread_mutex_unlock(&n->mu);
     goblin__node_wake(n);
     *out = j;

@@ -17,7 +17,8 @@
 #include "goblin/tls.h"
 #include "net/transport.h"
 
-#define HOUSEKEEPING_MS 2 /* node_main: lease deadlines and heartbeats checked this often */
+#define HOUSEKEEPING_MS 2 /* node_main: lease deadlines and pipe events checked this often */
+#define PEER_SWEEP_MS 20  /* and the peers' silence, handshakes and closes this often */
 
 /* ---- small helpers -------------------------------------------------------------- */
 
@@ -234,7 +235,8 @@ static void pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
 
 #define HANDSHAKE_MS 15000 /* the least time from a peer's first message to its PROOF */
 
-static void housekeeping(goblin_node *n) {
+/* True when it swept all the peers (every PEER_SWEEP_MS). */
+static bool housekeeping(goblin_node *n) {
     pthread_mutex_lock(&n->ev_mu);
     int32_t ne = n->n_ev;
     uint32_t ev[64];
@@ -281,7 +283,9 @@ static void housekeeping(goblin_node *n) {
     n->last_housekeeping_ms = now;
     if (gap > 200)
         for (int32_t i = 0; i < n->n_peers; i++) n->peers[i].last_heard_ms += gap;
-    if (n->p.heartbeat_ms) {
+    bool sweep = now - n->last_peer_sweep_ms >= PEER_SWEEP_MS;
+    if (sweep) n->last_peer_sweep_ms = now;
+    if (sweep && n->p.heartbeat_ms) {
         int64_t silent = 3 * (int64_t)n->p.heartbeat_ms;
         for (int32_t i = 0; i < n->n_peers; i++) {
             peer *p = &n->peers[i];
@@ -297,7 +301,7 @@ static void housekeeping(goblin_node *n) {
      * worker's allowed silence if longer. */
     int64_t grace = 3 * (int64_t)n->p.heartbeat_ms > HANDSHAKE_MS ? 3 * (int64_t)n->p.heartbeat_ms : HANDSHAKE_MS;
     goblin__node_pending_sweep(n, now, grace);
-    for (int32_t i = 0; i < n->n_peers; i++) {
+    for (int32_t i = 0; sweep && i < n->n_peers; i++) {
         peer *p = &n->peers[i];
         if (p->connected && !p->hello && !p->close_at_ms && p->last_heard_ms && now - p->last_heard_ms > grace)
             goblin__node_drop_peer(n, i, "no identity proof after HELLO");
@@ -308,6 +312,7 @@ static void housekeeping(goblin_node *n) {
         }
     }
     goblin__node_reap_peers(n);
+    return sweep;
 }
 
 /* Wake node_main now (callable from any thread). */
@@ -346,8 +351,9 @@ static void *node_main(void *arg) {
         bool ev = n->n_ev > 0;
         pthread_mutex_unlock(&n->ev_mu);
         bool tick = ev || rv != 0 || goblin__now_ms() - n->last_housekeeping_ms >= HOUSEKEEPING_MS;
-        if (tick) housekeeping(n);
-        goblin__node_schedule(n, tick);
+        bool swept = tick && housekeeping(n);
+        goblin__node_schedule(n, swept || ev || n->sched_all);
+        n->sched_all = false;
         goblin__node_prepare_ahead(n);
         goblin__node_spot_prepare(n);
         pthread_mutex_unlock(&n->mu);

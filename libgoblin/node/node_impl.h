@@ -365,6 +365,12 @@ struct goblin_node {
     uint64_t bid, next_msg_id;
     bool bclosed; /* a task went alone: the batch takes no more this round */
     int64_t last_housekeeping_ms;
+    /* The sweeps over all peers (heartbeat silence, handshakes, lingering closes) and
+     * the scheduler's pass over all of them run every PEER_SWEEP_MS, not every tick:
+     * at 4,096 workers they were most of the node's CPU. sched_all: a job was added,
+     * the next schedule() looks at every peer at once. */
+    int64_t last_peer_sweep_ms;
+    bool sched_all;
     goblin_node_stats st;
     /* pipe events from nng's threads, under ev_mu */
     pthread_mutex_t ev_mu;
