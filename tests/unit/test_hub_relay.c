@@ -6,6 +6,7 @@
  * worker claiming another's identity refused by the node through the relay; hostile
  * bytes to the machines port refused at once, before their bodies; two labs sharing the
  * workers (equal weights and 3:1). */
+#define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <goblin/hub.h>
 #include <goblin/node.h>
@@ -154,8 +155,11 @@ static goblin_hub_machines_stats hstats(void) {
 
 /* Run C = A B (f64, m x k x n) on @p node and check it against the product computed
  * here in f64; returns the tasks accepted from workers. */
+static uint8_t a_head[64]; /* the first bytes of the last A, to look for in the hub's files */
+
 static void matmul_checked(goblin_node *node, int64_t m, int64_t k, int64_t n, uint64_t seed) {
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, m, k, seed, true), b = rt_mat_new(GOBLIN_DTYPE_F64, k, n, seed + 1, true);
+    memcpy(a_head, a.data, sizeof a_head);
     rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, m, n, 0, false);
     goblin_job_params jp;
     goblin_job_params_default(&jp);
@@ -169,6 +173,26 @@ static void matmul_checked(goblin_node *node, int64_t m, int64_t k, int64_t n, u
     free(a.data);
     free(b.data);
     free(c.data);
+}
+
+/* Whether any file under the hub's directory holds @p len bytes at @p p. */
+static bool hub_files_hold(const void *p, size_t len) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "find '%s' -type f", dir);
+    FILE *l = popen(cmd, "r");
+    char path[600];
+    bool found = false;
+    while (l && fgets(path, sizeof path, l)) {
+        path[strcspn(path, "\n")] = 0;
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static uint8_t buf[1 << 22];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        found |= n >= len && memmem(buf, n, p, len) != NULL;
+    }
+    if (l) pclose(l);
+    return found;
 }
 
 /* Tasks the workers of @p node had accepted, over every worker it tracks. */
@@ -226,6 +250,7 @@ Test(hub_relay, matmul_through_the_hub_with_identities_end_to_end) {
     cr_assert_eq(found, 2, "the node knows each worker by its own identity");
     st = hstats();
     cr_assert_gt(st.bytes_relayed, 96 * 80 * 8, "the operands went through the relay");
+    cr_assert(!hub_files_hold(a_head, sizeof a_head), "no task bytes in any file of the hub");
     workers_down(&ws);
     goblin_node_free(node);
     hub_down();
