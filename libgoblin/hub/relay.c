@@ -7,9 +7,10 @@
  * 4-byte hop count. It reads only the first frame of a connection (a worker's HELLO, a
  * node's NODE_HELLO or ATTACH: at most FIRST_MAX bytes) and, for a node's control
  * connection, its small frames after that. Once a worker is spliced to a node's data
- * connection the hub copies bytes both ways through one buffer per direction: a read
- * is posted again only when the write of the last one is done, so a slow side slows the
- * other (TCP's own flow control, end to end) and nothing piles up in the hub. No byte
+ * connection the hub copies bytes both ways through two buffers per direction: a read
+ * is posted only into a buffer whose bytes the other side's write has taken, so a slow
+ * side slows the other (TCP's own flow control, end to end) and nothing piles up in
+ * the hub. No byte
  * of a task or a result is looked at, kept or written anywhere.
  *
  * Threads: nng's callbacks do the I/O under r->mu; one thread (reaper) closes, stops
@@ -31,7 +32,7 @@
 
 #define FIRST_MAX 2048                  /* a connection's first message, its hop count included */
 #define OUTQ_BYTES 4096                 /* frames the hub sends itself (handshake, ACK, OPEN, REFUSE) */
-#define SPLICE_BYTES ((size_t)128 << 10) /* one direction's buffer of a spliced pair */
+#define SPLICE_BYTES ((size_t)64 << 10) /* each of a direction's two buffers */
 #define PENDING_MAX 256                 /* connections that have not said who they are */
 #define PENDING_MS 10000                /* ... each for at most this long */
 #define TICKET_MS 10000                 /* a node's time to attach a lent worker */
@@ -63,10 +64,13 @@ struct rconn {
     /* what the hub sends itself */
     uint8_t outq[OUTQ_BYTES];
     size_t outq_len, tx_len;
-    /* the splice: bytes read from this connection wait in buf for the peer's write */
     rconn *peer;
-    uint8_t *buf;
-    size_t buf_len, buf_off;
+    /* the splice: bytes read from this connection wait in bufs for the peer's write.
+     * Two buffers: the next read fills one while the peer's write sends the other, so
+     * the two TLS sessions' crypto overlaps instead of taking turns. */
+    uint8_t *bufs[2];
+    size_t blen[2], boff[2];
+    int fill, send; /* the buffer the next read fills; the one the peer's write sends */
     /* a worker: the node it is reserved for or lent to; a data connection: its node */
     rconn *node;
     bool reserved;
@@ -229,9 +233,10 @@ static void tx_kick(rconn *c) {
     } else if (c->refusing) {
         close_conn(c); /* the refusal is out */
         return;
-    } else if (c->peer && c->peer->buf_off < c->peer->buf_len) {
-        iov.iov_buf = c->peer->buf + c->peer->buf_off;
-        iov.iov_len = c->peer->buf_len - c->peer->buf_off;
+    } else if (c->peer && c->peer->boff[c->peer->send] < c->peer->blen[c->peer->send]) {
+        rconn *p = c->peer;
+        iov.iov_buf = p->bufs[p->send] + p->boff[p->send];
+        iov.iov_len = p->blen[p->send] - p->boff[p->send];
         c->tx_from_outq = false;
     } else {
         return;
@@ -258,9 +263,14 @@ static void tx_cb(void *arg) {
         memmove(c->outq, c->outq + n, c->outq_len - n);
         c->outq_len -= n;
     } else if (c->peer) {
-        c->peer->buf_off += n;
+        rconn *p = c->peer;
+        p->boff[p->send] += n;
         r->st.bytes_relayed += (int64_t)n;
-        if (c->peer->buf_off == c->peer->buf_len) rx_kick(c->peer);
+        if (p->boff[p->send] == p->blen[p->send]) { /* that buffer is free again */
+            p->blen[p->send] = p->boff[p->send] = 0;
+            p->send ^= 1;
+            rx_kick(p);
+        }
     }
     tx_kick(c);
     pthread_mutex_unlock(&r->mu);
@@ -289,16 +299,12 @@ static void rx_kick(rconn *c) {
     }
     case RS_PROBE: read_into(c, c->probe, sizeof c->probe); break;
     case RS_SPLICE:
-        if (c->buf_off < c->buf_len) return; /* the peer still writes the last read */
-        if (!c->buf || c->buf == c->probe) {
-            c->buf = goblin__alloc(SPLICE_BYTES);
-            if (!c->buf) {
-                close_conn(c);
-                return;
-            }
+        if (c->blen[c->fill]) return; /* both buffers wait for the peer's write */
+        if (!c->bufs[c->fill] && !(c->bufs[c->fill] = goblin__alloc(SPLICE_BYTES))) {
+            close_conn(c);
+            return;
         }
-        c->buf_len = c->buf_off = 0;
-        read_into(c, c->buf, SPLICE_BYTES);
+        read_into(c, c->bufs[c->fill], SPLICE_BYTES);
         break;
     case RS_NONE: break;
     }
@@ -370,12 +376,8 @@ static void splice(rconn *d, rconn *w) {
     memcpy(d->outq + d->outq_len, w->in, w->first_len);
     d->outq_len += w->first_len;
     d->rs = RS_SPLICE;
-    d->buf_len = d->buf_off = 0;
     w->seq = ++r->next_seq; /* the order lent, for taking back the newest */
-    if (!w->rx_busy) { /* else its probe read is in flight: what it brings is spliced */
-        w->rs = RS_SPLICE;
-        w->buf_len = w->buf_off = 0;
-    }
+    if (!w->rx_busy) w->rs = RS_SPLICE; /* else its probe read is in flight: what it brings is spliced */
     rx_kick(d);
     rx_kick(w);
     tx_kick(d);
@@ -512,20 +514,30 @@ static void rx_cb(void *arg) {
     switch (c->rs) {
     case RS_PROBE:
         if (c->role == R_WORKER && c->peer) { /* spliced meanwhile: these are the worker's */
-            c->buf = c->probe;
-            c->buf_len = n;
-            c->buf_off = 0;
+            if (!(c->bufs[0] = goblin__alloc(SPLICE_BYTES))) {
+                close_conn(c);
+                goto out;
+            }
+            memcpy(c->bufs[0], c->probe, n);
+            c->blen[0] = n;
+            c->fill = 1;
             c->rs = RS_SPLICE;
             tx_kick(c->peer);
+            rx_kick(c);
             goto out;
         }
         close_conn(c); /* a waiting worker says nothing */
         goto out;
     case RS_SPLICE:
-        c->buf_len = n;
-        c->buf_off = 0;
-        if (c->peer) tx_kick(c->peer);
-        else close_conn(c);
+        c->blen[c->fill] = n;
+        c->boff[c->fill] = 0;
+        c->fill ^= 1;
+        if (!c->peer) {
+            close_conn(c);
+            goto out;
+        }
+        tx_kick(c->peer);
+        rx_kick(c); /* into the other buffer, if the peer is done with it */
         goto out;
     case RS_DISCARD:
         c->discard -= n;
@@ -766,7 +778,8 @@ static void *reaper_main(void *arg) {
             nng_aio_free(c->rx);
             nng_aio_free(c->tx);
             nng_stream_free(c->s);
-            if (c->buf != c->probe) goblin__free(c->buf);
+            goblin__free(c->bufs[0]);
+            goblin__free(c->bufs[1]);
             memset(c->in, 0, sizeof c->in);
             goblin__free(c);
         }
