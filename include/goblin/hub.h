@@ -34,6 +34,10 @@ GOBLIN_BEGIN_DECLS
 #define GOBLIN_HUB_CONFIG_FILE "hub.conf"
 #define GOBLIN_HUB_SECRET_FILE "secret"
 #define GOBLIN_HUB_DB_FILE "hub.db"
+/** The machines address goblin-hub init writes into hub.conf. */
+#define GOBLIN_HUB_MACHINES_DEFAULT "tls+tcp://127.0.0.1:8444"
+/** Most lab_weight lines in a configuration. */
+#define GOBLIN_HUB_LAB_WEIGHTS_MAX 64
 /** Most admin addresses in a configuration. */
 #define GOBLIN_HUB_ADMINS_MAX 16
 /** Bytes for a session cookie's value and a link token: 64 hex digits and the NUL. */
@@ -68,6 +72,20 @@ typedef struct goblin_hub_config {
     /* trust_forwarded_for (yes|no, default no): take the client address from the
      * X-Forwarded-For header (only behind a reverse proxy that sets it). */
     bool trust_forwarded_for;
+    /* The machine side (docs/hub.md, "Machines"). machines: the address volunteers'
+     * workers and lab nodes dial, "tls+tcp://host:port" (the hub's cert.pem; tcp:// only
+     * on a loopback address); empty (the default): not served. goblin-hub init writes
+     * tls+tcp://127.0.0.1:8444. */
+    char machines[256];
+    uint32_t machines_max_workers; /* machines_max_workers: workers held, default 4096 */
+    uint32_t machines_max_nodes;   /* machines_max_nodes: lab nodes connected, default 256 */
+    /* lab_weight = EMAIL N (1 .. 1000; one line per lab, up to GOBLIN_HUB_LAB_WEIGHTS_MAX):
+     * the lab of account EMAIL gets N shares of the workers; every other lab 1. */
+    struct {
+        char email[GOBLIN_HUB_EMAIL_MAX + 1];
+        uint32_t weight;
+    } lab_weights[GOBLIN_HUB_LAB_WEIGHTS_MAX];
+    size_t n_lab_weights;
 } goblin_hub_config;
 
 /** Fill @p c with the defaults above (listen https://127.0.0.1:8443, smtp
@@ -159,6 +177,41 @@ GOBLIN_API goblin_err goblin_hub_key_create(goblin_hub *h, int64_t account_id, c
 /** The live key whose text is @p key into @p out; GOBLIN_EAUTH (unknown, wrong or
  *  revoked), GOBLIN_EINVAL (not a key's form). */
 GOBLIN_API goblin_err goblin_hub_key_verify(goblin_hub *h, const char *key, goblin_hub_node_key *out);
+
+/* ---- machines: the relay between lab nodes and volunteers' workers ------------------ *
+ *
+ * Workers dial the machines address as they would a node (goblin-worker --node URL
+ * --fingerprint HUB); lab nodes dial it with a node key (goblin_node_hub_connect). The
+ * hub lends each connected lab node a share of the workers (lab_weight) and splices each
+ * lent worker's connection to a data connection the node opened for it: every message
+ * between them passes through the hub's memory unread and is never stored. The worker
+ * proves its identity to the node through the splice (CHALLENGE, PROOF), so identities
+ * stay end to end. docs/hub.md, "Machines", has the design and its reasons. */
+
+typedef struct goblin_hub_machines_stats {
+    int64_t nodes_connected;     /* lab nodes with a live control connection */
+    int64_t workers_waiting;     /* workers connected, not lent (reserved ones included) */
+    int64_t workers_lent;        /* workers spliced to a lab node now */
+    int64_t workers_lent_total;  /* splices made since serving began */
+    int64_t workers_taken_back;  /* splices ended to give another lab its share */
+    int64_t nodes_refused;       /* NODE_HELLOs refused (unknown, wrong or revoked keys; full) */
+    int64_t workers_refused;     /* worker connections refused (not a HELLO first; full) */
+    int64_t tickets_refused;     /* ATTACHes with no such ticket */
+    int64_t connections_refused; /* bytes that are neither protocol, or out of its bounds */
+    int64_t bytes_relayed;       /* bytes copied between spliced connections, both ways */
+} goblin_hub_machines_stats;
+
+/** Serve the machine side on the configuration's machines address, on nng's threads and
+ *  one of the hub's own, until goblin_hub_free. GOBLIN_EINVAL (no machines address, or
+ *  plain tcp:// off loopback), GOBLIN_ESTATE (served already), GOBLIN_EIO, GOBLIN_ECRYPTO
+ *  (the hub's certificate); goblin_hub_error says why. */
+GOBLIN_API goblin_err goblin_hub_serve_machines(goblin_hub *h);
+/** The TCP port the machines address is served on (after goblin_hub_serve_machines). */
+GOBLIN_API goblin_err goblin_hub_machines_port(const goblin_hub *h, int *out);
+/** The relay's counters now. GOBLIN_ESTATE when not serving machines. */
+GOBLIN_API goblin_err goblin_hub_machines_stats_get(goblin_hub *h, goblin_hub_machines_stats *out);
+/** Workers lent now to the lab nodes of account @p lab, into *@p out. */
+GOBLIN_API goblin_err goblin_hub_machines_lab_lent(goblin_hub *h, int64_t lab, int64_t *out);
 
 GOBLIN_END_DECLS
 

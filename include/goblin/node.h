@@ -414,6 +414,53 @@ typedef struct goblin_node_worker_stats {
 GOBLIN_API goblin_err goblin_node_worker_stats_get(goblin_node *node, int64_t i,
                                                    goblin_node_worker_stats *out);
 
+/* ---- the hub: borrowing volunteers' workers through goblin-hub ---------------------- *
+ * (docs/hub.md, "Machines"). A lab node whose researcher holds a node key of a hub
+ * dials the hub's machines address; the hub lends it a share of the workers connected
+ * there. Each lent worker reaches the node over a data connection the node dials for it,
+ * as one more pipe of the node's socket: the worker's HELLO, identity proof, tasks and
+ * results are the worker protocol, end to end, and every node rule applies to it (join
+ * tokens, allow list, owners, quarantine, verification). */
+
+/** Bytes of a node key's text and its NUL ("gbk1_" + 16 hex + "_" + 64 hex). */
+#define GOBLIN_NODE_HUB_KEY_SIZE 87
+
+typedef struct goblin_node_hub_params {
+    const char *url;         /* the hub's machines address: tls+tcp://host:port (tcp:// on loopback) */
+    const char *fingerprint; /* TLS: the hub certificate's SHA-256 (pinned; goblin-hub init prints it) */
+    const char *ca_file;     /* ... or PEM CA certificates (exactly one of the two) */
+    const char *key;         /* the node key (goblin_hub_key_create's text; secret, copied) */
+    int32_t max_workers;     /* most workers borrowed at once (0: as many as the hub lends) */
+    uint32_t timeout_ms;     /* the wait for the hub's first answer (default 10000) */
+} goblin_node_hub_params;
+
+GOBLIN_API void goblin_node_hub_params_default(goblin_node_hub_params *p);
+
+/** Read a node key from file @p path (its only line) into @p out
+ *  (GOBLIN_NODE_HUB_KEY_SIZE bytes). GOBLIN_ENOTFOUND, GOBLIN_EIO, GOBLIN_EFORMAT (not a
+ *  key's form; the file's text is never logged). */
+GOBLIN_API goblin_err goblin_node_hub_key_read(const char *path, char *out);
+
+/** Link started node @p node to the hub @p p names and wait for its answer: GOBLIN_OK
+ *  once the hub took the key (the link then lives until goblin_node_stop, redialing a
+ *  lost control connection), GOBLIN_EAUTH (the key is unknown, wrong or revoked),
+ *  GOBLIN_EBUSY (the hub is full), GOBLIN_ETIMEDOUT, GOBLIN_EAUTH/GOBLIN_ECONNREFUSED
+ *  from the TLS pin, GOBLIN_EINVAL, GOBLIN_ESTATE (not started, or linked already). The
+ *  detail goes to the node's log. */
+GOBLIN_API goblin_err goblin_node_hub_connect(goblin_node *node, const goblin_node_hub_params *p);
+
+typedef struct goblin_node_hub_stats {
+    bool connected;           /* the control connection is up and the key accepted */
+    int64_t lab;              /* the lab (the key's account) the hub knows this node as */
+    uint32_t weight;          /* its lab_weight on the hub */
+    int64_t data_connections; /* data connections dialed (one per worker lent) */
+    int64_t workers_lent;     /* data connections attached now */
+    int64_t refused;          /* refusals from the hub */
+} goblin_node_hub_stats;
+
+/** The hub link's counters; GOBLIN_ESTATE if the node has none. */
+GOBLIN_API goblin_err goblin_node_hub_stats_get(goblin_node *node, goblin_node_hub_stats *out);
+
 GOBLIN_END_DECLS
 
 #endif

@@ -29,6 +29,8 @@ void goblin_hub_config_default(goblin_hub_config *c) {
     c->max_body_bytes = 16384;
     c->max_keys = 20;
     c->max_requests = 5;
+    c->machines_max_workers = 4096;
+    c->machines_max_nodes = 256;
 }
 
 typedef struct num_opt {
@@ -44,7 +46,8 @@ static const num_opt nums[] = {
     NUM(codes_per_client, 1, 100000), NUM(failures_per_code, 1, 100),
     NUM(failures_per_address, 1, 1000), NUM(failures_per_client, 1, 100000),
     NUM(max_body_bytes, 1024, 1 << 20), NUM(max_keys, 1, 1000),
-    NUM(max_requests, 1, 1000),
+    NUM(max_requests, 1, 1000),     NUM(machines_max_workers, 1, 1 << 20),
+    NUM(machines_max_nodes, 1, 100000),
 };
 
 typedef struct str_opt {
@@ -54,7 +57,7 @@ typedef struct str_opt {
 
 #define STR(f) {#f, offsetof(goblin_hub_config, f), sizeof ((goblin_hub_config *)0)->f}
 static const str_opt strs[] = {STR(listen), STR(public_url), STR(smtp_url), STR(smtp_user),
-                               STR(smtp_password), STR(mail_from), STR(store)};
+                               STR(smtp_password), STR(mail_from), STR(store), STR(machines)};
 
 static char *trim(char *s) {
     while (*s == ' ' || *s == '\t') s++;
@@ -90,6 +93,24 @@ static goblin_err set(goblin_hub_config *c, const char *name, const char *val, i
         if (!goblin__hub_email_ok(val, c->admins[c->n_admins]))
             return goblin__errf(msg, cap, GOBLIN_ESYNTAX, "hub.conf line %d: admin '%s' is not an address", line, val);
         c->n_admins++;
+        return GOBLIN_OK;
+    }
+    if (!strcmp(name, "lab_weight")) {
+        if (c->n_lab_weights >= GOBLIN_HUB_LAB_WEIGHTS_MAX)
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, "hub.conf line %d: more than %d lab_weight lines", line,
+                                GOBLIN_HUB_LAB_WEIGHTS_MAX);
+        char email[GOBLIN_HUB_EMAIL_MAX + 2];
+        const char *sp = strpbrk(val, " \t");
+        size_t k = sp ? (size_t)(sp - val) : 0;
+        char *end = NULL;
+        unsigned long long w = sp ? strtoull(sp + strspn(sp, " \t"), &end, 10) : 0;
+        if (!sp || k > GOBLIN_HUB_EMAIL_MAX || !end || *end || w < 1 || w > 1000)
+            return goblin__errf(msg, cap, GOBLIN_ESYNTAX, "hub.conf line %d: lab_weight is 'EMAIL N' (N 1 .. 1000)", line);
+        memcpy(email, val, k);
+        email[k] = 0;
+        if (!goblin__hub_email_ok(email, c->lab_weights[c->n_lab_weights].email))
+            return goblin__errf(msg, cap, GOBLIN_ESYNTAX, "hub.conf line %d: lab_weight '%s' is not an address", line, email);
+        c->lab_weights[c->n_lab_weights++].weight = (uint32_t)w;
         return GOBLIN_OK;
     }
     if (!strcmp(name, "trust_forwarded_for")) {
@@ -173,8 +194,10 @@ goblin_err goblin_hub_init_dir(const char *dir, const char *admin, const char *d
     goblin_hub_config_default(&d);
     snprintf(conf, sizeof conf,
              "# goblin-hub settings (docs/hub.md lists them all)\n"
-             "listen = %s\npublic_url = %s\nsmtp_url = %s\nmail_from = %s\n%s%s%s",
-             d.listen, d.public_url, d.smtp_url, d.mail_from, admin ? "admin = " : "", admin ? low : "",
+             "listen = %s\npublic_url = %s\nsmtp_url = %s\nmail_from = %s\n"
+             "# workers and lab nodes dial this (docs/hub.md, \"Machines\")\nmachines = %s\n%s%s%s",
+             d.listen, d.public_url, d.smtp_url, d.mail_from, GOBLIN_HUB_MACHINES_DEFAULT,
+             admin ? "admin = " : "", admin ? low : "",
              admin ? "\n" : "");
     if ((e = join(path, sizeof path, dir, GOBLIN_HUB_CONFIG_FILE, msg, cap)) ||
         (e = goblin__tls_write_file(path, conf, strlen(conf), 0600, false, msg, cap)))

@@ -53,6 +53,7 @@ goblin_err goblin_hub_open(const char *dir, goblin_hub **out, goblin_errbuf *err
 
 void goblin_hub_free(goblin_hub *h) {
     if (!h) return;
+    goblin__hub_relay_stop(h);
     goblin__hub_web_stop(h);
     goblin_hub_store_close(h->store);
     memset(h->secret, 0, sizeof h->secret);

@@ -14,6 +14,7 @@ struct goblin_hub {
     char dir[4096];
     char error[512];
     struct goblin__hub_web *web; /* NULL until goblin_hub_serve */
+    struct goblin__hub_relay *relay; /* NULL until goblin_hub_serve_machines */
 };
 
 /* ---- digest.c: the digests of secrets, random tokens ---- */
@@ -45,6 +46,9 @@ goblin_err goblin__hub_mail(const goblin_hub_config *cfg, const char *to, const 
  * (GOBLIN_HUB_CODE_SIZE) and @p token_out (GOBLIN_HUB_TOKEN_SIZE). @p email: lower case. */
 goblin_err goblin__hub_signin_issue(goblin_hub *h, const char *email, const char *client,
                                     int64_t now, char *code_out, char *token_out);
+
+/* ---- relay.c ---- */
+void goblin__hub_relay_stop(goblin_hub *h);
 
 /* ---- web.c ---- */
 void goblin__hub_web_stop(goblin_hub *h);

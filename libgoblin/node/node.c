@@ -221,7 +221,12 @@ static void pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
         goblin__node_pipe_added(n, pp);
         return;
     }
+    if (ev == NNG_PIPE_EV_ADD_POST) {
+        goblin__node_hub_pipe(n, pp, true); /* a data connection to a hub: its ATTACH */
+        return;
+    }
     if (ev != NNG_PIPE_EV_REM_POST) return;
+    goblin__node_hub_pipe(n, pp, false);
     goblin__node_pipe_forget(n, nng_pipe_id(pp));
     goblin__node_client_pipe_removed(n, nng_pipe_id(pp));
     pthread_mutex_lock(&n->ev_mu);
@@ -383,6 +388,7 @@ goblin_err goblin_node_start(goblin_node *n) {
     nng_socket_set_ms(n->sock, NNG_OPT_SENDTIMEO, 2000);
     nng_pipe_notify(n->sock, NNG_PIPE_EV_ADD_PRE, pipe_cb, n);
     nng_pipe_notify(n->sock, NNG_PIPE_EV_REM_POST, pipe_cb, n);
+    nng_pipe_notify(n->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, n);
     for (int32_t i = 0; i < n->p.n_listen; i++) {
         if ((e = goblin__transport_listen(n->sock, n->p.listen[i], n->p.cert_file,
                                             n->p.key_file, msg, sizeof msg)) != GOBLIN_OK) {
@@ -411,6 +417,7 @@ void goblin_node_stop(goblin_node *n) {
     pthread_mutex_unlock(&n->mu);
     goblin__node_wake(n);
     pthread_join(n->thread, NULL);
+    goblin__node_hub_stop(n); /* its dialers are on the node's socket */
     goblin__node_attach_clients(n, NULL, NULL); /* its gateway's sends now fail: closed */
     nng_close(n->sock);
     n->socket_open = false;
@@ -426,6 +433,7 @@ void goblin_node_stop(goblin_node *n) {
 void goblin_node_free(goblin_node *n) {
     if (!n) return;
     goblin_node_stop(n);
+    goblin__node_hub_free(n);
     for (int32_t k = 0; k < n->n_jobs; k++) n->jobs[k]->node = NULL;
     for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);
     goblin__free(n->token);

@@ -402,6 +402,7 @@ struct goblin_node {
         uint64_t origin;
     } *test_origins;
     int32_t n_test_origins, cap_test_origins;
+    struct goblin__node_hub *hub; /* hub_link.c: the link to goblin-hub, or NULL (under ev_mu) */
 };
 
 /* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */
@@ -731,5 +732,13 @@ void goblin__node_drop_held(goblin_node *n, int32_t pi);
 void goblin__node_quarantine(goblin_node *n, int32_t pi);
 /** As goblin__node_quarantine, for identity record @p id (its peer may be gone). */
 void goblin__node_quarantine_identity(goblin_node *n, int32_t id);
+
+/* ---- hub_link.c: workers borrowed through goblin-hub ---- */
+/* A pipe of the node's socket added (ADD_POST) or removed (REM_POST): the link's
+ * data connections. Any thread (nng's pipe callbacks). */
+void goblin__node_hub_pipe(goblin_node *n, nng_pipe pp, bool added);
+/* Stop the link (before the node's socket closes); free it (goblin_node_free). */
+void goblin__node_hub_stop(goblin_node *n);
+void goblin__node_hub_free(goblin_node *n);
 
 #endif

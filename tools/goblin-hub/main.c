@@ -62,6 +62,16 @@ static int serve(const char *dir) {
     goblin_tls_fingerprint_file(cert, fp, NULL);
     /* One line a script can read: the port (the listen address may say 0). */
     printf("goblin-hub: serving on port %d (%s), certificate sha256 %s\n", port, goblin_hub_get_config(h)->listen, fp);
+    if (goblin_hub_get_config(h)->machines[0]) {
+        if ((e = goblin_hub_serve_machines(h))) {
+            int rc = fail(e, goblin_hub_error(h));
+            goblin_hub_free(h);
+            return rc;
+        }
+        int mport = 0;
+        goblin_hub_machines_port(h, &mport);
+        printf("goblin-hub: machines on port %d (%s)\n", mport, goblin_hub_get_config(h)->machines);
+    }
     fflush(stdout);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -95,7 +105,11 @@ int main(int argc, char **argv) {
         char fp[GOBLIN_TLS_FINGERPRINT_SIZE];
         if ((e = goblin_hub_init_dir(c.dir, c.admin, c.dns_name, fp, &err))) return fail(e, err.message);
         printf("goblin-hub: made %s; edit %s/%s, then run goblin-hub serve %s\n"
-               "certificate sha256 %s\n", c.dir, c.dir, GOBLIN_HUB_CONFIG_FILE, c.dir, fp);
+               "certificate sha256 %s\n"
+               "machines %s (workers: goblin-worker --connect %s --fingerprint %s;\n"
+               "  lab nodes: goblin-node ... --hub %s --hub-key FILE --hub-fingerprint %s)\n",
+               c.dir, c.dir, GOBLIN_HUB_CONFIG_FILE, c.dir, fp, GOBLIN_HUB_MACHINES_DEFAULT,
+               GOBLIN_HUB_MACHINES_DEFAULT, fp, GOBLIN_HUB_MACHINES_DEFAULT, fp);
         return TOOL_EXIT_OK;
     }
     if (c.cmd == HUB_CMD_SERVE) return serve(c.dir);

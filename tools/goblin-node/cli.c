@@ -24,6 +24,13 @@ void node_cli_usage(FILE *f) {
         "                          to %d); a client that dials --listen is told to go here\n"
         "  --cert FILE --key FILE  the node's identity (from `goblin-node init`); needed\n"
         "                          for tls+tcp:// addresses\n"
+        "  --hub URL               borrow volunteers' workers from goblin-hub at its\n"
+        "                          machines address (tls+tcp://HOST:PORT)\n"
+        "  --hub-key FILE          the node key made on the hub's account page (its only\n"
+        "                          line; keep it 0600)\n"
+        "  --hub-fingerprint HEX   the hub certificate's SHA-256 (goblin-hub init prints\n"
+        "                          it), or --hub-ca FILE\n"
+        "  --hub-max-workers N     borrow at most N workers at once (default: no limit)\n"
         "  --workers-token-file F  workers must present a token whose salted hash is in F\n"
         "                          (lines salt:hash, see goblin_token_entry)\n"
         "  --credentials FILE      researchers' credentials (goblin-node researcher add):\n"
@@ -182,6 +189,23 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         } else if (strcmp(a, "--owners") == 0) {
             NEEDV();
             cli->node.owners_file = v;
+        } else if (strcmp(a, "--hub") == 0) {
+            NEEDV();
+            cli->hub_url = v;
+        } else if (strcmp(a, "--hub-key") == 0) {
+            NEEDV();
+            cli->hub_key_file = v;
+        } else if (strcmp(a, "--hub-fingerprint") == 0) {
+            NEEDV();
+            cli->hub_fingerprint = v;
+        } else if (strcmp(a, "--hub-ca") == 0) {
+            NEEDV();
+            cli->hub_ca = v;
+        } else if (strcmp(a, "--hub-max-workers") == 0) {
+            NEEDV();
+            int64_t x;
+            if (!tool_parse_i64(v, 0, 1 << 20, &x)) return bad("bad --hub-max-workers '%s'", v);
+            cli->hub_max_workers = (int32_t)x;
         } else if (strcmp(a, "--probation") == 0) {
             NEEDV();
             int64_t n;
@@ -250,6 +274,9 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
     }
     if (cli->node.n_listen == 0) return bad("%s", "at least one --listen URL is needed");
     if (!!cli->cert_file != !!cli->key_file) return bad("%s", "--cert and --key go together");
+    if (!!cli->hub_url != !!cli->hub_key_file) return bad("%s", "--hub and --hub-key go together");
+    if (cli->hub_url && tool_url_is_tls(cli->hub_url) && !cli->hub_fingerprint == !cli->hub_ca)
+        return bad("%s", "--hub tls+tcp://... needs exactly one of --hub-fingerprint HEX and --hub-ca FILE");
     cli->node.log_level = cli->gateway.log_level = cli->log_level;
     if (cli->gateway.n_listen && !cli->gateway.open && !cli->gateway.credentials_file)
         return bad("%s", "--client-listen needs --credentials FILE (make them with `goblin-node "

@@ -23,6 +23,9 @@ typedef struct node_cli {
     goblin_log_level log_level;
     uint32_t stats_interval_ms;    /* log the counters this often (0: only at exit) */
     uint32_t drain_ms;             /* on stop, tell clients for this long */
+    /* --hub: borrow workers through goblin-hub (goblin_node_hub_connect) */
+    const char *hub_url, *hub_key_file, *hub_fingerprint, *hub_ca;
+    int32_t hub_max_workers;
     /* init */
     const char *init_dir;
     bool init_force;

@@ -234,6 +234,31 @@ int main(int argc, char **argv) {
             return tool_exit_code(e);
         }
     }
+    if (cli.hub_url) {
+        char key[GOBLIN_NODE_HUB_KEY_SIZE];
+        if ((e = goblin_node_hub_key_read(cli.hub_key_file, key))) {
+            tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot read the node key %s: %s", cli.hub_key_file,
+                      goblin_strerror(e));
+        } else {
+            goblin_node_hub_params hp;
+            goblin_node_hub_params_default(&hp);
+            hp.url = cli.hub_url;
+            hp.key = key;
+            hp.fingerprint = cli.hub_fingerprint;
+            hp.ca_file = cli.hub_ca;
+            hp.max_workers = cli.hub_max_workers;
+            e = goblin_node_hub_connect(node, &hp);
+            memset(key, 0, sizeof key);
+            if (e)
+                tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "the hub %s did not take this node: %s", cli.hub_url,
+                          goblin_strerror(e));
+        }
+        if (e) {
+            goblin_gateway_free(gw);
+            goblin_node_free(node);
+            return tool_exit_code(e);
+        }
+    }
     tool_logf(cli.log_level, GOBLIN_LOG_INFO, "node %s running (catalogue %u); SIGINT/SIGTERM stop it",
               GOBLIN_VERSION_STRING, goblin_catalog_version());
 

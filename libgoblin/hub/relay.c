@@ -1,0 +1,917 @@
+/* libgoblin/hub/relay.c - the machine side of goblin-hub: volunteers' workers and lab
+ * nodes dial the hub's `machines` address, and the hub splices one worker's connection
+ * to one data connection of a lab node (docs/hub.md, "Machines").
+ *
+ * The hub speaks nng's SP framing itself, over nng's byte streams (tls+tcp://, or tcp://
+ * on loopback): an 8-byte handshake, then frames of a u64 big-endian length and pair1's
+ * 4-byte hop count. It reads only the first frame of a connection (a worker's HELLO, a
+ * node's NODE_HELLO or ATTACH: at most FIRST_MAX bytes) and, for a node's control
+ * connection, its small frames after that. Once a worker is spliced to a node's data
+ * connection the hub copies bytes both ways through two buffers per direction: a read
+ * is posted only into a buffer whose bytes the other side's write has taken, so a slow
+ * side slows the other (TCP's own flow control, end to end) and nothing piles up in
+ * the hub. No byte
+ * of a task or a result is looked at, kept or written anywhere.
+ *
+ * Threads: nng's callbacks do the I/O under r->mu; one thread (reaper) closes, stops
+ * and frees connections, expires tickets and handshakes, and rebalances the lending. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/errf.h"
+#include "hub_impl.h"
+#include "net/tls_impl.h"
+#include "net/transport.h"
+#include "proto/hub_wire.h"
+#include "proto/part.h"
+#include "proto/wire.h"
+
+#define FIRST_MAX 2048                  /* a connection's first message, its hop count included */
+#define OUTQ_BYTES 4096                 /* frames the hub sends itself (handshake, ACK, OPEN, REFUSE) */
+#define SPLICE_BYTES ((size_t)64 << 10) /* each of a direction's two buffers */
+#define PENDING_MAX 256                 /* connections that have not said who they are */
+#define PENDING_MS 10000                /* ... each for at most this long */
+#define TICKET_MS 10000                 /* a node's time to attach a lent worker */
+#define OPENING_MAX 16                  /* tickets outstanding per node */
+#define CONTROL_SILENT_MS 30000         /* a control connection heard nothing from for this long */
+#define REBALANCE_COOLDOWN_MS 2000      /* between two workers taken back for fairness */
+#define TICK_MS 50
+
+enum role { R_UNKNOWN, R_WORKER, R_CONTROL, R_DATA };
+enum rstate { RS_HS, RS_LEN, RS_PEEK, RS_DISCARD, RS_BODY, RS_PROBE, RS_SPLICE, RS_NONE };
+
+typedef struct rconn rconn;
+struct rconn {
+    struct goblin__hub_relay *r;
+    nng_stream *s;
+    nng_aio *rx, *tx;
+    rconn *next, *prev; /* every connection */
+    enum role role;
+    enum rstate rs;
+    bool closing, rx_busy, tx_busy, refusing, tx_from_outq;
+    int64_t since_ms, last_heard_ms;
+    uint64_t seq;
+    /* reading before the splice */
+    uint8_t in[16 + FIRST_MAX];
+    size_t want, got;
+    uint64_t frame_len, discard;
+    size_t first_len; /* a worker: its HELLO frame (length prefix and all) kept in in[] */
+    uint8_t probe[16];
+    /* what the hub sends itself */
+    uint8_t outq[OUTQ_BYTES];
+    size_t outq_len, tx_len;
+    rconn *peer;
+    /* the splice: bytes read from this connection wait in bufs for the peer's write.
+     * Two buffers: the next read fills one while the peer's write sends the other, so
+     * the two TLS sessions' crypto overlaps instead of taking turns. */
+    uint8_t *bufs[2];
+    size_t blen[2], boff[2];
+    int fill, send; /* the buffer the next read fills; the one the peer's write sends */
+    /* a worker: the node it is reserved for or lent to; a data connection: its node */
+    rconn *node;
+    bool reserved;
+    /* a control connection (a lab node) */
+    int64_t lab, key_id;
+    uint32_t weight, max_workers;
+    int32_t lent, opening;
+};
+
+typedef struct ticket {
+    uint8_t t[GOBLIN__HUBW_TICKET];
+    rconn *node, *worker;
+    int64_t deadline_ms;
+} ticket;
+
+struct goblin__hub_relay {
+    goblin_hub *h;
+    nng_stream_listener *l;
+    nng_aio *acc;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t reaper;
+    bool stopping, have_thread, acc_stopped;
+    rconn *conns;
+    int32_t n_pending, n_workers, n_nodes;
+    uint64_t next_seq;
+    ticket *tickets;
+    int32_t n_tickets, cap_tickets;
+    int64_t rebalance_after_ms;
+    int port;
+    goblin_hub_machines_stats st;
+};
+
+typedef struct goblin__hub_relay relay;
+
+static void rx_cb(void *arg);
+static void tx_cb(void *arg);
+static void tx_kick(rconn *c);
+static void rx_kick(rconn *c);
+static void assign(relay *r);
+
+/* ---- closing ---------------------------------------------------------------------- */
+
+static void drop_tickets_of(relay *r, rconn *c) {
+    for (int32_t i = 0; i < r->n_tickets;) {
+        ticket *t = &r->tickets[i];
+        if (t->node == c || t->worker == c) {
+            if (t->node) t->node->opening--;
+            if (t->worker) {
+                t->worker->reserved = false;
+                t->worker->node = NULL;
+            }
+            memset(t->t, 0, sizeof t->t);
+            *t = r->tickets[--r->n_tickets];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Mark @p c for the reaper; its peer (the other half of a splice) goes with it. */
+static void close_conn(rconn *c) {
+    relay *r = c->r;
+    if (c->closing) return;
+    c->closing = true;
+    if (c->role == R_UNKNOWN) r->n_pending--;
+    drop_tickets_of(r, c);
+    if (c->role == R_WORKER) {
+        r->n_workers--;
+        if (c->node && c->peer) c->node->lent--;
+        c->node = NULL;
+    }
+    if (c->role == R_CONTROL) {
+        r->n_nodes--;
+        for (rconn *d = r->conns; d; d = d->next)
+            if (d != c && !d->closing && d->node == c) {
+                if (d->role == R_DATA) d->node = NULL; /* closed through its worker below */
+                if (d->role == R_WORKER) close_conn(d);
+            }
+        for (rconn *d = r->conns; d; d = d->next)
+            if (d != c && !d->closing && d->role == R_DATA && !d->peer) close_conn(d);
+    }
+    rconn *p = c->peer;
+    if (p) {
+        c->peer = NULL;
+        p->peer = NULL;
+        if (p->role == R_WORKER && p->node) {
+            p->node->lent--;
+            p->node = NULL;
+        }
+        close_conn(p);
+    }
+    pthread_cond_signal(&r->cv);
+}
+
+/* ---- sending the hub's own frames --------------------------------------------------- */
+
+static void put_be64(uint8_t *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+static uint64_t get_be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+    return v;
+}
+
+/* Queue one pair1 frame holding @p len bytes at @p m. */
+static void out_frame(rconn *c, const uint8_t *m, size_t len) {
+    if (c->outq_len + 12 + len > sizeof c->outq) {
+        close_conn(c); /* a node that reads nothing: never more than OUTQ_BYTES for it */
+        return;
+    }
+    uint8_t *o = c->outq + c->outq_len;
+    put_be64(o, 4 + len);
+    o[8] = o[9] = o[10] = 0;
+    o[11] = 1; /* pair1's hop count */
+    memcpy(o + 12, m, len);
+    c->outq_len += 12 + len;
+}
+
+static void out_hub(rconn *c, const goblin__hubw_msg *m) {
+    uint8_t b[GOBLIN__HUBW_MAX];
+    size_t n = 0;
+    if (goblin__hubw_encode(m, b, &n) == GOBLIN_OK) out_frame(c, b, n);
+}
+
+/* A REFUSE in the protocol the peer spoke (worker or node), then the connection closes. */
+static void refuse(rconn *c, bool worker, goblin_err why, const char *text) {
+    if (worker) {
+        goblin__wire_msg m;
+        goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
+        m.body.refuse.reason = why;
+        m.body.refuse.message = text;
+        uint8_t b[GOBLIN_WIRE_HEADER_SIZE + 16 + GOBLIN_WIRE_MAX_TEXT_BYTES];
+        size_t n = 0;
+        if (goblin__wire_encode_into(&m, b, sizeof b, &n) == GOBLIN_OK) out_frame(c, b, n);
+    } else {
+        goblin__hubw_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = GOBLIN__HUBW_REFUSE;
+        m.reason = (uint32_t)why;
+        snprintf(m.text, sizeof m.text, "%s", text);
+        out_hub(c, &m);
+    }
+    c->refusing = true;
+    c->rs = RS_NONE;
+    tx_kick(c);
+}
+
+static void tx_kick(rconn *c) {
+    if (c->closing || c->tx_busy) return;
+    nng_iov iov;
+    if (c->outq_len) {
+        iov.iov_buf = c->outq;
+        iov.iov_len = c->outq_len;
+        c->tx_from_outq = true;
+    } else if (c->refusing) {
+        close_conn(c); /* the refusal is out */
+        return;
+    } else if (c->peer && c->peer->boff[c->peer->send] < c->peer->blen[c->peer->send]) {
+        rconn *p = c->peer;
+        iov.iov_buf = p->bufs[p->send] + p->boff[p->send];
+        iov.iov_len = p->blen[p->send] - p->boff[p->send];
+        c->tx_from_outq = false;
+    } else {
+        return;
+    }
+    c->tx_len = iov.iov_len;
+    c->tx_busy = true;
+    nng_aio_set_iov(c->tx, 1, &iov);
+    nng_stream_send(c->s, c->tx);
+}
+
+static void tx_cb(void *arg) {
+    rconn *c = arg;
+    relay *r = c->r;
+    pthread_mutex_lock(&r->mu);
+    c->tx_busy = false;
+    int rv = nng_aio_result(c->tx);
+    size_t n = nng_aio_count(c->tx);
+    if (rv || c->closing) {
+        close_conn(c);
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    if (c->tx_from_outq) {
+        memmove(c->outq, c->outq + n, c->outq_len - n);
+        c->outq_len -= n;
+    } else if (c->peer) {
+        rconn *p = c->peer;
+        p->boff[p->send] += n;
+        r->st.bytes_relayed += (int64_t)n;
+        if (p->boff[p->send] == p->blen[p->send]) { /* that buffer is free again */
+            p->blen[p->send] = p->boff[p->send] = 0;
+            p->send ^= 1;
+            rx_kick(p);
+        }
+    }
+    tx_kick(c);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- reading -------------------------------------------------------------------------- */
+
+static void read_into(rconn *c, uint8_t *p, size_t n) {
+    nng_iov iov = {.iov_buf = p, .iov_len = n};
+    c->rx_busy = true;
+    nng_aio_set_iov(c->rx, 1, &iov);
+    nng_stream_recv(c->s, c->rx);
+}
+
+static void rx_kick(rconn *c) {
+    if (c->closing || c->rx_busy) return;
+    switch (c->rs) {
+    case RS_HS:
+    case RS_LEN:
+    case RS_PEEK:
+    case RS_BODY: read_into(c, c->in + c->got, c->want - c->got); break;
+    case RS_DISCARD: {
+        size_t n = c->discard < sizeof c->in ? (size_t)c->discard : sizeof c->in;
+        read_into(c, c->in, n);
+        break;
+    }
+    case RS_PROBE: read_into(c, c->probe, sizeof c->probe); break;
+    case RS_SPLICE:
+        if (c->blen[c->fill]) return; /* both buffers wait for the peer's write */
+        if (!c->bufs[c->fill] && !(c->bufs[c->fill] = goblin__alloc(SPLICE_BYTES))) {
+            close_conn(c);
+            return;
+        }
+        read_into(c, c->bufs[c->fill], SPLICE_BYTES);
+        break;
+    case RS_NONE: break;
+    }
+}
+
+static void expect(rconn *c, enum rstate s, size_t got, size_t want) {
+    c->rs = s;
+    c->got = got;
+    c->want = want;
+}
+
+/* ---- the first message ------------------------------------------------------------------ */
+
+static double node_weight(relay *r, const rconn *n) {
+    int32_t same = 0;
+    for (rconn *d = r->conns; d; d = d->next)
+        if (!d->closing && d->role == R_CONTROL && d->lab == n->lab) same++;
+    return (double)(n->weight ? n->weight : 1) / (same ? same : 1);
+}
+
+static uint32_t lab_weight(relay *r, int64_t lab) {
+    const goblin_hub_config *cfg = &r->h->cfg;
+    if (!cfg->n_lab_weights) return 1;
+    goblin_hub_account a;
+    if (goblin_hub_store_account_get(r->h->store, lab, &a) != GOBLIN_OK) return 1;
+    for (size_t i = 0; i < cfg->n_lab_weights; i++)
+        if (!strcmp(cfg->lab_weights[i].email, a.email)) return cfg->lab_weights[i].weight;
+    return 1;
+}
+
+/* The key's id and account, checked as goblin_hub_key_verify does, without touching
+ * the hub's error text (the web pages use it from their own threads). */
+static goblin_err check_key(relay *r, const char *key, goblin_hub_node_key *out) {
+    if (strlen(key) != GOBLIN_HUB_NODE_KEY_SIZE - 1 || strncmp(key, "gbk1_", 5) || key[21] != '_')
+        return GOBLIN_EAUTH;
+    uint64_t id = 0;
+    for (int i = 0; i < 16; i++) {
+        char ch = key[5 + i];
+        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (v < 0) return GOBLIN_EAUTH;
+        id = id << 4 | (uint64_t)v;
+    }
+    for (int i = 0; i < 64; i++) {
+        char ch = key[22 + i];
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return GOBLIN_EAUTH;
+    }
+    uint8_t d[32];
+    if (goblin__hub_digest(r->h->secret, "node-key", key + 22, NULL, d, NULL, 0)) return GOBLIN_EAUTH;
+    goblin_err e = goblin_hub_store_key_check(r->h->store, (int64_t)id, d, out);
+    memset(d, 0, sizeof d);
+    return e ? GOBLIN_EAUTH : GOBLIN_OK;
+}
+
+static void splice(rconn *d, rconn *w) {
+    relay *r = d->r;
+    d->role = R_DATA;
+    r->n_pending--;
+    d->peer = w;
+    w->peer = d;
+    d->node = w->node;
+    w->reserved = false;
+    w->node->lent++;
+    r->st.workers_lent_total++;
+    /* The worker's HELLO, held since it came, goes first. */
+    if (d->outq_len + w->first_len > sizeof d->outq) {
+        close_conn(d);
+        return;
+    }
+    memcpy(d->outq + d->outq_len, w->in, w->first_len);
+    d->outq_len += w->first_len;
+    d->rs = RS_SPLICE;
+    w->seq = ++r->next_seq; /* the order lent, for taking back the newest */
+    if (!w->rx_busy) w->rs = RS_SPLICE; /* else its probe read is in flight: what it brings is spliced */
+    rx_kick(d);
+    rx_kick(w);
+    tx_kick(d);
+}
+
+static void first_message(rconn *c, const uint8_t *m, size_t len) {
+    relay *r = c->r;
+    char why[320];
+    if (goblin__part_is(m, len)) { /* the tail of a result from an earlier connection */
+        expect(c, RS_LEN, 0, 8);
+        return;
+    }
+    if (len >= 4 && !memcmp(m, "GBLW", 4)) {
+        /* Only the header is the hub's business: the body (catalogue, token) is the
+         * lab node's to judge, and lab nodes may run newer catalogues than the hub. */
+        goblin__wire_limits lim;
+        goblin__wire_limits_default(&lim);
+        lim.max_message_bytes = FIRST_MAX;
+        goblin__wire_header wh;
+        goblin_err e = goblin__wire_header_decode(m, len, &lim, &wh, why, sizeof why);
+        if (!e && wh.body_len != len - GOBLIN_WIRE_HEADER_SIZE) {
+            e = GOBLIN_EFORMAT;
+            snprintf(why, sizeof why, "a HELLO whose header says %llu bytes of body, %zu came",
+                     (unsigned long long)wh.body_len, len - GOBLIN_WIRE_HEADER_SIZE);
+        }
+        if (!e && wh.type != GOBLIN_WIRE_TYPE_HELLO) {
+            e = GOBLIN_EPROTO;
+            snprintf(why, sizeof why, "%s before HELLO", goblin__wire_type_name((goblin__wire_type)wh.type));
+        }
+        if (e) {
+            r->st.workers_refused++;
+            char text[400];
+            snprintf(text, sizeof text, "goblin-hub: %s", why);
+            refuse(c, true, e, text);
+            return;
+        }
+        if ((uint32_t)r->n_workers >= r->h->cfg.machines_max_workers) {
+            r->st.workers_refused++;
+            refuse(c, true, GOBLIN_EBUSY, "goblin-hub: it holds as many workers as it takes; try later");
+            return;
+        }
+        c->role = R_WORKER;
+        r->n_pending--;
+        r->n_workers++;
+        c->first_len = 8 + (size_t)c->frame_len;
+        c->seq = ++r->next_seq;
+        expect(c, RS_PROBE, 0, 0);
+        assign(r);
+        return;
+    }
+    goblin__hubw_msg hm;
+    goblin_err e = goblin__hubw_decode(m, len, &hm, why, sizeof why);
+    if (e) {
+        r->st.connections_refused++;
+        if (len >= 4 && !memcmp(m, "GBLH", 4)) refuse(c, false, e, why);
+        else close_conn(c); /* neither a worker nor a node: nothing to say to it */
+        return;
+    }
+    if (hm.type == GOBLIN__HUBW_NODE_HELLO) {
+        goblin_hub_node_key k;
+        e = check_key(r, hm.key, &k);
+        memset(hm.key, 0, sizeof hm.key);
+        if (e) {
+            r->st.nodes_refused++;
+            refuse(c, false, GOBLIN_EAUTH, "goblin-hub: the node key is unknown, wrong or revoked");
+            return;
+        }
+        if ((uint32_t)r->n_nodes >= r->h->cfg.machines_max_nodes) {
+            r->st.nodes_refused++;
+            refuse(c, false, GOBLIN_EBUSY, "goblin-hub: as many lab nodes as it takes are connected");
+            return;
+        }
+        c->role = R_CONTROL;
+        r->n_pending--;
+        r->n_nodes++;
+        c->lab = k.account_id;
+        c->key_id = k.id;
+        c->max_workers = hm.max_workers;
+        c->weight = lab_weight(r, k.account_id);
+        c->last_heard_ms = goblin__now_ms();
+        goblin__hubw_msg a;
+        memset(&a, 0, sizeof a);
+        a.type = GOBLIN__HUBW_NODE_ACK;
+        a.lab = c->lab;
+        a.weight = c->weight;
+        out_hub(c, &a);
+        tx_kick(c);
+        expect(c, RS_LEN, 0, 8);
+        assign(r);
+        return;
+    }
+    if (hm.type == GOBLIN__HUBW_ATTACH) {
+        int32_t hit = -1;
+        for (int32_t i = 0; i < r->n_tickets; i++) /* every ticket compared, in constant time */
+            if (goblin__hub_equal(r->tickets[i].t, hm.ticket, GOBLIN__HUBW_TICKET)) hit = i;
+        if (hit < 0) {
+            r->st.tickets_refused++;
+            refuse(c, false, GOBLIN_EAUTH, "goblin-hub: no such ticket (used, expired or never issued)");
+            return;
+        }
+        ticket t = r->tickets[hit];
+        r->tickets[hit] = r->tickets[--r->n_tickets];
+        t.node->opening--;
+        splice(c, t.worker);
+        assign(r);
+        return;
+    }
+    r->st.connections_refused++;
+    refuse(c, false, GOBLIN_EPROTO, "goblin-hub: a connection starts with NODE_HELLO, ATTACH or a worker's HELLO");
+}
+
+static void control_message(rconn *c, const uint8_t *m, size_t len) {
+    goblin__hubw_msg hm;
+    char why[256];
+    if (goblin__hubw_decode(m, len, &hm, why, sizeof why) || hm.type != GOBLIN__HUBW_HEARTBEAT) {
+        close_conn(c);
+        return;
+    }
+    c->last_heard_ms = goblin__now_ms();
+    expect(c, RS_LEN, 0, 8);
+}
+
+static void rx_cb(void *arg) {
+    rconn *c = arg;
+    relay *r = c->r;
+    pthread_mutex_lock(&r->mu);
+    c->rx_busy = false;
+    int rv = nng_aio_result(c->rx);
+    size_t n = nng_aio_count(c->rx);
+    if (rv || c->closing || n == 0) {
+        close_conn(c);
+        goto out;
+    }
+    switch (c->rs) {
+    case RS_PROBE:
+        if (c->role == R_WORKER && c->peer) { /* spliced meanwhile: these are the worker's */
+            if (!(c->bufs[0] = goblin__alloc(SPLICE_BYTES))) {
+                close_conn(c);
+                goto out;
+            }
+            memcpy(c->bufs[0], c->probe, n);
+            c->blen[0] = n;
+            c->fill = 1;
+            c->rs = RS_SPLICE;
+            tx_kick(c->peer);
+            rx_kick(c);
+            goto out;
+        }
+        close_conn(c); /* a waiting worker says nothing */
+        goto out;
+    case RS_SPLICE:
+        c->blen[c->fill] = n;
+        c->boff[c->fill] = 0;
+        c->fill ^= 1;
+        if (!c->peer) {
+            close_conn(c);
+            goto out;
+        }
+        tx_kick(c->peer);
+        rx_kick(c); /* into the other buffer, if the peer is done with it */
+        goto out;
+    case RS_DISCARD:
+        c->discard -= n;
+        if (!c->discard) expect(c, RS_LEN, 0, 8);
+        rx_kick(c);
+        goto out;
+    default: break;
+    }
+    c->got += n;
+    if (c->got < c->want) {
+        rx_kick(c);
+        goto out;
+    }
+    if (c->rs == RS_HS) {
+        static const uint8_t pair1[8] = {0, 'S', 'P', 0, 0, 0x11, 0, 0};
+        if (memcmp(c->in, pair1, 8)) {
+            r->st.connections_refused++;
+            close_conn(c); /* not nng's pair1: not ours to answer */
+            goto out;
+        }
+        memcpy(c->outq + c->outq_len, pair1, 8);
+        c->outq_len += 8;
+        tx_kick(c);
+        expect(c, RS_LEN, 0, 8);
+    } else if (c->rs == RS_LEN) {
+        c->frame_len = get_be64(c->in);
+        if (c->frame_len < 4 + 4) {
+            r->st.connections_refused++;
+            close_conn(c);
+            goto out;
+        }
+        if (c->frame_len <= FIRST_MAX) expect(c, RS_BODY, 8, 8 + (size_t)c->frame_len);
+        else if (c->role == R_UNKNOWN && c->frame_len <= GOBLIN__PART_WIRE_MAX) expect(c, RS_PEEK, 8, 16);
+        else {
+            r->st.connections_refused++;
+            if (c->role == R_CONTROL) close_conn(c);
+            else refuse(c, true, GOBLIN_ELIMIT, "goblin-hub: a first message is at most 2048 bytes");
+            goto out;
+        }
+    } else if (c->rs == RS_PEEK) {
+        if (memcmp(c->in + 12, "GBLP", 4)) {
+            r->st.connections_refused++;
+            refuse(c, true, GOBLIN_ELIMIT, "goblin-hub: a first message is at most 2048 bytes");
+            goto out;
+        }
+        c->discard = c->frame_len - 8; /* a part left over from a lost connection: skipped */
+        c->rs = RS_DISCARD;
+    } else if (c->rs == RS_BODY) {
+        uint32_t hops = (uint32_t)c->in[8] << 24 | (uint32_t)c->in[9] << 16 | (uint32_t)c->in[10] << 8 | c->in[11];
+        const uint8_t *m = c->in + 12;
+        size_t len = (size_t)c->frame_len - 4;
+        if (hops > 0xff) {
+            r->st.connections_refused++;
+            close_conn(c);
+            goto out;
+        }
+        if (c->role == R_CONTROL) control_message(c, m, len);
+        else first_message(c, m, len);
+    }
+    rx_kick(c);
+out:
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- lending -------------------------------------------------------------------------- */
+
+static double score(relay *r, const rconn *n, int extra) {
+    return (double)(n->lent + n->opening + extra) / node_weight(r, n);
+}
+
+/* Lend waiting workers, oldest first, each to the node furthest below its share. */
+static void assign(relay *r) {
+    for (;;) {
+        rconn *w = NULL, *best = NULL;
+        for (rconn *c = r->conns; c; c = c->next)
+            if (!c->closing && c->role == R_WORKER && !c->peer && !c->reserved && (!w || c->seq < w->seq)) w = c;
+        if (!w) return;
+        double bs = 0;
+        for (rconn *n = r->conns; n; n = n->next) {
+            if (n->closing || n->role != R_CONTROL || n->opening >= OPENING_MAX) continue;
+            if (n->max_workers && (uint32_t)(n->lent + n->opening) >= n->max_workers) continue;
+            double s = score(r, n, 1);
+            if (!best || s < bs) {
+                best = n;
+                bs = s;
+            }
+        }
+        if (!best) return;
+        if (r->n_tickets == r->cap_tickets) {
+            int64_t cap = r->cap_tickets;
+            int32_t need = r->n_tickets + 1;
+            int64_t nc = cap ? cap * 2 : 16;
+            while (nc < need) nc *= 2;
+            ticket *t = goblin__alloc((size_t)nc * sizeof *t);
+            if (!t) return;
+            if (r->tickets) memcpy(t, r->tickets, (size_t)r->n_tickets * sizeof *t);
+            goblin__free(r->tickets);
+            r->tickets = t;
+            r->cap_tickets = (int32_t)nc;
+        }
+        ticket *t = &r->tickets[r->n_tickets];
+        if (goblin__hub_random(t->t, sizeof t->t, NULL, 0)) return;
+        t->node = best;
+        t->worker = w;
+        t->deadline_ms = goblin__now_ms() + TICKET_MS;
+        r->n_tickets++;
+        w->reserved = true;
+        w->node = best;
+        best->opening++;
+        goblin__hubw_msg o;
+        memset(&o, 0, sizeof o);
+        o.type = GOBLIN__HUBW_OPEN;
+        memcpy(o.ticket, t->t, sizeof o.ticket);
+        out_hub(best, &o);
+        memset(o.ticket, 0, sizeof o.ticket);
+        tx_kick(best);
+    }
+}
+
+/* Take one worker back from the node furthest above its share when another node is
+ * below it and no worker waits: its connection is closed and, redialing, it is lent to
+ * the node below (docs/hub.md, "Fair share"). */
+static void rebalance(relay *r, int64_t now) {
+    if (now < r->rebalance_after_ms) return;
+    for (rconn *c = r->conns; c; c = c->next)
+        if (!c->closing && c->role == R_WORKER && !c->peer) return; /* waiting or reserved */
+    rconn *lo = NULL, *hi = NULL;
+    for (rconn *n = r->conns; n; n = n->next) {
+        if (n->closing || n->role != R_CONTROL) continue;
+        bool room = !n->max_workers || (uint32_t)(n->lent + n->opening) < n->max_workers;
+        if (room && (!lo || score(r, n, 1) < score(r, lo, 1))) lo = n;
+        if (n->lent > 0 && (!hi || score(r, n, 0) > score(r, hi, 0))) hi = n;
+    }
+    if (!lo || !hi || lo == hi || !(score(r, hi, 0) > score(r, lo, 1))) return;
+    rconn *w = NULL;
+    for (rconn *c = r->conns; c; c = c->next)
+        if (!c->closing && c->role == R_WORKER && c->peer && c->node == hi && (!w || c->seq > w->seq)) w = c;
+    if (!w) return;
+    r->st.workers_taken_back++;
+    r->rebalance_after_ms = now + REBALANCE_COOLDOWN_MS;
+    close_conn(w);
+}
+
+/* ---- accepting, the reaper ------------------------------------------------------------------ */
+
+static rconn *conn_new(relay *r, nng_stream *s) {
+    rconn *c = goblin__calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->r = r;
+    c->s = s;
+    if (nng_aio_alloc(&c->rx, rx_cb, c) || nng_aio_alloc(&c->tx, tx_cb, c)) {
+        nng_aio_free(c->rx);
+        goblin__free(c);
+        return NULL;
+    }
+    c->since_ms = goblin__now_ms();
+    c->next = r->conns;
+    if (r->conns) r->conns->prev = c;
+    r->conns = c;
+    r->n_pending++;
+    expect(c, RS_HS, 0, 8);
+    return c;
+}
+
+static void accept_cb(void *arg) {
+    relay *r = arg;
+    int rv = nng_aio_result(r->acc);
+    pthread_mutex_lock(&r->mu);
+    if (rv == 0) {
+        nng_stream *s = nng_aio_get_output(r->acc, 0);
+        rconn *c = conn_new(r, s);
+        if (!c) {
+            nng_stream_close(s);
+            nng_stream_free(s); /* never started: nothing of ours waits on it */
+        } else if (r->n_pending > PENDING_MAX) {
+            r->st.connections_refused++;
+            close_conn(c);
+        } else {
+            rx_kick(c);
+        }
+    }
+    bool again = !r->stopping && rv != NNG_ECLOSED;
+    if (again) nng_stream_listener_accept(r->l, r->acc);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void housekeeping(relay *r, int64_t now) {
+    for (int32_t i = 0; i < r->n_tickets;) {
+        ticket *t = &r->tickets[i];
+        if (t->deadline_ms > now) {
+            i++;
+            continue;
+        }
+        t->node->opening--;
+        t->worker->reserved = false;
+        t->worker->node = NULL;
+        *t = r->tickets[--r->n_tickets];
+    }
+    for (rconn *c = r->conns; c; c = c->next) {
+        if (c->closing) continue;
+        if ((c->role == R_UNKNOWN && now - c->since_ms > PENDING_MS) ||
+            (c->role == R_CONTROL && now - c->last_heard_ms > CONTROL_SILENT_MS))
+            close_conn(c);
+    }
+    assign(r);
+    rebalance(r, now);
+}
+
+static void *reaper_main(void *arg) {
+    relay *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        int64_t now = goblin__now_ms();
+        if (!r->stopping) housekeeping(r, now);
+        /* Connections closed together (the two halves of a splice) are freed together,
+         * once every aio of the batch has stopped: a write may be sending from the
+         * other half's buffer until then. */
+        rconn *batch = NULL;
+        for (rconn *c = r->conns, *nx; c; c = nx) {
+            nx = c->next;
+            if (r->stopping && !c->closing) close_conn(c);
+            if (!c->closing) continue;
+            if (c->prev) c->prev->next = c->next;
+            else r->conns = c->next;
+            if (c->next) c->next->prev = c->prev;
+            c->next = batch;
+            batch = c;
+        }
+        bool stop = r->stopping && r->acc_stopped && !r->conns;
+        pthread_mutex_unlock(&r->mu);
+        for (rconn *c = batch; c; c = c->next) nng_stream_close(c->s);
+        for (rconn *c = batch; c; c = c->next) {
+            nng_aio_stop(c->rx);
+            nng_aio_stop(c->tx);
+        }
+        for (rconn *c = batch, *nx; c; c = nx) {
+            nx = c->next;
+            nng_aio_free(c->rx);
+            nng_aio_free(c->tx);
+            nng_stream_free(c->s);
+            goblin__free(c->bufs[0]);
+            goblin__free(c->bufs[1]);
+            memset(c->in, 0, sizeof c->in);
+            goblin__free(c);
+        }
+        pthread_mutex_lock(&r->mu);
+        if (stop) break;
+        if (batch) continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += TICK_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* ---- the public calls ------------------------------------------------------------------------ */
+
+goblin_err goblin_hub_serve_machines(goblin_hub *h) {
+    if (!h) return GOBLIN_EINVAL;
+    h->error[0] = 0;
+    char *msg = h->error;
+    size_t cap = sizeof h->error;
+    const char *url = h->cfg.machines;
+    if (h->relay) return goblin__errf(msg, cap, GOBLIN_ESTATE, "the machines address is served already");
+    if (!url[0]) return goblin__errf(msg, cap, GOBLIN_EINVAL, "hub.conf has no machines address");
+    bool tls = goblin__transport_url_is_tls(url);
+    if (!tls && !(goblin__transport_url_is_plain_tcp(url) && goblin__transport_url_is_local(url)))
+        return goblin__errf(msg, cap, GOBLIN_EINVAL,
+                            "machines = %s: use tls+tcp:// (plain tcp:// only on a loopback address)", url);
+    relay *r = goblin__calloc(1, sizeof *r);
+    if (!r) return goblin__errf(msg, cap, GOBLIN_ENOMEM, "out of memory");
+    r->h = h;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int rv = nng_stream_listener_alloc(&r->l, url);
+    goblin_err e = GOBLIN_OK;
+    if (rv) e = goblin__errf(msg, cap, goblin__transport_err(rv), "cannot listen on %s: %s", url, nng_strerror(rv));
+    if (!e && tls) {
+        char cert[4200], key[4200], why[384];
+        snprintf(cert, sizeof cert, "%s/%s", h->dir, GOBLIN_TLS_CERT_FILE);
+        snprintf(key, sizeof key, "%s/%s", h->dir, GOBLIN_TLS_KEY_FILE);
+        nng_tls_config *tc = NULL;
+        e = goblin__tls_server_config(cert, key, &tc, why, sizeof why);
+        if (e) goblin__errf(msg, cap, e, "machines: %s", why);
+        else {
+            rv = nng_stream_listener_set_ptr(r->l, NNG_OPT_TLS_CONFIG, tc);
+            nng_tls_config_free(tc);
+            if (rv) e = goblin__errf(msg, cap, GOBLIN_ECRYPTO, "machines: TLS configuration: %s", nng_strerror(rv));
+        }
+    }
+    if (!e && (rv = nng_stream_listener_listen(r->l)) != 0)
+        e = goblin__errf(msg, cap, goblin__transport_err(rv), "cannot listen on %s: %s", url, nng_strerror(rv));
+    if (!e) nng_stream_listener_get_int(r->l, NNG_OPT_TCP_BOUND_PORT, &r->port);
+    if (!e && nng_aio_alloc(&r->acc, accept_cb, r)) e = goblin__errf(msg, cap, GOBLIN_ENOMEM, "out of memory");
+    if (!e && pthread_create(&r->reaper, NULL, reaper_main, r)) e = goblin__errf(msg, cap, GOBLIN_ENOMEM, "no thread");
+    if (e) {
+        if (r->l) nng_stream_listener_free(r->l);
+        nng_aio_free(r->acc);
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+        goblin__free(r);
+        return e;
+    }
+    r->have_thread = true;
+    h->relay = r;
+    nng_stream_listener_accept(r->l, r->acc);
+    return GOBLIN_OK;
+}
+
+void goblin__hub_relay_stop(goblin_hub *h) {
+    relay *r = h ? h->relay : NULL;
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    r->stopping = true;
+    pthread_mutex_unlock(&r->mu);
+    nng_stream_listener_close(r->l);
+    nng_aio_stop(r->acc);
+    pthread_mutex_lock(&r->mu);
+    r->acc_stopped = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->reaper, NULL);
+    nng_aio_free(r->acc);
+    nng_stream_listener_free(r->l);
+    for (int32_t i = 0; i < r->n_tickets; i++) memset(r->tickets[i].t, 0, sizeof r->tickets[i].t);
+    goblin__free(r->tickets);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    goblin__free(r);
+    h->relay = NULL;
+}
+
+goblin_err goblin_hub_machines_port(const goblin_hub *h, int *out) {
+    if (!h || !out) return GOBLIN_EINVAL;
+    if (!h->relay) return GOBLIN_ESTATE;
+    *out = h->relay->port;
+    return GOBLIN_OK;
+}
+
+goblin_err goblin_hub_machines_stats_get(goblin_hub *h, goblin_hub_machines_stats *out) {
+    if (!h || !out) return GOBLIN_EINVAL;
+    relay *r = h->relay;
+    if (!r) return GOBLIN_ESTATE;
+    pthread_mutex_lock(&r->mu);
+    *out = r->st;
+    out->nodes_connected = r->n_nodes;
+    out->workers_waiting = out->workers_lent = 0;
+    for (rconn *c = r->conns; c; c = c->next) {
+        if (c->closing || c->role != R_WORKER) continue;
+        if (c->peer) out->workers_lent++;
+        else out->workers_waiting++;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return GOBLIN_OK;
+}
+
+goblin_err goblin_hub_machines_lab_lent(goblin_hub *h, int64_t lab, int64_t *out) {
+    if (!h || !out) return GOBLIN_EINVAL;
+    relay *r = h->relay;
+    if (!r) return GOBLIN_ESTATE;
+    int64_t n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (rconn *c = r->conns; c; c = c->next)
+        if (!c->closing && c->role == R_CONTROL && c->lab == lab) n += c->lent;
+    pthread_mutex_unlock(&r->mu);
+    *out = n;
+    return GOBLIN_OK;
+}

@@ -1,0 +1,451 @@
+/* libgoblin/node/hub_link.c - a lab node borrowing workers through goblin-hub
+ * (goblin_node_hub_connect; docs/hub.md, "Machines").
+ *
+ * One control connection (its own pair1 socket, dialed here) says NODE_HELLO with the
+ * node key and then gets an OPEN with a ticket for each worker the hub lends. For each
+ * OPEN this thread dials a data connection from the node's own socket, so that it is a
+ * pipe like any worker's: the first message on it, sent from here, is ATTACH with the
+ * ticket, and everything after it is that worker's own protocol (HELLO, CHALLENGE,
+ * PROOF, ...) handled by peer.c exactly as for a worker that dialed the node. A data
+ * dialer is closed once its pipe ends (the worker redials the hub, not the node). */
+#include "node_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <nng/protocol/pair1/pair.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "net/tls_impl.h"
+#include "net/transport.h"
+#include "proto/hub_wire.h"
+
+#define HUB_HEARTBEAT_MS 5000
+#define DATA_CONNECT_MS 15000 /* a data dialer that has no pipe by then is closed */
+#define MAX_DIALS 1024        /* data connections at once */
+
+typedef struct hub_dial {
+    nng_dialer d;
+    uint8_t ticket[GOBLIN__HUBW_TICKET];
+    uint32_t pipe; /* 0 until connected */
+    int64_t since_ms;
+    bool attached, gone;
+} hub_dial;
+
+struct goblin__node_hub {
+    goblin_node *n;
+    char url[512];
+    char key[GOBLIN__HUBW_KEY_MAX + 1];
+    int32_t max_workers;
+    nng_socket ctl;
+    bool ctl_open;
+    nng_tls_config *tls;
+    pthread_t thread;
+    bool have_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    /* control state (under mu) */
+    int ctl_pipes_added;      /* ADD_POST events on the control socket */
+    bool acked, refused;      /* NODE_ACK seen on the current control pipe; a key refusal */
+    goblin_err refuse_reason;
+    char refuse_text[GOBLIN__HUBW_TEXT_MAX + 1];
+    goblin_node_hub_stats st;
+    /* data connections */
+    hub_dial *dials;
+    int32_t n_dials;
+    nng_pipe added[64];
+    int32_t n_added;
+    uint32_t removed[64];
+    int32_t n_removed;
+};
+
+void goblin_node_hub_params_default(goblin_node_hub_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->timeout_ms = 10000;
+}
+
+goblin_err goblin_node_hub_key_read(const char *path, char *out) {
+    if (!path || !out) return GOBLIN_EINVAL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return errno == ENOENT ? GOBLIN_ENOTFOUND : GOBLIN_EIO;
+    char buf[256];
+    ssize_t k = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (k < 0) return GOBLIN_EIO;
+    buf[k] = 0;
+    size_t len = (size_t)k;
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ')) buf[--len] = 0;
+    goblin_err e = GOBLIN_OK;
+    if (len != GOBLIN_NODE_HUB_KEY_SIZE - 1 || strncmp(buf, "gbk1_", 5) || buf[21] != '_') e = GOBLIN_EFORMAT;
+    for (size_t i = 5; !e && i < len; i++)
+        if (i != 21 && !((buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f'))) e = GOBLIN_EFORMAT;
+    if (!e) memcpy(out, buf, len + 1);
+    memset(buf, 0, sizeof buf);
+    return e;
+}
+
+/* ---- pipes of the node's socket (node.c's pipe_cb) and of the control socket ------- */
+
+void goblin__node_hub_pipe(goblin_node *n, nng_pipe pp, bool added) {
+    /* Lock order: n->ev_mu, then h->mu; nothing of nng is called under h->mu that
+     * could wait for a pipe callback (dialers are closed outside it). */
+    pthread_mutex_lock(&n->ev_mu);
+    struct goblin__node_hub *h = n->hub;
+    if (h) {
+        pthread_mutex_lock(&h->mu);
+        if (added) {
+            /* Only pipes of our dialers matter; the thread checks which. */
+            if (nng_dialer_id(nng_pipe_dialer(pp)) > 0 && h->n_added < 64) h->added[h->n_added++] = pp;
+        } else if (h->n_removed < 64) {
+            h->removed[h->n_removed++] = nng_pipe_id(pp);
+        }
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+    }
+    pthread_mutex_unlock(&n->ev_mu);
+}
+
+static void ctl_pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
+    (void)pp;
+    struct goblin__node_hub *h = arg;
+    pthread_mutex_lock(&h->mu);
+    if (ev == NNG_PIPE_EV_ADD_POST) h->ctl_pipes_added++;
+    else {
+        h->acked = false;
+        h->st.connected = false;
+    }
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- sending -------------------------------------------------------------------------- */
+
+static int send_hub(nng_socket s, nng_pipe *pp, const goblin__hubw_msg *m) {
+    uint8_t b[GOBLIN__HUBW_MAX];
+    size_t len = 0;
+    if (goblin__hubw_encode(m, b, &len)) return NNG_EINVAL;
+    nng_msg *msg;
+    int rv = nng_msg_alloc(&msg, 0);
+    if (rv) return rv;
+    if ((rv = nng_msg_append(msg, b, len)) != 0) {
+        nng_msg_free(msg);
+        return rv;
+    }
+    memset(b, 0, sizeof b);
+    if (pp) nng_msg_set_pipe(msg, *pp);
+    if ((rv = nng_sendmsg(s, msg, NNG_FLAG_NONBLOCK)) != 0) nng_msg_free(msg);
+    return rv;
+}
+
+static void send_hello(struct goblin__node_hub *h) {
+    goblin__hubw_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_NODE_HELLO;
+    m.max_workers = h->max_workers > 0 ? (uint32_t)h->max_workers : 0;
+    snprintf(m.key, sizeof m.key, "%s", h->key);
+    send_hub(h->ctl, NULL, &m);
+    memset(m.key, 0, sizeof m.key);
+}
+
+/* ---- data connections ------------------------------------------------------------------ */
+
+static void open_data(struct goblin__node_hub *h, const uint8_t *ticket) {
+    goblin_node *n = h->n;
+    if (h->n_dials >= MAX_DIALS) {
+        goblin__node_log(n, GOBLIN_LOG_WARN, "hub: %d data connections already; an OPEN ignored", MAX_DIALS);
+        return;
+    }
+    hub_dial *dl = &h->dials[h->n_dials];
+    memset(dl, 0, sizeof *dl);
+    int rv = nng_dialer_create(&dl->d, n->sock, h->url);
+    if (!rv && h->tls) rv = nng_dialer_set_ptr(dl->d, NNG_OPT_TLS_CONFIG, h->tls);
+    if (!rv) {
+        /* One connection per ticket: no redial before this thread closes the dialer. */
+        nng_dialer_set_ms(dl->d, NNG_OPT_RECONNMINT, 3600000);
+        nng_dialer_set_ms(dl->d, NNG_OPT_RECONNMAXT, 3600000);
+        rv = nng_dialer_start(dl->d, NNG_FLAG_NONBLOCK);
+    }
+    if (rv) {
+        goblin__node_log(n, GOBLIN_LOG_WARN, "hub: cannot dial a data connection to %s: %s", h->url, nng_strerror(rv));
+        if (nng_dialer_id(dl->d) > 0) nng_dialer_close(dl->d);
+        return;
+    }
+    memcpy(dl->ticket, ticket, GOBLIN__HUBW_TICKET);
+    dl->since_ms = goblin__now_ms();
+    h->n_dials++;
+    h->st.data_connections++;
+}
+
+/* Take dial @p i off the table; its dialer goes into @p out to be closed after h->mu. */
+static void take_dial(struct goblin__node_hub *h, int32_t i, nng_dialer *out, int32_t *n_out) {
+    out[(*n_out)++] = h->dials[i].d;
+    memset(h->dials[i].ticket, 0, GOBLIN__HUBW_TICKET);
+    h->dials[i] = h->dials[--h->n_dials];
+}
+
+/* Pipe events of data dialers (under h->mu): ATTACH on a new pipe, close a dialer
+ * whose pipe ended. */
+static void data_events(struct goblin__node_hub *h, nng_dialer *closing, int32_t *n_closing) {
+    for (int32_t k = 0; k < h->n_added; k++) {
+        nng_pipe pp = h->added[k];
+        int did = nng_dialer_id(nng_pipe_dialer(pp));
+        for (int32_t i = 0; i < h->n_dials; i++) {
+            hub_dial *dl = &h->dials[i];
+            if (nng_dialer_id(dl->d) != did || dl->attached) continue;
+            goblin__hubw_msg m;
+            memset(&m, 0, sizeof m);
+            m.type = GOBLIN__HUBW_ATTACH;
+            memcpy(m.ticket, dl->ticket, sizeof m.ticket);
+            dl->pipe = nng_pipe_id(pp);
+            dl->attached = true;
+            memset(dl->ticket, 0, sizeof dl->ticket);
+            if (send_hub(h->n->sock, &pp, &m) != 0) dl->gone = true;
+            memset(m.ticket, 0, sizeof m.ticket);
+            break;
+        }
+    }
+    h->n_added = 0;
+    for (int32_t k = 0; k < h->n_removed; k++)
+        for (int32_t i = 0; i < h->n_dials; i++)
+            if (h->dials[i].pipe == h->removed[k]) h->dials[i].gone = true;
+    h->n_removed = 0;
+    int64_t now = goblin__now_ms();
+    for (int32_t i = h->n_dials - 1; i >= 0; i--)
+        if (h->dials[i].gone || (!h->dials[i].attached && now - h->dials[i].since_ms > DATA_CONNECT_MS))
+            if (*n_closing < 64) take_dial(h, i, closing, n_closing);
+    h->st.workers_lent = 0;
+    for (int32_t i = 0; i < h->n_dials; i++) h->st.workers_lent += h->dials[i].attached;
+}
+
+/* ---- the thread ------------------------------------------------------------------------- */
+
+static void *hub_main(void *arg) {
+    struct goblin__node_hub *h = arg;
+    goblin_node *n = h->n;
+    int rfd = -1, seen_pipes = 0;
+    int64_t last_beat = 0;
+    for (;;) {
+        pthread_mutex_lock(&h->mu);
+        if (h->stop) {
+            pthread_mutex_unlock(&h->mu);
+            break;
+        }
+        bool hello = h->ctl_pipes_added != seen_pipes && !h->refused;
+        seen_pipes = h->ctl_pipes_added;
+        nng_dialer closing[64];
+        int32_t n_closing = 0;
+        data_events(h, closing, &n_closing);
+        bool acked = h->acked;
+        pthread_mutex_unlock(&h->mu);
+        for (int32_t i = 0; i < n_closing; i++) nng_dialer_close(closing[i]);
+        if (hello) send_hello(h);
+        int64_t now = goblin__now_ms();
+        if (acked && now - last_beat >= HUB_HEARTBEAT_MS) {
+            goblin__hubw_msg b;
+            memset(&b, 0, sizeof b);
+            b.type = GOBLIN__HUBW_HEARTBEAT;
+            send_hub(h->ctl, NULL, &b);
+            last_beat = now;
+        }
+        nng_msg *msg = NULL;
+        int rv = goblin__transport_recv(h->ctl, &rfd, &msg, 20);
+        if (rv == NNG_ECLOSED) break;
+        if (rv) continue;
+        goblin__hubw_msg m;
+        char why[256];
+        goblin_err e = goblin__hubw_decode(nng_msg_body(msg), nng_msg_len(msg), &m, why, sizeof why);
+        nng_msg_free(msg);
+        pthread_mutex_lock(&h->mu);
+        if (e) {
+            goblin__node_log(n, GOBLIN_LOG_WARN, "hub: a malformed message (%s): %s", goblin_err_name(e), why);
+        } else if (m.type == GOBLIN__HUBW_NODE_ACK) {
+            h->acked = true;
+            h->st.connected = true;
+            h->st.lab = m.lab;
+            h->st.weight = m.weight;
+            goblin__node_log(n, GOBLIN_LOG_INFO, "hub: linked to %s as lab %lld (weight %u)", h->url,
+                             (long long)m.lab, (unsigned)m.weight);
+        } else if (m.type == GOBLIN__HUBW_OPEN) {
+            if (h->acked) open_data(h, m.ticket);
+            memset(m.ticket, 0, sizeof m.ticket);
+        } else if (m.type == GOBLIN__HUBW_REFUSE) {
+            h->refused = true;
+            h->refuse_reason = m.reason && m.reason < GOBLIN_ERR_COUNT ? (goblin_err)m.reason : GOBLIN_EPROTO;
+            snprintf(h->refuse_text, sizeof h->refuse_text, "%s", m.text);
+            h->st.refused++;
+            goblin__node_log(n, GOBLIN_LOG_ERROR, "hub %s refused this node (%s): %s", h->url,
+                             goblin_err_name(h->refuse_reason), m.text);
+        } else {
+            goblin__node_log(n, GOBLIN_LOG_WARN, "hub: unexpected message type %d", (int)m.type);
+        }
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+    }
+    return NULL;
+}
+
+static void hub_free(struct goblin__node_hub *h) {
+    if (!h) return;
+    if (h->tls) nng_tls_config_free(h->tls);
+    memset(h->key, 0, sizeof h->key);
+    goblin__free(h->dials);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    goblin__free(h);
+}
+
+/* Stop the link: its thread, its dialers, its control socket (the node's socket is
+ * closed by the caller next). */
+void goblin__node_hub_stop(goblin_node *n) {
+    pthread_mutex_lock(&n->ev_mu);
+    struct goblin__node_hub *h = n->hub;
+    pthread_mutex_unlock(&n->ev_mu);
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    bool was = h->stop;
+    h->stop = true;
+    pthread_mutex_unlock(&h->mu);
+    if (was) return;
+    if (h->ctl_open) nng_close(h->ctl);
+    h->ctl_open = false;
+    if (h->have_thread) pthread_join(h->thread, NULL);
+    h->have_thread = false;
+    for (;;) {
+        nng_dialer closing[64];
+        int32_t n_closing = 0;
+        pthread_mutex_lock(&h->mu);
+        while (h->n_dials && n_closing < 64) take_dial(h, h->n_dials - 1, closing, &n_closing);
+        h->st.connected = false;
+        h->st.workers_lent = 0;
+        pthread_mutex_unlock(&h->mu);
+        if (!n_closing) break;
+        for (int32_t i = 0; i < n_closing; i++) nng_dialer_close(closing[i]);
+    }
+}
+
+void goblin__node_hub_free(goblin_node *n) {
+    goblin__node_hub_stop(n);
+    pthread_mutex_lock(&n->ev_mu);
+    struct goblin__node_hub *h = n->hub;
+    n->hub = NULL;
+    pthread_mutex_unlock(&n->ev_mu);
+    hub_free(h);
+}
+
+goblin_err goblin_node_hub_connect(goblin_node *n, const goblin_node_hub_params *p) {
+    if (!n || !p || !p->url || !p->key) return GOBLIN_EINVAL;
+    if (!n->started) return GOBLIN_ESTATE;
+    pthread_mutex_lock(&n->ev_mu);
+    bool have = n->hub != NULL;
+    pthread_mutex_unlock(&n->ev_mu);
+    if (have) {
+        goblin__node_log(n, GOBLIN_LOG_ERROR, "hub: this node is linked to a hub already");
+        return GOBLIN_ESTATE;
+    }
+    bool tls = goblin__transport_url_is_tls(p->url);
+    if (!tls && !(goblin__transport_url_is_plain_tcp(p->url) && goblin__transport_url_is_local(p->url))) {
+        goblin__node_log(n, GOBLIN_LOG_ERROR, "hub: %s: use tls+tcp:// (plain tcp:// only on a loopback address)", p->url);
+        return GOBLIN_EINVAL;
+    }
+    if (tls && !p->fingerprint == !p->ca_file) {
+        goblin__node_log(n, GOBLIN_LOG_ERROR, "hub: TLS needs exactly one of the hub's fingerprint and a CA file");
+        return GOBLIN_EINVAL;
+    }
+    size_t kl = strlen(p->key);
+    if (kl < 1 || kl > GOBLIN__HUBW_KEY_MAX || strlen(p->url) >= sizeof ((struct goblin__node_hub *)0)->url) {
+        goblin__node_log(n, GOBLIN_LOG_ERROR, "hub: the key or the URL is too long");
+        return GOBLIN_EINVAL;
+    }
+    struct goblin__node_hub *h = goblin__calloc(1, sizeof *h);
+    if (!h || !(h->dials = goblin__calloc(MAX_DIALS, sizeof *h->dials))) {
+        goblin__free(h);
+        return GOBLIN_ENOMEM;
+    }
+    h->n = n;
+    snprintf(h->url, sizeof h->url, "%s", p->url);
+    memcpy(h->key, p->key, kl + 1);
+    h->max_workers = p->max_workers;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    char why[512] = "";
+    goblin_err e = GOBLIN_OK;
+    if (tls) {
+        e = p->fingerprint ? goblin__tls_client_config_pinned(p->url, p->fingerprint, 0, &h->tls, why, sizeof why)
+                           : goblin__tls_client_config_ca(p->ca_file, NULL, p->url, &h->tls, why, sizeof why);
+        if (e) goblin__node_log(n, GOBLIN_LOG_ERROR, "hub %s: %s", p->url, why);
+    }
+    int rv = 0;
+    if (!e && (rv = nng_pair1_open(&h->ctl)) != 0) e = goblin__transport_err(rv);
+    if (!e) {
+        h->ctl_open = true;
+        nng_socket_set_size(h->ctl, NNG_OPT_RECVMAXSZ, GOBLIN__HUBW_MAX + 64);
+        nng_socket_set_ms(h->ctl, NNG_OPT_SENDTIMEO, 1000);
+        nng_pipe_notify(h->ctl, NNG_PIPE_EV_ADD_POST, ctl_pipe_cb, h);
+        nng_pipe_notify(h->ctl, NNG_PIPE_EV_REM_POST, ctl_pipe_cb, h);
+        nng_dialer d;
+        if ((rv = nng_dialer_create(&d, h->ctl, p->url)) == 0) {
+            if (h->tls) rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, h->tls);
+            nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 100);
+            nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 5000);
+            if (!rv) rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
+        }
+        if (rv) {
+            e = goblin__transport_err(rv);
+            goblin__node_log(n, GOBLIN_LOG_ERROR, "hub: cannot dial %s: %s", p->url, nng_strerror(rv));
+        }
+    }
+    if (!e && pthread_create(&h->thread, NULL, hub_main, h) != 0) e = GOBLIN_ENOMEM;
+    if (e) {
+        if (h->ctl_open) nng_close(h->ctl);
+        hub_free(h);
+        return e;
+    }
+    h->have_thread = true;
+    pthread_mutex_lock(&n->ev_mu);
+    n->hub = h;
+    pthread_mutex_unlock(&n->ev_mu);
+    /* The hub's first answer: NODE_ACK, or a refusal of the key. */
+    uint32_t wait_ms = p->timeout_ms ? p->timeout_ms : 10000;
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += wait_ms / 1000;
+    dl.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&h->mu);
+    while (!h->acked && !h->refused)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &dl) == ETIMEDOUT) break;
+    bool acked = h->acked, refused = h->refused;
+    goblin_err why_refused = h->refuse_reason;
+    pthread_mutex_unlock(&h->mu);
+    if (acked) return GOBLIN_OK;
+    if (!refused) goblin__node_log(n, GOBLIN_LOG_ERROR, "hub %s: no answer within %u ms", p->url, (unsigned)wait_ms);
+    goblin__node_hub_free(n);
+    return refused ? why_refused : GOBLIN_ETIMEDOUT;
+}
+
+goblin_err goblin_node_hub_stats_get(goblin_node *n, goblin_node_hub_stats *out) {
+    if (!n || !out) return GOBLIN_EINVAL;
+    pthread_mutex_lock(&n->ev_mu);
+    struct goblin__node_hub *h = n->hub;
+    if (h) {
+        pthread_mutex_lock(&h->mu);
+        *out = h->st;
+        pthread_mutex_unlock(&h->mu);
+    }
+    pthread_mutex_unlock(&n->ev_mu);
+    return h ? GOBLIN_OK : GOBLIN_ESTATE;
+}

@@ -1,0 +1,71 @@
+/* libgoblin/proto/hub_wire.h - the hub's machine protocol: lab nodes and goblin-hub
+ * (internal; docs/hub.md, "Machines"). No sockets here.
+ *
+ * A lab node's link to the hub is one control connection and one data connection per
+ * worker the hub lends it. Each message is one nng (pair1) message:
+ *
+ *   "GBLH"  u16 version (1)  u8 type  u8 flags (0)  u64 0  u64 body_length  body
+ *
+ * little-endian, like the worker protocol, and canonical (one spelling per message):
+ *
+ *   NODE_HELLO 1  node -> hub, first on the control connection:
+ *                 u32 max_workers (0: no limit)  u32 key_len (1..128)  key[key_len]  pad
+ *   NODE_ACK   2  hub -> node: u64 lab (the key's account)  u32 weight  u32 0
+ *   OPEN       3  hub -> node: u8 ticket[32]: dial a data connection for one worker
+ *   ATTACH     4  node -> hub, first (and only) message of a data connection: ticket[32];
+ *                 after it the connection carries one worker's own messages both ways
+ *   REFUSE     5  hub -> node: u32 reason (goblin_err)  u16 text_len  u16 0  text  pad
+ *   HEARTBEAT  6  node -> hub, empty: the control connection is alive
+ *
+ * pad: zero bytes to a multiple of 8 of the body. text: printable ASCII, <= 512. */
+#ifndef GOBLIN__PROTO_HUB_WIRE_H
+#define GOBLIN__PROTO_HUB_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "goblin/error.h"
+
+#define GOBLIN__HUBW_VERSION 1
+#define GOBLIN__HUBW_HEADER 24
+#define GOBLIN__HUBW_TICKET 32
+#define GOBLIN__HUBW_KEY_MAX 128
+#define GOBLIN__HUBW_TEXT_MAX 512
+/* The largest message of this protocol (a REFUSE with the longest text). */
+#define GOBLIN__HUBW_MAX (GOBLIN__HUBW_HEADER + 8 + GOBLIN__HUBW_TEXT_MAX)
+
+typedef enum goblin__hubw_type {
+    GOBLIN__HUBW_NODE_HELLO = 1,
+    GOBLIN__HUBW_NODE_ACK = 2,
+    GOBLIN__HUBW_OPEN = 3,
+    GOBLIN__HUBW_ATTACH = 4,
+    GOBLIN__HUBW_REFUSE = 5,
+    GOBLIN__HUBW_HEARTBEAT = 6,
+} goblin__hubw_type;
+
+typedef struct goblin__hubw_msg {
+    goblin__hubw_type type;
+    uint32_t max_workers;                   /* NODE_HELLO */
+    uint32_t key_len;                       /* NODE_HELLO */
+    char key[GOBLIN__HUBW_KEY_MAX + 1];     /* NODE_HELLO, NUL-terminated */
+    int64_t lab;                            /* NODE_ACK */
+    uint32_t weight;                        /* NODE_ACK */
+    uint8_t ticket[GOBLIN__HUBW_TICKET];    /* OPEN, ATTACH */
+    uint32_t reason;                        /* REFUSE */
+    char text[GOBLIN__HUBW_TEXT_MAX + 1];   /* REFUSE, NUL-terminated */
+} goblin__hubw_msg;
+
+/** Does @p buf start with the hub protocol's magic? */
+bool goblin__hubw_is(const uint8_t *buf, size_t len);
+/** Encode @p m into @p out (at least GOBLIN__HUBW_MAX bytes); its length into *@p len.
+ *  Text is cut to GOBLIN__HUBW_TEXT_MAX and bytes outside 0x20..0x7e become '?'.
+ *  GOBLIN_EINVAL for a key of a bad length or an unknown type. */
+goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *len);
+/** Decode @p len hostile bytes at @p buf into *@p m. GOBLIN_EFORMAT (wrong magic,
+ *  lengths, padding, reserved bytes, text, trailing bytes), GOBLIN_EVERSION,
+ *  GOBLIN_EPROTO (an unknown type), GOBLIN_ELIMIT (over GOBLIN__HUBW_MAX); (msg, cap). */
+goblin_err goblin__hubw_decode(const uint8_t *buf, size_t len, goblin__hubw_msg *m, char *msg,
+                               size_t cap);
+
+#endif

@@ -1,0 +1,588 @@
+/* tests/unit/test_hub_relay.c - goblin-hub's machine side with real objects on loopback:
+ * a hub serving its machines address (TLS and plain), lab nodes linked with node keys
+ * (goblin_node_hub_connect), workers dialing the hub. A verified matmul through the relay
+ * against an f64 product computed here; identities end to end; wrong, tampered and
+ * revoked keys refused; tickets that were never issued or are used twice refused; a
+ * worker claiming another's identity refused by the node through the relay; hostile
+ * bytes to the machines port refused at once, before their bodies; two labs sharing the
+ * workers (equal weights and 3:1). */
+#define _GNU_SOURCE /* memmem */
+#include <criterion/criterion.h>
+#include <goblin/hub.h>
+#include <goblin/node.h>
+#include <goblin/worker.h>
+#include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hostile_peer.h"
+#include "hub/hub_impl.h"
+#include "proto/hub_wire.h"
+#include "runtime_util.h"
+
+static char dir[256];
+static char fp[65];
+static goblin_hub *hub;
+static int mport;
+static char murl[128];
+static const int64_t T0 = 1700000000;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A hub whose machines address is @p scheme://127.0.0.1:0, serving it. */
+static void hub_up(const char *scheme, const char *extra) {
+    snprintf(dir, sizeof dir, "/tmp/goblin-hubrelay-%d-XXXXXX", (int)getpid());
+    cr_assert_not_null(mkdtemp(dir));
+    goblin_errbuf err;
+    cr_assert_eq(goblin_hub_init_dir(dir, "op@example.org", NULL, fp, &err), GOBLIN_OK, "%s", err.message);
+    char path[400];
+    snprintf(path, sizeof path, "%s/hub.conf", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "listen = https://127.0.0.1:0\nmachines = %s://127.0.0.1:0\n%s", scheme, extra ? extra : "");
+    fclose(f);
+    cr_assert_eq(goblin_hub_open(dir, &hub, &err), GOBLIN_OK, "%s", err.message);
+    cr_assert_eq(goblin_hub_serve_machines(hub), GOBLIN_OK, "%s", goblin_hub_error(hub));
+    cr_assert_eq(goblin_hub_machines_port(hub, &mport), GOBLIN_OK);
+    snprintf(murl, sizeof murl, "%s://127.0.0.1:%d", scheme, mport);
+}
+
+static void hub_down(void) {
+    goblin_hub_free(hub);
+    hub = NULL;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* An approved lab account @p email and a node key of it into @p key; its ids. */
+static int64_t lab_key(const char *email, char *key, int64_t *kid) {
+    goblin_hub_account a;
+    goblin_hub_store *s = goblin_hub_get_store(hub);
+    cr_assert_eq(goblin_hub_store_account_ensure(s, email, T0, &a), GOBLIN_OK);
+    goblin_hub_access_request r;
+    memset(&r, 0, sizeof r);
+    strcpy(r.name, "Lab");
+    strcpy(r.institution, "Institute");
+    strcpy(r.purpose, "matmul");
+    strcpy(r.expected_use, "some");
+    int64_t rid;
+    cr_assert_eq(goblin_hub_request_file(hub, a.id, &r, T0, &rid), GOBLIN_OK, "%s", goblin_hub_error(hub));
+    cr_assert_eq(goblin_hub_store_request_decide(s, rid, GOBLIN_HUB_REQUEST_APPROVED, "", T0), GOBLIN_OK);
+    cr_assert_eq(goblin_hub_key_create(hub, a.id, "node", T0, key, kid), GOBLIN_OK, "%s", goblin_hub_error(hub));
+    return a.id;
+}
+
+static goblin_node *node_up(rt_log *lg) {
+    goblin_node_params p;
+    goblin_node_params_default(&p);
+    p.listen[0] = "tcp://127.0.0.1:0";
+    p.n_listen = 1;
+    p.probation_results = 0;
+    if (lg) {
+        p.log = rt_log_fn;
+        p.log_user = lg;
+        p.log_level = GOBLIN_LOG_DEBUG;
+    }
+    goblin_node *n = NULL;
+    cr_assert_eq(goblin_node_new(&n, &p), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(n), GOBLIN_OK);
+    return n;
+}
+
+static goblin_err link_node(goblin_node *n, const char *key) {
+    goblin_node_hub_params hp;
+    goblin_node_hub_params_default(&hp);
+    hp.url = murl;
+    hp.key = key;
+    if (!strncmp(murl, "tls+", 4)) hp.fingerprint = fp;
+    return goblin_node_hub_connect(n, &hp);
+}
+
+/* Workers dialing the hub, in threads. */
+typedef struct wset {
+    goblin_worker *w[8];
+    pthread_t th[8];
+    goblin_err rc[8];
+    int n;
+} wset;
+typedef struct wrun {
+    wset *s;
+    int i;
+} wrun;
+static wrun wruns[8];
+static void *wmain(void *arg) {
+    wrun *r = arg;
+    r->s->rc[r->i] = goblin_worker_run(r->s->w[r->i]);
+    return NULL;
+}
+static void workers_up(wset *s, int n) {
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < n; i++) {
+        goblin_worker_params wp;
+        goblin_worker_params_default(&wp);
+        wp.connect[0] = murl;
+        wp.n_connect = 1;
+        wp.threads = 1;
+        if (!strncmp(murl, "tls+", 4)) wp.tls_fingerprint = fp;
+        cr_assert_eq(goblin_worker_new(&s->w[i], &wp), GOBLIN_OK);
+        wruns[i] = (wrun){s, i};
+        pthread_create(&s->th[i], NULL, wmain, &wruns[i]);
+        s->n = i + 1;
+    }
+}
+static void workers_down(wset *s) {
+    for (int i = 0; i < s->n; i++) goblin_worker_stop(s->w[i]);
+    for (int i = 0; i < s->n; i++) pthread_join(s->th[i], NULL);
+    for (int i = 0; i < s->n; i++) goblin_worker_free(s->w[i]);
+    s->n = 0;
+}
+
+static goblin_hub_machines_stats hstats(void) {
+    goblin_hub_machines_stats st;
+    cr_assert_eq(goblin_hub_machines_stats_get(hub, &st), GOBLIN_OK);
+    return st;
+}
+
+/* Run C = A B (f64, m x k x n) on @p node and check it against the product computed
+ * here in f64; returns the tasks accepted from workers. */
+static uint8_t a_head[64]; /* the first bytes of the last A, to look for in the hub's files */
+
+static void matmul_checked(goblin_node *node, int64_t m, int64_t k, int64_t n, uint64_t seed) {
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, m, k, seed, true), b = rt_mat_new(GOBLIN_DTYPE_F64, k, n, seed + 1, true);
+    memcpy(a_head, a.data, sizeof a_head);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, m, n, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 8;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_matmul(node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK, "%s",
+                 goblin_node_submit_error());
+    cr_assert_eq(goblin_job_wait(job, 60000), GOBLIN_OK, "%s", goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0, "C matches the f64 product");
+    goblin_job_free(job);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+/* Whether any file under the hub's directory holds @p len bytes at @p p. */
+static bool hub_files_hold(const void *p, size_t len) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "find '%s' -type f", dir);
+    FILE *l = popen(cmd, "r");
+    char path[600];
+    bool found = false;
+    while (l && fgets(path, sizeof path, l)) {
+        path[strcspn(path, "\n")] = 0;
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static uint8_t buf[1 << 22];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        found |= n >= len && memmem(buf, n, p, len) != NULL;
+    }
+    if (l) pclose(l);
+    return found;
+}
+
+/* Tasks the workers of @p node had accepted, over every worker it tracks. */
+static int64_t accepted_from_workers(goblin_node *node) {
+    int64_t sum = 0;
+    goblin_node_worker_stats ws;
+    for (int64_t i = 0; goblin_node_worker_stats_get(node, i, &ws) == GOBLIN_OK; i++) sum += ws.accepted;
+    return sum;
+}
+
+static bool wait_for(bool (*cond)(void *), void *arg) {
+    for (int i = 0; i < 6000; i++) { /* a minute: a loaded machine, not a timing check */
+        if (cond(arg)) return true;
+        sleep_ms(10);
+    }
+    return false;
+}
+
+typedef struct lent_goal {
+    int64_t lab, want;
+} lent_goal;
+static bool lab_has(void *arg) {
+    lent_goal *g = arg;
+    int64_t n = -1;
+    goblin_hub_machines_lab_lent(hub, g->lab, &n);
+    return n == g->want;
+}
+
+/* ---- one lab, two workers, TLS ----------------------------------------------------------- */
+
+Test(hub_relay, matmul_through_the_hub_with_identities_end_to_end) {
+    hub_up("tls+tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    int64_t lab = lab_key("lab@example.org", key, &kid);
+    goblin_node *node = node_up(NULL);
+    cr_assert_eq(link_node(node, key), GOBLIN_OK);
+    goblin_node_hub_stats ls;
+    cr_assert_eq(goblin_node_hub_stats_get(node, &ls), GOBLIN_OK);
+    cr_assert(ls.connected);
+    cr_assert_eq(ls.lab, lab);
+    wset ws;
+    workers_up(&ws, 2);
+    cr_assert(rt_wait_workers(node, 2), "both workers reach the node through the hub");
+    goblin_hub_machines_stats st = hstats();
+    cr_assert_eq(st.nodes_connected, 1);
+    cr_assert_eq(st.workers_lent, 2);
+    matmul_checked(node, 96, 80, 72, 11);
+    cr_assert_gt(accepted_from_workers(node), 0, "the workers computed tiles");
+    /* Identities are the workers' own keys, proved to the node through the splice. */
+    int found = 0;
+    goblin_node_worker_stats w;
+    for (int64_t i = 0; goblin_node_worker_stats_get(node, i, &w) == GOBLIN_OK; i++)
+        for (int j = 0; j < 2; j++) found += !strcmp(w.identity, goblin_worker_identity(ws.w[j]));
+    cr_assert_eq(found, 2, "the node knows each worker by its own identity");
+    st = hstats();
+    cr_assert_gt(st.bytes_relayed, 96 * 80 * 8, "the operands went through the relay");
+    cr_assert(!hub_files_hold(a_head, sizeof a_head), "no task bytes in any file of the hub");
+    workers_down(&ws);
+    goblin_node_free(node);
+    hub_down();
+}
+
+/* ---- keys ----------------------------------------------------------------------------------- */
+
+Test(hub_relay, wrong_tampered_and_revoked_keys_are_refused) {
+    hub_up("tls+tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    int64_t lab = lab_key("lab@example.org", key, &kid);
+    rt_log lg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    goblin_node *node = node_up(&lg);
+    char bad[GOBLIN_HUB_NODE_KEY_SIZE];
+    memcpy(bad, key, sizeof bad);
+    bad[40] = bad[40] == 'a' ? 'b' : 'a'; /* one digit of the secret changed */
+    cr_assert_eq(link_node(node, bad), GOBLIN_EAUTH);
+    cr_assert(rt_log_has(&lg, "refused this node"));
+    cr_assert_eq(link_node(node, "gbk1_0000000000000001_not-a-key"), GOBLIN_EAUTH);
+    cr_assert_eq(link_node(node, "hello"), GOBLIN_EAUTH);
+    cr_assert_eq(hstats().nodes_refused, 3);
+    cr_assert_eq(hstats().nodes_connected, 0);
+    /* The right key works; once revoked, it is refused. */
+    cr_assert_eq(link_node(node, key), GOBLIN_OK);
+    goblin_node_free(node);
+    cr_assert_eq(goblin_hub_store_key_revoke(goblin_hub_get_store(hub), lab, kid, T0), GOBLIN_OK);
+    node = node_up(NULL);
+    cr_assert_eq(link_node(node, key), GOBLIN_EAUTH, "a revoked key");
+    /* A refused node is lent nothing: a worker waits at the hub. */
+    wset ws;
+    workers_up(&ws, 1);
+    sleep_ms(300);
+    goblin_node_stats ns;
+    goblin_node_stats_get(node, &ns);
+    cr_assert_eq(ns.workers_seen, 0);
+    workers_down(&ws);
+    goblin_node_free(node);
+    hub_down();
+}
+
+/* ---- tickets and identities: what a worker cannot do ------------------------------------------ */
+
+static nng_socket raw_dial(const char *url) {
+    nng_socket s;
+    cr_assert_eq(nng_pair1_open(&s), 0);
+    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 10000);
+    nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 600000);
+    nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 600000);
+    cr_assert_eq(nng_dial(s, url, NULL, 0), 0);
+    return s;
+}
+
+static void send_hubw(nng_socket s, const goblin__hubw_msg *m) {
+    uint8_t b[GOBLIN__HUBW_MAX];
+    size_t n;
+    cr_assert_eq(goblin__hubw_encode(m, b, &n), GOBLIN_OK);
+    cr_assert_eq(nng_send(s, b, n, 0), 0);
+}
+
+static bool recv_hubw(nng_socket s, goblin__hubw_msg *m) {
+    void *b;
+    size_t n;
+    if (nng_recv(s, &b, &n, NNG_FLAG_ALLOC)) return false;
+    goblin_err e = goblin__hubw_decode(b, n, m, NULL, 0);
+    nng_free(b, n);
+    return e == GOBLIN_OK;
+}
+
+Test(hub_relay, tickets_cannot_be_guessed_or_used_twice) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    /* 1: a guessed ticket. */
+    nng_socket s = raw_dial(murl);
+    goblin__hubw_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_ATTACH;
+    memset(m.ticket, 0x42, sizeof m.ticket);
+    send_hubw(s, &m);
+    goblin__hubw_msg r;
+    cr_assert(recv_hubw(s, &r));
+    cr_assert_eq(r.type, GOBLIN__HUBW_REFUSE);
+    cr_assert_eq(r.reason, GOBLIN_EAUTH);
+    nng_close(s);
+    cr_assert_eq(hstats().tickets_refused, 1);
+    /* 2: a node by hand: its ticket works once. */
+    nng_socket ctl = raw_dial(murl);
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_NODE_HELLO;
+    snprintf(m.key, sizeof m.key, "%s", key);
+    send_hubw(ctl, &m);
+    cr_assert(recv_hubw(ctl, &r));
+    cr_assert_eq(r.type, GOBLIN__HUBW_NODE_ACK);
+    wset ws;
+    workers_up(&ws, 1);
+    cr_assert(recv_hubw(ctl, &r), "an OPEN for the worker");
+    cr_assert_eq(r.type, GOBLIN__HUBW_OPEN);
+    uint8_t ticket[32];
+    memcpy(ticket, r.ticket, 32);
+    nng_socket d1 = raw_dial(murl);
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_ATTACH;
+    memcpy(m.ticket, ticket, 32);
+    send_hubw(d1, &m);
+    /* What comes back is the worker's own HELLO. */
+    goblin__wire_msg *h = rt_raw_next(d1);
+    cr_assert_not_null(h);
+    cr_assert_eq(h->type, GOBLIN_WIRE_TYPE_HELLO);
+    goblin__wire_msg_free(h);
+    nng_socket d2 = raw_dial(murl);
+    send_hubw(d2, &m);
+    cr_assert(recv_hubw(d2, &r));
+    cr_assert_eq(r.type, GOBLIN__HUBW_REFUSE, "a ticket works once");
+    cr_assert_eq(hstats().tickets_refused, 2);
+    nng_close(d2);
+    nng_close(d1);
+    workers_down(&ws);
+    nng_close(ctl);
+    hub_down();
+}
+
+Test(hub_relay, a_worker_cannot_pose_as_another_through_the_hub) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    rt_log lg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    goblin_node *node = node_up(&lg);
+    cr_assert_eq(link_node(node, key), GOBLIN_OK);
+    goblin__wkey *mine = NULL, *victim = NULL;
+    cr_assert_eq(goblin__wkey_ephemeral(&mine, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(goblin__wkey_ephemeral(&victim, NULL, 0), GOBLIN_OK);
+    goblin__wire_msg hello = rt_raw_hello(1 << 24, false);
+    nng_socket s = raw_dial(murl);
+    rt_proof_lie steal = {.pub = goblin__wkey_public(victim)};
+    goblin__wire_msg *r = rt_raw_join(s, &hello, mine, &steal);
+    cr_assert_not_null(r, "the node's answer comes back through the hub");
+    cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_REFUSE);
+    cr_assert_eq(r->body.refuse.reason, GOBLIN_EAUTH);
+    goblin__wire_msg_free(r);
+    nng_close(s);
+    /* The honest proof of the same connection's kind is admitted, by its own key. */
+    s = raw_dial(murl);
+    r = rt_raw_join(s, &hello, mine, NULL);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_HELLO_ACK);
+    goblin__wire_msg_free(r);
+    goblin_node_worker_stats w;
+    cr_assert_eq(goblin_node_worker_stats_get(node, 0, &w), GOBLIN_OK);
+    cr_assert_str_eq(w.identity, goblin__wkey_fingerprint(mine));
+    goblin_node_stats ns;
+    goblin_node_stats_get(node, &ns);
+    cr_assert_eq(ns.workers_refused, 1);
+    char line[128];
+    snprintf(line, sizeof line, "identity proof failed for %.16s", goblin__wkey_fingerprint(victim));
+    cr_assert(rt_log_has(&lg, line));
+    nng_close(s);
+    goblin__wkey_free(mine);
+    goblin__wkey_free(victim);
+    goblin_node_free(node);
+    hub_down();
+}
+
+/* ---- hostile bytes ------------------------------------------------------------------------------ */
+
+static bool closed_by_peer(int fd) {
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    uint8_t b[4096];
+    for (int i = 0; i < 10000; i++) {
+        ssize_t k = recv(fd, b, sizeof b, 0);
+        if (k == 0 || (k < 0 && errno == ECONNRESET)) return true;
+        if (k < 0) return false;
+    }
+    return false;
+}
+
+Test(hub_relay, hostile_bytes_are_refused_before_their_bodies) {
+    hub_up("tcp", NULL);
+    long rss0 = hp_rss_kib();
+    /* Not SP at all. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)mport)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    cr_assert_eq(send(fd, junk, sizeof junk - 1, MSG_NOSIGNAL), (ssize_t)(sizeof junk - 1));
+    cr_assert(closed_by_peer(fd), "closed: not our protocol");
+    close(fd);
+    /* SP of another protocol (req0 = 0x30). */
+    fd = hp_connect(mport, 0x30, 0, 0);
+    cr_assert(closed_by_peer(fd));
+    close(fd);
+    /* Huge announcements: 1 GiB and 2^60 bytes, of which only 64 KiB are sent. The hub
+     * answers (a worker REFUSE or a close) without waiting for the body. */
+    uint64_t sizes[2] = {(uint64_t)1 << 30, (uint64_t)1 << 60};
+    for (int i = 0; i < 2; i++) {
+        fd = hp_connect(mport, HP_PAIR1, sizes[i], 1 << 16);
+        cr_assert_geq(fd, 0);
+        cr_assert(closed_by_peer(fd), "refused before the body");
+        close(fd);
+    }
+    /* A worker's message that is not a HELLO gets a REFUSE it can read. */
+    nng_socket s = raw_dial(murl);
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_LEASE_REQUEST);
+    m.body.lease_request.slots = 1;
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(goblin__wire_encode(&m, &buf, &len), GOBLIN_OK);
+    cr_assert_eq(nng_send(s, buf, len, 0), 0);
+    goblin_buffer_free(buf);
+    goblin__wire_msg *r = rt_raw_next(s);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_REFUSE);
+    cr_assert_eq(r->body.refuse.reason, GOBLIN_EPROTO);
+    goblin__wire_msg_free(r);
+    nng_close(s);
+    /* A malformed hub message gets a hub REFUSE. */
+    s = raw_dial(murl);
+    uint8_t bad[32] = {'G', 'B', 'L', 'H', 1, 0, 99};
+    bad[16] = 8;
+    cr_assert_eq(nng_send(s, bad, sizeof bad, 0), 0);
+    goblin__hubw_msg hr;
+    cr_assert(recv_hubw(s, &hr));
+    cr_assert_eq(hr.type, GOBLIN__HUBW_REFUSE);
+    nng_close(s);
+    /* 400 connections that say nothing: at most 256 are held, the rest closed at once. */
+    int fds[400], closed = 0;
+    for (int i = 0; i < 400; i++) fds[i] = hp_connect(mport, HP_PAIR1, 0, 0);
+    for (int i = 0; i < 400; i++) {
+        if (fds[i] < 0) continue;
+        struct timeval tv = {0, 200000};
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        uint8_t b[16];
+        ssize_t k = recv(fds[i], b, sizeof b, 0);
+        if (k == 0 || (k < 0 && errno == ECONNRESET)) closed++;
+    }
+    cr_assert_geq(closed, 400 - 256, "%d closed", closed);
+    for (int i = 0; i < 400; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    goblin_hub_machines_stats st = hstats();
+    cr_assert_geq(st.connections_refused, 4 + 400 - 256);
+    cr_assert_eq(st.workers_refused, 1);
+    long rss1 = hp_rss_kib();
+    cr_assert_lt(rss1 - rss0, 64 * 1024, "RSS grew %ld KiB", rss1 - rss0);
+    /* The hub still works: a node and a worker meet through it. */
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    goblin_node *node = node_up(NULL);
+    cr_assert_eq(link_node(node, key), GOBLIN_OK);
+    wset ws;
+    workers_up(&ws, 1);
+    cr_assert(rt_wait_workers(node, 1));
+    workers_down(&ws);
+    goblin_node_free(node);
+    hub_down();
+}
+
+/* ---- two labs share the workers ---------------------------------------------------------------- */
+
+static void two_labs(const char *extra, int64_t want_a, int64_t want_b) {
+    hub_up("tcp", extra);
+    char ka[GOBLIN_HUB_NODE_KEY_SIZE], kb[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    int64_t la = lab_key("a@example.org", ka, &kid), lb = lab_key("b@example.org", kb, &kid);
+    goblin_node *na = node_up(NULL);
+    cr_assert_eq(link_node(na, ka), GOBLIN_OK);
+    wset ws;
+    workers_up(&ws, 4);
+    lent_goal g = {la, 4};
+    cr_assert(wait_for(lab_has, &g), "lab a alone has all four");
+    /* Lab b arrives: the hub takes workers back from a until the shares are fair. */
+    goblin_node *nb = node_up(NULL);
+    cr_assert_eq(link_node(nb, kb), GOBLIN_OK);
+    g = (lent_goal){lb, want_b};
+    cr_assert(wait_for(lab_has, &g), "lab b gets its share");
+    g = (lent_goal){la, want_a};
+    cr_assert(wait_for(lab_has, &g), "lab a keeps its share");
+    cr_assert(rt_wait_workers(nb, want_b));
+    /* Both labs' jobs complete on the shared workers. */
+    matmul_checked(na, 64, 48, 56, 21);
+    matmul_checked(nb, 56, 64, 40, 31);
+    cr_assert_gt(accepted_from_workers(na), 0);
+    cr_assert_gt(accepted_from_workers(nb), 0);
+    /* No worker served both labs at once: each is lent to one node. */
+    goblin_node_stats sa, sb;
+    goblin_node_stats_get(na, &sa);
+    goblin_node_stats_get(nb, &sb);
+    cr_assert_eq(sa.workers_connected + sb.workers_connected, 4);
+    workers_down(&ws);
+    goblin_node_free(nb);
+    goblin_node_free(na);
+    hub_down();
+}
+
+Test(hub_relay, two_labs_share_four_workers_equally, .timeout = 180) { two_labs(NULL, 2, 2); }
+
+Test(hub_relay, lab_weights_split_three_to_one, .timeout = 180) { two_labs("lab_weight = a@example.org 3\n", 3, 1); }
+
+Test(hub_relay, config_reads_machines_and_weights) {
+    goblin_hub_config c;
+    goblin_errbuf err;
+    cr_assert_eq(goblin_hub_config_parse("machines = tls+tcp://0.0.0.0:9000\nlab_weight = A@Example.org 5\n"
+                                         "machines_max_workers = 10\n", &c, &err), GOBLIN_OK, "%s", err.message);
+    cr_assert_str_eq(c.machines, "tls+tcp://0.0.0.0:9000");
+    cr_assert_eq(c.n_lab_weights, 1);
+    cr_assert_str_eq(c.lab_weights[0].email, "a@example.org");
+    cr_assert_eq(c.lab_weights[0].weight, 5);
+    cr_assert_eq(c.machines_max_workers, 10);
+    cr_assert_eq(goblin_hub_config_parse("lab_weight = a@example.org 0\n", &c, &err), GOBLIN_ESYNTAX);
+    cr_assert_eq(goblin_hub_config_parse("lab_weight = a@example.org\n", &c, &err), GOBLIN_ESYNTAX);
+    cr_assert_eq(goblin_hub_config_parse("lab_weight = nobody 2\n", &c, &err), GOBLIN_ESYNTAX);
+}
+
+Test(hub_relay, plain_tcp_only_on_loopback) {
+    snprintf(dir, sizeof dir, "/tmp/goblin-hubrelay-%d-XXXXXX", (int)getpid());
+    cr_assert_not_null(mkdtemp(dir));
+    goblin_errbuf err;
+    cr_assert_eq(goblin_hub_init_dir(dir, NULL, NULL, fp, &err), GOBLIN_OK, "%s", err.message);
+    char path[400];
+    snprintf(path, sizeof path, "%s/hub.conf", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "machines = tcp://0.0.0.0:0\n");
+    fclose(f);
+    cr_assert_eq(goblin_hub_open(dir, &hub, &err), GOBLIN_OK, "%s", err.message);
+    cr_assert_eq(goblin_hub_serve_machines(hub), GOBLIN_EINVAL);
+    cr_assert(strstr(goblin_hub_error(hub), "loopback"));
+    hub_down();
+}
