@@ -34,6 +34,7 @@ static goblin_tensor axis_view(const goblin_tensor *x, int32_t axis, int64_t lo,
 
 typedef struct tr_run {
     tr_task_graph *tg;
+    goblin_graph *dg; /* tg's graph with this task's dropout masks, or NULL (no dropout) */
     int32_t stage, tile;
     int64_t mb, rows;
     goblin_tensor *in, *out;
@@ -55,6 +56,7 @@ static void run_clear(tr_run *r) {
     goblin__free(r->comb);
     goblin__free(r->cids);
     goblin__free(r->own);
+    goblin_graph_free(r->dg);
     memset(r, 0, sizeof *r);
 }
 
@@ -79,14 +81,15 @@ static goblin_err run_submit(goblin_trainer *t, tr_run *r) {
     jp.checked_max_share = t->p.checked_max_share;
     goblin_err e;
     int32_t ni = r->tg->n_in, no = r->tg->n_out;
+    const goblin_graph *g = r->dg ? r->dg : r->tg->g;
     if (!t->grid) {
-        e = goblin_graph_eval(r->tg->g, NULL, r->in, ni, r->out, no);
+        e = goblin_graph_eval(g, NULL, r->in, ni, r->out, no);
         if (e) return goblin__train_err(t, e, "evaluating stage %d task (micro-batch %lld) failed: %s",
                                         (int)r->stage, (long long)r->mb, goblin_strerror(e));
         r->state = 2;
         return GOBLIN_OK;
     }
-    e = goblin_grid_submit_graph(t->grid, r->tg->g, r->in, ni, r->out, no, &jp, &r->job);
+    e = goblin_grid_submit_graph(t->grid, g, r->in, ni, r->out, no, &jp, &r->job);
     if (e) {
         char why[400];
         goblin_grid_error(t->grid, why, sizeof why);
@@ -157,6 +160,9 @@ static goblin_err run_prepare(tr_round *R, tr_run *r, int32_t s, tr_task_kind ki
     r->rows = mb_rows(R, c);
     goblin_err e = get_graph(t, s, kind, r->rows, k, &r->tg);
     if (e) return e;
+    char msg[512];
+    if ((e = goblin__train_dropout_graph(r->tg, t->rounds, c * R->m, &r->dg, msg, sizeof msg)))
+        return goblin__train_err(t, e, "stage %d task (micro-batch %lld): %s", (int)s, (long long)c, msg);
     const tr_stage *st = &t->plan.stages[s];
     int32_t wp = -1, wa = 0, bp = -1, oa = 0;
     int64_t feat = 0, lo = 0, hi = 0;

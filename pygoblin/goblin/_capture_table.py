@@ -99,9 +99,12 @@ ROWS = [
      "include_last_offset", "both"),
     ("col2im", "conv_transpose2d's decomposition with a constant one-hot weight",
      "F.fold / nn.Fold (F.unfold is aten.index, above); an inf entry meets zero weights: NaN", "both"),
-    ("dropout native_dropout", "nothing (the identity)",
+    ("dropout native_dropout", "nothing (the identity) in eval mode; dropout (training mode, "
+     "goblin.capture_training)",
      "goblin.capture: eval mode only (training mode is refused with 'call model.eval()'); "
-     "goblin.capture_training: off (the identity), with a UserWarning when p > 0", "both"),
+     "goblin.capture_training: goblin's counter-based dropout, keep probability 1 - p and scale "
+     "1 / (1 - p) as torch, masks keyed by (seed, round, the element's index in the batch), not "
+     "torch's random stream", "both"),
     ("nll_loss_forward nll_loss2d_forward", "nll_loss (reduction, ignore_index, weight)",
      "goblin.capture decomposes F.nll_loss / F.cross_entropy into log_softmax, gather and where instead",
      "training"),
@@ -210,7 +213,7 @@ BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or 
            "grid with grid.train / goblin.capture_training, which normalizes with batch statistics")
 DROPOUT_HINT = ("dropout in training mode (nn.Dropout after model.train(), or F.dropout(training=True)): call "
                 "model.eval() before goblin.capture (dropout is then the identity); grid.train / "
-                "goblin.capture_training runs dropout as the identity too")
+                "goblin.capture_training run it in training mode (goblin's dropout op)")
 SLICE_SCATTER_HINT = ("F.pad(mode='circular') and slice assignment (x[:, :2] = y) arrive as "
                       "aten.slice_scatter, which has no mapping: F.pad supports modes 'constant', 'reflect' "
                       "and 'replicate'; build the tensor with torch.cat instead of assigning into it")

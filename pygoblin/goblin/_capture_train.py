@@ -14,9 +14,12 @@ Training semantics of the captured forward:
  - batch-norm runs in TRAIN mode: it normalizes with the (micro-)batch's own
    statistics; running statistics are NOT tracked (the module's running_mean/var
    buffers are left as they are, and state_dict() returns them unchanged);
- - dropout is OFF (identity): goblin's counter-based dropout cannot reproduce
-   torch's random stream, so a trajectory could not be checked against torch
-   (a UserWarning says so when p > 0, as for tracked running statistics);
+ - dropout runs in TRAIN mode as goblin's counter-based DROPOUT op: each dropout
+   node gets its own seed (derived from `seed=`, default torch.initial_seed()), and
+   the trainer keys every round's masks by (seed, round, the element's index in the
+   whole batch), so they do not depend on the micro-batches, stages or tiles; the
+   distribution is torch's (keep with probability 1 - p, scale 1 / (1 - p)), the
+   random stream is not (torch's masks cannot be reproduced);
  - parameters with requires_grad=False become constants (not trained).
 
 Parameter names are kept here, in Python, only to map state_dict keys to input
@@ -53,9 +56,6 @@ def _train_decomp_table(torch):
 
 
 
-DROPOUT_OFF = ("goblin.capture_training: dropout in training mode (nn.Dropout / F.dropout, p={p}) is off on the "
-               "grid (the identity), so training differs from torch's, which drops; to train the same function, "
-               "build the model with p=0 or call .eval() on its dropout modules")
 BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running statistics, which grid.train does "
             "not update: each micro-batch is normalized with its own batch statistics (torch in train mode "
             "uses the whole batch's), and state_dict() returns running_mean / running_var as they were, so the "
@@ -64,7 +64,7 @@ BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running stat
 
 
 class _TrainLowering(_capture._Lowering):
-    """goblin.capture's lowering with training-mode batch-norm, dropout off and nll_loss."""
+    """goblin.capture's lowering with training-mode batch-norm, dropout and nll_loss."""
 
     def _known(self, node):
         return self._name(node) in _capture._table.TRAINING
@@ -75,6 +75,13 @@ class _TrainLowering(_capture._Lowering):
                       "differs from torch's in train mode; build the module with dropout=0 to silence this",
                       UserWarning, stacklevel=2)
         return True
+
+    def dropout(self, x, p):
+        """A DROPOUT node with this capture's next seed (distinct per node)."""
+        k = getattr(self, "_n_drop", 0)
+        self._n_drop = k + 1
+        seed = (int(getattr(self, "drop_seed", 0)) + k) % (1 << 63)
+        return self.g.op("dropout", x, seed=seed, p=p)
 
     def take(self, x, d, ix, out_shape):
         """As goblin.capture's, through gather (index_select has no backward rule): the index
@@ -102,13 +109,15 @@ class _TrainLowering(_capture._Lowering):
 
     def lower(self, node, name, args, kw):
         if name in ("dropout", "native_dropout"):
-            # off in training capture (documented): identity, no mask; said once per capture
+            # training mode: goblin's dropout op, one seed per node (the trainer derives each
+            # round's and each micro-batch's key from it: goblin/train.h)
             p = args[1] if len(args) > 1 else kw.get("p", 0.5)
             train = args[2] if len(args) > 2 else kw.get("train", True)
-            if train and p and not getattr(self, "_dropout_said", False):
-                self._dropout_said = True
-                warnings.warn(DROPOUT_OFF.format(p=p), UserWarning, stacklevel=2)
-            return args[0] if name == "dropout" else (args[0], None)
+            x = args[0]
+            if train is False or not p:
+                return x if name == "dropout" else (x, None)
+            y = self.dropout(x, float(p))
+            return y if name == "dropout" else (y, None)
         if name == "_native_batch_norm_legit" and isinstance(args[0], _capture._decomp.Unviewed):
             return super().lower(node, name, args, kw)  # F.instance_norm: a group norm per channel
         if name == "_native_batch_norm_legit":
@@ -218,7 +227,7 @@ def _train_copy(torch, model):
     return m
 
 
-def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None):
+def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None, seed=None):
     """Capture `loss_fn(model(*batch[:n_inputs]), *batch[n_inputs:])` for training
     (`loss_fn` None: the model returns the loss itself from the whole batch).
 
@@ -226,7 +235,8 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
     each that holds the batch (an int for all, or one per tensor); default: inferred
     as goblin.capture does (a seq-first nn.LSTM's input: dim 1, the targets by the one
     dim of the batch size), else dim 0. The graph takes them batch-first
-    (TrainingCapture.batch_first moves arrays to match).
+    (TrainingCapture.batch_first moves arrays to match). seed: the dropout masks' seed
+    (an int; default torch.initial_seed(), so torch.manual_seed makes them reproducible).
     Returns a TrainingCapture. Raises UnsupportedOpError naming every op without a
     mapping, ShapeError/DTypeError for a loss that is not one float element."""
     torch = _torch()
@@ -295,8 +305,11 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
         if n not in copy_params:
             raise _goblin.InternalError(f"capture_training(): parameter '{n}' missing from the copy")
 
+    base_seed = (int(torch.initial_seed()) if seed is None else int(seed)) % (1 << 63)
+
     def lower(batch_first):
         low = _TrainLowering(torch, ep, param_inputs={}, batch_first=batch_first)
+        low.drop_seed = base_seed
         g = low.g
         for (n, p), dt in zip(params, dts):
             t = g.input(tuple(p.shape), dt)

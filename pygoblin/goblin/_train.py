@@ -10,7 +10,8 @@
     trainer.save("ckpt.goblin"); trainer.load("ckpt.goblin")
 
 The model and loss are captured once (goblin._capture_train: parameters as graph
-inputs, batch-norm with batch statistics and no running statistics, dropout off) on
+inputs, batch-norm with batch statistics, dropout in training mode: goblin's counter-based
+dropout, its masks keyed by (seed, round, index in the batch); `seed=`) on
 the first batch (or `example=`); the trainer (libgoblin, goblin/train.h) holds the
 parameters and optimizer state in this process and runs each round as verified graph
 jobs on the grid: micro-batches (gradient accumulation, summed in a fixed order),
@@ -167,7 +168,7 @@ class Trainer:
     def __init__(self, grid, model, loss_fn=None, optimizer=None, batch_size=None, micro_batch_size=None,
                  schedule=None, clip_norm=None, task_memory=None, max_stages=None, verify="checked",
                  min_replication=None, example=None, n_inputs=1, progress=True, capture=None, batch_dims=None,
-                 checked_max_share=None):
+                 checked_max_share=None, seed=None):
         self._grid = grid
         self._native_grid = _native_grid(grid)
         if self._native_grid.closed:
@@ -203,6 +204,7 @@ class Trainer:
         if checked_max_share is not None:
             self._options["checked_max_share"] = float(checked_max_share)
         self.n_inputs = int(n_inputs)
+        self.seed = seed  # the dropout masks' seed (None: torch.initial_seed() at capture)
         self.batch_dims = batch_dims  # given, else the capture's (inferred on the first batch)
         self.progress = progress
         self.history = []
@@ -223,7 +225,7 @@ class Trainer:
             import torch
             ex = [torch.from_numpy(np.ascontiguousarray(b)) if isinstance(b, np.ndarray) else b for b in batch]
             cap = capture_training(self.model, self.loss_fn, *ex, n_inputs=self.n_inputs,
-                                   batch_dims=self.batch_dims)
+                                   batch_dims=self.batch_dims, seed=self.seed)
         me = weakref.ref(self)
 
         def on_task(done, total):
@@ -293,7 +295,7 @@ class Trainer:
         import torch
         from ._capture_train import capture_training as cap_train
         cap = cap_train(self.model, self.loss_fn, *[torch.from_numpy(np.ascontiguousarray(b)) for b in probe],
-                        n_inputs=self.n_inputs)
+                        n_inputs=self.n_inputs, seed=self.seed)
         dims = cap.batch_dims
         if not any(dims):
             self._start(None, cap)
