@@ -208,6 +208,37 @@ at another batch size captures again along it. `goblin.capture_training` and `gr
 (`batch_dims=`) do the same for the batch tensors (a seq-first language model's tokens and
 targets `[T, B]`: dims (1, 1)); the trainer gets them batch-first.
 """
+# docs/pytorch.md, "Training mode" (what goblin.capture_training / grid.train compute)
+TRAINING_MODE = """\
+## Training mode: dropout, batch-norm, eval-mode modules
+
+`goblin.capture_training` (and so `grid.train`) captures the model in train mode.
+
+- **Dropout** (`nn.Dropout*`, `F.dropout(training=True)`, `aten.native_dropout`) becomes
+  goblin's counter-based `dropout` op (catalogue value 189, kernels on the reference, BLIS
+  and CUDA backends; its backward is a dropout of the gradient with the same mask). An
+  element is kept with probability 1 - p and scaled by 1 / (1 - p), as torch; the mask is
+  not torch's random stream. Each dropout node gets its own seed (`seed=` of
+  `capture_training` / `grid.train` plus the node's ordinal; default
+  `torch.initial_seed()`), and in round r the trainer keys the node's draw by
+  `mix64(seed ^ mix64(r))` (SplitMix64's finalizer) with the counter at the element's
+  row-major index in the **whole batch**: a micro-batch from row r0 adds r0 times the
+  elements per row to the op's offset. So the masks depend only on the seed, the round and
+  the element, never on the micro-batches, pipeline stages or tiles (tested: gradients
+  equal torch.autograd's with that mask for one micro-batch, three, and a staged plan).
+  A dropout on batch data must have the batch rows as its leading dim (the trainer refuses
+  one behind a reshape that folds the batch, naming the node). Not mapped: `dropout_p` of
+  `F.scaled_dot_product_attention` (refused; put an `nn.Dropout` on the attention's output
+  instead) and the inter-layer dropout of `nn.LSTM` / `nn.GRU` / `nn.RNN` (off, with a
+  UserWarning).
+- **Batch-norm** normalizes each micro-batch with its own statistics (torch normalizes a
+  batch with the whole batch's; with one micro-batch they are the same); the running
+  statistics are not updated (a UserWarning says so; `state_dict()` returns them as
+  they were).
+- **Modules in eval mode** whose train mode computes something else (dropout with p > 0,
+  batch-norm) are trained in train mode, as torch after `model.train()`; a UserWarning
+  names them.
+"""
 BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "
            "call model.eval() before goblin.capture (inference uses the running statistics), or train on a "
            "grid with grid.train / goblin.capture_training, which normalizes with batch statistics")

@@ -63,6 +63,27 @@ BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running stat
             "forward passes in train mode under torch.no_grad()) or use nn.LayerNorm / nn.GroupNorm")
 
 
+MODE = ("goblin.capture_training: {n} module(s) in eval mode compute something else in train mode ({names}), "
+        "and grid.train trains in train mode, as torch would after model.train(): {what}; call model.train() "
+        "before training to silence this (or build them without dropout)")
+
+
+def _mode_dependent(torch, model):
+    """The submodules in eval mode whose train mode computes something else: dropout with
+    p > 0 (nn.Dropout*, an RNN's or an attention's own dropout) and batch-norm."""
+    out = []
+    for name, mod in model.named_modules():
+        if mod.training:
+            continue
+        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p > 0:
+            out.append((name or type(mod).__name__, "dropout drops"))
+        elif isinstance(mod, (torch.nn.RNNBase, torch.nn.MultiheadAttention)) and getattr(mod, "dropout", 0):
+            out.append((name or type(mod).__name__, "dropout drops"))
+        elif isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
+            out.append((name or type(mod).__name__, "batch-norm normalizes with the batch's statistics"))
+    return out
+
+
 class _TrainLowering(_capture._Lowering):
     """goblin.capture's lowering with training-mode batch-norm, dropout and nll_loss."""
 
@@ -276,6 +297,11 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
     init = [_to_numpy(p)[0].copy() for _, p in params]
     dts = [_gdtype(p.dtype) for _, p in params]
 
+    moded = _mode_dependent(torch, model)
+    if moded:
+        names = ", ".join(n for n, _ in moded[:4]) + (", ..." if len(moded) > 4 else "")
+        what = "; ".join(sorted({w for _, w in moded}))
+        warnings.warn(MODE.format(n=len(moded), names=names, what=what), UserWarning, stacklevel=2)
     n_bn = sum(1 for mod in model.modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
                and mod.track_running_stats)
     if n_bn:
