@@ -127,6 +127,40 @@ static goblin_err find_dropout(const tr_model *m, tr_task_graph *tg, int64_t row
     return GOBLIN_OK;
 }
 
+/* For each batch-norm of the stage (training mode, on batch data): its input's mean per
+ * channel (over every dim but 1) and the biased variance mean((x - mean)^2), as outputs. */
+static goblin_err add_bn_stats(const tr_model *m, tr_task_graph *tg, const goblin_graph *inst,
+                               const uint8_t *role, const int32_t *map, char *msg, size_t cap) {
+    goblin_graph *g = tg->g;
+    for (int32_t k = 0; k < m->n_bn; k++) {
+        int32_t id = m->bn_ids[k];
+        if (role[id] != 1 + ROLE_STAGE) continue;
+        const goblin__node *xn = &inst->nodes[inst->nodes[id].inputs[0]];
+        int32_t x = map[inst->nodes[id].inputs[0]];
+        int64_t axes[GOBLIN_MAX_RANK];
+        int32_t na = 0;
+        for (int32_t d = 0; d < xn->rank; d++)
+            if (d != 1) axes[na++] = d;
+        goblin_attr a[2] = {goblin_attr_ints(GOBLIN_ATTR_AXES, axes, na), goblin_attr_int(GOBLIN_ATTR_KEEPDIM, 1)};
+        goblin_attr rs = goblin_attr_ints(GOBLIN_ATTR_SHAPE, &m->bn_ch[k], 1);
+        int32_t mk, d, sq, v, mean, io[2];
+        goblin_err e = goblin_graph_add(g, GOBLIN_OP_MEAN, &x, 1, a, 2, &mk);
+        if (!e) e = goblin_graph_add(g, GOBLIN_OP_SUB, (int32_t[]){x, mk}, 2, NULL, 0, &d);
+        if (!e) e = goblin_graph_add(g, GOBLIN_OP_MUL, (int32_t[]){d, d}, 2, NULL, 0, &sq);
+        a[1] = goblin_attr_int(GOBLIN_ATTR_KEEPDIM, 0);
+        if (!e) e = goblin_graph_add(g, GOBLIN_OP_MEAN, &sq, 1, a, 2, &v);
+        if (!e) e = goblin_graph_add(g, GOBLIN_OP_RESHAPE, &mk, 1, &rs, 1, &mean);
+        io[0] = mean;
+        io[1] = v;
+        for (int i = 0; i < 2 && !e; i++) {
+            e = goblin_graph_output(g, io[i]);
+            if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_STAT, 2 * k + i)) e = GOBLIN_ENOMEM;
+        }
+        if (e) return ERRF(e, "batch-norm node %d statistics: %s", (int)id, goblin_graph_error(g));
+    }
+    return GOBLIN_OK;
+}
+
 static goblin_err tile_graph(const tr_model *m, const tr_stage *st, tr_task_kind kind,
                              const goblin_graph *inst, int32_t tile, tr_task_graph *tg, char *msg,
                              size_t cap) {
@@ -291,11 +325,13 @@ goblin_err goblin__train_task_graph(const tr_model *m, const tr_plan *p, int32_t
             if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_ACT, st->out_nodes[i])) e = GOBLIN_ENOMEM;
         }
         if (e) snprintf(msg, cap, "stage %d outputs: %s", (int)s, goblin_strerror(e));
+        else e = add_bn_stats(m, tg, inst, role, map, msg, cap);
     } else if (kind == TR_TASK_LAST) {
         e = goblin_graph_output(tg->g, map[m->loss_id]);
         if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_LOSS, m->loss_id)) e = GOBLIN_ENOMEM;
         if (e) snprintf(msg, cap, "stage %d loss: %s", (int)s, goblin_strerror(e));
         else e = add_grads(m, tg, st, map, map[m->loss_id], -1, msg, cap);
+        if (!e) e = add_bn_stats(m, tg, inst, role, map, msg, cap);
     } else if (n_seeds == 1) {
         e = add_grads(m, tg, st, map, map[seed_out[0]], seed_ids[0], msg, cap);
     } else if (n_seeds > 1) {

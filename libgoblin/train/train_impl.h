@@ -35,7 +35,9 @@ typedef enum tr_io_kind {
     TR_IO_LOSS = 3,  /* output: the micro-batch's loss */
     TR_IO_PGRAD = 4, /* output: gradient wrt parameter ref (or its tile) */
     TR_IO_XGRAD = 5, /* output: gradient wrt model node ref (stage input; a partial sum for tiles) */
-    TR_IO_ACT = 6    /* output: model node ref's value (or its tile) */
+    TR_IO_ACT = 6,   /* output: model node ref's value (or its tile) */
+    TR_IO_STAT = 7   /* output: batch-norm ref / 2's micro-batch mean (ref even) or biased
+                        variance (ref odd) per channel */
 } tr_io_kind;
 
 typedef struct tr_io {
@@ -103,6 +105,9 @@ typedef struct tr_model {
     int32_t n_drops;      /* the model's DROPOUT nodes: their SEED and OFFSET attributes and */
     int64_t (*drops)[2];  /* whether they follow the batch (drop_batched) */
     uint8_t *drop_batched;
+    int32_t n_bn;         /* BATCH_NORM nodes in training mode on batch data: ids, channels */
+    int32_t *bn_ids;      /* and elements per channel per row (running statistics) */
+    int64_t *bn_ch, *bn_per;
 } tr_model;
 
 /* ---- train_plan.c ---------------------------------------------------------- */
@@ -195,6 +200,11 @@ struct goblin_trainer {
     /* sanity.c: is the loss provably >= 0, and the last rounds' gradient norms */
     bool loss_nonneg;
     double norms[GOBLIN__TRAIN_NORMS];
+    /* the batch-norms' whole-batch mean and biased variance per channel: of the last
+     * round that was applied (bn_rows its batch size, 0 before the first), and of the
+     * round being computed (round.c fills them) */
+    double **bn_mean, **bn_var, **bn_mean_next, **bn_var_next;
+    int64_t bn_rows;
     int32_t n_norms, next_norm;
     char err[512];
 };

@@ -71,7 +71,8 @@ ROWS = [
     ("batch_norm", "batch_norm", "goblin.capture: eval mode only (the running statistics; training mode is "
      "refused with 'call model.eval()'); goblin.capture_training: batch statistics", "both"),
     ("_native_batch_norm_legit_functional", "batch_norm (training=1)",
-     "batch statistics; the running statistics are not tracked (a UserWarning says so)", "training"),
+     "batch statistics; grid.train updates the running statistics from each round's whole batch, as torch",
+     "training"),
     ("layer_norm native_layer_norm", "layer_norm", "", "both"),
     ("native_group_norm", "layer_norm over [N, G, C/G * spatial], then mul, add (decomposed)",
      "F.group_norm, nn.GroupNorm; the mean / rstd outputs are not available", "both"),
@@ -232,9 +233,18 @@ TRAINING_MODE = """\
   instead) and the inter-layer dropout of `nn.LSTM` / `nn.GRU` / `nn.RNN` (off, with a
   UserWarning).
 - **Batch-norm** normalizes each micro-batch with its own statistics (torch normalizes a
-  batch with the whole batch's; with one micro-batch they are the same); the running
-  statistics are not updated (a UserWarning says so; `state_dict()` returns them as
-  they were).
+  batch with the whole batch's; with one micro-batch they are the same, as with torch's
+  gradient accumulation). Its **running statistics** are torch's: every task of the stage
+  holding a batch-norm also returns its micro-batch's per-channel mean and biased
+  variance, the trainer combines them into the whole batch's (mean = sum w_c m_c,
+  var = sum w_c (v_c + (m_c - mean)^2), w_c = rows_c / B, in double;
+  `goblin_trainer_batch_norm_stats`), and grid.train applies torch's update
+  (`num_batches_tracked += 1`; momentum, or 1 / num_batches_tracked for momentum=None;
+  running_var from the unbiased variance, times n / (n - 1) with n = rows x spatial
+  size); `state_dict()` returns them. Tested against torch's BatchNorm2d / BatchNorm1d
+  (f64 1e-10, f32 1e-5) over rounds with three micro-batches and a staged plan. Not
+  tracked (a UserWarning): a batch-norm whose input does not lead with the batch rows. A
+  checkpoint (`save` / `load`) does not hold them: keep `state_dict()` with it.
 - **Modules in eval mode** whose train mode computes something else (dropout with p > 0,
   batch-norm) are trained in train mode, as torch after `model.train()`; a UserWarning
   names them.

@@ -12,8 +12,10 @@ follow as inputs n_params.. (all batched on dim 0); output 0 is the scalar loss
 
 Training semantics of the captured forward:
  - batch-norm runs in TRAIN mode: it normalizes with the (micro-)batch's own
-   statistics; running statistics are NOT tracked (the module's running_mean/var
-   buffers are left as they are, and state_dict() returns them unchanged);
+   statistics; the trainer combines the micro-batches' per-channel means and
+   variances into the whole batch's, and grid.train updates running_mean /
+   running_var / num_batches_tracked from them as torch does (momentum, unbiased
+   variance), returned by state_dict();
  - dropout runs in TRAIN mode as goblin's counter-based DROPOUT op: each dropout
    node gets its own seed (derived from `seed=`, default torch.initial_seed()), and
    the trainer keys every round's masks by (seed, round, the element's index in the
@@ -56,11 +58,9 @@ def _train_decomp_table(torch):
 
 
 
-BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running statistics, which grid.train does "
-            "not update: each micro-batch is normalized with its own batch statistics (torch in train mode "
-            "uses the whole batch's), and state_dict() returns running_mean / running_var as they were, so the "
-            "model evaluates in eval mode with its old statistics; refresh them in torch afterwards (a few "
-            "forward passes in train mode under torch.no_grad()) or use nn.LayerNorm / nn.GroupNorm")
+BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running statistics that grid.train cannot "
+            "update (their input is not batch data with the batch as dim 0): state_dict() returns their "
+            "running_mean / running_var as they were")
 
 
 MODE = ("goblin.capture_training: {n} module(s) in eval mode compute something else in train mode ({names}), "
@@ -126,9 +126,19 @@ class _TrainLowering(_capture._Lowering):
         w = w if w is not None else self.g.constant(np.ones(c), dtype=x.dtype)
         b = b if b is not None else self.g.constant(np.zeros(c), dtype=x.dtype)
         rm, rv = self._stats(x)
-        return self.g.op("batch_norm", x, w, b, rm, rv, training=1, eps=float(eps))
+        y = self.g.op("batch_norm", x, w, b, rm, rv, training=1, eps=float(eps))
+        # which module it is (torch.export's nn_module_stack: the innermost module's path
+        # under the _Step wrapper "m."), for the running statistics
+        stack = (getattr(self, "_node", None) and self._node.meta.get("nn_module_stack")) or {}
+        path = list(stack.values())[-1][0] if stack else None
+        if isinstance(path, str) and path.startswith("m."):
+            path = path[2:]
+        getattr(self, "bn_nodes", None) is None and setattr(self, "bn_nodes", [])
+        self.bn_nodes.append((y.id, path))
+        return y
 
     def lower(self, node, name, args, kw):
+        self._node = node
         if name in ("dropout", "native_dropout"):
             # training mode: goblin's dropout op, one seed per node (the trainer derives each
             # round's and each micro-batch's key from it: goblin/train.h)
@@ -179,8 +189,11 @@ class TrainingCapture:
     data_shapes / data_dtypes: the batch inputs of the example batch."""
 
     def __init__(self, graph, names, init, aliases, buffers, data_shapes, data_dtypes, key_order,
-                 batch_dims=None):
+                 batch_dims=None, batch_norms=None):
         self.graph = graph
+        # graph node id -> (state_dict prefix, momentum) of each batch-norm whose running
+        # statistics the trainer's rounds update (update_running_stats)
+        self.batch_norms = dict(batch_norms or {})
         # per batch input: its batch dim in the arrays given to the trainer; the graph takes
         # the inputs batch-first (moved by the trainer), as goblin/train.h wants
         self.batch_dims = tuple(batch_dims) if batch_dims is not None else (0,) * len(data_shapes)
@@ -217,6 +230,29 @@ class TrainingCapture:
                 v = self.buffers[k]
             out[k] = torch.from_numpy(np.array(v, copy=True)) if torch is not None else np.array(v, copy=True)
         return out
+
+    def update_running_stats(self, stats):
+        """Apply one round's whole-batch statistics [(node, count, mean, biased var)] to the
+        running statistics in `buffers`, as torch's batch-norm in train mode does:
+        num_batches_tracked += 1; m = momentum (None: 1 / num_batches_tracked);
+        running_mean = (1 - m) running_mean + m mean; running_var = (1 - m) running_var +
+        m var count / (count - 1) (the unbiased variance)."""
+        for node, count, mean, var in stats:
+            if node not in self.batch_norms or count < 1:
+                continue
+            prefix, momentum = self.batch_norms[node]
+            nbt = prefix + "num_batches_tracked"
+            if nbt in self.buffers:
+                self.buffers[nbt] = np.array(self.buffers[nbt] + 1, dtype=np.asarray(self.buffers[nbt]).dtype)
+                n_tracked = int(self.buffers[nbt])
+            else:
+                n_tracked = 1
+            m = momentum if momentum is not None else 1.0 / n_tracked
+            rm, rv = self.buffers[prefix + "running_mean"], self.buffers[prefix + "running_var"]
+            unbiased = var * (count / (count - 1)) if count > 1 else var
+            dt = rm.dtype
+            self.buffers[prefix + "running_mean"] = ((1 - m) * rm.astype(np.float64) + m * mean).astype(dt)
+            self.buffers[prefix + "running_var"] = ((1 - m) * rv.astype(np.float64) + m * unbiased).astype(dt)
 
     def params_from_state_dict(self, sd):
         """Parameter arrays in input order from a state_dict (torch tensors or arrays)."""
@@ -302,10 +338,6 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
         names = ", ".join(n for n, _ in moded[:4]) + (", ..." if len(moded) > 4 else "")
         what = "; ".join(sorted({w for _, w in moded}))
         warnings.warn(MODE.format(n=len(moded), names=names, what=what), UserWarning, stacklevel=2)
-    n_bn = sum(1 for mod in model.modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
-               and mod.track_running_stats)
-    if n_bn:
-        warnings.warn(BN_STATS.format(n=n_bn), UserWarning, stacklevel=2)
     mcopy = _train_copy(torch, model)
 
     class _Step(torch.nn.Module):
@@ -375,9 +407,21 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
         raise _goblin.InternalError(f"capture_training(): graph has {n_graph_inputs} inputs, expected "
                                     f"{len(params)} parameters + {len(ex)} batch inputs")
     g._source = None  # a training graph is not re-captured per batch size: the trainer rebatches
+    mods = dict(model.named_modules())
+    bns = {}
+    for node_id, path in getattr(low, "bn_nodes", None) or []:
+        mod = mods.get(path)
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) and mod.track_running_stats and \
+                (path + ".running_mean") in buffers:
+            bns[node_id] = (path + ".", mod.momentum)
+    tracked = [n for n, mod in mods.items() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
+               and mod.track_running_stats]
+    missing = len(set(tracked) - {p[:-1] for p, _ in bns.values()})
+    if missing:
+        warnings.warn(BN_STATS.format(n=missing), UserWarning, stacklevel=2)
     return TrainingCapture(g, [n for n, _ in params], init, aliases, buffers,
                            [tuple(e.shape) for e in ex], [_gdtype(e.dtype) for e in ex], list(sd.keys()),
-                           batch_dims=dims)
+                           batch_dims=dims, batch_norms=bns)
 
 
 def _same_batch(ex, dims):
