@@ -44,13 +44,15 @@ REFUSED = """\
 
 These have no mapping; the error says what was written and what to do:
 
-- `F.conv3d` / `nn.Conv3d` and `F.conv_transpose1d/2d/3d`: named as such, with the
-  convolutions that are supported (conv1d and conv2d).
+- `F.conv_transpose3d` / `nn.ConvTranspose3d`: named as such, with the convolutions that
+  are supported (conv1d, conv2d, conv3d, conv_transpose1d and conv_transpose2d) and the
+  advice to upsample a volume with F.interpolate(mode='nearest') then F.conv3d.
 - Advanced indexing with a boolean mask or several index tensors: index one dim at a
   time with integer indices.
 
 These ATen ops are refused with this advice (the batch-norm and dropout ones appear in
-`goblin.capture` only when a module runs in training mode):
+`goblin.capture` only when a module runs in training mode; `goblin.capture_training` maps
+training-mode dropout to goblin's dropout op and batch-norm to batch statistics):
 """
 
 
@@ -82,7 +84,8 @@ def render(t):
             "These reach the mapping as one op instead of torch's decomposition, because the "
             "catalogue has a kernel for them:", "",
             ", ".join(f"`{k}`" for k in t.KEEP) + "; training capture also keeps " +
-            ", ".join(f"`{k}`" for k in t.TRAIN_KEEP) + ".", "", t.RECURRENCE, REFUSED]
+            ", ".join(f"`{k}`" for k in t.TRAIN_KEEP) + ".", "", t.RECURRENCE,
+            *([t.TRAINING_MODE] if hasattr(t, "TRAINING_MODE") else []), REFUSED]
     for name, hint in sorted(t.NAME_HINTS.items()):
         out.append(f"- `{name}`: {hint}.")
     out.append("")

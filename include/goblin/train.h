@@ -163,6 +163,19 @@ GOBLIN_API goblin_err goblin_trainer_get_param(goblin_trainer *t, int32_t i, gob
 GOBLIN_API goblin_err goblin_trainer_set_param(goblin_trainer *t, int32_t i,
                                                const goblin_tensor *value);
 
+/** Batch-norms in training mode on batch data (BATCH_NORM with training = 1 whose input
+ *  has the batch rows leading): every task of their stage also returns the micro-batch's
+ *  per-channel mean and biased variance, and the trainer combines them into the whole
+ *  batch's (what torch's running statistics use). Their count in the model. */
+GOBLIN_API int32_t goblin_trainer_batch_norm_count(const goblin_trainer *t);
+/** Batch-norm @p k's statistics in the last round applied: its node id in the model,
+ *  channels C, *count = elements per channel (batch rows x spatial size; 0 before the
+ *  first round), and into @p mean / @p var (C doubles each, or NULL) the batch's mean and
+ *  biased variance per channel. GOBLIN_EINDEX. */
+GOBLIN_API goblin_err goblin_trainer_batch_norm_stats(const goblin_trainer *t, int32_t k, int32_t *node,
+                                                      int64_t *channels, int64_t *count, double *mean,
+                                                      double *var);
+
 /** Checkpoint (opt-in): parameters, optimizer state, round counter and a hash of the
  *  model to @p path (written to a temporary file, synced, then renamed; CRC-sealed).
  *  GOBLIN_EIO. */

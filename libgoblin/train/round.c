@@ -34,6 +34,7 @@ static goblin_tensor axis_view(const goblin_tensor *x, int32_t axis, int64_t lo,
 
 typedef struct tr_run {
     tr_task_graph *tg;
+    goblin_graph *dg; /* tg's graph with this task's dropout masks, or NULL (no dropout) */
     int32_t stage, tile;
     int64_t mb, rows;
     goblin_tensor *in, *out;
@@ -55,6 +56,7 @@ static void run_clear(tr_run *r) {
     goblin__free(r->comb);
     goblin__free(r->cids);
     goblin__free(r->own);
+    goblin_graph_free(r->dg);
     memset(r, 0, sizeof *r);
 }
 
@@ -79,14 +81,15 @@ static goblin_err run_submit(goblin_trainer *t, tr_run *r) {
     jp.checked_max_share = t->p.checked_max_share;
     goblin_err e;
     int32_t ni = r->tg->n_in, no = r->tg->n_out;
+    const goblin_graph *g = r->dg ? r->dg : r->tg->g;
     if (!t->grid) {
-        e = goblin_graph_eval(r->tg->g, NULL, r->in, ni, r->out, no);
+        e = goblin_graph_eval(g, NULL, r->in, ni, r->out, no);
         if (e) return goblin__train_err(t, e, "evaluating stage %d task (micro-batch %lld) failed: %s",
                                         (int)r->stage, (long long)r->mb, goblin_strerror(e));
         r->state = 2;
         return GOBLIN_OK;
     }
-    e = goblin_grid_submit_graph(t->grid, r->tg->g, r->in, ni, r->out, no, &jp, &r->job);
+    e = goblin_grid_submit_graph(t->grid, g, r->in, ni, r->out, no, &jp, &r->job);
     if (e) {
         char why[400];
         goblin_grid_error(t->grid, why, sizeof why);
@@ -127,6 +130,7 @@ typedef struct tr_round {
                               buffer as it is, (T)(0.0 + 1.0 * (double)x) being x */
     double loss;
     int64_t done, total;
+    double **bn_m, **bn_v; /* per batch-norm: [nm * channels] micro-batch means, variances */
 } tr_round;
 
 static int64_t mb_rows(const tr_round *R, int64_t c) {
@@ -157,6 +161,9 @@ static goblin_err run_prepare(tr_round *R, tr_run *r, int32_t s, tr_task_kind ki
     r->rows = mb_rows(R, c);
     goblin_err e = get_graph(t, s, kind, r->rows, k, &r->tg);
     if (e) return e;
+    char msg[512];
+    if ((e = goblin__train_dropout_graph(r->tg, t->rounds, c * R->m, &r->dg, msg, sizeof msg)))
+        return goblin__train_err(t, e, "stage %d task (micro-batch %lld): %s", (int)s, (long long)c, msg);
     const tr_stage *st = &t->plan.stages[s];
     int32_t wp = -1, wa = 0, bp = -1, oa = 0;
     int64_t feat = 0, lo = 0, hi = 0;
@@ -210,7 +217,7 @@ static goblin_err run_prepare(tr_round *R, tr_run *r, int32_t s, tr_task_kind ki
         if (goblin__train_alloc_like(&r->out[i], d.dtype, d.rank, d.shape, false))
             return goblin__train_err(t, GOBLIN_ENOMEM, "out of memory");
         r->own[i] = true;
-        r->comb[i] = io.kind == TR_IO_LOSS    ? GOBLIN_COMBINE_MEAN
+        r->comb[i] = io.kind == TR_IO_LOSS || io.kind == TR_IO_STAT ? GOBLIN_COMBINE_MEAN
                      : io.kind == TR_IO_PGRAD ? GOBLIN_COMBINE_SUM
                                               : GOBLIN_COMBINE_CONCAT;
     }
@@ -279,6 +286,11 @@ static goblin_err run_finish(tr_round *R, tr_run *r) {
                 acc_add(R->gacc[io.ref], full, io.ref == wp ? wa : full->rank - 1, lo, o, w);
             else
                 acc_add(R->gacc[io.ref], full, 0, 0, o, w);
+        } else if (io.kind == TR_IO_STAT) {
+            int32_t k = io.ref / 2;
+            int64_t C = t->m.bn_ch[k];
+            double *dst = (io.ref % 2 ? R->bn_v[k] : R->bn_m[k]) + r->mb * C;
+            for (int64_t e = 0; e < C; e++) dst[e] = get_f(o->data, o->dtype, e);
         } else if (io.kind == TR_IO_XGRAD) {
             goblin_tensor *gv = &R->gx[r->mb * R->n_cross + R->xmap[io.ref]];
             int64_t n = goblin_tensor_numel(o);
@@ -329,6 +341,30 @@ static void round_clear(tr_round *R) {
     goblin__free(R->whole);
     goblin__free(R->xmap);
     goblin__free(R->data_index);
+    for (int32_t k = 0; k < R->t->m.n_bn; k++) {
+        if (R->bn_m) goblin__free(R->bn_m[k]);
+        if (R->bn_v) goblin__free(R->bn_v[k]);
+    }
+    goblin__free(R->bn_m);
+    goblin__free(R->bn_v);
+}
+
+/* The whole batch's statistics from the micro-batches' (Chan et al.): with weights
+ * w_c = n_c / B, mean = sum w_c m_c and var = sum w_c (v_c + (m_c - mean)^2), in double. */
+static void bn_combine(goblin_trainer *t, const tr_round *R) {
+    for (int32_t k = 0; k < t->m.n_bn; k++) {
+        int64_t C = t->m.bn_ch[k];
+        for (int64_t ch = 0; ch < C; ch++) {
+            double mean = 0, var = 0;
+            for (int64_t c = 0; c < R->nm; c++) mean += (double)mb_rows(R, c) / (double)R->B * R->bn_m[k][c * C + ch];
+            for (int64_t c = 0; c < R->nm; c++) {
+                double d = R->bn_m[k][c * C + ch] - mean;
+                var += (double)mb_rows(R, c) / (double)R->B * (R->bn_v[k][c * C + ch] + d * d);
+            }
+            t->bn_mean_next[k][ch] = mean;
+            t->bn_var_next[k][ch] = var;
+        }
+    }
 }
 
 static goblin_err check_data(goblin_trainer *t, const goblin_tensor *data, int32_t n_data,
@@ -459,6 +495,20 @@ static goblin_err round_grads(goblin_trainer *t, const goblin_tensor *data, int6
         e = goblin__train_err(t, GOBLIN_ENOMEM, "out of memory");
         goto done;
     }
+    if (m->n_bn) {
+        R.bn_m = goblin__calloc((size_t)m->n_bn, sizeof *R.bn_m);
+        R.bn_v = goblin__calloc((size_t)m->n_bn, sizeof *R.bn_v);
+        bool ok = R.bn_m && R.bn_v;
+        for (int32_t k = 0; ok && k < m->n_bn; k++) {
+            R.bn_m[k] = goblin__calloc((size_t)(R.nm * m->bn_ch[k]), sizeof(double));
+            R.bn_v[k] = goblin__calloc((size_t)(R.nm * m->bn_ch[k]), sizeof(double));
+            ok = R.bn_m[k] && R.bn_v[k];
+        }
+        if (!ok) {
+            e = goblin__train_err(t, GOBLIN_ENOMEM, "out of memory");
+            goto done;
+        }
+    }
     for (int32_t i = 0; i < nn; i++) R.xmap[i] = R.data_index[i] = -1;
     for (int32_t i = 0; i < m->n_data; i++) R.data_index[goblin_graph_input_id(m->g, np + i)] = i;
     for (int32_t s = 0; s < S - 1; s++)
@@ -535,6 +585,7 @@ static goblin_err round_grads(goblin_trainer *t, const goblin_tensor *data, int6
             memcpy(grads[i].data, R.gacc[i], (size_t)n * sizeof(double));
         }
     }
+    bn_combine(t, &R);
     *loss_out = R.loss;
     *done_out = R.done;
     *grads_out = grads;
@@ -616,6 +667,14 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
     }
     if (e) goto done;
     t->version++;
+    for (int32_t k = 0; k < t->m.n_bn; k++) { /* the applied round's statistics */
+        double *a = t->bn_mean[k], *b = t->bn_var[k];
+        t->bn_mean[k] = t->bn_mean_next[k];
+        t->bn_var[k] = t->bn_var_next[k];
+        t->bn_mean_next[k] = a;
+        t->bn_var_next[k] = b;
+    }
+    t->bn_rows = B;
     if (out) {
         memset(out, 0, sizeof *out);
         out->round = t->rounds;
@@ -636,4 +695,19 @@ goblin_err goblin_trainer_round(goblin_trainer *t, const goblin_tensor *data, in
 done:
     free_grads(t, grads);
     return e;
+}
+
+int32_t goblin_trainer_batch_norm_count(const goblin_trainer *t) { return t ? t->m.n_bn : 0; }
+
+goblin_err goblin_trainer_batch_norm_stats(const goblin_trainer *t, int32_t k, int32_t *node, int64_t *channels,
+                                           int64_t *count, double *mean, double *var) {
+    if (!t) return GOBLIN_EINVAL;
+    if (k < 0 || k >= t->m.n_bn) return GOBLIN_EINDEX;
+    if (node) *node = t->m.bn_ids[k];
+    if (channels) *channels = t->m.bn_ch[k];
+    if (count) *count = t->bn_rows * t->m.bn_per[k];
+    int64_t C = t->m.bn_ch[k];
+    if (mean) memcpy(mean, t->bn_mean[k], sizeof(double) * (size_t)C);
+    if (var) memcpy(var, t->bn_var[k], sizeof(double) * (size_t)C);
+    return GOBLIN_OK;
 }

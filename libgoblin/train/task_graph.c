@@ -13,6 +13,8 @@
 void goblin__train_task_graph_free(tr_task_graph *tg) {
     if (!tg) return;
     goblin_graph_free(tg->g);
+    goblin__free(tg->drop_ids);
+    goblin__free(tg->drop_per_row);
     goblin__free(tg->in);
     goblin__free(tg->out);
     goblin__free(tg);
@@ -90,6 +92,73 @@ out:
     goblin__free(grads);
     goblin__free(roles);
     return e;
+}
+
+/* Record @p tg's DROPOUT nodes and whether each follows the batch: by the model dropout
+ * with the same SEED and OFFSET (a backward's dropout copies its forward's attributes). */
+static goblin_err find_dropout(const tr_model *m, tr_task_graph *tg, int64_t rows, char *msg, size_t cap) {
+    const goblin_graph *g = tg->g;
+    if (!m->n_drops) return GOBLIN_OK;
+    int32_t n = 0;
+    for (int32_t id = 0; id < g->n_nodes; id++) n += g->nodes[id].op == GOBLIN_OP_DROPOUT;
+    if (!n) return GOBLIN_OK;
+    tg->drop_ids = goblin__calloc((size_t)n, sizeof *tg->drop_ids);
+    tg->drop_per_row = goblin__calloc((size_t)n, sizeof *tg->drop_per_row);
+    if (!tg->drop_ids || !tg->drop_per_row) return ERRF(GOBLIN_ENOMEM, "out of memory");
+    for (int32_t id = 0; id < g->n_nodes; id++) {
+        const goblin__node *nd = &g->nodes[id];
+        if (nd->op != GOBLIN_OP_DROPOUT) continue;
+        int64_t seed = goblin__attr_i(nd, GOBLIN_ATTR_SEED, 0), off = goblin__attr_i(nd, GOBLIN_ATTR_OFFSET, 0);
+        int32_t k = 0;
+        while (k < m->n_drops && (m->drops[k][0] != seed || m->drops[k][1] != off)) k++;
+        if (k == m->n_drops)
+            return ERRF(GOBLIN_EINVAL, "task graph node %d (dropout) matches no dropout of the model", (int)id);
+        int64_t per = 0;
+        if (m->drop_batched[k]) {
+            if (nd->rank < 1 || nd->shape[0] != rows)
+                return ERRF(GOBLIN_ENOTSUP, "task graph node %d (dropout): the batch is not its leading dim",
+                            (int)id);
+            per = 1;
+            for (int32_t d = 1; d < nd->rank; d++) per *= nd->shape[d];
+        }
+        tg->drop_ids[tg->n_drop] = id;
+        tg->drop_per_row[tg->n_drop++] = per;
+    }
+    return GOBLIN_OK;
+}
+
+/* For each batch-norm of the stage (training mode, on batch data): its input's mean per
+ * channel (over every dim but 1) and the biased variance mean((x - mean)^2), as outputs. */
+static goblin_err add_bn_stats(const tr_model *m, tr_task_graph *tg, const goblin_graph *inst,
+                               const uint8_t *role, const int32_t *map, char *msg, size_t cap) {
+    goblin_graph *g = tg->g;
+    for (int32_t k = 0; k < m->n_bn; k++) {
+        int32_t id = m->bn_ids[k];
+        if (role[id] != 1 + ROLE_STAGE) continue;
+        const goblin__node *xn = &inst->nodes[inst->nodes[id].inputs[0]];
+        int32_t x = map[inst->nodes[id].inputs[0]];
+        int64_t axes[GOBLIN_MAX_RANK];
+        int32_t na = 0;
+        for (int32_t d = 0; d < xn->rank; d++)
+            if (d != 1) axes[na++] = d;
+        goblin_attr a[2] = {goblin_attr_ints(GOBLIN_ATTR_AXES, axes, na), goblin_attr_int(GOBLIN_ATTR_KEEPDIM, 1)};
+        goblin_attr rs = goblin_attr_ints(GOBLIN_ATTR_SHAPE, &m->bn_ch[k], 1);
+        int32_t mk, d, sq, v, mean, io[2];
+        goblin_err e = goblin_graph_add(g, GOBLIN_OP_MEAN, &x, 1, a, 2, &mk);
+        if (!e) e = goblin_graph_add(g, GOBLIN_OP_SUB, (int32_t[]){x, mk}, 2, NULL, 0, &d);
+        if (!e) e = goblin_graph_add(g, GOBLIN_OP_MUL, (int32_t[]){d, d}, 2, NULL, 0, &sq);
+        a[1] = goblin_attr_int(GOBLIN_ATTR_KEEPDIM, 0);
+        if (!e) e = goblin_graph_add(g, GOBLIN_OP_MEAN, &sq, 1, a, 2, &v);
+        if (!e) e = goblin_graph_add(g, GOBLIN_OP_RESHAPE, &mk, 1, &rs, 1, &mean);
+        io[0] = mean;
+        io[1] = v;
+        for (int i = 0; i < 2 && !e; i++) {
+            e = goblin_graph_output(g, io[i]);
+            if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_STAT, 2 * k + i)) e = GOBLIN_ENOMEM;
+        }
+        if (e) return ERRF(e, "batch-norm node %d statistics: %s", (int)id, goblin_graph_error(g));
+    }
+    return GOBLIN_OK;
 }
 
 static goblin_err tile_graph(const tr_model *m, const tr_stage *st, tr_task_kind kind,
@@ -256,11 +325,13 @@ goblin_err goblin__train_task_graph(const tr_model *m, const tr_plan *p, int32_t
             if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_ACT, st->out_nodes[i])) e = GOBLIN_ENOMEM;
         }
         if (e) snprintf(msg, cap, "stage %d outputs: %s", (int)s, goblin_strerror(e));
+        else e = add_bn_stats(m, tg, inst, role, map, msg, cap);
     } else if (kind == TR_TASK_LAST) {
         e = goblin_graph_output(tg->g, map[m->loss_id]);
         if (!e && !io_push(&tg->out, &tg->n_out, TR_IO_LOSS, m->loss_id)) e = GOBLIN_ENOMEM;
         if (e) snprintf(msg, cap, "stage %d loss: %s", (int)s, goblin_strerror(e));
         else e = add_grads(m, tg, st, map, map[m->loss_id], -1, msg, cap);
+        if (!e) e = add_bn_stats(m, tg, inst, role, map, msg, cap);
     } else if (n_seeds == 1) {
         e = add_grads(m, tg, st, map, map[seed_out[0]], seed_ids[0], msg, cap);
     } else if (n_seeds > 1) {
@@ -298,10 +369,58 @@ done:
     goblin__free(stamp);
     goblin__free(stack);
     goblin_graph_free(inst);
+    if (!e) e = find_dropout(m, tg, rows, msg, cap);
     if (e) {
         goblin__train_task_graph_free(tg);
         return e;
     }
     *out = tg;
+    return GOBLIN_OK;
+}
+
+goblin_err goblin__train_dropout_graph(const tr_task_graph *tg, int64_t round, int64_t row0,
+                                       goblin_graph **out, char *msg, size_t cap) {
+    *out = NULL;
+    if (!tg->n_drop) return GOBLIN_OK;
+    const goblin_graph *src = tg->g;
+    goblin_graph *g = NULL;
+    goblin_attr *attrs = NULL;
+    goblin_err e = goblin_graph_new(&g);
+    int32_t k = 0, id = 0, got;
+    if (!e && !(attrs = goblin__alloc(sizeof *attrs * (GOBLIN__MAX_OP_ATTRS + 1)))) e = GOBLIN_ENOMEM;
+    if (e) {
+        goblin_graph_free(g);
+        return ERRF(e, "out of memory");
+    }
+    for (id = 0; id < src->n_nodes && !e; id++) {
+        goblin__node pr = src->nodes[id];
+        if (k < tg->n_drop && tg->drop_ids[k] == id) {
+            int64_t off = goblin__attr_i(&pr, GOBLIN_ATTR_OFFSET, 0), per = tg->drop_per_row[k++];
+            if (per > 0 && row0 > (INT64_MAX - off) / per) {
+                e = ERRF(GOBLIN_ERANGE, "node %d (dropout): offset %lld + row %lld x %lld elements passes 2^63",
+                         (int)id, (long long)off, (long long)row0, (long long)per);
+                break;
+            }
+            int32_t na = 0;
+            for (int32_t a = 0; a < pr.n_attrs && na < GOBLIN__MAX_OP_ATTRS - 1; a++)
+                if (pr.attrs[a].key != GOBLIN_ATTR_SEED && pr.attrs[a].key != GOBLIN_ATTR_OFFSET)
+                    attrs[na++] = pr.attrs[a];
+            attrs[na++] = goblin_attr_int(GOBLIN_ATTR_SEED,
+                                          goblin__train_drop_seed(goblin__attr_i(&pr, GOBLIN_ATTR_SEED, 0), round));
+            attrs[na++] = goblin_attr_int(GOBLIN_ATTR_OFFSET, off + row0 * per);
+            pr.attrs = attrs;
+            pr.n_attrs = na;
+        }
+        e = goblin__graph_add_node(g, &pr, &got);
+        if (e) snprintf(msg, cap, "task graph node %d: %s", (int)id, goblin_graph_error(g));
+    }
+    for (int32_t o = 0; o < src->n_outputs && !e; o++)
+        if ((e = goblin_graph_output(g, src->output_ids[o]))) snprintf(msg, cap, "%s", goblin_graph_error(g));
+    goblin__free(attrs);
+    if (e) {
+        goblin_graph_free(g);
+        return e;
+    }
+    *out = g;
     return GOBLIN_OK;
 }

@@ -35,7 +35,9 @@ typedef enum tr_io_kind {
     TR_IO_LOSS = 3,  /* output: the micro-batch's loss */
     TR_IO_PGRAD = 4, /* output: gradient wrt parameter ref (or its tile) */
     TR_IO_XGRAD = 5, /* output: gradient wrt model node ref (stage input; a partial sum for tiles) */
-    TR_IO_ACT = 6    /* output: model node ref's value (or its tile) */
+    TR_IO_ACT = 6,   /* output: model node ref's value (or its tile) */
+    TR_IO_STAT = 7   /* output: batch-norm ref / 2's micro-batch mean (ref even) or biased
+                        variance (ref odd) per channel */
 } tr_io_kind;
 
 typedef struct tr_io {
@@ -55,6 +57,12 @@ typedef struct tr_task_graph {
     goblin_graph *g;
     int32_t n_in, n_out;
     tr_io *in, *out;
+    /* its DROPOUT nodes (forward, and the backward's with the same attributes): each task
+     * submits a copy with per-round seeds and per-micro-batch offsets (task_graph.c,
+     * goblin__train_dropout_graph); per_row 0: the value does not follow the batch */
+    int32_t n_drop;
+    int32_t *drop_ids;
+    int64_t *drop_per_row;
 } tr_task_graph;
 
 typedef struct tr_stage {
@@ -94,6 +102,12 @@ typedef struct tr_model {
     int32_t n_seq;
     int32_t *seq;         /* live batch-dependent non-input nodes, ascending (the compute nodes) */
     uint8_t *cut_ok;      /* cut_ok[k]: a stage may end after seq[k] */
+    int32_t n_drops;      /* the model's DROPOUT nodes: their SEED and OFFSET attributes and */
+    int64_t (*drops)[2];  /* whether they follow the batch (drop_batched) */
+    uint8_t *drop_batched;
+    int32_t n_bn;         /* BATCH_NORM nodes in training mode on batch data: ids, channels */
+    int32_t *bn_ids;      /* and elements per channel per row (running statistics) */
+    int64_t *bn_ch, *bn_per;
 } tr_model;
 
 /* ---- train_plan.c ---------------------------------------------------------- */
@@ -148,6 +162,16 @@ goblin_err goblin__train_task_graph(const tr_model *m, const tr_plan *p, int32_t
                                     tr_task_kind kind, int64_t rows, int32_t tile,
                                     tr_task_graph **out, char *msg, size_t cap);
 void goblin__train_task_graph_free(tr_task_graph *tg);
+/* The copy of @p tg to submit for round @p round and the micro-batch of @p rows rows from
+ * row @p row0 of the batch (*out NULL when @p tg has no DROPOUT node): every DROPOUT node
+ * gets SEED goblin__train_drop_seed(seed, round) and, when its value follows the batch
+ * (rows leading), OFFSET offset + row0 * per_row, so element e of a sample's row keeps
+ * the counter it has in the whole batch: the masks depend only on the seed, the round
+ * and the element's index in the batch, not on the micro-batches, stages or tiles. */
+goblin_err goblin__train_dropout_graph(const tr_task_graph *tg, int64_t round, int64_t row0,
+                                       goblin_graph **out, char *msg, size_t cap);
+/* The round's key of a DROPOUT node whose model SEED attribute is @p seed. */
+static inline int64_t goblin__train_drop_seed(int64_t seed, int64_t round);
 /* The tile's slice of the tiled layer: output features [lo, hi) of @p total. */
 void goblin__train_tile_range(int64_t total, int32_t tiles, int32_t k, int64_t *lo, int64_t *hi);
 /* For a tiled stage: the model's tiled parameter dims. *w_axis: the weight's axis cut;
@@ -176,6 +200,11 @@ struct goblin_trainer {
     /* sanity.c: is the loss provably >= 0, and the last rounds' gradient norms */
     bool loss_nonneg;
     double norms[GOBLIN__TRAIN_NORMS];
+    /* the batch-norms' whole-batch mean and biased variance per channel: of the last
+     * round that was applied (bn_rows its batch size, 0 before the first), and of the
+     * round being computed (round.c fills them) */
+    double **bn_mean, **bn_var, **bn_mean_next, **bn_var_next;
+    int64_t bn_rows;
     int32_t n_norms, next_norm;
     char err[512];
 };
@@ -212,6 +241,10 @@ static inline uint64_t goblin__train_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+
+static inline int64_t goblin__train_drop_seed(int64_t seed, int64_t round) {
+    return (int64_t)goblin__train_mix64((uint64_t)seed ^ goblin__train_mix64((uint64_t)round));
 }
 
 static inline double goblin__train_now_s(void) { return 1e-9 * (double)goblin__now_ns(); }

@@ -102,7 +102,73 @@ void goblin__train_model_clear(tr_model *m) {
     goblin__free(m->nodes);
     goblin__free(m->seq);
     goblin__free(m->cut_ok);
+    goblin__free(m->drops);
+    goblin__free(m->drop_batched);
+    goblin__free(m->bn_ids);
+    goblin__free(m->bn_ch);
+    goblin__free(m->bn_per);
     memset(m, 0, sizeof *m);
+}
+
+/* The model's DROPOUT nodes. Each task gets its own masks (goblin__train_dropout_graph):
+ * a dropout on batch data must have the batch rows as its value's leading dim (then a
+ * row's counters are the same in every micro-batch cut), and the nodes are told apart
+ * by (SEED, OFFSET), which the backward's dropout nodes copy. */
+static goblin_err analyse_dropout(tr_model *m, char *msg, size_t cap) {
+    const goblin_graph *g = m->g;
+    int32_t nd = 0;
+    for (int32_t id = 0; id < g->n_nodes; id++) nd += g->nodes[id].op == GOBLIN_OP_DROPOUT;
+    if (!nd) return GOBLIN_OK;
+    m->drops = goblin__calloc((size_t)nd, sizeof *m->drops);
+    m->drop_batched = goblin__calloc((size_t)nd, 1);
+    if (!m->drops || !m->drop_batched) return ERRF(GOBLIN_ENOMEM, "out of memory");
+    for (int32_t id = 0; id < g->n_nodes; id++) {
+        const goblin__node *n = &g->nodes[id];
+        if (n->op != GOBLIN_OP_DROPOUT) continue;
+        const tr_node *t = &m->nodes[id];
+        char sh[96];
+        if (t->batch_dep && !t->row_shaped)
+            return ERRF(GOBLIN_ENOTSUP, "node %d (dropout): its value %s does not have the batch rows as its "
+                        "leading dim, so its masks could not follow each sample across micro-batches; apply "
+                        "dropout where the batch leads (before a reshape that folds it, or after moving it "
+                        "back)", (int)id, goblin__shape_str(n->rank, n->shape, sh, sizeof sh));
+        int64_t seed = goblin__attr_i(n, GOBLIN_ATTR_SEED, 0), off = goblin__attr_i(n, GOBLIN_ATTR_OFFSET, 0);
+        for (int32_t k = 0; k < m->n_drops; k++)
+            if (m->drops[k][0] == seed && m->drops[k][1] == off && m->drop_batched[k] != t->batch_dep)
+                return ERRF(GOBLIN_EINVAL, "node %d (dropout) has the seed and offset of another dropout, "
+                            "one on batch data and one not: give each dropout its own seed", (int)id);
+        m->drops[m->n_drops][0] = seed;
+        m->drops[m->n_drops][1] = off;
+        m->drop_batched[m->n_drops++] = t->batch_dep;
+    }
+    return GOBLIN_OK;
+}
+
+/* The batch-norms in training mode whose input is batch data with the rows leading: each
+ * task of their stage also outputs the micro-batch's per-channel mean and variance. */
+static goblin_err analyse_bn(tr_model *m, char *msg, size_t cap) {
+    const goblin_graph *g = m->g;
+    int32_t n = 0;
+    for (int32_t id = 0; id < g->n_nodes; id++) n += g->nodes[id].op == GOBLIN_OP_BATCH_NORM;
+    if (!n) return GOBLIN_OK;
+    m->bn_ids = goblin__calloc((size_t)n, sizeof *m->bn_ids);
+    m->bn_ch = goblin__calloc((size_t)n, sizeof *m->bn_ch);
+    m->bn_per = goblin__calloc((size_t)n, sizeof *m->bn_per);
+    if (!m->bn_ids || !m->bn_ch || !m->bn_per) return ERRF(GOBLIN_ENOMEM, "out of memory");
+    for (int32_t id = 0; id < g->n_nodes; id++) {
+        const goblin__node *nd = &g->nodes[id];
+        if (nd->op != GOBLIN_OP_BATCH_NORM || !goblin__attr_i(nd, GOBLIN_ATTR_TRAINING, 0)) continue;
+        const goblin__node *x = &g->nodes[nd->inputs[0]];
+        if (!m->nodes[id].live || !m->nodes[nd->inputs[0]].row_shaped || x->rank < 2 ||
+            !goblin_dtype_is_float(x->dtype))
+            continue;
+        int64_t per = 1;
+        for (int32_t d = 2; d < x->rank; d++) per *= x->shape[d];
+        m->bn_ids[m->n_bn] = id;
+        m->bn_ch[m->n_bn] = x->shape[1];
+        m->bn_per[m->n_bn++] = per;
+    }
+    return GOBLIN_OK;
 }
 
 goblin_err goblin__train_analyse(tr_model *m, char *msg, size_t cap) {
@@ -197,7 +263,8 @@ goblin_err goblin__train_analyse(tr_model *m, char *msg, size_t cap) {
     if (m->n_seq > 0) m->cut_ok[m->n_seq - 1] = 1;
     goblin__free(pos);
     goblin__free(bad);
-    return GOBLIN_OK;
+    goblin_err e = analyse_dropout(m, msg, cap);
+    return e ? e : analyse_bn(m, msg, cap);
 }
 
 /* ---- stage measurement ---------------------------------------------------------- */

@@ -89,6 +89,11 @@ void goblin_trainer_free(goblin_trainer *t) {
     goblin__train_state_free(t);
     for (int32_t i = 0; t->params && i < t->m.n_params; i++) goblin__free(t->params[i].data);
     goblin__free(t->params);
+    double **bn[4] = {t->bn_mean, t->bn_var, t->bn_mean_next, t->bn_var_next};
+    for (int a = 0; a < 4; a++) {
+        for (int32_t k = 0; bn[a] && k < t->m.n_bn; k++) goblin__free(bn[a][k]);
+        goblin__free(bn[a]);
+    }
     goblin__train_model_clear(&t->m);
     goblin__free(t);
 }
@@ -243,6 +248,16 @@ goblin_err goblin_trainer_new(goblin_trainer **out, goblin_grid *grid, const gob
     if (!t->m.nodes[t->m.loss_id].batch_dep)
         NEWFAIL(GOBLIN_EINVAL, "the loss does not depend on the data inputs");
     t->loss_nonneg = goblin__train_loss_nonneg(&t->m);
+    if (t->m.n_bn) { /* the batch-norms' statistics, this round's and the applied one's */
+        double ***bn[4] = {&t->bn_mean, &t->bn_var, &t->bn_mean_next, &t->bn_var_next};
+        for (int a = 0; a < 4; a++) {
+            *bn[a] = goblin__calloc((size_t)t->m.n_bn, sizeof(double *));
+            if (!*bn[a]) NEWFAIL(GOBLIN_ENOMEM, "out of memory");
+            for (int32_t k = 0; k < t->m.n_bn; k++)
+                if (!((*bn[a])[k] = goblin__calloc((size_t)t->m.bn_ch[k], sizeof(double))))
+                    NEWFAIL(GOBLIN_ENOMEM, "out of memory");
+        }
+    }
     /* parameters */
     t->params = goblin__calloc((size_t)p->n_params, sizeof *t->params);
     if (!t->params) NEWFAIL(GOBLIN_ENOMEM, "out of memory");

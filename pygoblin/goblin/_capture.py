@@ -474,6 +474,14 @@ class _Lowering:
                     "F.conv2d and F.conv3d and the transposed forms F.conv_transpose1d / F.conv_transpose2d "
                     "(stride, padding, dilation, groups), not a transposed 3-d convolution: use "
                     "F.interpolate(mode='nearest') then F.conv3d to upsample a volume")
+        if name in ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu"):
+            i = 4 if name == "scaled_dot_product_attention" else 3
+            dp = args[i] if len(args) > i else kw.get("dropout_p", 0.0)
+            if dp:
+                return (f"F.scaled_dot_product_attention(dropout_p={dp}): dropout inside the attention has no "
+                        "mapping (the weights' dropout is not an op of the catalogue); pass dropout_p=0 (e.g. "
+                        "dropout_p=self.p if self.training else 0 in eval capture) and, for training, put "
+                        "nn.Dropout on the attention's output or inputs, which grid.train runs")
         hint = _decomp.why(name, args) or _rnn.hint(name, args)
         if hint is not None:
             return hint

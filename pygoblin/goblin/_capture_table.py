@@ -71,7 +71,8 @@ ROWS = [
     ("batch_norm", "batch_norm", "goblin.capture: eval mode only (the running statistics; training mode is "
      "refused with 'call model.eval()'); goblin.capture_training: batch statistics", "both"),
     ("_native_batch_norm_legit_functional", "batch_norm (training=1)",
-     "batch statistics; the running statistics are not tracked (a UserWarning says so)", "training"),
+     "batch statistics; grid.train updates the running statistics from each round's whole batch, as torch",
+     "training"),
     ("layer_norm native_layer_norm", "layer_norm", "", "both"),
     ("native_group_norm", "layer_norm over [N, G, C/G * spatial], then mul, add (decomposed)",
      "F.group_norm, nn.GroupNorm; the mean / rstd outputs are not available", "both"),
@@ -99,9 +100,12 @@ ROWS = [
      "include_last_offset", "both"),
     ("col2im", "conv_transpose2d's decomposition with a constant one-hot weight",
      "F.fold / nn.Fold (F.unfold is aten.index, above); an inf entry meets zero weights: NaN", "both"),
-    ("dropout native_dropout", "nothing (the identity)",
+    ("dropout native_dropout", "nothing (the identity) in eval mode; dropout (training mode, "
+     "goblin.capture_training)",
      "goblin.capture: eval mode only (training mode is refused with 'call model.eval()'); "
-     "goblin.capture_training: off (the identity), with a UserWarning when p > 0", "both"),
+     "goblin.capture_training: goblin's counter-based dropout, keep probability 1 - p and scale "
+     "1 / (1 - p) as torch, masks keyed by (seed, round, the element's index in the batch), not "
+     "torch's random stream", "both"),
     ("nll_loss_forward nll_loss2d_forward", "nll_loss (reduction, ignore_index, weight)",
      "goblin.capture decomposes F.nll_loss / F.cross_entropy into log_softmax, gather and where instead",
      "training"),
@@ -205,12 +209,52 @@ at another batch size captures again along it. `goblin.capture_training` and `gr
 (`batch_dims=`) do the same for the batch tensors (a seq-first language model's tokens and
 targets `[T, B]`: dims (1, 1)); the trainer gets them batch-first.
 """
+# docs/pytorch.md, "Training mode" (what goblin.capture_training / grid.train compute)
+TRAINING_MODE = """\
+## Training mode: dropout, batch-norm, eval-mode modules
+
+`goblin.capture_training` (and so `grid.train`) captures the model in train mode.
+
+- **Dropout** (`nn.Dropout*`, `F.dropout(training=True)`, `aten.native_dropout`) becomes
+  goblin's counter-based `dropout` op (catalogue value 189, kernels on the reference, BLIS
+  and CUDA backends; its backward is a dropout of the gradient with the same mask). An
+  element is kept with probability 1 - p and scaled by 1 / (1 - p), as torch; the mask is
+  not torch's random stream. Each dropout node gets its own seed (`seed=` of
+  `capture_training` / `grid.train` plus the node's ordinal; default
+  `torch.initial_seed()`), and in round r the trainer keys the node's draw by
+  `mix64(seed ^ mix64(r))` (SplitMix64's finalizer) with the counter at the element's
+  row-major index in the **whole batch**: a micro-batch from row r0 adds r0 times the
+  elements per row to the op's offset. So the masks depend only on the seed, the round and
+  the element, never on the micro-batches, pipeline stages or tiles (tested: gradients
+  equal torch.autograd's with that mask for one micro-batch, three, and a staged plan).
+  A dropout on batch data must have the batch rows as its leading dim (the trainer refuses
+  one behind a reshape that folds the batch, naming the node). Not mapped: `dropout_p` of
+  `F.scaled_dot_product_attention` (refused; put an `nn.Dropout` on the attention's output
+  instead) and the inter-layer dropout of `nn.LSTM` / `nn.GRU` / `nn.RNN` (off, with a
+  UserWarning).
+- **Batch-norm** normalizes each micro-batch with its own statistics (torch normalizes a
+  batch with the whole batch's; with one micro-batch they are the same, as with torch's
+  gradient accumulation). Its **running statistics** are torch's: every task of the stage
+  holding a batch-norm also returns its micro-batch's per-channel mean and biased
+  variance, the trainer combines them into the whole batch's (mean = sum w_c m_c,
+  var = sum w_c (v_c + (m_c - mean)^2), w_c = rows_c / B, in double;
+  `goblin_trainer_batch_norm_stats`), and grid.train applies torch's update
+  (`num_batches_tracked += 1`; momentum, or 1 / num_batches_tracked for momentum=None;
+  running_var from the unbiased variance, times n / (n - 1) with n = rows x spatial
+  size); `state_dict()` returns them. Tested against torch's BatchNorm2d / BatchNorm1d
+  (f64 1e-10, f32 1e-5) over rounds with three micro-batches and a staged plan. Not
+  tracked (a UserWarning): a batch-norm whose input does not lead with the batch rows. A
+  checkpoint (`save` / `load`) does not hold them: keep `state_dict()` with it.
+- **Modules in eval mode** whose train mode computes something else (dropout with p > 0,
+  batch-norm) are trained in train mode, as torch after `model.train()`; a UserWarning
+  names them.
+"""
 BN_HINT = ("batch-norm in training mode (nn.BatchNorm*d after model.train(), or F.batch_norm(training=True)): "
            "call model.eval() before goblin.capture (inference uses the running statistics), or train on a "
            "grid with grid.train / goblin.capture_training, which normalizes with batch statistics")
 DROPOUT_HINT = ("dropout in training mode (nn.Dropout after model.train(), or F.dropout(training=True)): call "
                 "model.eval() before goblin.capture (dropout is then the identity); grid.train / "
-                "goblin.capture_training runs dropout as the identity too")
+                "goblin.capture_training run it in training mode (goblin's dropout op)")
 SLICE_SCATTER_HINT = ("F.pad(mode='circular') and slice assignment (x[:, :2] = y) arrive as "
                       "aten.slice_scatter, which has no mapping: F.pad supports modes 'constant', 'reflect' "
                       "and 'replicate'; build the tensor with torch.cat instead of assigning into it")

@@ -12,11 +12,16 @@ follow as inputs n_params.. (all batched on dim 0); output 0 is the scalar loss
 
 Training semantics of the captured forward:
  - batch-norm runs in TRAIN mode: it normalizes with the (micro-)batch's own
-   statistics; running statistics are NOT tracked (the module's running_mean/var
-   buffers are left as they are, and state_dict() returns them unchanged);
- - dropout is OFF (identity): goblin's counter-based dropout cannot reproduce
-   torch's random stream, so a trajectory could not be checked against torch
-   (a UserWarning says so when p > 0, as for tracked running statistics);
+   statistics; the trainer combines the micro-batches' per-channel means and
+   variances into the whole batch's, and grid.train updates running_mean /
+   running_var / num_batches_tracked from them as torch does (momentum, unbiased
+   variance), returned by state_dict();
+ - dropout runs in TRAIN mode as goblin's counter-based DROPOUT op: each dropout
+   node gets its own seed (derived from `seed=`, default torch.initial_seed()), and
+   the trainer keys every round's masks by (seed, round, the element's index in the
+   whole batch), so they do not depend on the micro-batches, stages or tiles; the
+   distribution is torch's (keep with probability 1 - p, scale 1 / (1 - p)), the
+   random stream is not (torch's masks cannot be reproduced);
  - parameters with requires_grad=False become constants (not trained).
 
 Parameter names are kept here, in Python, only to map state_dict keys to input
@@ -53,18 +58,34 @@ def _train_decomp_table(torch):
 
 
 
-DROPOUT_OFF = ("goblin.capture_training: dropout in training mode (nn.Dropout / F.dropout, p={p}) is off on the "
-               "grid (the identity), so training differs from torch's, which drops; to train the same function, "
-               "build the model with p=0 or call .eval() on its dropout modules")
-BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running statistics, which grid.train does "
-            "not update: each micro-batch is normalized with its own batch statistics (torch in train mode "
-            "uses the whole batch's), and state_dict() returns running_mean / running_var as they were, so the "
-            "model evaluates in eval mode with its old statistics; refresh them in torch afterwards (a few "
-            "forward passes in train mode under torch.no_grad()) or use nn.LayerNorm / nn.GroupNorm")
+BN_STATS = ("goblin.capture_training: {n} batch-norm module(s) keep running statistics that grid.train cannot "
+            "update (their input is not batch data with the batch as dim 0): state_dict() returns their "
+            "running_mean / running_var as they were")
+
+
+MODE = ("goblin.capture_training: {n} module(s) in eval mode compute something else in train mode ({names}), "
+        "and grid.train trains in train mode, as torch would after model.train(): {what}; call model.train() "
+        "before training to silence this (or build them without dropout)")
+
+
+def _mode_dependent(torch, model):
+    """The submodules in eval mode whose train mode computes something else: dropout with
+    p > 0 (nn.Dropout*, an RNN's or an attention's own dropout) and batch-norm."""
+    out = []
+    for name, mod in model.named_modules():
+        if mod.training:
+            continue
+        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p > 0:
+            out.append((name or type(mod).__name__, "dropout drops"))
+        elif isinstance(mod, (torch.nn.RNNBase, torch.nn.MultiheadAttention)) and getattr(mod, "dropout", 0):
+            out.append((name or type(mod).__name__, "dropout drops"))
+        elif isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
+            out.append((name or type(mod).__name__, "batch-norm normalizes with the batch's statistics"))
+    return out
 
 
 class _TrainLowering(_capture._Lowering):
-    """goblin.capture's lowering with training-mode batch-norm, dropout off and nll_loss."""
+    """goblin.capture's lowering with training-mode batch-norm, dropout and nll_loss."""
 
     def _known(self, node):
         return self._name(node) in _capture._table.TRAINING
@@ -75,6 +96,13 @@ class _TrainLowering(_capture._Lowering):
                       "differs from torch's in train mode; build the module with dropout=0 to silence this",
                       UserWarning, stacklevel=2)
         return True
+
+    def dropout(self, x, p):
+        """A DROPOUT node with this capture's next seed (distinct per node)."""
+        k = getattr(self, "_n_drop", 0)
+        self._n_drop = k + 1
+        seed = (int(getattr(self, "drop_seed", 0)) + k) % (1 << 63)
+        return self.g.op("dropout", x, seed=seed, p=p)
 
     def take(self, x, d, ix, out_shape):
         """As goblin.capture's, through gather (index_select has no backward rule): the index
@@ -98,17 +126,29 @@ class _TrainLowering(_capture._Lowering):
         w = w if w is not None else self.g.constant(np.ones(c), dtype=x.dtype)
         b = b if b is not None else self.g.constant(np.zeros(c), dtype=x.dtype)
         rm, rv = self._stats(x)
-        return self.g.op("batch_norm", x, w, b, rm, rv, training=1, eps=float(eps))
+        y = self.g.op("batch_norm", x, w, b, rm, rv, training=1, eps=float(eps))
+        # which module it is (torch.export's nn_module_stack: the innermost module's path
+        # under the _Step wrapper "m."), for the running statistics
+        stack = (getattr(self, "_node", None) and self._node.meta.get("nn_module_stack")) or {}
+        path = list(stack.values())[-1][0] if stack else None
+        if isinstance(path, str) and path.startswith("m."):
+            path = path[2:]
+        getattr(self, "bn_nodes", None) is None and setattr(self, "bn_nodes", [])
+        self.bn_nodes.append((y.id, path))
+        return y
 
     def lower(self, node, name, args, kw):
+        self._node = node
         if name in ("dropout", "native_dropout"):
-            # off in training capture (documented): identity, no mask; said once per capture
+            # training mode: goblin's dropout op, one seed per node (the trainer derives each
+            # round's and each micro-batch's key from it: goblin/train.h)
             p = args[1] if len(args) > 1 else kw.get("p", 0.5)
             train = args[2] if len(args) > 2 else kw.get("train", True)
-            if train and p and not getattr(self, "_dropout_said", False):
-                self._dropout_said = True
-                warnings.warn(DROPOUT_OFF.format(p=p), UserWarning, stacklevel=2)
-            return args[0] if name == "dropout" else (args[0], None)
+            x = args[0]
+            if train is False or not p:
+                return x if name == "dropout" else (x, None)
+            y = self.dropout(x, float(p))
+            return y if name == "dropout" else (y, None)
         if name == "_native_batch_norm_legit" and isinstance(args[0], _capture._decomp.Unviewed):
             return super().lower(node, name, args, kw)  # F.instance_norm: a group norm per channel
         if name == "_native_batch_norm_legit":
@@ -149,8 +189,11 @@ class TrainingCapture:
     data_shapes / data_dtypes: the batch inputs of the example batch."""
 
     def __init__(self, graph, names, init, aliases, buffers, data_shapes, data_dtypes, key_order,
-                 batch_dims=None):
+                 batch_dims=None, batch_norms=None):
         self.graph = graph
+        # graph node id -> (state_dict prefix, momentum) of each batch-norm whose running
+        # statistics the trainer's rounds update (update_running_stats)
+        self.batch_norms = dict(batch_norms or {})
         # per batch input: its batch dim in the arrays given to the trainer; the graph takes
         # the inputs batch-first (moved by the trainer), as goblin/train.h wants
         self.batch_dims = tuple(batch_dims) if batch_dims is not None else (0,) * len(data_shapes)
@@ -188,6 +231,29 @@ class TrainingCapture:
             out[k] = torch.from_numpy(np.array(v, copy=True)) if torch is not None else np.array(v, copy=True)
         return out
 
+    def update_running_stats(self, stats):
+        """Apply one round's whole-batch statistics [(node, count, mean, biased var)] to the
+        running statistics in `buffers`, as torch's batch-norm in train mode does:
+        num_batches_tracked += 1; m = momentum (None: 1 / num_batches_tracked);
+        running_mean = (1 - m) running_mean + m mean; running_var = (1 - m) running_var +
+        m var count / (count - 1) (the unbiased variance)."""
+        for node, count, mean, var in stats:
+            if node not in self.batch_norms or count < 1:
+                continue
+            prefix, momentum = self.batch_norms[node]
+            nbt = prefix + "num_batches_tracked"
+            if nbt in self.buffers:
+                self.buffers[nbt] = np.array(self.buffers[nbt] + 1, dtype=np.asarray(self.buffers[nbt]).dtype)
+                n_tracked = int(self.buffers[nbt])
+            else:
+                n_tracked = 1
+            m = momentum if momentum is not None else 1.0 / n_tracked
+            rm, rv = self.buffers[prefix + "running_mean"], self.buffers[prefix + "running_var"]
+            unbiased = var * (count / (count - 1)) if count > 1 else var
+            dt = rm.dtype
+            self.buffers[prefix + "running_mean"] = ((1 - m) * rm.astype(np.float64) + m * mean).astype(dt)
+            self.buffers[prefix + "running_var"] = ((1 - m) * rv.astype(np.float64) + m * unbiased).astype(dt)
+
     def params_from_state_dict(self, sd):
         """Parameter arrays in input order from a state_dict (torch tensors or arrays)."""
         vals = []
@@ -218,7 +284,7 @@ def _train_copy(torch, model):
     return m
 
 
-def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None):
+def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None, seed=None):
     """Capture `loss_fn(model(*batch[:n_inputs]), *batch[n_inputs:])` for training
     (`loss_fn` None: the model returns the loss itself from the whole batch).
 
@@ -226,7 +292,8 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
     each that holds the batch (an int for all, or one per tensor); default: inferred
     as goblin.capture does (a seq-first nn.LSTM's input: dim 1, the targets by the one
     dim of the batch size), else dim 0. The graph takes them batch-first
-    (TrainingCapture.batch_first moves arrays to match).
+    (TrainingCapture.batch_first moves arrays to match). seed: the dropout masks' seed
+    (an int; default torch.initial_seed(), so torch.manual_seed makes them reproducible).
     Returns a TrainingCapture. Raises UnsupportedOpError naming every op without a
     mapping, ShapeError/DTypeError for a loss that is not one float element."""
     torch = _torch()
@@ -266,10 +333,11 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
     init = [_to_numpy(p)[0].copy() for _, p in params]
     dts = [_gdtype(p.dtype) for _, p in params]
 
-    n_bn = sum(1 for mod in model.modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
-               and mod.track_running_stats)
-    if n_bn:
-        warnings.warn(BN_STATS.format(n=n_bn), UserWarning, stacklevel=2)
+    moded = _mode_dependent(torch, model)
+    if moded:
+        names = ", ".join(n for n, _ in moded[:4]) + (", ..." if len(moded) > 4 else "")
+        what = "; ".join(sorted({w for _, w in moded}))
+        warnings.warn(MODE.format(n=len(moded), names=names, what=what), UserWarning, stacklevel=2)
     mcopy = _train_copy(torch, model)
 
     class _Step(torch.nn.Module):
@@ -295,8 +363,11 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
         if n not in copy_params:
             raise _goblin.InternalError(f"capture_training(): parameter '{n}' missing from the copy")
 
+    base_seed = (int(torch.initial_seed()) if seed is None else int(seed)) % (1 << 63)
+
     def lower(batch_first):
         low = _TrainLowering(torch, ep, param_inputs={}, batch_first=batch_first)
+        low.drop_seed = base_seed
         g = low.g
         for (n, p), dt in zip(params, dts):
             t = g.input(tuple(p.shape), dt)
@@ -336,9 +407,21 @@ def capture_training(model, loss_fn, *example_batch, n_inputs=1, batch_dims=None
         raise _goblin.InternalError(f"capture_training(): graph has {n_graph_inputs} inputs, expected "
                                     f"{len(params)} parameters + {len(ex)} batch inputs")
     g._source = None  # a training graph is not re-captured per batch size: the trainer rebatches
+    mods = dict(model.named_modules())
+    bns = {}
+    for node_id, path in getattr(low, "bn_nodes", None) or []:
+        mod = mods.get(path)
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) and mod.track_running_stats and \
+                (path + ".running_mean") in buffers:
+            bns[node_id] = (path + ".", mod.momentum)
+    tracked = [n for n, mod in mods.items() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
+               and mod.track_running_stats]
+    missing = len(set(tracked) - {p[:-1] for p, _ in bns.values()})
+    if missing:
+        warnings.warn(BN_STATS.format(n=missing), UserWarning, stacklevel=2)
     return TrainingCapture(g, [n for n, _ in params], init, aliases, buffers,
                            [tuple(e.shape) for e in ex], [_gdtype(e.dtype) for e in ex], list(sd.keys()),
-                           batch_dims=dims)
+                           batch_dims=dims, batch_norms=bns)
 
 
 def _same_batch(ex, dims):

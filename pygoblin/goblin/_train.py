@@ -10,7 +10,9 @@
     trainer.save("ckpt.goblin"); trainer.load("ckpt.goblin")
 
 The model and loss are captured once (goblin._capture_train: parameters as graph
-inputs, batch-norm with batch statistics and no running statistics, dropout off) on
+inputs, batch-norm with batch statistics (running statistics updated as torch does), dropout
+in training mode: goblin's counter-based
+dropout, its masks keyed by (seed, round, index in the batch); `seed=`) on
 the first batch (or `example=`); the trainer (libgoblin, goblin/train.h) holds the
 parameters and optimizer state in this process and runs each round as verified graph
 jobs on the grid: micro-batches (gradient accumulation, summed in a fixed order),
@@ -167,7 +169,7 @@ class Trainer:
     def __init__(self, grid, model, loss_fn=None, optimizer=None, batch_size=None, micro_batch_size=None,
                  schedule=None, clip_norm=None, task_memory=None, max_stages=None, verify="checked",
                  min_replication=None, example=None, n_inputs=1, progress=True, capture=None, batch_dims=None,
-                 checked_max_share=None):
+                 checked_max_share=None, seed=None):
         self._grid = grid
         self._native_grid = _native_grid(grid)
         if self._native_grid.closed:
@@ -203,6 +205,7 @@ class Trainer:
         if checked_max_share is not None:
             self._options["checked_max_share"] = float(checked_max_share)
         self.n_inputs = int(n_inputs)
+        self.seed = seed  # the dropout masks' seed (None: torch.initial_seed() at capture)
         self.batch_dims = batch_dims  # given, else the capture's (inferred on the first batch)
         self.progress = progress
         self.history = []
@@ -223,7 +226,7 @@ class Trainer:
             import torch
             ex = [torch.from_numpy(np.ascontiguousarray(b)) if isinstance(b, np.ndarray) else b for b in batch]
             cap = capture_training(self.model, self.loss_fn, *ex, n_inputs=self.n_inputs,
-                                   batch_dims=self.batch_dims)
+                                   batch_dims=self.batch_dims, seed=self.seed)
         me = weakref.ref(self)
 
         def on_task(done, total):
@@ -239,6 +242,15 @@ class Trainer:
             del _LIVE[k]
         self.capture = cap
         self.batch_dims = cap.batch_dims
+        if cap.batch_norms:  # the trainer tracks a batch-norm on batch data with the rows leading
+            seen = {node for node, _, _, _ in self._t.batch_norm_stats()}
+            lost = {p for node, (p, _) in cap.batch_norms.items() if node not in seen}
+            for node in [n for n in cap.batch_norms if n not in seen]:
+                del cap.batch_norms[node]
+            if lost:
+                import warnings
+                from ._capture_train import BN_STATS
+                warnings.warn(BN_STATS.format(n=len(lost)), UserWarning, stacklevel=3)
         self._np_dtypes = [_dtypes.to_numpy(d) for d in cap.data_dtypes]
 
     def _ready(self, what):
@@ -277,6 +289,8 @@ class Trainer:
             self._start(batch)
         arrs = self._batch(batch)
         info = self._t.round(*arrs)
+        if self.capture.batch_norms:
+            self.capture.update_running_stats(self._t.batch_norm_stats())
         self.history.append(info)
         return info
 
@@ -293,7 +307,7 @@ class Trainer:
         import torch
         from ._capture_train import capture_training as cap_train
         cap = cap_train(self.model, self.loss_fn, *[torch.from_numpy(np.ascontiguousarray(b)) for b in probe],
-                        n_inputs=self.n_inputs)
+                        n_inputs=self.n_inputs, seed=self.seed)
         dims = cap.batch_dims
         if not any(dims):
             self._start(None, cap)
@@ -385,29 +399,58 @@ class Trainer:
 
     def state_dict(self):
         """The module's state_dict with the trained parameters (torch tensors): pass it to
-        module.load_state_dict(). Buffers (batch-norm running statistics) are returned as
-        they were at capture: the trainer does not track them."""
+        module.load_state_dict(). Batch-norm running statistics are the ones the rounds
+        updated (torch's rule over each round's whole batch); other buffers as captured.
+        A checkpoint (save/load) does not hold them: keep state_dict() with it."""
         import torch
         return self.capture.state_dict(self.parameters(), torch) if self._t is not None else \
             self.model.state_dict()
 
     def load_state_dict(self, sd):
-        """Replace the parameters from a state_dict (optimizer state is kept)."""
+        """Replace the parameters, and the batch-norm running statistics the trainer
+        updates, from a state_dict (optimizer state is kept)."""
         t = self._ready("load_state_dict()")
         for i, v in enumerate(self.capture.params_from_state_dict(sd)):
             t.set_param(i, v)
+        self._set_bn_buffers(sd)
+
+    def _bn_keys(self):
+        return [p + k for p, _ in self.capture.batch_norms.values()
+                for k in ("running_mean", "running_var", "num_batches_tracked") if p + k in self.capture.buffers]
+
+    def _set_bn_buffers(self, sd):
+        for k in self._bn_keys():
+            if k in sd:
+                v = sd[k]
+                v = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+                self.capture.buffers[k] = np.array(v, dtype=np.asarray(self.capture.buffers[k]).dtype, copy=True)
 
     def copy_to(self, module=None):
         """Load the trained parameters into `module` (default: the model given to train())."""
         (module if module is not None else self.model).load_state_dict(self.state_dict())
 
     def save(self, path):
-        """Checkpoint: parameters, optimizer state, round counter (CRC-sealed, atomic)."""
-        self._ready("save()").save(os.fspath(path))
+        """Checkpoint: parameters, optimizer state, round counter (CRC-sealed, atomic); the
+        batch-norm running statistics the rounds updated go next to it, in
+        `path + ".batchnorm.npz"`."""
+        t = self._ready("save()")
+        t.save(os.fspath(path))
+        keys = self._bn_keys()
+        if keys:
+            side = os.fspath(path) + ".batchnorm.npz"
+            tmp = side + f".tmp{os.getpid()}.npz"
+            np.savez(tmp, **{k: self.capture.buffers[k] for k in keys})
+            os.replace(tmp, side)
 
     def load(self, path):
-        """Resume from a checkpoint of the same model and optimizer."""
-        self._ready("load()").load(os.fspath(path))
+        """Resume from a checkpoint of the same model and optimizer (and its batch-norm
+        running statistics, when saved next to it)."""
+        t = self._ready("load()")
+        t.load(os.fspath(path))
+        side = os.fspath(path) + ".batchnorm.npz"
+        if self._bn_keys() and os.path.exists(side):
+            with np.load(side) as z:
+                self._set_bn_buffers({k: z[k] for k in z.files})
 
     # -- lifetime ----------------------------------------------------------------
     def close(self):

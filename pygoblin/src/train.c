@@ -490,6 +490,40 @@ static PyObject *trainer_get_rounds(pygoblin_trainer *self, void *c)
     return PyLong_FromLongLong((long long)goblin_trainer_rounds(self->t));
 }
 
+/* [(node, count, mean, var)] per batch-norm in training mode: the last applied round's
+ * whole-batch mean and biased variance per channel (f64 arrays), count = elements per
+ * channel (0 before the first round). */
+static PyObject *trainer_batch_norm_stats(pygoblin_trainer *self, PyObject *unused)
+{
+    if (check_usable(self) < 0)
+        return NULL;
+    int32_t n = goblin_trainer_batch_norm_count(self->t);
+    PyObject *list = PyList_New(n);
+    if (!list)
+        return NULL;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t node = 0;
+        int64_t ch = 0, count = 0;
+        goblin_trainer_batch_norm_stats(self->t, k, &node, &ch, &count, NULL, NULL);
+        npy_intp dims[1] = {(npy_intp)ch};
+        PyArrayObject *m = (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_FLOAT64);
+        PyArrayObject *v = m ? (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_FLOAT64) : NULL;
+        if (!v) {
+            Py_XDECREF(m);
+            Py_DECREF(list);
+            return NULL;
+        }
+        goblin_trainer_batch_norm_stats(self->t, k, NULL, NULL, NULL, PyArray_DATA(m), PyArray_DATA(v));
+        PyObject *item = Py_BuildValue("(iLNN)", (int)node, (long long)count, (PyObject *)m, (PyObject *)v);
+        if (!item) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, k, item);
+    }
+    return list;
+}
+
 static PyObject *trainer_get_closed(pygoblin_trainer *self, void *c) { return PyBool_FromLong(self->t == NULL); }
 static PyObject *trainer_get_n_params(pygoblin_trainer *self, void *c) { return PyLong_FromLong(self->n_params); }
 
@@ -500,6 +534,8 @@ static PyMethodDef trainer_methods[] = {
      "plan(batch) -> dict: micro-batches, stages (node ranges, tiles, memory per task), budget"},
     {"plan_text", (PyCFunction)trainer_plan_text, METH_VARARGS, "plan_text(batch) -> str: the plan as text"},
     {"get_param", (PyCFunction)trainer_get_param, METH_VARARGS, "get_param(i) -> a new array"},
+    {"batch_norm_stats", (PyCFunction)trainer_batch_norm_stats, METH_NOARGS,
+     "batch_norm_stats() -> [(node, count, mean, var)]: the last round's whole-batch statistics per batch-norm"},
     {"set_param", (PyCFunction)trainer_set_param, METH_VARARGS, "set_param(i, array): replace parameter i"},
     {"save", (PyCFunction)trainer_save, METH_VARARGS, "save(path): checkpoint (parameters, optimizer, round)"},
     {"load", (PyCFunction)trainer_load, METH_VARARGS, "load(path): resume from a checkpoint of the same model"},

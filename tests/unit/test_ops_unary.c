@@ -1134,6 +1134,42 @@ Test(errors, bad_dtypes_attributes_and_shapes) {
 
 /* ---- BLIS backend against the reference ---------------------------------------------- */
 
+Test(backends, blis_dropout_kernel_is_the_references_at_any_thread_count) {
+    /* BLIS has its own DROPOUT kernel (f32, f64, threaded over the flat index): the same
+     * bits as the reference, with an offset, for 1, 3 and 4 threads and both dtypes */
+    if (goblin_backend_available(BLIS) != GOBLIN_OK) cr_skip_test("no BLIS backend");
+    const int64_t n = 40001;
+    int64_t sh[] = {n};
+    goblin_dtype dts[] = {GOBLIN_DTYPE_F32, GOBLIN_DTYPE_F64};
+    for (int d = 0; d < 2; d++) {
+        void *x = buf_new(dts[d], n);
+        uint64_t s = 91;
+        for (int64_t i = 0; i < n; i++) put(dts[d], x, i, 8 * gt_rand(&s) - 4);
+        goblin_tensor in = gt_tensor(dts[d], 1, sh, x);
+        goblin_attr a[] = {goblin_attr_int(GOBLIN_ATTR_SEED, -12345), goblin_attr_int(GOBLIN_ATTR_OFFSET, 1000003),
+                           goblin_attr_float(GOBLIN_ATTR_P, 0.3)};
+        goblin_tensor r = run1(GOBLIN_OP_DROPOUT, &in, 1, a, 3, REF);
+        int64_t kept = 0;
+        for (int64_t i = 0; i < n; i++) kept += get(dts[d], r.data, i) != 0;
+        /* Binomial(n, 0.7): 5 standard deviations */
+        double sd = sqrt((double)n * 0.7 * 0.3);
+        cr_assert(fabs((double)kept - 0.7 * (double)n) <= 5 * sd, "kept %lld of %lld", (long long)kept,
+                  (long long)n);
+        int threads[] = {1, 3, 4};
+        for (int k = 0; k < 3; k++) {
+            goblin_tensor b;
+            char msg[256];
+            cr_assert_eq(gt_run1(GOBLIN_OP_DROPOUT, &in, 1, a, 3, BLIS, threads[k], &b, msg, sizeof msg),
+                         GOBLIN_OK, "%s", msg);
+            cr_assert_arr_eq(r.data, b.data, (size_t)n * goblin_dtype_size(dts[d]), "%s, %d threads",
+                             goblin_dtype_name(dts[d]), threads[k]);
+            goblin_buffer_free(b.data);
+        }
+        goblin_buffer_free(r.data);
+        free(x);
+    }
+}
+
 Test(backends, blis_matches_ref_bit_for_bit_on_exact_ops_and_random) {
     if (goblin_backend_available(BLIS) != GOBLIN_OK) cr_skip_test("no BLIS backend");
     const int64_t n = 3000;

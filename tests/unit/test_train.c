@@ -37,6 +37,8 @@ static double urand(uint64_t *s) { return (double)(rt_rng(s) >> 11) * 0x1p-53 * 
 static void mlp_build_tied(mlp *m, int nl, const int64_t *dims, int64_t batch, uint64_t seed,
                            int loss_kind, bool tie);
 
+static double g_drop_p; /* > 0: a DROPOUT (seed 7 + layer) after every hidden tanh */
+
 /* Build the graph; @p loss_kind 0: cross-entropy; 1: logits as output 0 (not a scalar);
  * 2: loss through CUMSUM (no backward rule). */
 static void mlp_build(mlp *m, int nl, const int64_t *dims, int64_t batch, uint64_t seed,
@@ -80,6 +82,11 @@ static void mlp_build_tied(mlp *m, int nl, const int64_t *dims, int64_t batch, u
         cr_assert_eq(goblin_graph_add(m->g, GOBLIN_OP_MATMUL, in, 3, &tb, 1, &h), GOBLIN_OK, "%s",
                      goblin_graph_error(m->g));
         if (l < nl - 1) cr_assert_eq(goblin_graph_add(m->g, GOBLIN_OP_TANH, &h, 1, NULL, 0, &h), GOBLIN_OK);
+        if (l < nl - 1 && g_drop_p > 0) {
+            goblin_attr da[2] = {goblin_attr_int(GOBLIN_ATTR_SEED, 7 + l), goblin_attr_float(GOBLIN_ATTR_P, g_drop_p)};
+            cr_assert_eq(goblin_graph_add(m->g, GOBLIN_OP_DROPOUT, &h, 1, da, 2, &h), GOBLIN_OK, "%s",
+                         goblin_graph_error(m->g));
+        }
     }
     int32_t loss;
     if (loss_kind == 1) {
@@ -444,6 +451,101 @@ Test(train, micro_batch_counts_agree) {
     check_trajectory(&m, grid, &tp, 2, 1e-12, &pi);
     cr_assert_eq(pi.micro_batches, 3);
     goblin_grid_free(grid);
+    mlp_free(&m);
+}
+
+/* @p rounds rounds of @p tp; the parameters after them (alloc_params). */
+static double **train_rounds(const mlp *m, goblin_grid *grid, const goblin_trainer_params *tp, int rounds,
+                             goblin_train_plan_info *pi) {
+    goblin_trainer *t = trainer(m, grid, tp);
+    if (pi) cr_assert_eq(goblin_trainer_plan(t, m->batch, pi), GOBLIN_OK, "%s", goblin_trainer_error(t));
+    goblin_tensor data[2];
+    data_tensors(m, data);
+    for (int k = 0; k < rounds; k++) {
+        goblin_train_round_info ri;
+        goblin_err e = goblin_trainer_round(t, data, 2, &ri);
+        cr_assert_eq(e, GOBLIN_OK, "round %d: %s: %s", k, goblin_err_name(e), goblin_trainer_error(t));
+    }
+    double **p = alloc_params(m);
+    get_params(t, m, p);
+    goblin_trainer_free(t);
+    return p;
+}
+
+/* Dropout masks follow (seed, round, element of the whole batch): one micro-batch, three,
+ * and three in stages with tiled layers give the same trajectory; without dropout it is
+ * another one. */
+Test(train, dropout_masks_do_not_depend_on_the_split) {
+    mlp m, m0;
+    g_drop_p = 0.3;
+    mlp_build(&m, 4, DEEP, 6, 13, 0);
+    g_drop_p = 0;
+    mlp_build(&m0, 4, DEEP, 6, 13, 0);
+    goblin_grid *grid = grid_new(2);
+    goblin_trainer_params tp;
+    tparams(&tp, &m, GOBLIN_OPTIMIZER_SGD);
+    goblin_train_plan_info pi;
+    tp.micro_batch = 6;
+    double **whole = train_rounds(&m, grid, &tp, 3, &pi);
+    cr_assert_eq(pi.micro_batches, 1);
+    tp.micro_batch = 2;
+    double **micro = train_rounds(&m, grid, &tp, 3, &pi);
+    cr_assert_eq(pi.micro_batches, 3);
+    tp.task_memory_bytes = 2600;
+    double **staged = train_rounds(&m, NULL, &tp, 3, &pi);
+    cr_assert_geq(pi.n_stages, 3, "%d stages", pi.n_stages);
+    double d1 = max_rel_diff(&m, micro, whole), d2 = max_rel_diff(&m, staged, whole);
+    cr_assert(d1 <= 1e-12 && d2 <= 1e-12, "micro-batches %.3g, stages %.3g", d1, d2);
+    goblin_trainer_params tp0;
+    tparams(&tp0, &m0, GOBLIN_OPTIMIZER_SGD);
+    tp0.micro_batch = 6;
+    double **plain = train_rounds(&m0, grid, &tp0, 3, NULL);
+    cr_assert_gt(max_rel_diff(&m, plain, whole), 1e-4);
+    free_params(&m, whole);
+    free_params(&m, micro);
+    free_params(&m, staged);
+    free_params(&m0, plain);
+    goblin_grid_free(grid);
+    mlp_free(&m);
+    mlp_free(&m0);
+}
+
+/* A dropout on a value whose leading dim is not the batch rows is refused, naming it. */
+Test(train, dropout_off_the_batch_rows_is_refused) {
+    mlp m;
+    mlp_build(&m, 2, SMALL, 8, 14, 0);
+    /* a second model: logits -> permute [C, B] -> dropout -> permute back -> cross-entropy */
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t ws[2] = {3, 3}, xs[2] = {8, 3}, ys[1] = {8};
+    int32_t w, x, y, h, loss;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, ws, &w), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, xs, &x), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_I64, 1, ys, &y), GOBLIN_OK);
+    int32_t mm[2] = {x, w};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, mm, 2, NULL, 0, &h), GOBLIN_OK);
+    goblin_attr perm = goblin_attr_ints(GOBLIN_ATTR_PERM, (int64_t[]){1, 0}, 2);
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_PERMUTE, &h, 1, &perm, 1, &h), GOBLIN_OK, "%s", goblin_graph_error(g));
+    goblin_attr da[2] = {goblin_attr_int(GOBLIN_ATTR_SEED, 1), goblin_attr_float(GOBLIN_ATTR_P, 0.5)};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_DROPOUT, &h, 1, da, 2, &h), GOBLIN_OK);
+    int32_t drop = h;
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_PERMUTE, &h, 1, &perm, 1, &h), GOBLIN_OK);
+    int32_t ce[2] = {h, y};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_CROSS_ENTROPY, ce, 2, NULL, 0, &loss), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, loss), GOBLIN_OK);
+    goblin_trainer_params tp;
+    goblin_trainer_params_default(&tp);
+    tp.model = g;
+    tp.n_params = 1;
+    double wv[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+    goblin_tensor init = gt_tensor(GOBLIN_DTYPE_F64, 2, ws, wv);
+    goblin_trainer *t = NULL;
+    goblin_errbuf eb = {0};
+    cr_assert_eq(goblin_trainer_new(&t, NULL, &tp, &init, &eb), GOBLIN_ENOTSUP, "%s", eb.message);
+    char want[64];
+    snprintf(want, sizeof want, "node %d (dropout)", (int)drop);
+    cr_assert(strstr(eb.message, want) && strstr(eb.message, "leading dim"), "%s", eb.message);
+    goblin_graph_free(g);
     mlp_free(&m);
 }
 

@@ -1,6 +1,6 @@
 /* libgoblin/backends/blis/blis_unary.c - unary math and activations on the CPU backend: EXP
- * (f32, f64), ERF and GELU (f32) many lanes at a time, GELU_BACKWARD, RELU and
- * RELU_BACKWARD. */
+ * (f32, f64), ERF and GELU (f32) many lanes at a time, GELU_BACKWARD, RELU,
+ * RELU_BACKWARD and DROPOUT (f32, f64; threaded over the flat index). */
 #pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined: no ABI */
 #include <string.h>
 #include "base/alloc.h"
@@ -8,6 +8,7 @@
 #include "blis_impl.h"
 #include "kernels/scalar_ops.h"
 #include "kernels/expf.h"
+#include "backends/kernel_attrs.h"
 
 #if defined(_OPENMP)
 #define SIMD _Pragma("omp simd")
@@ -482,6 +483,61 @@ static goblin_err blis_relu(goblin__kctx *k, const goblin__node *node, const gob
     return GOBLIN_OK;
 }
 
+/* ---- dropout ---------------------------------------------------------------------- */
+
+/* The reference's mapping (random.h): element i keeps x * scale when its Philox draw at
+ * counter offset + i says so, else x * 0; f32 multiplies by the scale rounded to f32. Each
+ * chunk draws the counters of its own flat indices, so any thread split gives the
+ * reference's bits. */
+typedef struct dropout_job {
+    const void *x;
+    void *y;
+    int64_t n, per;
+    bool f64;
+    goblin__rng_key key;
+    double p, scale;
+} dropout_job;
+
+static void dropout_chunk(void *arg, int64_t w) {
+    const dropout_job *j = arg;
+    int64_t i0 = w * j->per, i1 = i0 + j->per;
+    if (i1 > j->n) i1 = j->n;
+    uint32_t r[4];
+    if (j->f64) {
+        const double *x = j->x;
+        double *y = j->y;
+        for (int64_t i = i0; i < i1; i++) {
+            goblin__rng_draw(j->key.seed, j->key.offset, j->key.stream, (uint64_t)i, r);
+            y[i] = x[i] * (goblin__rng_keep(r, j->p) ? j->scale : 0.0);
+        }
+    } else {
+        const float *x = j->x;
+        float *y = j->y;
+        float s32 = (float)j->scale;
+        for (int64_t i = i0; i < i1; i++) {
+            goblin__rng_draw(j->key.seed, j->key.offset, j->key.stream, (uint64_t)i, r);
+            y[i] = x[i] * (goblin__rng_keep(r, j->p) ? s32 : 0.0f);
+        }
+    }
+}
+
+static goblin_err blis_dropout(goblin__kctx *k, const goblin__node *node, const goblin_tensor *in,
+                               int32_t n_in, goblin_tensor *out) {
+    (void)n_in;
+    if (!goblin__blis_f32_or_f64(out->dtype) || in[0].dtype != out->dtype || !goblin_tensor_is_contiguous(&in[0]) ||
+        goblin__numel(&in[0]) != goblin__numel(out))
+        return GOBLIN_ENOTSUP;
+    double p = goblin__attr_f(node, GOBLIN_ATTR_P, 0.5);
+    dropout_job j = {in[0].data, out->data, goblin__numel(out), 0, out->dtype == GOBLIN_DTYPE_F64,
+                     goblin__rng_of(node), p, p < 1 ? 1.0 / (1.0 - p) : 0.0};
+    if (j.n == 0) return GOBLIN_OK;
+    /* a draw costs about as much as 16 plain element operations */
+    int32_t t = goblin__blis_threads_for(k, j.n * 16, j.n);
+    j.per = (j.n + t - 1) / t;
+    goblin__parallel_for(t, (j.n + j.per - 1) / j.per, dropout_chunk, &j);
+    return GOBLIN_OK;
+}
+
 /* ---- relu_backward --------------------------------------------------------------- */
 
 /* grad_out where x > 0, else +0 (x <= 0, -0 and NaN included): the value of
@@ -552,4 +608,5 @@ void goblin__blis_register_unary(goblin__kernel_fn *t) {
     goblin__blis_set(t, GOBLIN_OP_GELU_BACKWARD, blis_gelu_bwd);
     goblin__blis_set(t, GOBLIN_OP_RELU, blis_relu);
     goblin__blis_set(t, GOBLIN_OP_RELU_BACKWARD, blis_relu_bwd);
+    goblin__blis_set(t, GOBLIN_OP_DROPOUT, blis_dropout);
 }
