@@ -421,14 +421,31 @@ static goblin_err early_refusal(goblin_client *c, uint64_t rid) {
     return GOBLIN_OK;
 }
 
-/* A request of @p sz bytes (over GOBLIN__CW_PART_MAX) as PARTs, streamed: every part but
- * the last flagged NOACK (the gateway answers it only to refuse it), each gathered
+/* The OK to a part of request @p rid that asked for one (or the gateway's refusal). */
+static goblin_err part_ok(goblin_client *c, uint64_t rid, uint32_t timeout_ms) {
+    goblin__cw_msg *r = goblin__calloc(1, sizeof *r);
+    if (!r) return cerr(c, GOBLIN_ENOMEM, "out of memory");
+    nng_msg *keep = NULL;
+    goblin_err e = recv_decoded(c, rid, timeout_ms, r, &keep);
+    if (!e && r->type != GOBLIN__CW_OK)
+        e = cerr(c, GOBLIN_EPROTO, "node answered %s to a part of a request", goblin__cw_type_name(r->type));
+    goblin__cw_msg_clear(r);
+    if (keep) nng_msg_free(keep);
+    goblin__free(r);
+    return e;
+}
+
+/* Parts sent between two that ask for an OK (flow control: 16 MiB). */
+#define PART_WINDOW 16
+
+/* A request of @p sz bytes (over GOBLIN__CW_PART_MAX) as PARTs, streamed: parts flagged
+ * NOACK (the gateway answers them only to refuse them) but every PART_WINDOW-th (whose
+ * OK is read a window later) and the last, each gathered
  * straight from the request's pieces (a matmul submit's operands are not copied into a
  * buffer of the whole first). The last part's answer is the request's, left for the
  * caller. */
 static goblin_err send_parts(goblin_client *c, const goblin__cw_msg *req, size_t sz,
                              uint32_t timeout_ms) {
-    (void)timeout_ms;
     uint8_t own[GOBLIN__CW_PIECES_OWN];
     goblin__cw_piece pieces[GOBLIN__CW_PIECES_MAX];
     int np = 0;
@@ -444,10 +461,12 @@ static goblin_err send_parts(goblin_client *c, const goblin__cw_msg *req, size_t
     }
     goblin_err e = GOBLIN_OK;
     int pi = 0;
-    size_t po = 0; /* the cursor: piece pi, byte po of it */
-    for (size_t off = 0; !e && off < sz; off += GOBLIN__CW_PART_MAX) {
+    size_t po = 0;   /* the cursor: piece pi, byte po of it */
+    int pending = 0; /* OKs asked for (every PART_WINDOW-th part) and not yet read */
+    for (size_t off = 0, idx = 0; !e && off < sz; off += GOBLIN__CW_PART_MAX, idx++) {
         size_t n = sz - off < GOBLIN__CW_PART_MAX ? sz - off : GOBLIN__CW_PART_MAX;
         bool last = off + n == sz;
+        bool ack = !last && (idx + 1) % PART_WINDOW == 0;
         size_t psz = goblin__cw_part_size((uint32_t)n);
         nng_msg *m;
         if (nng_msg_alloc(&m, psz) != 0) {
@@ -455,7 +474,8 @@ static goblin_err send_parts(goblin_client *c, const goblin__cw_msg *req, size_t
             break;
         }
         uint8_t *body = nng_msg_body(m);
-        goblin__cw_put_part_head(body, req->request_id, sz, off, (uint32_t)n, last ? 0 : GOBLIN__CW_PART_NOACK);
+        goblin__cw_put_part_head(body, req->request_id, sz, off, (uint32_t)n,
+                                 last || ack ? 0 : GOBLIN__CW_PART_NOACK);
         uint8_t *dst = body + GOBLIN__CW_PART_HEAD;
         for (size_t left = n; left;) {
             size_t k = pieces[pi].n - po < left ? pieces[pi].n - po : left;
@@ -469,8 +489,15 @@ static goblin_err send_parts(goblin_client *c, const goblin__cw_msg *req, size_t
             }
         }
         memset(dst, 0, psz - GOBLIN__CW_PART_HEAD - n);
-        if ((e = send_bytes(c, m)) || last) break;
-        e = early_refusal(c, req->request_id);
+        if ((e = send_bytes(c, m))) break;
+        if (ack) pending++;
+        /* At most two windows in flight: the gateway's queue (attached to the node,
+         * 64 MiB) is never overrun, and at most two OKs wait in its send queue. */
+        while (!e && (pending > 1 || (last && pending > 0))) {
+            e = part_ok(c, req->request_id, timeout_ms);
+            pending--;
+        }
+        if (!e && !last && !ack) e = early_refusal(c, req->request_id);
     }
     goblin__free(whole);
     return e;
