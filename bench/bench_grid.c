@@ -1,6 +1,8 @@
 /* bench/bench_grid.c - the distributed runtime against calling BLIS directly.
  *
  *     build/bench/bench_grid                 (all sections; Markdown on stdout)
+ *     build/bench/bench_grid --blis N     (for bench_grid.py --client: direct BLIS, 2 threads,
+ *                                          one time per line read on stdin)
  *     build/bench/bench_grid --procs N [tls] [serve]
  *         for bench_grid.py: a node + 2 worker processes computing N x N products;
  *         prints "best_s tile_rows tile_cols tile_k tasks", or with serve prints the
@@ -426,6 +428,24 @@ static int procs_mode(int64_t n, bool tls, bool serve, int reps) {
     return 0;
 }
 
+/* --blis N: for bench_grid.py's client mode, direct BLIS with 2 threads on N x N f32:
+ * one warm-up, then one time per line read on stdin (interleaved with the caller's
+ * runs, so that both see the same load). */
+static int blis_mode(int64_t n) {
+    mats m;
+    if (mats_new(&m, n) != 0) return 1;
+    direct_sgemm(&m, 2);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        printf("%.6f\n", direct_sgemm(&m, 2));
+        fflush(stdout);
+    }
+    mats_free(&m);
+    return 0;
+}
+
 static void plan_str(const goblin_job_plan *pi, char *out, size_t cap) {
     snprintf(out, cap, "%lld tasks of %lldx%lldx%lld", (long long)(pi->grid_rows * pi->grid_cols * pi->k_slices),
              (long long)pi->tile_rows, (long long)pi->tile_cols, (long long)pi->tile_k);
@@ -761,6 +781,8 @@ int main(int argc, char **argv) {
     goblin_err tune = goblin_tune_allocator_for_service(0);
     find_worker_bin(argv[0]);
     int reps = env_int("GOBLIN_BENCH_GRID_REPS", 2);
+    if (argc >= 3 && strcmp(argv[1], "--blis") == 0)
+        return blis_mode(atoll(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "--procs") == 0)
     {
         bool tls = false, serve = false;

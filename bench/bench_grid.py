@@ -21,6 +21,17 @@ after workers join also grow their panel caches and message buffers). Goal: gobl
 Environment: GOBLIN_BENCH_GRID_N (default 4096), GOBLIN_BENCH_GRID_BIN (the C program;
 default build/bench/bench_grid next to GOBLIN_LIB's build directory),
 GOBLIN_BENCH_THREADS (printed; this comparison always uses 2 workers x 1 thread).
+
+    python3 bench/bench_grid.py --client
+
+what a user sees: goblin.connect("tcp://127.0.0.1:PORT") from this process to a
+goblin-node process (--open, loopback) with 2 goblin-worker processes (1 thread each),
+c = grid.matmul(a, b) on two N x N f32 NumPy arrays (a new result array each call, every
+tile verified with Freivalds), against NumPy's a @ b with 2 threads and direct BLIS
+(bli_sgemm_ex, 2 threads, in build/bench/bench_grid --blis N) on the same machine, the
+three interleaved, best of GOBLIN_BENCH_GRID_REPS (default 3) after a warm-up, at
+GOBLIN_BENCH_GRID_CLIENT_N (default "4096,8192"). Goal: goblin >= 0.85x of both.
+Tools from GOBLIN_BENCH_GRID_TOOLS (default build/tools next to the C program).
 """
 
 import os
@@ -104,7 +115,100 @@ def wait_children_gone(keep, timeout=10.0):
     time.sleep(0.3)
 
 
+def client_mode():
+    """--client: Python client -> goblin-node process + 2 worker processes (see the top)."""
+    for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+        os.environ[v] = "2"  # NumPy's a @ b with 2 threads, as many as the grid's workers
+    import socket
+    import tempfile
+    import numpy as np
+    import goblin
+    reps = int(os.environ.get("GOBLIN_BENCH_GRID_REPS", "3"))
+    sizes = [int(x) for x in os.environ.get("GOBLIN_BENCH_GRID_CLIENT_N", "4096,8192").split(",") if x]
+    bin_ = find_bin()
+    tools = os.environ.get("GOBLIN_BENCH_GRID_TOOLS") or os.path.join(os.path.dirname(os.path.dirname(bin_)),
+                                                                      "tools")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    url = f"tcp://127.0.0.1:{port}"
+    tmp = tempfile.mkdtemp(prefix="goblin-bench-client-")
+    wenv = dict(os.environ, BLIS_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    procs = [subprocess.Popen([os.path.join(tools, "goblin-node"), "--listen", url, "--open", "--data-dir", tmp],
+                              stderr=open(os.path.join(tmp, "node.log"), "w"))]
+    print(f"Python client (goblin.connect(\"{url}\"), this process) -> goblin-node process + 2 goblin-worker "
+          f"processes (1 thread each), tcp loopback, every tile verified with Freivalds; c = grid.matmul(a, b) "
+          f"(a new array each call) against NumPy a @ b (2 threads, {np.__version__}) and direct BLIS "
+          f"(bli_sgemm_ex, 2 threads); best of {reps} interleaved runs after a warm-up. Ratio = other time / "
+          f"goblin time (goal >= 0.85). Load average at start: {loadavg()}.\n")
+    print("| n | goblin (client -> node process) | NumPy a @ b | direct BLIS | **vs NumPy** | **vs BLIS** | notes |")
+    print("|---|---|---|---|---|---|---|")
+    try:
+        time.sleep(0.5)
+        for i in range(2):
+            procs.append(subprocess.Popen([os.path.join(tools, "goblin-worker"), "--connect", url, "--threads", "1",
+                                           "--config-dir", os.path.join(tmp, f"w{i}")], env=wenv,
+                                          stderr=open(os.path.join(tmp, f"w{i}.log"), "w")))
+        t0 = time.perf_counter()
+        grid = None
+        while grid is None:
+            try:
+                grid = goblin.connect(url, connect_timeout=2.0)
+            except goblin.GoblinError:
+                if time.perf_counter() - t0 > 20:
+                    raise
+                time.sleep(0.2)
+        while grid.stats()["workers_connected"] < 2:
+            if time.perf_counter() - t0 > 30:
+                raise RuntimeError("the workers did not connect")
+            time.sleep(0.1)
+        rng = np.random.default_rng(1)
+        for n in sizes:
+            blis = subprocess.Popen([bin_, "--blis", str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True, bufsize=1)
+            if blis.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"{bin_} --blis failed")
+            a = rng.random((n, n), dtype=np.float32) - 0.5
+            b = rng.random((n, n), dtype=np.float32) - 0.5
+            tg, tn, tb = [], [], []
+            c = ref = None
+            for rep in range(reps + 1):  # rep 0 warms all three up
+                log(f"client mode: n={n} rep {rep}")
+                c = None
+                t = time.perf_counter()
+                c = grid.matmul(a, b, progress=False)
+                tg.append(time.perf_counter() - t)
+                ref = None
+                t = time.perf_counter()
+                ref = a @ b
+                tn.append(time.perf_counter() - t)
+                blis.stdin.write("run\n")
+                tb.append(float(blis.stdout.readline()))
+            blis.stdin.close()
+            blis.wait()
+            g_, n_, b_ = min(tg[1:]), min(tn[1:]), min(tb[1:])
+            err = float(np.max(np.abs(c - ref)) / np.max(np.abs(ref)))
+            print(f"| {n} | {g_:.3f} s | {n_:.3f} s | {b_:.3f} s | **{n_ / g_:.2f}x** | **{b_ / g_:.2f}x** | "
+                  f"max rel err vs NumPy {err:.1e}; goblin runs {' '.join(f'{x:.2f}' for x in tg[1:])} s |",
+                  flush=True)
+            del a, b, c, ref
+        st = grid.stats()
+        grid.close()
+        print(f"\nNode counters: {st['results_accepted']} tiles accepted, {st['results_rejected']} rejected. "
+              f"Load average at end: {loadavg()}.")
+    finally:
+        for p in procs[1:]:
+            p.terminate()
+        procs[0].terminate()
+        for p in procs:
+            p.wait()
+    return 0
+
+
 def main():
+    if "--client" in sys.argv[1:]:
+        return client_mode()
     # One BLAS thread per Dask worker, set before NumPy loads so the worker processes
     # (which inherit the environment) do the same.
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):

@@ -305,7 +305,9 @@ static void pack_strided(uint8_t *dst, const goblin_tensor *t) {
     }
 }
 
-static size_t put_tensor(uint8_t *p, const goblin_tensor *t) {
+/* A tensor's header (zeros included); returns its size. *bytes: its data's. */
+static size_t put_tensor_head(uint8_t *p, const goblin_tensor *t, size_t *bytes) {
+    memset(p, 0, 8);
     p[0] = (uint8_t)t->dtype;
     p[1] = (uint8_t)t->rank;
     size_t o = 8;
@@ -314,11 +316,19 @@ static size_t put_tensor(uint8_t *p, const goblin_tensor *t) {
         w64(p + o, (uint64_t)t->shape[i]);
         numel *= t->shape[i];
     }
-    size_t bytes = (size_t)numel * goblin_dtype_size(t->dtype);
+    *bytes = (size_t)numel * goblin_dtype_size(t->dtype);
+    return o;
+}
+
+/* A tensor, its padding zeroed (so that a buffer need not be cleared under its data). */
+static size_t put_tensor(uint8_t *p, const goblin_tensor *t) {
+    size_t bytes;
+    size_t o = put_tensor_head(p, t, &bytes);
     if (bytes) {
         if (t->rank == 0 || goblin_tensor_is_contiguous(t)) memcpy(p + o, t->data, bytes);
         else pack_strided(p + o, t);
     }
+    memset(p + o + bytes, 0, pad8(bytes) - bytes);
     return o + pad8(bytes);
 }
 
@@ -343,7 +353,11 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
     goblin_err e = body_size(m, &b);
     if (e) return e;
     if (cap < GOBLIN__CW_HEADER_SIZE + b) return GOBLIN_ELIMIT;
-    memset(buf, 0, GOBLIN__CW_HEADER_SIZE + b);
+    /* Cleared for the padding; a matmul submit's and a result's tensors write their
+     * own (not a pass over the operands' bytes before they are copied). */
+    size_t clear = b;
+    if ((m->type == GOBLIN__CW_SUBMIT_MATMUL || m->type == GOBLIN__CW_RESULT) && clear > 24) clear = 24;
+    memset(buf, 0, GOBLIN__CW_HEADER_SIZE + clear);
     memcpy(buf, "GBLC", 4);
     w16(buf + 4, GOBLIN__CW_VERSION);
     buf[6] = m->type;
@@ -388,7 +402,7 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
         w64(p, m->part_total);
         w64(p + 8, m->part_offset);
         w32(p + 16, m->part_len);
-        w32(p + 20, 0);
+        w32(p + 20, m->part_flags);
         memcpy(p + 24, m->part_data, m->part_len);
         memset(p + 24 + m->part_len, 0, pad8(m->part_len) - m->part_len);
         break;
@@ -785,7 +799,9 @@ goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_li
         m->part_total = r64(r.p);
         m->part_offset = r64(r.p + 8);
         m->part_len = r32(r.p + 16);
-        if (r32(r.p + 20)) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "non-zero padding");
+        m->part_flags = r32(r.p + 20);
+        if (m->part_flags & ~GOBLIN__CW_PART_FLAGS)
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "unknown part flags 0x%x", m->part_flags);
         if (m->part_len == 0 || m->part_len > GOBLIN__CW_PART_MAX)
             return goblin__errf(msg, cap, GOBLIN_ELIMIT, "part of %u bytes out of 1..%zu",
                                 m->part_len, GOBLIN__CW_PART_MAX);
@@ -920,3 +936,60 @@ void goblin__cw_msg_clear(goblin__cw_msg *m) {
         m->n_io = 0;
     }
 }
+
+goblin_err goblin__cw_encode_pieces(const goblin__cw_msg *m, uint8_t own[GOBLIN__CW_PIECES_OWN],
+                                    goblin__cw_piece *pieces, int *n_pieces, size_t *total) {
+    if (!m || !own || !pieces || !n_pieces || !total) return GOBLIN_EINVAL;
+    if (m->type != GOBLIN__CW_SUBMIT_MATMUL) return GOBLIN_ENOTSUP;
+    size_t sz;
+    goblin_err e = goblin__cw_encoded_size(m, &sz); /* the tensors checked: contiguous, rank, dtype */
+    if (e) return e;
+    for (int i = 0; i < 2; i++)
+        if (m->tensors[i].rank != 0 && !goblin_tensor_is_contiguous(&m->tensors[i])) return GOBLIN_ENOTSUP;
+    memset(own, 0, GOBLIN__CW_PIECES_OWN);
+    memcpy(own, "GBLC", 4);
+    w16(own + 4, GOBLIN__CW_VERSION);
+    own[6] = m->type;
+    w64(own + 8, m->request_id);
+    w64(own + 16, sz - GOBLIN__CW_HEADER_SIZE);
+    w64(own + 24, m->task_memory_bytes);
+    w64(own + 32, (uint64_t)m->min_tasks);
+    size_t o = 40, start = 0, sum = 0;
+    int k = 0;
+    for (int i = 0; i < 2; i++) {
+        size_t bytes;
+        o += put_tensor_head(own + o, &m->tensors[i], &bytes);
+        if (bytes) {
+            pieces[k++] = (goblin__cw_piece){own + start, o - start};
+            pieces[k++] = (goblin__cw_piece){m->tensors[i].data, bytes};
+            sum += o - start + bytes;
+            start = o;
+        }
+        o += pad8(bytes) - bytes; /* zeros, already in own */
+    }
+    if (o > start) {
+        pieces[k++] = (goblin__cw_piece){own + start, o - start};
+        sum += o - start;
+    }
+    if (sum != sz) return GOBLIN_EINVAL; /* cannot happen: the layout above is encode_into's */
+    *n_pieces = k;
+    *total = sz;
+    return GOBLIN_OK;
+}
+
+void goblin__cw_put_part_head(uint8_t *buf, uint64_t rid, uint64_t total, uint64_t offset, uint32_t len,
+                              uint32_t flags) {
+    memset(buf, 0, GOBLIN__CW_PART_HEAD);
+    memcpy(buf, "GBLC", 4);
+    w16(buf + 4, GOBLIN__CW_VERSION);
+    buf[6] = GOBLIN__CW_PART;
+    w64(buf + 8, rid);
+    w64(buf + 16, 24 + pad8(len));
+    uint8_t *p = buf + GOBLIN__CW_HEADER_SIZE;
+    w64(p, total);
+    w64(p + 8, offset);
+    w32(p + 16, len);
+    w32(p + 20, flags);
+}
+
+size_t goblin__cw_part_size(uint32_t len) { return GOBLIN__CW_PART_HEAD + pad8(len); }

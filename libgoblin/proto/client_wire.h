@@ -20,10 +20,13 @@
  *   STATS                (empty)
  *   PING                 (empty): answered OK, before AUTH too (a client's heartbeat)
  *   AUTH                 u32 len (1 .. GOBLIN__CW_MAX_TOKEN), u32 0, credential bytes (pad 8)
- *   PART                 u64 total, u64 offset, u32 len, u32 0, bytes (pad 8): a piece of one
- *                        request larger than GOBLIN__CW_PART_MAX (its whole encoding, header
+ *   PART                 u64 total, u64 offset, u32 len, u32 flags, bytes (pad 8): a piece of
+ *                        one request larger than GOBLIN__CW_PART_MAX (its whole encoding, header
  *                        included), in order; each is answered OK but the last, whose answer is
- *                        the request's. The request id is the whole request's.
+ *                        the request's. The request id is the whole request's. flags bit 0
+ *                        (GOBLIN__CW_PART_NOACK, version 4): no OK for this part; only a
+ *                        refusal is answered (once: the request's later parts are then dropped
+ *                        unanswered), so a client streams its parts without a round trip each.
  *   SUBMITTED            job id, i64 total tasks
  *   JOB_STATUS           job id, u8 status, u8 0 x3, i32 error, i64 done, i64 total, u32 len,
  *                        u32 0, text
@@ -50,7 +53,7 @@
 #include "goblin/tensor.h"
 #include "wire.h"
 
-#define GOBLIN__CW_VERSION 3 /* 3: matmul submits carry job parameters */
+#define GOBLIN__CW_VERSION 4 /* 3: matmul submits carry job parameters; 4: PART flags */
 /* Bounds of a remote job's parameters: a client may not make the node plan (and hold
  * the state of) more tasks than this, nor give a budget no task fits or no worker has. */
 #define GOBLIN__CW_MAX_MIN_TASKS ((int64_t)1 << 20)
@@ -73,6 +76,10 @@
  * (nng buffers a whole message before the gateway sees it). */
 #define GOBLIN__CW_PART_MAX ((size_t)1 << 20)
 #define GOBLIN__CW_WIRE_MAX (GOBLIN__CW_PART_MAX + 256)
+#define GOBLIN__CW_PART_NOACK 1u /* PART flags: answered only if refused */
+#define GOBLIN__CW_PART_FLAGS GOBLIN__CW_PART_NOACK
+/* A PART message's bytes before its data: the header and the four fields. */
+#define GOBLIN__CW_PART_HEAD (GOBLIN__CW_HEADER_SIZE + 24)
 
 typedef enum goblin__cw_type {
     GOBLIN__CW_SUBMIT_MATMUL = 1,
@@ -136,6 +143,7 @@ typedef struct goblin__cw_msg {
     /* PART: decoding points part_data into the buffer */
     uint64_t part_total, part_offset;
     uint32_t part_len;
+    uint32_t part_flags;      /* GOBLIN__CW_PART_* */
     const uint8_t *part_data;
     /* AUTH (copied both ways) */
     uint32_t token_len;
@@ -160,6 +168,25 @@ goblin_err goblin__cw_encode_into(const goblin__cw_msg *m, uint8_t *buf, size_t 
  * GOBLIN_ENOMEM; @p msg says why and where. On failure @p out holds nothing to free. */
 goblin_err goblin__cw_decode(const uint8_t *buf, size_t len, const goblin__cw_limits *lim,
                              goblin__cw_msg *out, char *msg, size_t cap);
+/* A request's encoding as pieces, in order, for sending it in PARTs without a copy of
+ * the whole: bytes of its own (the header and small fields, written into @p own) and the
+ * tensors' data, borrowed. SUBMIT_MATMUL only (GOBLIN_ENOTSUP for another type);
+ * *n_pieces <= GOBLIN__CW_PIECES_MAX; *total: the encoded size. The pieces are exactly
+ * what goblin__cw_encode_into writes. */
+#define GOBLIN__CW_PIECES_MAX 5
+#define GOBLIN__CW_PIECES_OWN 256
+typedef struct goblin__cw_piece {
+    const uint8_t *p;
+    size_t n;
+} goblin__cw_piece;
+goblin_err goblin__cw_encode_pieces(const goblin__cw_msg *m, uint8_t own[GOBLIN__CW_PIECES_OWN],
+                                    goblin__cw_piece *pieces, int *n_pieces, size_t *total);
+/* The GOBLIN__CW_PART_HEAD bytes of a PART of request @p rid carrying @p len bytes at
+ * @p offset of @p total (the data and its zero padding to 8 follow, the sender's). */
+void goblin__cw_put_part_head(uint8_t *buf, uint64_t rid, uint64_t total, uint64_t offset, uint32_t len,
+                              uint32_t flags);
+/* The size of such a PART message. */
+size_t goblin__cw_part_size(uint32_t len);
 /* Free what decode allocated (workers, the graph job arrays); the struct is then reusable. */
 void goblin__cw_msg_clear(goblin__cw_msg *m);
 

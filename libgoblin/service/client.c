@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/errf.h"
 #include "client_impl.h"
+#include "core/node.h"
 #include "proto/client_wire.h"
 #include "net/tls_impl.h"
 #include "net/transport.h"
@@ -319,7 +320,7 @@ static goblin_err copy_out(goblin_client *c, const goblin_tensor *t, goblin_tens
  * buffers: exactly @p n_outs of them, or with @p any_count at most that many (a file
  * job's RESULT has none, and leaves @p outs untouched). */
 static goblin_err fetch(goblin_client *c, const goblin_job_id *job_id, goblin_tensor *outs, int32_t n_outs,
-                        bool any_count) {
+                        bool any_count, goblin_tensor *into) {
     pthread_mutex_lock(&c->mu);
     pair *p = pair_new(c);
     goblin_err e = GOBLIN_ENOMEM;
@@ -339,7 +340,22 @@ static goblin_err fetch(goblin_client *c, const goblin_job_id *job_id, goblin_te
                 nt = p->rep.n_io;
             }
         }
-        if (!e && outs) {
+        if (!e && into) {
+            /* Straight into the caller's tensor (one copy, from the reply's bytes); a
+             * reply of another dtype or shape than asked for (a hostile or broken node)
+             * is refused, the caller's tensor untouched. */
+            const goblin_tensor *t = nt == 1 ? &ts[0] : NULL;
+            bool ok = t && t->dtype == into->dtype && t->rank == into->rank;
+            for (int32_t d = 0; ok && d < into->rank; d++) ok = t->shape[d] == into->shape[d];
+            if (!ok)
+                e = cerr(c, GOBLIN_EPROTO, "the node returned %s where a %s result of %d dims was "
+                         "expected (job released)", nt ? "a result of another dtype or shape" : "no result",
+                         goblin_dtype_name(into->dtype), (int)into->rank);
+            else if (goblin_tensor_numel(t) > 0 && (!t->data || !into->data))
+                e = cerr(c, GOBLIN_EPROTO, "the node returned an empty result buffer (job released)");
+            else if (goblin_tensor_numel(t) > 0)
+                goblin__tensor_copy(into, t);
+        } else if (!e && outs) {
             if (any_count ? nt > (uint32_t)n_outs : nt != (uint32_t)n_outs) {
                 e = cerr(c, GOBLIN_EINVAL, "the job has %u output(s), %d expected (job released)",
                          nt, n_outs);
@@ -366,14 +382,22 @@ goblin_err goblin_client_fetch_result(goblin_client *c, const goblin_job_id *job
                                      goblin_tensor *out) {
     if (!c || !job_id) return GOBLIN_EINVAL;
     /* A file job has no tensor: *out untouched. A graph job with one output is fine. */
-    return fetch(c, job_id, out, out ? 1 : 0, true);
+    return fetch(c, job_id, out, out ? 1 : 0, true, NULL);
+}
+
+goblin_err goblin__client_fetch_result_into(goblin_client *c, const goblin_job_id *job_id,
+                                          goblin_tensor *dst) {
+    if (!c || !job_id || !dst || dst->rank < 0 || dst->rank > GOBLIN_MAX_RANK ||
+        (goblin_tensor_numel(dst) > 0 && !dst->data))
+        return GOBLIN_EINVAL;
+    return fetch(c, job_id, NULL, 0, true, dst);
 }
 
 goblin_err goblin_client_fetch_outputs(goblin_client *c, const goblin_job_id *job_id,
                                        goblin_tensor *outputs, int32_t n_outputs) {
     if (!c || !job_id || n_outputs < 0 || n_outputs > GOBLIN__CW_MAX_IO || (n_outputs && !outputs))
         return GOBLIN_EINVAL;
-    return fetch(c, job_id, outputs, n_outputs, false);
+    return fetch(c, job_id, outputs, n_outputs, false, NULL);
 }
 
 static void sleep_ms(uint32_t ms) {
@@ -392,13 +416,13 @@ static goblin_err follow_n(goblin_client *c, const goblin_job_id *id, goblin_ten
         if (e) return e;
         if (progress && !progress(user, info.done, info.total)) {
             goblin_client_cancel(c, id);
-            fetch(c, id, NULL, 0, true); /* releases the job on the node */
+            fetch(c, id, NULL, 0, true, NULL); /* releases the job on the node */
             return cerr(c, GOBLIN_ECANCELED, "canceled by the progress callback");
         }
         if (info.status != GOBLIN_JOB_RUNNING) break;
         sleep_ms(c->p.poll_ms ? c->p.poll_ms : 100);
     }
-    return fetch(c, id, outs, n_outs, any_count);
+    return fetch(c, id, outs, n_outs, any_count, NULL);
 }
 
 static goblin_err follow(goblin_client *c, const goblin_job_id *id, goblin_tensor *out,

@@ -58,4 +58,12 @@ goblin_err goblin__client_probe(goblin_client *c, uint32_t timeout_ms);
 goblin_err goblin__client_roundtrip(goblin_client *c, goblin__cw_msg *req, goblin__cw_msg *reply,
                                     nng_msg **keep);
 
+/* goblin_client_fetch_result straight into the caller's tensor @p dst (any strides; its
+ * dtype and shape say what is expected): the result is copied once, from the reply into
+ * @p dst, with no buffer of its own. A reply of another dtype or shape, or none (a file
+ * job), is GOBLIN_EPROTO with @p dst untouched (the job is released either way); a
+ * reply that does not decode, GOBLIN_EFORMAT (or the decoder's code). Other results as
+ * goblin_client_fetch_result. */
+goblin_err goblin__client_fetch_result_into(goblin_client *c, const goblin_job_id *job_id, goblin_tensor *dst);
+
 #endif

@@ -389,43 +389,116 @@ static goblin_err recv_decoded(goblin_client *c, uint64_t rid, uint32_t timeout_
     return GOBLIN_OK;
 }
 
-/* A request of @p sz bytes (over GOBLIN__CW_PART_MAX) as PARTs: each but the last is
- * answered OK; the last one's answer is the request's, left for the caller. */
+/* A refusal the gateway sent while the parts of request @p rid were still going out
+ * (it answers such parts only to refuse them): GOBLIN_OK if none came. Replies to
+ * earlier requests are skipped, as recv_decoded skips them. */
+static goblin_err early_refusal(goblin_client *c, uint64_t rid) {
+    nng_msg *in = NULL;
+    while (nng_recvmsg(c->sock, &in, NNG_FLAG_NONBLOCK) == 0) {
+        if (nng_msg_len(in) < GOBLIN__CW_HEADER_SIZE || goblin__client_reply_rid(nng_msg_body(in)) < rid) {
+            nng_msg_free(in);
+            continue;
+        }
+        goblin__cw_msg *r = goblin__calloc(1, sizeof *r);
+        goblin_err e = r ? GOBLIN_OK : cerr(c, GOBLIN_ENOMEM, "out of memory");
+        goblin__cw_limits lim = {GOBLIN__CW_WIRE_MAX, GOBLIN_MAX_NUMEL};
+        char why[256];
+        if (!e && (e = goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, r, why, sizeof why)))
+            cerr(c, e, "malformed reply from the node: %s", why);
+        else if (!e && r->type == GOBLIN__CW_ERROR) {
+            e = r->code > 0 && r->code < 65536 ? (goblin_err)r->code : GOBLIN_EPROTO;
+            cerr(c, e, "node: %s", r->text);
+            c->node_eauth = e == GOBLIN_EAUTH;
+        } else if (!e) {
+            e = cerr(c, GOBLIN_EPROTO, "node answered %s to a part of a request",
+                     goblin__cw_type_name(r->type));
+        }
+        if (r) goblin__cw_msg_clear(r);
+        goblin__free(r);
+        nng_msg_free(in);
+        return e;
+    }
+    return GOBLIN_OK;
+}
+
+/* The OK to a part of request @p rid that asked for one (or the gateway's refusal). */
+static goblin_err part_ok(goblin_client *c, uint64_t rid, uint32_t timeout_ms) {
+    goblin__cw_msg *r = goblin__calloc(1, sizeof *r);
+    if (!r) return cerr(c, GOBLIN_ENOMEM, "out of memory");
+    nng_msg *keep = NULL;
+    goblin_err e = recv_decoded(c, rid, timeout_ms, r, &keep);
+    if (!e && r->type != GOBLIN__CW_OK)
+        e = cerr(c, GOBLIN_EPROTO, "node answered %s to a part of a request", goblin__cw_type_name(r->type));
+    goblin__cw_msg_clear(r);
+    if (keep) nng_msg_free(keep);
+    goblin__free(r);
+    return e;
+}
+
+/* Parts sent between two that ask for an OK (flow control: 16 MiB). */
+#define PART_WINDOW 16
+
+/* A request of @p sz bytes (over GOBLIN__CW_PART_MAX) as PARTs, streamed: parts flagged
+ * NOACK (the gateway answers them only to refuse them) but every PART_WINDOW-th (whose
+ * OK is read a window later) and the last, each gathered
+ * straight from the request's pieces (a matmul submit's operands are not copied into a
+ * buffer of the whole first). The last part's answer is the request's, left for the
+ * caller. */
 static goblin_err send_parts(goblin_client *c, const goblin__cw_msg *req, size_t sz,
                              uint32_t timeout_ms) {
-    uint8_t *whole = goblin__alloc(sz);
-    if (!whole) return cerr(c, GOBLIN_ENOMEM, "out of memory for a %zu-byte request", sz);
-    size_t len;
-    goblin__cw_encode_into(req, whole, sz, &len);
-    goblin__cw_msg *part = goblin__calloc(2, sizeof *part); /* a part and its answer */
-    goblin_err e = part ? GOBLIN_OK : cerr(c, GOBLIN_ENOMEM, "out of memory");
-    for (size_t off = 0; !e && off < sz; off += GOBLIN__CW_PART_MAX) {
+    uint8_t own[GOBLIN__CW_PIECES_OWN];
+    goblin__cw_piece pieces[GOBLIN__CW_PIECES_MAX];
+    int np = 0;
+    size_t total = 0;
+    uint8_t *whole = NULL;
+    if (goblin__cw_encode_pieces(req, own, pieces, &np, &total) != GOBLIN_OK || total != sz) {
+        /* Another request (a graph's, strided inputs packed while encoding): encoded whole. */
+        if (!(whole = goblin__alloc(sz))) return cerr(c, GOBLIN_ENOMEM, "out of memory for a %zu-byte request", sz);
+        size_t len;
+        goblin__cw_encode_into(req, whole, sz, &len);
+        pieces[0] = (goblin__cw_piece){whole, sz};
+        np = 1;
+    }
+    goblin_err e = GOBLIN_OK;
+    int pi = 0;
+    size_t po = 0;   /* the cursor: piece pi, byte po of it */
+    int pending = 0; /* OKs asked for (every PART_WINDOW-th part) and not yet read */
+    for (size_t off = 0, idx = 0; !e && off < sz; off += GOBLIN__CW_PART_MAX, idx++) {
         size_t n = sz - off < GOBLIN__CW_PART_MAX ? sz - off : GOBLIN__CW_PART_MAX;
-        memset(part, 0, sizeof *part);
-        part->type = GOBLIN__CW_PART;
-        part->request_id = req->request_id;
-        part->part_total = sz;
-        part->part_offset = off;
-        part->part_len = (uint32_t)n;
-        part->part_data = whole + off;
-        size_t psz;
+        bool last = off + n == sz;
+        bool ack = !last && (idx + 1) % PART_WINDOW == 0;
+        size_t psz = goblin__cw_part_size((uint32_t)n);
         nng_msg *m;
-        if ((e = goblin__cw_encoded_size(part, &psz))) break;
         if (nng_msg_alloc(&m, psz) != 0) {
             e = cerr(c, GOBLIN_ENOMEM, "out of memory");
             break;
         }
-        goblin__cw_encode_into(part, nng_msg_body(m), psz, &len);
-        if ((e = send_bytes(c, m)) || off + n == sz) break;
-        nng_msg *keep = NULL;
-        if (!(e = recv_decoded(c, req->request_id, timeout_ms, &part[1], &keep)) &&
-            part[1].type != GOBLIN__CW_OK)
-            e = cerr(c, GOBLIN_EPROTO, "node answered %s to a part of a request",
-                     goblin__cw_type_name(part[1].type));
-        goblin__cw_msg_clear(&part[1]);
-        if (keep) nng_msg_free(keep);
+        uint8_t *body = nng_msg_body(m);
+        goblin__cw_put_part_head(body, req->request_id, sz, off, (uint32_t)n,
+                                 last || ack ? 0 : GOBLIN__CW_PART_NOACK);
+        uint8_t *dst = body + GOBLIN__CW_PART_HEAD;
+        for (size_t left = n; left;) {
+            size_t k = pieces[pi].n - po < left ? pieces[pi].n - po : left;
+            memcpy(dst, pieces[pi].p + po, k);
+            dst += k;
+            left -= k;
+            po += k;
+            if (po == pieces[pi].n) {
+                pi++;
+                po = 0;
+            }
+        }
+        memset(dst, 0, psz - GOBLIN__CW_PART_HEAD - n);
+        if ((e = send_bytes(c, m))) break;
+        if (ack) pending++;
+        /* At most two windows in flight: the gateway's queue (attached to the node,
+         * 64 MiB) is never overrun, and at most two OKs wait in its send queue. */
+        while (!e && (pending > 1 || (last && pending > 0))) {
+            e = part_ok(c, req->request_id, timeout_ms);
+            pending--;
+        }
+        if (!e && !last && !ack) e = early_refusal(c, req->request_id);
     }
-    goblin__free(part);
     goblin__free(whole);
     return e;
 }

@@ -448,7 +448,8 @@ static bool request_who(goblin_gateway *g, uint32_t pid, const goblin__cw_msg *m
 
 /* A PART of a request from pipe @p pid of @p who (mu held). Returns the whole request
  * once its last part is in (the caller handles and frees it), else NULL with the part
- * answered: OK, or an error that drops what came so far. Checked at the first part,
+ * answered: OK (none for a NOACK part), or an error that drops what came so far (a
+ * streamed request's later parts are then dropped unanswered). Checked at the first part,
  * before anything is allocated: the request's size, the node-wide budget of requests
  * being received and the principal's bytes. */
 static uint8_t *handle_part(goblin_gateway *g, uint32_t pid, const gw_who *who,
@@ -456,8 +457,15 @@ static uint8_t *handle_part(goblin_gateway *g, uint32_t pid, const gw_who *who,
     char why[300] = "";
     goblin_err code = GOBLIN_OK;
     uint8_t *done = NULL;
+    bool noack = (m->part_flags & GOBLIN__CW_PART_NOACK) != 0;
     pthread_mutex_lock(&g->pmu);
     gw_pipe *e = pipe_entry(g, pid, true);
+    if (e && m->part_offset != 0 && e->refused_set && e->refused_rid == m->request_id && !e->asm_buf) {
+        /* The rest of a streamed request already refused (its client was told once). */
+        pthread_mutex_unlock(&g->pmu);
+        return NULL;
+    }
+    if (e) e->refused_set = false;
     if (!e) {
         code = GOBLIN_ENOMEM;
         snprintf(why, sizeof why, "out of memory");
@@ -511,11 +519,16 @@ static uint8_t *handle_part(goblin_gateway *g, uint32_t pid, const gw_who *who,
             e->asm_total = e->asm_got = 0;
         }
     }
+    if (code && e && noack) {
+        pipe_drop_parts(g, e);
+        e->refused_set = true;
+        e->refused_rid = m->request_id;
+    }
     pthread_mutex_unlock(&g->pmu);
     if (code) {
         if (code == GOBLIN_ELIMIT || code == GOBLIN_EBUSY) g->stats.quota_refused++;
         goblin__gw_reply_error(g, r, m->request_id, code, "%s", why);
-    } else if (!done) {
+    } else if (!done && !noack) {
         memset(r, 0, sizeof *r);
         r->type = GOBLIN__CW_OK;
         r->request_id = m->request_id;
@@ -621,8 +634,12 @@ static void handle_bytes(goblin_gateway *g, nng_pipe pipe, const uint8_t *buf, s
     goblin__cw_msg_clear(m);
     goblin__free(m);
     if (assembled) {
+        /* A matmul submit may keep the assembled bytes as its operands (adopt_buf taken). */
+        g->adopt_buf = assembled;
+        g->adopt_len = assembled_len;
         handle_bytes(g, pipe, assembled, assembled_len, true);
-        goblin__free(assembled);
+        goblin__free(g->adopt_buf);
+        g->adopt_buf = NULL;
     }
 }
 

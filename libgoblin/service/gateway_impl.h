@@ -51,6 +51,9 @@ typedef struct gw_pipe {
     /* a request arriving in PARTs: its bytes so far (counted in buffered_bytes) */
     uint8_t *asm_buf;
     uint64_t asm_total, asm_got, asm_rid;
+    /* a streamed (NOACK) request refused part-way: its later parts are dropped unanswered */
+    bool refused_set;
+    uint64_t refused_rid;
 } gw_pipe;
 
 /* A principal's use of the gateway: its connections and its recent submits. */
@@ -87,6 +90,10 @@ struct goblin_gateway {
     int64_t q_refused; /* requests answered EBUSY because the queue was full (qmu) */
     /* the connection whose request is being handled (serve thread): replies go to it */
     nng_pipe reply_pipe;
+    /* a request reassembled from parts, being handled (serve thread): a matmul submit
+     * keeps it as its operands' storage (and sets it to NULL) rather than copying them */
+    uint8_t *adopt_buf;
+    size_t adopt_len;
     pthread_t thread;
     atomic_bool stop;
     atomic_bool draining;

@@ -255,19 +255,32 @@ void goblin__gw_submit_matmul(goblin_gateway *g, const gw_who *who, goblin__cw_m
                                       (long long)nn);
     size_t ab = (size_t)goblin_tensor_numel(&m->tensors[0]) * es;
     size_t bb = (size_t)goblin_tensor_numel(&m->tensors[1]) * es;
-    gw_job *j = admit(g, who, (uint64_t)ab + bb + cbytes, r, rid);
+    /* A request that came in parts was reassembled into a buffer of its own: the job
+     * keeps it and computes on the operands where they lie in it (decoded tensors point
+     * into it, 8-byte aligned), instead of a copy of each. */
+    uint8_t *whole = g->adopt_buf;
+    bool adopt = whole && ab && bb && (const uint8_t *)m->tensors[0].data >= whole &&
+                 (const uint8_t *)m->tensors[1].data + bb <= whole + g->adopt_len;
+    uint64_t held = adopt ? (uint64_t)g->adopt_len : (uint64_t)ab + bb;
+    gw_job *j = admit(g, who, held + cbytes, r, rid);
     if (!j) return;
-    j->a_buf = ab ? goblin__alloc(ab) : NULL;
-    j->b_buf = bb ? goblin__alloc(bb) : NULL;
+    if (adopt) {
+        j->a_buf = whole;
+        g->adopt_buf = NULL;
+    } else {
+        j->a_buf = ab ? goblin__alloc(ab) : NULL;
+        j->b_buf = bb ? goblin__alloc(bb) : NULL;
+    }
     j->c_buf = cbytes ? goblin__alloc(cbytes) : NULL;
-    if ((ab && !j->a_buf) || (bb && !j->b_buf) || (cbytes && !j->c_buf)) {
+    if ((ab && !j->a_buf) || (bb && !adopt && !j->b_buf) || (cbytes && !j->c_buf)) {
         goblin__gw_job_release(j);
         return goblin__gw_reply_error(g, r, rid, GOBLIN_ENOMEM, "out of memory for the operands");
     }
-    if (ab) memcpy(j->a_buf, m->tensors[0].data, ab);
-    if (bb) memcpy(j->b_buf, m->tensors[1].data, bb);
-    goblin_tensor_init(&j->a, m->tensors[0].dtype, 2, m->tensors[0].shape, j->a_buf);
-    goblin_tensor_init(&j->b, m->tensors[1].dtype, 2, m->tensors[1].shape, j->b_buf);
+    void *da = adopt ? m->tensors[0].data : j->a_buf, *db = adopt ? m->tensors[1].data : j->b_buf;
+    if (!adopt && ab) memcpy(j->a_buf, m->tensors[0].data, ab);
+    if (!adopt && bb) memcpy(j->b_buf, m->tensors[1].data, bb);
+    goblin_tensor_init(&j->a, m->tensors[0].dtype, 2, m->tensors[0].shape, da);
+    goblin_tensor_init(&j->b, m->tensors[1].dtype, 2, m->tensors[1].shape, db);
     int64_t cs[2] = {mm, nn};
     goblin_tensor_init(&j->c, m->tensors[0].dtype, 2, cs, j->c_buf);
     submit(g, j, m, r, rid);

@@ -12,6 +12,7 @@
 #include "hostile_peer.h"
 #include "proto/client_wire.h"
 #include "runtime_util.h"
+#include "service/client_impl.h"
 
 typedef struct fixture {
     goblin_grid *grid;
@@ -199,4 +200,197 @@ Test(client_params, bad_values_refused_with_the_field_named, .timeout = 120) {
     free(a.data);
     free(b.data);
     stop(&f);
+}
+
+/* ---- the streamed path: requests in NOACK parts, results straight into the caller's ---- */
+
+static void start_quota(fixture *f, uint64_t quota) {
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->log.mu, NULL);
+    cr_assert_eq(goblin_grid_local(2, NULL, &f->grid), GOBLIN_OK);
+    cr_assert(rt_wait_workers(goblin_grid_node(f->grid), 2));
+    snprintf(f->url, sizeof f->url, "tcp://127.0.0.1:%d", hp_free_port());
+    goblin_gateway_params gp;
+    goblin_gateway_params_default(&gp);
+    gp.listen[0] = f->url;
+    gp.n_listen = 1;
+    gp.open = true;
+    gp.max_bytes_per_principal = quota;
+    gp.log = rt_log_fn;
+    gp.log_user = &f->log;
+    cr_assert_eq(goblin_gateway_new(&f->gw, goblin_grid_node(f->grid), &gp), GOBLIN_OK);
+    cr_assert_eq(goblin_gateway_start(f->gw), GOBLIN_OK);
+    goblin_errbuf eb = {0};
+    cr_assert_eq(goblin_client_connect(&f->c, f->url, NULL, &eb), GOBLIN_OK, "%s", eb.message);
+}
+
+/* A product whose request is over a part (300 x 1001 and 1001 x 257 f32: 2.2 MB, three
+ * parts, odd element counts so the tensors end in padding), not a multiple of any tile,
+ * fetched straight into a strided view of a larger buffer: within the contract of the
+ * f64 reference, and the columns between the view's untouched. */
+Test(client_params, streamed_parts_result_into_strided_view, .timeout = 240) {
+    fixture f;
+    start(&f);
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 300, 1001, 41, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 1001, 257, 42, true);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 7;
+    goblin_job_id id;
+    cr_assert_eq(goblin_client_submit_matmul_params(f.c, &a.t, &b.t, &jp, &id), GOBLIN_OK, "%s",
+                 goblin_client_error(f.c));
+    float *big = malloc(sizeof(float) * 300 * 514);
+    for (int64_t i = 0; i < 300 * 514; i++) big[i] = -7.0f;
+    int64_t shp[2] = {300, 257};
+    goblin_tensor dst;
+    goblin_tensor_init(&dst, GOBLIN_DTYPE_F32, 2, shp, big);
+    dst.strides[0] = 514;
+    dst.strides[1] = 2;
+    goblin_err e;
+    for (int i = 0; i < 12000 && (e = goblin__client_fetch_result_into(f.c, &id, &dst)) == GOBLIN_EBUSY; i++)
+        usleep(10000);
+    cr_assert_eq(e, GOBLIN_OK, "%s", goblin_client_error(f.c));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &dst), 0);
+    for (int64_t i = 0; i < 300; i++)
+        for (int64_t j = 1; j < 514; j += 2) cr_assert_eq(big[i * 514 + j], -7.0f, "gap written at %lld,%lld",
+                                                         (long long)i, (long long)j);
+    /* the job is released: fetching it again is an unknown job */
+    cr_assert_eq(goblin__client_fetch_result_into(f.c, &id, &dst), GOBLIN_ENOTFOUND);
+    /* a destination of another shape or dtype is refused before anything is written */
+    cr_assert_eq(goblin_client_submit_matmul(f.c, &a.t, &b.t, &id), GOBLIN_OK, "%s", goblin_client_error(f.c));
+    int64_t wrong[2] = {300, 256};
+    goblin_tensor bad;
+    goblin_tensor_init(&bad, GOBLIN_DTYPE_F32, 2, wrong, big);
+    for (int64_t i = 0; i < 300 * 514; i++) big[i] = -7.0f;
+    for (int i = 0; i < 12000 && (e = goblin__client_fetch_result_into(f.c, &id, &bad)) == GOBLIN_EBUSY; i++)
+        usleep(10000);
+    cr_assert_eq(e, GOBLIN_EPROTO, "%s", goblin_client_error(f.c));
+    for (int64_t i = 0; i < 300 * 514; i++) cr_assert_eq(big[i], -7.0f);
+    free(big);
+    free(a.data);
+    free(b.data);
+    stop(&f);
+}
+
+/* A streamed request refused at its first part (over the principal's bytes): the client
+ * reports the gateway's refusal once, the rest of its parts are dropped unanswered, and
+ * the same connection then runs a product (stale answers are not taken for its). */
+Test(client_params, streamed_request_refused_then_usable, .timeout = 240) {
+    fixture f;
+    start_quota(&f, (uint64_t)3 << 20);
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 1024, 1024, 5, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 1024, 1024, 6, true);
+    goblin_job_id id;
+    goblin_err e = goblin_client_submit_matmul(f.c, &a.t, &b.t, &id);
+    cr_assert_eq(e, GOBLIN_ELIMIT, "%s: %s", goblin_err_name(e), goblin_client_error(f.c));
+    cr_assert(strstr(goblin_client_error(f.c), "holds for one principal"), "%s", goblin_client_error(f.c));
+    int64_t n = remote_product(&f, NULL);
+    cr_assert_geq(n, 1);
+    free(a.data);
+    free(b.data);
+    stop(&f);
+}
+
+/* ---- a hostile node: replies of another shape, and cut short ------------------------ */
+
+typedef struct fake_node {
+    nng_socket s;
+    pthread_t th;
+    int mode; /* FETCH answered: 0 a RESULT of another shape, 1 a RESULT cut short */
+    volatile bool stop;
+} fake_node;
+
+static void fake_reply(fake_node *fn, nng_pipe p, const goblin__cw_msg *r, size_t cut) {
+    size_t sz, len;
+    nng_msg *m;
+    /* (no cr_assert here: this runs on the fake node's thread) */
+    if (goblin__cw_encoded_size(r, &sz) != GOBLIN_OK || nng_msg_alloc(&m, sz) != 0) return;
+    if (goblin__cw_encode_into(r, nng_msg_body(m), sz, &len) != GOBLIN_OK) {
+        nng_msg_free(m);
+        return;
+    }
+    if (cut) nng_msg_chop(m, cut);
+    nng_msg_set_pipe(m, p);
+    if (nng_sendmsg(fn->s, m, 0) != 0) nng_msg_free(m);
+}
+
+static void *fake_main(void *arg) {
+    fake_node *fn = arg;
+    goblin__cw_msg *q = calloc(2, sizeof *q), *r = q + 1;
+    float cdata[6 * 5] = {0};
+    while (!fn->stop) {
+        nng_msg *in;
+        if (nng_recvmsg(fn->s, &in, 0) != 0) continue;
+        goblin__cw_limits lim = {1 << 20, 1 << 20};
+        char why[200];
+        if (goblin__cw_decode(nng_msg_body(in), nng_msg_len(in), &lim, q, why, sizeof why) == GOBLIN_OK) {
+            memset(r, 0, sizeof *r);
+            r->request_id = q->request_id;
+            size_t cut = 0;
+            if (q->type == GOBLIN__CW_STATS) {
+                r->type = GOBLIN__CW_STATS_REPLY;
+            } else if (q->type == GOBLIN__CW_SUBMIT_MATMUL) {
+                r->type = GOBLIN__CW_SUBMITTED;
+                memset(&r->job_id, 0x5a, sizeof r->job_id);
+                r->total = 1;
+            } else if (q->type == GOBLIN__CW_FETCH) {
+                r->type = GOBLIN__CW_RESULT;
+                r->job_id = q->job_id;
+                r->has_tensor = true;
+                int64_t shp[2] = {6, 5}; /* asked for 4 x 5 */
+                goblin_tensor_init(&r->tensors[0], GOBLIN_DTYPE_F32, 2, shp, cdata);
+                if (fn->mode == 1) {
+                    shp[0] = 4;
+                    goblin_tensor_init(&r->tensors[0], GOBLIN_DTYPE_F32, 2, shp, cdata);
+                    cut = 13; /* the last bytes of the tensor's data missing */
+                }
+            } else {
+                r->type = GOBLIN__CW_ERROR;
+                r->code = GOBLIN_ENOTSUP;
+                snprintf(r->text, sizeof r->text, "fake node");
+            }
+            fake_reply(fn, nng_msg_get_pipe(in), r, cut);
+            goblin__cw_msg_clear(q);
+        }
+        nng_msg_free(in);
+    }
+    free(q);
+    return NULL;
+}
+
+Test(client_params, hostile_result_clean_error, .timeout = 60) {
+    for (int mode = 0; mode < 2; mode++) {
+        fake_node fn = {.mode = mode};
+        char url[64];
+        snprintf(url, sizeof url, "tcp://127.0.0.1:%d", hp_free_port());
+        cr_assert_eq(nng_pair1_open_poly(&fn.s), 0);
+        nng_socket_set_ms(fn.s, NNG_OPT_RECVTIMEO, 100);
+        cr_assert_eq(nng_listen(fn.s, url, NULL, 0), 0);
+        cr_assert_eq(pthread_create(&fn.th, NULL, fake_main, &fn), 0);
+        goblin_client_params cp;
+        goblin_client_params_default(&cp);
+        cp.heartbeat_ms = 0;
+        cp.timeout_ms = 10000;
+        goblin_client *c = NULL;
+        goblin_errbuf eb = {0};
+        cr_assert_eq(goblin_client_connect(&c, url, &cp, &eb), GOBLIN_OK, "%s", eb.message);
+        rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 4, 3, 1, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 3, 5, 2, true);
+        goblin_job_id id;
+        cr_assert_eq(goblin_client_submit_matmul(c, &a.t, &b.t, &id), GOBLIN_OK, "%s", goblin_client_error(c));
+        float out[4 * 5];
+        for (int i = 0; i < 20; i++) out[i] = 3.0f;
+        int64_t shp[2] = {4, 5};
+        goblin_tensor dst;
+        goblin_tensor_init(&dst, GOBLIN_DTYPE_F32, 2, shp, out);
+        goblin_err e = goblin__client_fetch_result_into(c, &id, &dst);
+        cr_assert_eq(e, mode == 0 ? GOBLIN_EPROTO : GOBLIN_EFORMAT, "mode %d: %s: %s", mode, goblin_err_name(e),
+                     goblin_client_error(c));
+        cr_assert(strstr(goblin_client_error(c), mode == 0 ? "another dtype or shape" : "malformed reply"), "%s",
+                  goblin_client_error(c));
+        for (int i = 0; i < 20; i++) cr_assert_eq(out[i], 3.0f, "the caller's tensor was written");
+        goblin_client_free(c);
+        fn.stop = true;
+        pthread_join(fn.th, NULL);
+        nng_close(fn.s);
+        free(a.data);
+        free(b.data);
+    }
 }

@@ -41,8 +41,8 @@ Test(client_wire, status_request_bytes) {
     for (int i = 0; i < 16; i++) m->job_id.bytes[i] = (uint8_t)(0xa0 + i);
     size_t n;
     uint8_t *b = enc(m, &n);
-    /* version 3; the job id is 16 bytes as given */
-    const uint8_t want[40] = {'G', 'B', 'L', 'C', 3, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+    /* version 4; the job id is 16 bytes as given */
+    const uint8_t want[40] = {'G', 'B', 'L', 'C', 4, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
                               16, 0, 0, 0, 0, 0, 0, 0, 0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6,
                               0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf};
     cr_assert_eq(n, 40);
@@ -54,13 +54,15 @@ Test(client_wire, status_request_bytes) {
     cr_assert_eq(d->type, GOBLIN__CW_STATUS);
     cr_assert(goblin_job_id_equal(&d->job_id, &m->job_id));
     cr_assert_eq(d->request_id, 0x0102030405060708ull);
-    /* Wrong version (the old 8-byte ids: 1; matmul submits without job parameters: 2),
-     * unknown type, flags, bad magic, length mismatch. */
+    /* Wrong version (the old 8-byte ids: 1; matmul submits without job parameters: 2;
+     * parts without flags: 3), unknown type, flags, bad magic, length mismatch. */
     b[4] = 1;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EVERSION);
     b[4] = 2;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EVERSION);
-    b[4] = 3; b[6] = 99;
+    b[4] = 3;
+    cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EVERSION);
+    b[4] = 4; b[6] = 99;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EPROTO);
     b[6] = 3; b[7] = 1;
     cr_assert_eq(goblin__cw_decode(b, n, &l, d, why, sizeof why), GOBLIN_EPROTO);
