@@ -392,7 +392,7 @@ static goblin_err recv_decoded(goblin_client *c, uint64_t rid, uint32_t timeout_
 /* A refusal the gateway sent while the parts of request @p rid were still going out
  * (it answers such parts only to refuse them): GOBLIN_OK if none came. Replies to
  * earlier requests are skipped, as recv_decoded skips them. */
-static goblin_err early_refusal(goblin_client *c, uint64_t rid) {
+static goblin_err early_refusal(goblin_client *c, uint64_t rid, int *pending) {
     nng_msg *in = NULL;
     while (nng_recvmsg(c->sock, &in, NNG_FLAG_NONBLOCK) == 0) {
         if (nng_msg_len(in) < GOBLIN__CW_HEADER_SIZE || goblin__client_reply_rid(nng_msg_body(in)) < rid) {
@@ -409,6 +409,13 @@ static goblin_err early_refusal(goblin_client *c, uint64_t rid) {
             e = r->code > 0 && r->code < 65536 ? (goblin_err)r->code : GOBLIN_EPROTO;
             cerr(c, e, "node: %s", r->text);
             c->node_eauth = e == GOBLIN_EAUTH;
+        } else if (!e && r->type == GOBLIN__CW_OK && *pending > 0) {
+            /* the OK of a part that asked for one (send_parts), come early */
+            (*pending)--;
+            goblin__cw_msg_clear(r);
+            goblin__free(r);
+            nng_msg_free(in);
+            continue;
         } else if (!e) {
             e = cerr(c, GOBLIN_EPROTO, "node answered %s to a part of a request",
                      goblin__cw_type_name(r->type));
@@ -497,7 +504,7 @@ static goblin_err send_parts(goblin_client *c, const goblin__cw_msg *req, size_t
             e = part_ok(c, req->request_id, timeout_ms);
             pending--;
         }
-        if (!e && !last && !ack) e = early_refusal(c, req->request_id);
+        if (!e && !last && !ack) e = early_refusal(c, req->request_id, &pending);
     }
     goblin__free(whole);
     return e;
