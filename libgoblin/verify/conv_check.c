@@ -107,40 +107,52 @@ static void put_one(char *dst, size_t es) {
 }
 
 /* The patches of x [N, C, H, W] for group @p gi into rows (n, oh, ow) x cols (c, i, j) of
- * @p dst (row stride @p ld; zeros for padding). */
+ * @p dst (row stride @p ld; zeros for padding), and channels [ch0, ch0 + nch) of t [N,
+ * CH, P] as rows (n, p) x cols ch of dst [N P, nch]: typed copies (f32, f64). */
+#define CONV_COPIES(T, SUF)                                                                                         \
+    static void patches_##SUF(const goblin__conv_geom *g, const T *x, int64_t gi, T *dst, int64_t ld) {            \
+        int64_t cg = g->c / g->groups;                                                                              \
+        for (int64_t n = 0; n < g->n; n++)                                                                          \
+            for (int64_t oh = 0; oh < g->oh; oh++)                                                                  \
+                for (int64_t ow = 0; ow < g->ow; ow++) {                                                            \
+                    T *row = dst + ((n * g->oh + oh) * g->ow + ow) * ld;                                            \
+                    int64_t w0 = ow * g->sw - g->pw;                                                                \
+                    for (int64_t c = 0; c < cg; c++) {                                                              \
+                        const T *plane = x + ((n * g->c + gi * cg + c) * g->h) * g->w;                              \
+                        for (int64_t i = 0; i < g->kh; i++) {                                                       \
+                            int64_t h = oh * g->sh - g->ph + i * g->dh;                                             \
+                            T *d = row + (c * g->kh + i) * g->kw;                                                   \
+                            if (h < 0 || h >= g->h) {                                                               \
+                                for (int64_t j = 0; j < g->kw; j++) d[j] = 0;                                       \
+                                continue;                                                                           \
+                            }                                                                                       \
+                            const T *src = plane + h * g->w;                                                        \
+                            for (int64_t j = 0, w = w0; j < g->kw; j++, w += g->dw)                                 \
+                                d[j] = w >= 0 && w < g->w ? src[w] : (T)0;                                          \
+                        }                                                                                           \
+                    }                                                                                               \
+                }                                                                                                   \
+    }                                                                                                               \
+    static void chlast_##SUF(const T *t, int64_t N, int64_t CH, int64_t P, int64_t ch0, int64_t nch, T *dst) {      \
+        for (int64_t n = 0; n < N; n++)                                                                             \
+            for (int64_t c = 0; c < nch; c++) {                                                                     \
+                const T *src = t + (n * CH + ch0 + c) * P;                                                          \
+                T *d = dst + n * P * nch + c;                                                                       \
+                for (int64_t p = 0; p < P; p++) d[p * nch] = src[p];                                                \
+            }                                                                                                       \
+    }
+CONV_COPIES(float, f32)
+CONV_COPIES(double, f64)
+
 static void patches(const conv_mm *q, const char *x, int64_t gi, char *dst, int64_t ld) {
-    const goblin__conv_geom *g = &q->g;
-    size_t es = q->es;
-    int64_t cg = g->c / g->groups;
-    for (int64_t n = 0; n < g->n; n++)
-        for (int64_t oh = 0; oh < g->oh; oh++)
-            for (int64_t ow = 0; ow < g->ow; ow++) {
-                char *row = dst + ((n * g->oh + oh) * g->ow + ow) * ld * (int64_t)es;
-                int64_t col = 0;
-                for (int64_t c = 0; c < cg; c++) {
-                    const char *plane = x + ((n * g->c + gi * cg + c) * g->h) * g->w * (int64_t)es;
-                    for (int64_t i = 0; i < g->kh; i++) {
-                        int64_t h = oh * g->sh - g->ph + i * g->dh;
-                        for (int64_t j = 0; j < g->kw; j++, col++) {
-                            int64_t w = ow * g->sw - g->pw + j * g->dw;
-                            char *d = row + col * (int64_t)es;
-                            if (h < 0 || h >= g->h || w < 0 || w >= g->w) memset(d, 0, es);
-                            else memcpy(d, plane + (h * g->w + w) * (int64_t)es, es);
-                        }
-                    }
-                }
-            }
+    if (q->es == 4) patches_f32(&q->g, (const float *)x, gi, (float *)dst, ld);
+    else patches_f64(&q->g, (const double *)x, gi, (double *)dst, ld);
 }
 
-/* Channels [ch0, ch0 + nch) of t [N, CH, P] as rows (n, p) x cols ch of @p dst [N P, nch]. */
 static void channels_last(const char *t, int64_t N, int64_t CH, int64_t P, int64_t ch0, int64_t nch, size_t es,
                           char *dst) {
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < nch; c++) {
-            const char *src = t + ((n * CH + ch0 + c) * P) * (int64_t)es;
-            for (int64_t p = 0; p < P; p++)
-                memcpy(dst + ((n * P + p) * nch + c) * (int64_t)es, src + p * (int64_t)es, es);
-        }
+    if (es == 4) chlast_f32((const float *)t, N, CH, P, ch0, nch, (float *)dst);
+    else chlast_f64((const double *)t, N, CH, P, ch0, nch, (double *)dst);
 }
 
 /* Build group @p gi's A, B (and C where the claim is not already a matrix view). */
