@@ -27,9 +27,10 @@ TDT = {"f32": torch.float32, "f64": torch.float64}
 class GroupedCNN(nn.Module):
     def __init__(self):
         super().__init__()
-        self.c1 = nn.Conv2d(4, 32, 3, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2, bias=True)
-        self.c2 = nn.Conv2d(32, 32, 3, padding=1, groups=4, bias=False)
-        self.fc = nn.Linear(32, 5)
+        # wide enough that each convolution is worth checking (docs/verification.md)
+        self.c1 = nn.Conv2d(4, 64, 3, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2, bias=True)
+        self.c2 = nn.Conv2d(64, 64, 3, padding=1, groups=2, bias=False)
+        self.fc = nn.Linear(64, 5)
 
     def forward(self, x):
         h = F.relu(self.c1(x))
