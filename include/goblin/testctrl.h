@@ -32,12 +32,16 @@ typedef enum goblin_misbehave {
     GOBLIN_MISBEHAVE_CRASH = 9,    /* die mid-task: see GOBLIN_TESTCTRL_WORKER_CRASH */
     GOBLIN_MISBEHAVE_NEGATE = 10,  /* every float output negated: two such workers send the
                                       same wrong bits (a colluding pair) */
-    GOBLIN_MISBEHAVE_PRODUCTS = 11, /* every output that is a matmul's value (the products a
-                                       CHECKED task returns) scaled by (1 + 1e-3), the other
+    GOBLIN_MISBEHAVE_PRODUCTS = 11, /* every output that is a matmul's, convolution's or
+                                       attention's value (the heavy nodes a CHECKED task
+                                       returns) scaled by (1 + 1e-3), the other
                                        outputs as computed; deterministic, as NEGATE */
     GOBLIN_MISBEHAVE_NEGATE_REST = 12, /* every float output that is not a matmul's value
                                           negated, the products as computed (a sign-flipped
                                           loss and gradient); deterministic, as NEGATE */
+    GOBLIN_MISBEHAVE_ONE_ELEMENT = 13, /* one element (the middle one) of every heavy output
+                                          (as PRODUCTS) times (1 + 1e-3), the rest as
+                                          computed; deterministic, as NEGATE */
     GOBLIN_MISBEHAVE_COUNT
 } goblin_misbehave;
 

@@ -7,6 +7,7 @@
  * products' operands as outputs); then the judgement of a result. */
 #include "node_impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 #include "core/node.h"
 #include "graph/graph_impl.h"
 #include "graph/rebatch.h"
+#include "ops/nn.h"
 #include "verify/product.h"
 
 /* Elementwise and data-movement ops are bound by memory: one element touched costs
@@ -78,6 +80,63 @@ static bool is_product(const goblin_graph *g, const goblin__node *n) {
     return m * nc * k >= FV_MIN_GAIN * fv;
 }
 
+/* Attention: the node recomputes a secret sample of the leading batch dim (one in
+ * SDPA_SAMPLE_DIV, at least one) and compares (docs/verification.md, Attention). */
+#define SDPA_SAMPLE_DIV 8
+
+/* The kinds of heavy nodes: their values come back with the outputs. */
+enum { H_NONE, H_PRODUCT, H_CONV, H_SDPA };
+
+static bool is_sdpa(const goblin_graph *g, const goblin__node *n) {
+    if ((n->op != GOBLIN_OP_SDPA && n->op != GOBLIN_OP_SDPA_BACKWARD) || n->rank < 3 || n->shape[0] < 2) return false;
+    if (n->dtype != GOBLIN_DTYPE_F32 && n->dtype != GOBLIN_DTYPE_F64) return false;
+    for (int32_t q = 0; q < n->n_inputs; q++) {
+        const goblin__node *x = &g->nodes[n->inputs[q]];
+        if (x->rank == n->rank && x->shape[0] != n->shape[0] && x->shape[0] != 1) return false;
+    }
+    return true;
+}
+
+/* Which kind of heavy node @p n is (H_NONE: the node evaluates it), its multiply-adds
+ * in *macs and the estimated cost of its check in *check. */
+static int heavy_kind(const goblin_graph *g, const goblin__node *n, double *macs, double *check) {
+    *macs = *check = 0;
+    if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT) return H_NONE;
+    if (is_product(g, n)) {
+        *macs = goblin__product_macs(n, &g->nodes[n->inputs[0]]);
+        *check = FREIVALDS_VECTORS * (numel_of(n) + numel_of(&g->nodes[n->inputs[0]]) +
+                                      numel_of(&g->nodes[n->inputs[1]]));
+        if (n->n_inputs == 3) *check += 2 * numel_of(&g->nodes[n->inputs[0]]); /* [a | 1] copied */
+        return H_PRODUCT;
+    }
+    if (n->n_inputs >= 2) {
+        const goblin__node *a = &g->nodes[n->inputs[0]], *b = &g->nodes[n->inputs[1]];
+        const goblin__node *bias = n->n_inputs == 3 ? &g->nodes[n->inputs[2]] : NULL;
+        if (goblin__conv_checkable(n, a, b, bias)) {
+            double bytes = goblin__conv_check_bytes(n, a, b, bias != NULL);
+            double m = goblin__conv_macs(n, a, b);
+            /* the patches copied once, then the passes: (vectors + 1) x the patches,
+             * plus B and C (bytes / element size is A + B + C) */
+            double el = bytes / (double)goblin_dtype_size(n->dtype);
+            double groups = (double)goblin__attr_i(n, GOBLIN_ATTR_GROUPS, 1);
+            double ck = groups * ((FREIVALDS_VECTORS + 1) * el + FV_CALL_MACS);
+            if (bytes <= (double)GOBLIN_CONV_CHECK_MAX_BYTES && m >= FV_MIN_GAIN * ck) {
+                *macs = m;
+                *check = ck;
+                return H_CONV;
+            }
+        }
+    }
+    if (is_sdpa(g, n)) {
+        double m = cheap_macs(g, n);
+        double frac = ceil((double)n->shape[0] / SDPA_SAMPLE_DIV) / (double)n->shape[0];
+        *macs = m;
+        *check = frac * m * (n->op == GOBLIN_OP_SDPA ? 2.0 : 1.0); /* the forward's scale pass */
+        return H_SDPA;
+    }
+    return H_NONE;
+}
+
 static void free_plan(gvariant *v) {
     goblin_graph_free(v->wg);
     goblin_graph_free(v->cg);
@@ -98,18 +157,18 @@ goblin_err goblin__node_checked_plan(const gjob *G, const goblin_graph *g, gvari
     for (int32_t i = 0; i < cg0->n_nodes; i++) {
         const goblin__node *n = &cg0->nodes[i];
         if (n->op == GOBLIN_OP_INPUT || n->op == GOBLIN_OP_CONSTANT) continue;
-        if (is_product(cg0, n)) {
+        double macs, check;
+        if (heavy_kind(cg0, n, &macs, &check) != H_NONE) {
             nh++;
-            heavy += goblin__product_macs(n, &cg0->nodes[n->inputs[0]]);
-            fv += FREIVALDS_VECTORS * (numel_of(n) + numel_of(&cg0->nodes[n->inputs[0]]) +
-                                       numel_of(&cg0->nodes[n->inputs[1]]));
-            if (n->n_inputs == 3) fv += 2 * numel_of(&cg0->nodes[n->inputs[0]]); /* [a | 1] copied */
+            heavy += macs;
+            fv += check;
         } else {
             cheap += cheap_macs(cg0, n);
         }
     }
     if (nh == 0) {
-        snprintf(why, cap, "the graph has no product (f32/f64 matmul, alpha 1, no c term but a bias) to check");
+        snprintf(why, cap, "the graph has no product (f32/f64 matmul, alpha 1, no c term but a bias; convolution; "
+                 "attention) to check");
         return GOBLIN_OK;
     }
     double share = (cheap + fv) / (heavy + cheap);
@@ -129,8 +188,8 @@ goblin_err goblin__node_checked_plan(const gjob *G, const goblin_graph *g, gvari
     goblin_err e;
     if (!(v->heavy = goblin__calloc((size_t)nh, sizeof *v->heavy))) return GOBLIN_ENOMEM;
     for (int32_t i = 0, h = 0; i < cg0->n_nodes; i++) {
-        const goblin__node *n = &cg0->nodes[i];
-        if (is_product(cg0, n)) v->heavy[h++] = i;
+        double macs, check;
+        if (heavy_kind(cg0, &cg0->nodes[i], &macs, &check) != H_NONE) v->heavy[h++] = i;
     }
     v->n_heavy = nh;
     /* The worker's graph: the job's outputs, then each product. The node's: the job's
@@ -212,6 +271,130 @@ fail:
     return e;
 }
 
+/* ---- attention: a secret sample recomputed ----------------------------------------- */
+
+/* Rows @p idx [cnt] of dim 0 of contiguous @p t, into a new buffer (*dst its tensor). */
+static void *gather0(const goblin_tensor *t, const int64_t *idx, int64_t cnt, goblin_tensor *dst) {
+    int64_t shape[GOBLIN_MAX_RANK];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] = cnt;
+    goblin_tensor_init(dst, t->dtype, t->rank, shape, NULL);
+    size_t row = goblin__node_out_bytes(dst) / (size_t)(cnt > 0 ? cnt : 1);
+    char *buf = goblin__alloc(row * (size_t)cnt + 1);
+    if (!buf) return NULL;
+    for (int64_t i = 0; i < cnt; i++) memcpy(buf + (size_t)i * row, (const char *)t->data + (size_t)idx[i] * row, row);
+    dst->data = buf;
+    return buf;
+}
+
+static double ld_el(const goblin_tensor *t, int64_t i) {
+    return t->dtype == GOBLIN_DTYPE_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
+}
+
+/* SDPA's contract scale (its contract text: (1 + 2 T) sum_j p_j |v_j| with T = |scale|
+ * max_j sum_e |q_e k_je|), bounded above by (1 + 2 T) max_j |v_jc| (the weights p sum to
+ * at most 1; a mask only removes keys), per element of [items, L, Ev], for q, k, v of
+ * the output's batch shape. */
+static void sdpa_scale(const goblin__node *n, const goblin_tensor *q, const goblin_tensor *k, const goblin_tensor *v,
+                       double *sc) {
+    int32_t r = n->rank;
+    int64_t L = q->shape[r - 2], E = q->shape[r - 1], S = k->shape[r - 2], Ev = v->shape[r - 1], items = 1;
+    for (int32_t d = 0; d < r - 2; d++) items *= q->shape[d];
+    double scale = fabs(goblin__sdpa_scale(n, E));
+    for (int64_t b = 0; b < items; b++)
+        for (int64_t i = 0; i < L; i++) {
+            double T = 0;
+            for (int64_t j = 0; j < S; j++) {
+                double t = 0;
+                for (int64_t e = 0; e < E; e++)
+                    t += fabs(ld_el(q, (b * L + i) * E + e) * ld_el(k, (b * S + j) * E + e));
+                if (t > T) T = t;
+            }
+            T *= scale * (1 + 1e-12) * (1 + 2 * (double)(E + 2) * 0x1p-53);
+            for (int64_t c = 0; c < Ev; c++) {
+                double vm = 0;
+                for (int64_t j = 0; j < S; j++) vm = fmax(vm, fabs(ld_el(v, (b * S + j) * Ev + c)));
+                sc[(b * L + i) * Ev + c] = (1 + 2 * T) * vm;
+            }
+        }
+}
+
+/* Judge the claimed value @p claimed of SDPA or SDPA_BACKWARD node @p n from its
+ * operands @p op as the node computed them: the node evaluates the op on a secret
+ * sample of the leading batch dim (one in SDPA_SAMPLE_DIV of its entries, at least
+ * one) and compares those entries under the op's contract: the forward with its scale
+ * (a disagreement is a REJECT), the backward ops without one (ESCALATE). */
+static goblin_err sdpa_check(goblin_node *nd, const goblin__node *n, const goblin_tensor *op,
+                             const goblin_tensor *claimed, goblin_verdict *out) {
+    int64_t B = n->shape[0], cnt = (B + SDPA_SAMPLE_DIV - 1) / SDPA_SAMPLE_DIV;
+    int32_t ni = n->n_inputs;
+    int64_t *idx = goblin__alloc((size_t)cnt * sizeof *idx);
+    goblin_tensor sub[8], mine, cl, sct;
+    void *bufs[8] = {0}, *mbuf = NULL, *cbuf = NULL;
+    double *sc = NULL;
+    goblin_graph *sg = NULL;
+    goblin_err e = idx ? GOBLIN_OK : GOBLIN_ENOMEM;
+    if (ni > 8) e = GOBLIN_EINVAL;
+    if (!e) e = goblin_verify_sample_indices(goblin__secret_u64(), B, cnt, idx);
+    if (!e) e = goblin_graph_new(&sg);
+    int32_t ids[8], oid = -1;
+    bool full = true; /* q, k and v of the output's batch shape */
+    for (int32_t q = 0; q < ni && !e; q++) {
+        const goblin_tensor *t = &op[q];
+        bool per = t->rank == n->rank && t->shape[0] == B;
+        if (q < 3) {
+            full = full && per;
+            for (int32_t d = 1; full && d < n->rank - 2; d++) full = t->shape[d] == n->shape[d];
+        }
+        if (per) {
+            if (!(bufs[q] = gather0(t, idx, cnt, &sub[q]))) e = GOBLIN_ENOMEM;
+        } else {
+            sub[q] = *t;
+        }
+        if (!e) e = goblin_graph_input(sg, sub[q].dtype, sub[q].rank, sub[q].shape, &ids[q]);
+    }
+    if (!e) e = goblin_graph_add(sg, n->op, ids, ni, n->attrs, n->n_attrs, &oid);
+    if (!e) e = goblin_graph_output(sg, oid);
+    if (!e && !(cbuf = gather0(claimed, idx, cnt, &cl))) e = GOBLIN_ENOMEM;
+    if (!e) {
+        mine = cl;
+        if (!(mbuf = goblin__alloc(goblin__node_out_bytes(&cl) + 1))) e = GOBLIN_ENOMEM;
+        mine.data = mbuf;
+    }
+    if (!e) {
+        goblin_exec_params ep;
+        goblin_exec_params_default(&ep);
+        ep.backend = nd->p.recompute_backend;
+        ep.threads = nd->p.recompute_threads;
+        e = goblin_graph_eval(sg, &ep, sub, ni, &mine, 1);
+    }
+    if (!e) {
+        int32_t r = n->rank;
+        int64_t kk = op[1].shape[op[1].rank - 2] + op[0].shape[op[0].rank - 1] + 6; /* E + S + 6 */
+        if (n->op == GOBLIN_OP_SDPA && full) {
+            if (!(sc = goblin__alloc((size_t)goblin_tensor_numel(&cl) * sizeof(double) + 1))) e = GOBLIN_ENOMEM;
+            if (!e) {
+                sdpa_scale(n, &sub[0], &sub[1], &sub[2], sc);
+                goblin_tensor_init(&sct, GOBLIN_DTYPE_F64, r, cl.shape, sc);
+                e = goblin_verify_compare_scaled(n->op, cl.dtype, kk, &mine, &cl, &sct, out);
+            }
+        } else {
+            e = goblin_verify_compare(n->op, cl.dtype, kk, &mine, &cl, out);
+        }
+        if (!e && out->worst_index >= 0) { /* a flat index of the sample: of the claim */
+            int64_t per = goblin_tensor_numel(&cl) / (cnt > 0 ? cnt : 1);
+            out->worst_index = idx[out->worst_index / per] * per + out->worst_index % per;
+        }
+    }
+    goblin_graph_free(sg);
+    for (int32_t q = 0; q < 8; q++) goblin__free(bufs[q]);
+    goblin__free(mbuf);
+    goblin__free(cbuf);
+    goblin__free(sc);
+    goblin__free(idx);
+    return e;
+}
+
 /* Freivalds' check of every claimed product of task @p ti against its operands as the
  * node computed them (@p mine: v->cg's outputs). The worst verdict; the first REJECT. */
 static goblin_err check_products(goblin_node *n, const goblin_job *j, int64_t ti, const goblin_tensor *prod,
@@ -222,14 +405,21 @@ static goblin_err check_products(goblin_node *n, const goblin_job *j, int64_t ti
     worst->worst_index = -1;
     for (int32_t h = 0; h < v->n_heavy; h++) {
         const goblin__node *nd = &v->cg->nodes[v->heavy[h]];
-        goblin_tensor op[3];
+        goblin_tensor op[8];
         for (int32_t q = 0; q < nd->n_inputs; q++) {
             const goblin__node *x = &v->cg->nodes[nd->inputs[q]];
             goblin_tensor_init(&op[q], x->dtype, x->rank, x->shape, mine[slot++]);
         }
         goblin_verdict vd;
-        goblin_err e = goblin__product_check(nd, &op[0], &op[1], nd->n_inputs == 3 ? &op[2] : NULL, &prod[h],
-                                             goblin__secret_u64(), &vd);
+        goblin_err e;
+        if (nd->op == GOBLIN_OP_MATMUL)
+            e = goblin__product_check(nd, &op[0], &op[1], nd->n_inputs == 3 ? &op[2] : NULL, &prod[h],
+                                      goblin__secret_u64(), &vd);
+        else if (nd->op == GOBLIN_OP_SDPA || nd->op == GOBLIN_OP_SDPA_BACKWARD)
+            e = sdpa_check(n, nd, op, &prod[h], &vd);
+        else
+            e = goblin__conv_check(nd, &op[0], &op[1], nd->n_inputs == 3 ? &op[2] : NULL, &prod[h],
+                                   goblin__secret_u64(), 0, &vd);
         if (e) return e;
         n->st.products_checked++;
         if (vd.kind > worst->kind) {

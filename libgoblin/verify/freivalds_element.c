@@ -311,6 +311,23 @@ void goblin__fv_el_judge(fvp *f, const fv_range *rg, int32_t p, const fv_tile *t
     double budget = 0.25 * (double)t->rows * dK * (double)(g1 - g0) + (double)(1 << 20), spent = 0;
     double worst = 0;
     int64_t worst_row = -1, beyond = 0, flagged_left = 0;
+    /* The fast path: per group, levels per unit ||a_i|| below both the accept level T
+     * (T >= EL_SIGMAS sc = ft na) and the rigorous bound R (R >= rel na cs1), and below
+     * qmax for q ((1 + rel) na cs1 + abs_c r1 <= qmax (1 + gw)): a group with d <= na ft
+     * and q <= na fq + fb is neither beyond its bound nor flagged, which the full formulas
+     * below (a few sqrt and divisions per group and row) would find too. (1 - 8 u64):
+     * the rounding of these products against the full formulas'. NaN fails both tests. */
+    double *fast = goblin__alloc((size_t)(g1 - g0 + 1) * 3 * sizeof(double));
+    if (fast) {
+        double st = EL_SIGMAS * u * sqrt((dK + 1) / 3);
+        for (int64_t gi = g0; gi < g1; gi++) {
+            const fv_group *g = &f->grp[gi];
+            double *fg = fast + 3 * (gi - g0);
+            fg[0] = fmin(st * g->beta, rel * g->cs1) * (1 - 8 * U64);
+            fg[1] = (1 + rel) * g->cs1 * (1 - 8 * U64);
+            fg[2] = abs_c * g->r1 * (1 - 8 * U64);
+        }
+    }
     for (int64_t i = 0; i < t->rows; i++) {
         goblin__fv_load_row(f->dt, t->c0 + i * t->cs0 * (int64_t)f->es, t->cs1, n, crow);
         double na = sqrt(rg->asq[i]) * grow, a1 = rg->a1[i];
@@ -318,8 +335,12 @@ void goblin__fv_el_judge(fvp *f, const fv_range *rg, int32_t p, const fv_tile *t
         group_sums(f, crow, g0, g1, col0, gy, gs);
         for (int64_t gi = g0; gi < g1; gi++) {
             const fv_group *g = &f->grp[gi];
-            const double *cg = crow + (g->j0 - col0);
             double wv = gy[gi - g0], q = gs[gi - g0];
+            if (fast) {
+                const double *fg = fast + 3 * (gi - g0);
+                if (fabs(wv - zr[gi]) <= na * fg[0] && q <= na * fg[1] + fg[2]) continue;
+            }
+            const double *cg = crow + (g->j0 - col0);
             double w = (double)g->w, gw = gamma_n(w + 2, U64);
             double Q = q * grow;
             double abs_own = ETA64 * (w * a1 * grow + dK + w + 4);
@@ -357,6 +378,7 @@ void goblin__fv_el_judge(fvp *f, const fv_range *rg, int32_t p, const fv_tile *t
             }
         }
     }
+    goblin__free(fast);
     if (beyond) {
         out->kind = GOBLIN_VERDICT_REJECT;
         out->reason = GOBLIN_VERIFY_EXCEEDS_BOUND;

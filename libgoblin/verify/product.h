@@ -33,4 +33,31 @@ goblin_err goblin__product_check(const goblin__node *n, const goblin_tensor *a, 
                                  const goblin_tensor *c, const goblin_tensor *claimed, uint64_t seed,
                                  goblin_verdict *out);
 
+/* ---- convolutions (conv_check.c) ---------------------------------------------- */
+
+/** Largest scratch (the patches, B and C of one group) a convolution check may take. */
+#define GOBLIN_CONV_CHECK_MAX_BYTES (256u << 20)
+
+/** Can conv node @p n (CONV2D (x, w[, bias]), CONV2D_BACKWARD_INPUT (grad_out, w) or
+ *  CONV2D_BACKWARD_WEIGHT (grad_out, x); @p bias NULL but for a CONV2D with one) be
+ *  checked: f32 or f64, rank-4 operands of the node's dtype? */
+bool goblin__conv_checkable(const goblin__node *n, const goblin__node *a, const goblin__node *b,
+                            const goblin__node *bias);
+/** The scratch bytes of one group's matrices in goblin__conv_check. */
+double goblin__conv_check_bytes(const goblin__node *n, const goblin__node *a, const goblin__node *b,
+                                bool bias);
+/** Multiply-adds of checkable conv node @p n (groups x m x K x n of its matmuls). */
+double goblin__conv_macs(const goblin__node *n, const goblin__node *a, const goblin__node *b);
+
+/** Judge @p claimed (borrowed, hostile) as the value of checkable conv node @p n from its
+ *  operands @p in0, @p in1 and @p bias (borrowed, trusted, contiguous; bias NULL without
+ *  one): per group, the op as a matmul over patches (conv_check.c) judged by
+ *  goblin_verify_matmul with @p vectors vectors (<= 0: its default) and a seed derived
+ *  from the secret @p seed. *out: the worst verdict over the groups; worst_index a row
+ *  of group g's matrix plus g times its rows. GOBLIN_EINVAL (bad arguments),
+ *  GOBLIN_ELIMIT (more scratch than GOBLIN_CONV_CHECK_MAX_BYTES), GOBLIN_ENOMEM. */
+goblin_err goblin__conv_check(const goblin__node *n, const goblin_tensor *in0, const goblin_tensor *in1,
+                              const goblin_tensor *bias, const goblin_tensor *claimed, uint64_t seed,
+                              int32_t vectors, goblin_verdict *out);
+
 #endif

@@ -20,7 +20,7 @@
 
 static const char *mb_names[GOBLIN_MISBEHAVE_COUNT] = {"none",     "wrong",  "scale", "nan",  "stale",
                                                        "swap",     "truncate", "silent", "slow", "crash",
-                                                       "negate",   "products", "negate-rest"};
+                                                       "negate",   "products", "negate-rest", "one-element"};
 
 static const char *misbehave_name(goblin_misbehave mode) {
     return (unsigned)mode < GOBLIN_MISBEHAVE_COUNT ? mb_names[mode] : NULL;
@@ -204,6 +204,14 @@ bool goblin__worker_misbehave_apply(goblin_worker *w, goblin_misbehave mode, uin
                 if (out[q].dtype == GOBLIN_DTYPE_F32) ((float *)out[q].data)[i] = (float)(f * ((float *)out[q].data)[i]);
                 else if (out[q].dtype == GOBLIN_DTYPE_F64) ((double *)out[q].data)[i] *= f;
             }
+        }
+        break;
+    case GOBLIN_MISBEHAVE_ONE_ELEMENT: /* one element of each heavy output, a little off */
+        for (int32_t q = 0; q < no; q++) {
+            int64_t nq = goblin_tensor_numel(&out[q]), i = nq / 2;
+            if (!product || !product[q] || nq == 0) continue;
+            if (out[q].dtype == GOBLIN_DTYPE_F32) ((float *)out[q].data)[i] = (float)(1.001 * ((float *)out[q].data)[i]);
+            else if (out[q].dtype == GOBLIN_DTYPE_F64) ((double *)out[q].data)[i] *= 1.001;
         }
         break;
     case GOBLIN_MISBEHAVE_SILENT:

@@ -195,13 +195,14 @@ static bool run_task_inner(goblin_worker *w, goblin__wire_task *t, nng_msg *nm, 
     /* An honest worker computes straight into its RESULT message (misbehaving ones,
      * which alter or replace outputs, keep buffers of their own). */
     nng_msg *rmsg = w->mb.mode == GOBLIN_MISBEHAVE_NONE ? result_msg(g, t->task_id, out, no) : NULL;
-    /* Which outputs are matmul values (the products a CHECKED task returns): for the
-     * misbehaving modes that alter only those, or all but those. */
+    /* Which outputs are matmul, convolution or attention values (the heavy nodes a CHECKED
+     * task returns): for the misbehaving modes that alter only those, or all but those. */
     uint8_t *product = rmsg ? NULL : goblin__calloc((size_t)no + 1, 1);
     for (int32_t i = 0; product && i < no; i++) {
         goblin_op op = GOBLIN_OP_INPUT;
         product[i] = goblin_graph_node(g, goblin_graph_output_id(g, i), &op, NULL, NULL, NULL) == GOBLIN_OK &&
-                     op == GOBLIN_OP_MATMUL;
+                     (op == GOBLIN_OP_MATMUL || op == GOBLIN_OP_CONV2D || op == GOBLIN_OP_CONV2D_BACKWARD_INPUT ||
+                      op == GOBLIN_OP_CONV2D_BACKWARD_WEIGHT || op == GOBLIN_OP_SDPA || op == GOBLIN_OP_SDPA_BACKWARD);
     }
     e = goblin_graph_eval(g, &ep, in, ni, out, no);
     drop_shared(w, held, ni); /* the caller's memory is not read after this */

@@ -512,3 +512,265 @@ Test(checked, a_graph_without_products_falls_back_to_replication, .timeout = 120
     cr_assert_eq(o.st.results_rejected, 0);
     net_free(&m);
 }
+
+/* ---- convolutions and attention as heavy nodes ------------------------------------ */
+
+/* A graph job of @p g (inputs @p in, outputs @p out) on @p nw workers, the last
+ * @p cheaters misbehaving with @p mode, in chunks of @p rows. */
+static void run_graph_job(const goblin_graph *g, const goblin_tensor *in, int32_t nin, goblin_tensor *out,
+                          int32_t nout, const char *url, int nw, int cheaters, goblin_misbehave mode, int64_t rows,
+                          run_out *o) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.recompute_threads = 1;
+    if (getenv("GOBLIN_TEST_LOG")) np.log = log_stderr;
+    goblin_worker_params wp[4];
+    for (int i = 0; i < nw; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    for (int i = nw - cheaters; i < nw; i++) rt_faults[i] = (rt_fault){.mode = mode, .rate = 1.0, .seed = 3};
+    rt_grid gr;
+    rt_grid_start_joined(&gr, url, &np, wp, nw);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.chunk_rows = rows;
+    jp.checked_max_share = 1; /* checked whatever the estimate (these graphs are all heavy nodes) */
+    goblin_job *job = rt_run_graph(gr.node, g, in, nin, out, nout, &jp);
+    goblin_job_free(job);
+    memset(o, 0, sizeof *o);
+    goblin_node_stats_get(gr.node, &o->st);
+    for (int i = 0; i < nw; i++) {
+        goblin_worker_stats ws;
+        goblin_worker_stats_get(gr.w[i], &ws);
+        o->misbehaved += ws.misbehaved;
+    }
+    rt_grid_stop(&gr);
+}
+
+/* f64 conv2d of x [N, C, H, W] with w [O, C/G, kh, kw] (+ b), stride/pad/dilation. */
+static void conv_ref(const double *x, const double *w, const double *b, int64_t N, int64_t C, int64_t H, int64_t W,
+                     int64_t O, int64_t G, int64_t kh, int64_t kw, const int64_t *st, const int64_t *pd,
+                     const int64_t *dl, int64_t OH, int64_t OW, double *y) {
+    int64_t cg = C / G, og = O / G;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    double s = b ? b[o] : 0;
+                    for (int64_t c = 0; c < cg; c++)
+                        for (int64_t i = 0; i < kh; i++)
+                            for (int64_t j = 0; j < kw; j++) {
+                                int64_t h = oh * st[0] - pd[0] + i * dl[0], ww = ow * st[1] - pd[1] + j * dl[1];
+                                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                                s += x[((n * C + (o / og) * cg + c) * H + h) * W + ww] * w[((o * cg + c) * kh + i) * kw + j];
+                            }
+                    y[((n * O + o) * OH + oh) * OW + ow] = s;
+                }
+}
+
+/* y = conv(relu(conv(x, w1, b1; stride 2x1, padding 1, dilation 1x2, groups 2)), w2;
+ * padding 1), and s = sum_0 y (f32). */
+typedef struct cnet {
+    goblin_graph *g;
+    float *d[4], *y, *s;
+    double *ry, *rs;
+    goblin_tensor in[4], out[2];
+    int64_t ny, ns;
+} cnet;
+
+static cnet cnet_new(int64_t B) {
+    cnet m;
+    memset(&m, 0, sizeof m);
+    const int64_t C = 8, H = 12, W = 12, O1 = 64, O2 = 16;
+    int64_t st[2] = {2, 1}, pd[2] = {1, 1}, dl[2] = {1, 2}, one[2] = {1, 1};
+    int64_t OH1 = (H + 2 - 2 - 1) / 2 + 1, OW1 = (W + 2 - 4 - 1) / 1 + 1;
+    int64_t sx[4] = {B, C, H, W}, s1[4] = {O1, C / 2, 3, 3}, sb[1] = {O1}, s2[4] = {O2, O1, 3, 3};
+    cr_assert_eq(goblin_graph_new(&m.g), GOBLIN_OK);
+    int32_t x, w1, b1, w2, c1, r, c2, s;
+    cr_assert_eq(goblin_graph_input(m.g, GOBLIN_DTYPE_F32, 4, sx, &x), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(m.g, GOBLIN_DTYPE_F32, 4, s1, &w1), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(m.g, GOBLIN_DTYPE_F32, 1, sb, &b1), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(m.g, GOBLIN_DTYPE_F32, 4, s2, &w2), GOBLIN_OK);
+    goblin_attr a1[4] = {goblin_attr_ints(GOBLIN_ATTR_STRIDE, st, 2), goblin_attr_ints(GOBLIN_ATTR_PADDING, pd, 2),
+                         goblin_attr_ints(GOBLIN_ATTR_DILATION, dl, 2), goblin_attr_int(GOBLIN_ATTR_GROUPS, 2)};
+    int32_t i1[3] = {x, w1, b1};
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_CONV2D, i1, 3, a1, 4, &c1), GOBLIN_OK, "%s", goblin_graph_error(m.g));
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_RELU, &c1, 1, NULL, 0, &r), GOBLIN_OK);
+    goblin_attr a2 = goblin_attr_ints(GOBLIN_ATTR_PADDING, one, 2);
+    int32_t i2[2] = {r, w2};
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_CONV2D, i2, 2, &a2, 1, &c2), GOBLIN_OK);
+    int64_t ax0[1] = {0};
+    goblin_attr at = goblin_attr_ints(GOBLIN_ATTR_AXES, ax0, 1);
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_SUM, &c2, 1, &at, 1, &s), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(m.g, c2), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(m.g, s), GOBLIN_OK);
+    int64_t n[4] = {B * C * H * W, O1 * (C / 2) * 9, O1, O2 * O1 * 9};
+    const int64_t *shp[4] = {sx, s1, sb, s2};
+    int32_t rk[4] = {4, 4, 1, 4};
+    double *dd[4];
+    uint64_t seed = 5;
+    for (int q = 0; q < 4; q++) {
+        m.d[q] = malloc((size_t)n[q] * sizeof(float));
+        dd[q] = malloc((size_t)n[q] * sizeof(double));
+        for (int64_t i = 0; i < n[q]; i++) dd[q][i] = m.d[q][i] = frand(&seed) * (q == 0 ? 1.0f : 0.3f);
+        goblin_tensor_init(&m.in[q], GOBLIN_DTYPE_F32, rk[q], shp[q], m.d[q]);
+    }
+    int64_t nh = B * O1 * OH1 * OW1;
+    m.ny = B * O2 * OH1 * OW1, m.ns = O2 * OH1 * OW1;
+    double *h = malloc((size_t)nh * sizeof(double));
+    m.ry = malloc((size_t)m.ny * sizeof(double));
+    m.rs = calloc((size_t)m.ns, sizeof(double));
+    conv_ref(dd[0], dd[1], dd[2], B, C, H, W, O1, 2, 3, 3, st, pd, dl, OH1, OW1, h);
+    for (int64_t i = 0; i < nh; i++) h[i] = h[i] > 0 ? h[i] : 0;
+    conv_ref(h, dd[3], NULL, B, O1, OH1, OW1, O2, 1, 3, 3, one, one, one, OH1, OW1, m.ry);
+    for (int64_t i = 0; i < m.ny; i++) m.rs[i % m.ns] += m.ry[i];
+    for (int q = 0; q < 4; q++) free(dd[q]);
+    free(h);
+    m.y = calloc((size_t)m.ny, sizeof(float));
+    m.s = calloc((size_t)m.ns, sizeof(float));
+    int64_t sy[4] = {B, O2, OH1, OW1};
+    goblin_tensor_init(&m.out[0], GOBLIN_DTYPE_F32, 4, sy, m.y);
+    goblin_tensor_init(&m.out[1], GOBLIN_DTYPE_F32, 3, sy + 1, m.s);
+    return m;
+}
+
+static void cnet_free(cnet *m) {
+    goblin_graph_free(m->g);
+    for (int q = 0; q < 4; q++) free(m->d[q]);
+    free(m->y), free(m->s), free(m->ry), free(m->rs);
+}
+
+static void expect_outputs(const float *y, const double *ry, int64_t n, const float *s, const double *rs, int64_t ns) {
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(fabs(y[i] - ry[i]) <= 1e-4 * (1 + fabs(ry[i])), "y[%lld] = %.7g, reference %.7g", (long long)i, y[i],
+                  ry[i]);
+    for (int64_t i = 0; i < ns; i++)
+        cr_assert(fabs(s[i] - rs[i]) <= 1e-3 * (1 + fabs(rs[i])), "s[%lld] = %.7g, reference %.7g", (long long)i, s[i],
+                  rs[i]);
+}
+
+Test(checked, convolutions_are_checked_not_recomputed, .timeout = 120) {
+    cnet m = cnet_new(12);
+    run_out o;
+    run_graph_job(m.g, m.in, 4, m.out, 2, "inproc://test-checked-conv", 2, 0, GOBLIN_MISBEHAVE_NONE, 4, &o);
+    expect_outputs(m.y, m.ry, m.ny, m.s, m.rs, m.ns);
+    cr_assert_eq(o.st.tasks_checked, 3, "every task checked (%lld)", (long long)o.st.tasks_checked);
+    cr_assert_eq(o.st.products_checked, 6, "both convolutions of each task (%lld)", (long long)o.st.products_checked);
+    cr_assert_eq(o.st.results_rejected, 0);
+    cr_assert_eq(o.st.results_escalated, 0);
+    cr_assert_eq(o.st.replicas_issued, 0);
+    cr_assert_eq(o.st.node_recomputed, 0);
+    cnet_free(&m);
+}
+
+static void expect_conv_caught(goblin_misbehave mode, const char *url) {
+    cnet m = cnet_new(12);
+    run_out o;
+    run_graph_job(m.g, m.in, 4, m.out, 2, url, 2, 2, mode, 8, &o);
+    expect_outputs(m.y, m.ry, m.ny, m.s, m.rs, m.ns);
+    cr_assert_geq(o.misbehaved, 1);
+    cr_assert_geq(o.st.results_rejected, 1, "%s: rejected %lld", rt_misbehave_name(mode),
+                  (long long)o.st.results_rejected);
+    cr_assert_eq(o.st.results_accepted, 0, "%s: a cheat was accepted", rt_misbehave_name(mode));
+    cr_assert_geq(o.st.workers_quarantined, 1);
+    cnet_free(&m);
+}
+
+Test(checked, wrong_convolutions_under_right_outputs_are_caught, .timeout = 120) {
+    expect_conv_caught(GOBLIN_MISBEHAVE_PRODUCTS, "inproc://test-checked-conv-products");
+}
+
+Test(checked, one_wrong_convolution_element_is_caught, .timeout = 120) {
+    expect_conv_caught(GOBLIN_MISBEHAVE_ONE_ELEMENT, "inproc://test-checked-conv-one");
+}
+
+/* o = sdpa(q, k, v; causal) [B, 2, 16, 8] and s = sum_0 o (f32); the f64 reference. */
+typedef struct anet {
+    goblin_graph *g;
+    float *d[3], *y, *s;
+    double *ry, *rs;
+    goblin_tensor in[3], out[2];
+    int64_t ny, ns;
+} anet;
+
+static anet anet_new(int64_t B) {
+    anet m;
+    memset(&m, 0, sizeof m);
+    const int64_t Hh = 2, L = 16, E = 8;
+    int64_t sq[4] = {B, Hh, L, E};
+    cr_assert_eq(goblin_graph_new(&m.g), GOBLIN_OK);
+    int32_t id[3], o, s;
+    for (int q = 0; q < 3; q++) cr_assert_eq(goblin_graph_input(m.g, GOBLIN_DTYPE_F32, 4, sq, &id[q]), GOBLIN_OK);
+    goblin_attr ca = goblin_attr_int(GOBLIN_ATTR_CAUSAL, 1);
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_SDPA, id, 3, &ca, 1, &o), GOBLIN_OK, "%s", goblin_graph_error(m.g));
+    int64_t ax0[1] = {0};
+    goblin_attr at = goblin_attr_ints(GOBLIN_ATTR_AXES, ax0, 1);
+    cr_assert_eq(goblin_graph_add(m.g, GOBLIN_OP_SUM, &o, 1, &at, 1, &s), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(m.g, o), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(m.g, s), GOBLIN_OK);
+    m.ny = B * Hh * L * E, m.ns = Hh * L * E;
+    uint64_t seed = 8;
+    for (int q = 0; q < 3; q++) {
+        m.d[q] = malloc((size_t)m.ny * sizeof(float));
+        for (int64_t i = 0; i < m.ny; i++) m.d[q][i] = frand(&seed);
+        goblin_tensor_init(&m.in[q], GOBLIN_DTYPE_F32, 4, sq, m.d[q]);
+    }
+    m.ry = calloc((size_t)m.ny, sizeof(double));
+    m.rs = calloc((size_t)m.ns, sizeof(double));
+    double sc = 1 / sqrt((double)E), p[16];
+    for (int64_t b = 0; b < B * Hh; b++)
+        for (int64_t i = 0; i < L; i++) {
+            double mx = -INFINITY, z = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                double t = 0;
+                for (int64_t e = 0; e < E; e++) t += (double)m.d[0][(b * L + i) * E + e] * m.d[1][(b * L + j) * E + e];
+                p[j] = t * sc;
+                mx = fmax(mx, p[j]);
+            }
+            for (int64_t j = 0; j <= i; j++) z += (p[j] = exp(p[j] - mx));
+            for (int64_t e = 0; e < E; e++) {
+                double t = 0;
+                for (int64_t j = 0; j <= i; j++) t += p[j] / z * m.d[2][(b * L + j) * E + e];
+                m.ry[(b * L + i) * E + e] = t;
+            }
+        }
+    for (int64_t i = 0; i < m.ny; i++) m.rs[i % m.ns] += m.ry[i];
+    m.y = calloc((size_t)m.ny, sizeof(float));
+    m.s = calloc((size_t)m.ns, sizeof(float));
+    goblin_tensor_init(&m.out[0], GOBLIN_DTYPE_F32, 4, sq, m.y);
+    goblin_tensor_init(&m.out[1], GOBLIN_DTYPE_F32, 3, sq + 1, m.s);
+    return m;
+}
+
+static void anet_free(anet *m) {
+    goblin_graph_free(m->g);
+    for (int q = 0; q < 3; q++) free(m->d[q]);
+    free(m->y), free(m->s), free(m->ry), free(m->rs);
+}
+
+Test(checked, attention_is_checked_on_a_sample, .timeout = 120) {
+    anet m = anet_new(32);
+    run_out o;
+    run_graph_job(m.g, m.in, 3, m.out, 2, "inproc://test-checked-sdpa", 2, 0, GOBLIN_MISBEHAVE_NONE, 16, &o);
+    expect_outputs(m.y, m.ry, m.ny, m.s, m.rs, m.ns);
+    cr_assert_eq(o.st.tasks_checked, 2, "every task checked (%lld)", (long long)o.st.tasks_checked);
+    cr_assert_eq(o.st.products_checked, 2);
+    cr_assert_eq(o.st.results_rejected, 0);
+    cr_assert_eq(o.st.results_escalated, 0);
+    cr_assert_eq(o.st.node_recomputed, 0);
+    anet_free(&m);
+}
+
+Test(checked, wrong_attention_under_right_outputs_is_caught, .timeout = 120) {
+    /* every value 1e-3 off: any sample sees it */
+    anet m = anet_new(32);
+    run_out o;
+    run_graph_job(m.g, m.in, 3, m.out, 2, "inproc://test-checked-sdpa-products", 2, 2, GOBLIN_MISBEHAVE_PRODUCTS, 16,
+                  &o);
+    expect_outputs(m.y, m.ry, m.ny, m.s, m.rs, m.ns);
+    cr_assert_geq(o.misbehaved, 1);
+    cr_assert_geq(o.st.results_rejected, 1, "rejected %lld", (long long)o.st.results_rejected);
+    cr_assert_eq(o.st.results_accepted, 0, "a cheat was accepted");
+    anet_free(&m);
+}
