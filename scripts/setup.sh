@@ -94,6 +94,7 @@ pip_wanted=(
   "meson-python|ver('meson-python') >= (0, 13)"
   "numpy|ver('numpy') >= (1, 24)"
   "pytest|ver('pytest') >= (7, 0)"
+  "pytest-xdist|ver('pytest-xdist') >= (3, 0)"
   "torch==2.13.0|ver('torch') == (2, 13, 0)"
   "tqdm|ver('tqdm') >= (4, 0)"
   "aiosmtpd|ver('aiosmtpd') >= (1, 4)"

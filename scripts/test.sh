@@ -22,6 +22,10 @@ start=$(date +%s)
 asan=${GOBLIN_TEST_ASAN:-1}
 tsan=${GOBLIN_TEST_TSAN:-0}
 jobs=${GOBLIN_JOBS:-$(nproc 2>/dev/null || echo 2)}
+# Test binaries at once: twice the cores. Many tests wait on the network or on a
+# node's deadlines (a handshake sweep, heartbeats) rather than compute, so a core
+# per binary leaves the cores idle; each binary runs its tests one at a time.
+test_procs=${GOBLIN_TEST_PROCS:-$(( jobs * 2 ))}
 
 log "setup"
 if ! GOBLIN_SETUP_ASAN="$asan" GOBLIN_SETUP_TSAN="$tsan" bash scripts/setup.sh; then
@@ -51,13 +55,13 @@ run_stage() { # name, command...
 rm -f build/meson-logs/testlog.json build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json
 
 log "unit tests (build/)"
-run_stage unit meson test -C build --print-errorlogs --num-processes "$jobs"
+run_stage unit meson test -C build --print-errorlogs --num-processes "$test_procs"
 
 if [ "$asan" = 1 ]; then
   log "unit tests under ASan + UBSan (build-asan/)"
   run_stage asan env ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
     UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}" \
-    meson test -C build-asan --print-errorlogs --num-processes "$jobs" --timeout-multiplier 3
+    meson test -C build-asan --print-errorlogs --num-processes "$test_procs" --timeout-multiplier 3
 fi
 
 if [ "$tsan" = 1 ]; then
@@ -75,13 +79,17 @@ fi
 
 log "python tests (pytest tests/python)"
 junit=$(mktemp /tmp/goblin-pytest-XXXXXX.xml)
+# pytest-xdist: one process per core, a file's tests together in one process (their
+# module-scoped grids and servers are made once). 425 s -> 235 s on 2 cores.
+xdist=()
+"$py" -c 'import xdist' 2>/dev/null && xdist=(-n "$jobs" --dist loadfile)
 pytest_stage() {
   if ! ls tests/python/test_*.py >/dev/null 2>&1; then
     echo "[test] no python tests yet"
     return 0
   fi
   GOBLIN_LIB="$top/build/libgoblin/libgoblin.so" PYTHONPATH="$top/tests/python${PYTHONPATH:+:$PYTHONPATH}" \
-    "$py" -m pytest tests/python -q -p no:cacheprovider --junitxml="$junit"
+    "$py" -m pytest tests/python -q -p no:cacheprovider --junitxml="$junit" "${xdist[@]}"
   local rc=$?
   # 5 = nothing collected: not a failure of ours, and the counts say so.
   [ "$rc" = 5 ] && return 0

@@ -360,7 +360,7 @@ static void run_cheats(const cheat_cfg *cfg_full) {
 }
 
 Test(freivalds_cheats, f64_signed_512x2048x512) {
-    cheat_cfg c = {GOBLIN_DTYPE_F64, DIST_SIGNED, 512, 2048, 512, 2, 100, false, true};
+    cheat_cfg c = {GOBLIN_DTYPE_F64, DIST_SIGNED, 512, 2048, 512, 2, 40, false, true};
     run_cheats(&c);
 }
 
@@ -370,7 +370,7 @@ Test(freivalds_cheats, f64_positive_128x256x128) {
 }
 
 Test(freivalds_cheats, f32_positive_512x2048x512) {
-    cheat_cfg c = {GOBLIN_DTYPE_F32, DIST_POSITIVE, 512, 2048, 512, 2, 100, false, false};
+    cheat_cfg c = {GOBLIN_DTYPE_F32, DIST_POSITIVE, 512, 2048, 512, 2, 40, false, false};
     run_cheats(&c);
 }
 
@@ -380,7 +380,7 @@ Test(freivalds_cheats, f32_signed_64x64x64) {
 }
 
 Test(freivalds_cheats, f32_signed_512x2048x512) {
-    cheat_cfg c = {GOBLIN_DTYPE_F32, DIST_SIGNED, 512, 2048, 512, 2, 100, true, false};
+    cheat_cfg c = {GOBLIN_DTYPE_F32, DIST_SIGNED, 512, 2048, 512, 2, 40, true, false};
     run_cheats(&c);
 }
 
