@@ -3,7 +3,8 @@
  *
  * Where: plain http only on a numeric loopback address (127.0.0.0/8, [::1]); anywhere
  * else https with the node's certificate and key. What: GET and HEAD of three paths;
- * any other method 405, any other path 404, a body refused by nng (collect_body 0),
+ * any other method 405, any other path 404, a body 400 (nng reads at most
+ * STATUS_BODY_MAX bytes of one and answers 400 past that itself),
  * a path over 255 bytes 414. nng reads a request's header line by line into a buffer of
  * its own and closes a connection whose line does not fit. At most
  * STATUS_INFLIGHT_MAX requests are answered at once (more get 503), and one page is
@@ -23,6 +24,9 @@
 #include "base/page.h"
 
 #define STATUS_INFLIGHT_MAX 16
+/* Bytes of a request body nng reads (and answers 400 past) so that a form posted to the
+ * page gets its 405; a body is refused in any case. */
+#define STATUS_BODY_MAX 4096
 
 struct goblin__node_status {
     goblin_node *node;
@@ -51,6 +55,10 @@ static void plain(res *r, int status, const char *text) {
 static void serve(struct goblin__node_status *s, nng_http_req *req, res *r) {
     const char *m = nng_http_req_get_method(req);
     if (strcmp(m, "GET") && strcmp(m, "HEAD")) return plain(r, 405, "GET or HEAD only\n");
+    void *data;
+    size_t len;
+    nng_http_req_get_data(req, &data, &len);
+    if (len) return plain(r, 400, "a request to the status page has no body\n");
     const char *uri = nng_http_req_get_uri(req);
     size_t plen = strcspn(uri, "?#");
     if (plen >= 256) return plain(r, 414, "address too long\n");
@@ -173,7 +181,7 @@ goblin_err goblin_node_status_listen(goblin_node *n, const char *url) {
         goto nng_fail;
     }
     if ((rv = nng_http_handler_alloc(&h, "/", handle)) || (rv = nng_http_handler_set_method(h, NULL)) ||
-        (rv = nng_http_handler_set_tree(h)) || (rv = nng_http_handler_collect_body(h, true, 0)) ||
+        (rv = nng_http_handler_set_tree(h)) || (rv = nng_http_handler_collect_body(h, true, STATUS_BODY_MAX)) ||
         (rv = nng_http_handler_set_data(h, s, NULL))) {
         what = "handler";
         goto nng_fail;
