@@ -414,6 +414,27 @@ typedef struct goblin_node_worker_stats {
 GOBLIN_API goblin_err goblin_node_worker_stats_get(goblin_node *node, int64_t i,
                                                    goblin_node_worker_stats *out);
 
+/* ---- the status page ---------------------------------------------------------
+ * (docs/run-a-node.md, "The status page"). A started node serves, on an address of its
+ * own, what it is doing: / (an HTML page, no script), /status.json (the same as JSON)
+ * and /metrics (Prometheus text, names goblin_node_*): the workers connected (each by
+ * the first 16 hex digits of its identity's fingerprint: threads, memory, leases, tasks
+ * done, rejected, quarantined, probation), the jobs the node holds (number, kind,
+ * verification, state, tasks done of total, checked, computed on the node), the
+ * node-wide verification counters and tasks per second. Never anything of the research:
+ * no file names, operands, results, principals, owners, addresses or tokens. */
+
+/** Serve the status page on @p url (borrowed): "http://127.0.0.1:PORT" (any 127.x.y.z,
+ *  or "http://[::1]:PORT"; PORT 0: a free port, goblin_node_status_port says which), or
+ *  "https://HOST:PORT" with the node's cert_file and key_file (required there). Plain
+ *  http on any other address, a host name ("localhost" included) or a path is refused:
+ *  GOBLIN_EINVAL, with the reason in the node's log. GOBLIN_ESTATE: the node is not
+ *  started, or serves its page already; GOBLIN_EIO: the address cannot be listened on.
+ *  The page is served until goblin_node_stop. GET and HEAD only (others 405). */
+GOBLIN_API goblin_err goblin_node_status_listen(goblin_node *node, const char *url);
+/** The port the status page listens on; GOBLIN_ESTATE if it is not served. */
+GOBLIN_API goblin_err goblin_node_status_port(goblin_node *node, int *port);
+
 /* ---- the hub: borrowing volunteers' workers through goblin-hub ---------------------- *
  * (docs/hub.md, "Machines"). A lab node whose researcher holds a node key of a hub
  * dials the hub's machines address; the hub lends it a share of the workers connected

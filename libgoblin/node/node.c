@@ -406,12 +406,14 @@ goblin_err goblin_node_start(goblin_node *n) {
         n->socket_open = false;
         return GOBLIN_ENOMEM;
     }
+    n->started_ms = goblin__now_ms();
     n->started = true;
     return GOBLIN_OK;
 }
 
 void goblin_node_stop(goblin_node *n) {
     if (!n || !n->started) return;
+    goblin__node_status_stop(n);
     pthread_mutex_lock(&n->mu);
     n->stopping = true;
     pthread_mutex_unlock(&n->mu);
@@ -433,6 +435,7 @@ void goblin_node_stop(goblin_node *n) {
 void goblin_node_free(goblin_node *n) {
     if (!n) return;
     goblin_node_stop(n);
+    goblin__node_status_stop(n);
     goblin__node_hub_free(n);
     for (int32_t k = 0; k < n->n_jobs; k++) n->jobs[k]->node = NULL;
     for (int32_t i = 0; i < GOBLIN_NODE_MAX_LISTEN; i++) goblin__free(n->urls[i]);

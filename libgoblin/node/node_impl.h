@@ -24,6 +24,8 @@
  *   identity.c: worker identities (the proof at HELLO), owners, the allow list and
  *               the quarantine file; the per-identity record (trust, quarantine)
  *   index.c: small hash maps from pipe, session or identity to a table slot
+ *   status.c: the status page's HTTP server (goblin_node_status_listen)
+ *   status_page.c: what it shows: a snapshot under node->mu, as HTML, JSON, Prometheus
  *
  * Peers and identities: a peer is one connection (its pipe, session, leases, what it
  * caches); its slot is freed once it is gone and no lease names it, and reused. An
@@ -403,6 +405,8 @@ struct goblin_node {
     } *test_origins;
     int32_t n_test_origins, cap_test_origins;
     struct goblin__node_hub *hub; /* hub_link.c: the link to goblin-hub, or NULL (under ev_mu) */
+    struct goblin__node_status *status; /* status.c: the status page's server, or NULL */
+    int64_t started_ms;                 /* goblin_node_start's time (the status page's uptime) */
 };
 
 /* The chunk graph of task @p ti of a graph job: the last chunk may be shorter. */
@@ -732,6 +736,23 @@ void goblin__node_drop_held(goblin_node *n, int32_t pi);
 void goblin__node_quarantine(goblin_node *n, int32_t pi);
 /** As goblin__node_quarantine, for identity record @p id (its peer may be gone). */
 void goblin__node_quarantine_identity(goblin_node *n, int32_t id);
+
+/* ---- status.c, status_page.c: the status page ------------------------------------ */
+
+struct goblin__page;
+enum { GOBLIN__STATUS_HTML = 0, GOBLIN__STATUS_JSON = 1, GOBLIN__STATUS_METRICS = 2 };
+
+/* The window of the page's tasks-per-second figure: tasks completed at t_ms. */
+typedef struct goblin__node_rate {
+    int64_t t_ms, done;
+    double per_s;
+} goblin__node_rate;
+
+/** Page @p which (GOBLIN__STATUS_*) of node @p n into @p b, from one snapshot taken under
+ *  n->mu; @p rate: the tasks-per-second window, updated (the caller serializes calls). */
+void goblin__node_status_render(goblin_node *n, int which, struct goblin__page *b, goblin__node_rate *rate);
+/** Stop the status page's server, if any (goblin_node_stop, goblin_node_free). */
+void goblin__node_status_stop(goblin_node *n);
 
 /* ---- hub_link.c: workers borrowed through goblin-hub ---- */
 /* A pipe of the node's socket added (ADD_POST) or removed (REM_POST): the link's

@@ -65,6 +65,9 @@ void node_cli_usage(FILE *f) {
         "  --task-memory BYTES     client jobs: memory of one task (default: the smallest\n"
         "                          budget the connected workers advertise)\n"
         "  --stats-interval-ms N   log the verification counters every N ms (0: at exit)\n"
+        "  --status URL            serve a status page (/, /status.json, /metrics) on URL:\n"
+        "                          http://127.0.0.1:PORT (plain http only on loopback), or\n"
+        "                          https://HOST:PORT with --cert and --key\n"
         "  -v, --verbose           more logging (repeatable); --log-level LEVEL sets it:\n"
         "                          error, warn, info (default), debug\n"
         "  -h, --help, --version\n"
@@ -189,6 +192,9 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         } else if (strcmp(a, "--owners") == 0) {
             NEEDV();
             cli->node.owners_file = v;
+        } else if (strcmp(a, "--status") == 0) {
+            NEEDV();
+            cli->status_url = v;
         } else if (strcmp(a, "--hub") == 0) {
             NEEDV();
             cli->hub_url = v;

@@ -26,6 +26,7 @@ typedef struct node_cli {
     /* --hub: borrow workers through goblin-hub (goblin_node_hub_connect) */
     const char *hub_url, *hub_key_file, *hub_fingerprint, *hub_ca;
     int32_t hub_max_workers;
+    const char *status_url;        /* --status: the status page (goblin_node_status_listen) */
     /* init */
     const char *init_dir;
     bool init_force;

@@ -139,6 +139,8 @@ static int run_token(const node_cli *cli) {
 static goblin_err set_node_tls(node_cli *cli) {
     bool any_tls = false;
     for (int i = 0; i < cli->node.n_listen; i++) any_tls |= tool_url_is_tls(cli->node.listen[i]);
+    /* An https status page is served with the node's certificate too. */
+    any_tls |= cli->status_url && !strncmp(cli->status_url, "https://", 8);
     if (!any_tls) return GOBLIN_OK;
     goblin_tls_identity id;
     goblin_errbuf why_eb = {0};
@@ -258,6 +260,13 @@ int main(int argc, char **argv) {
             goblin_node_free(node);
             return tool_exit_code(e);
         }
+    }
+    if (cli.status_url && (e = goblin_node_status_listen(node, cli.status_url))) {
+        tool_logf(cli.log_level, GOBLIN_LOG_ERROR, "cannot serve the status page on %s: %s", cli.status_url,
+                  goblin_strerror(e));
+        goblin_gateway_free(gw);
+        goblin_node_free(node);
+        return tool_exit_code(e);
     }
     tool_logf(cli.log_level, GOBLIN_LOG_INFO, "node %s running (catalogue %u); SIGINT/SIGTERM stop it",
               GOBLIN_VERSION_STRING, goblin_catalog_version());
