@@ -8,7 +8,6 @@ The executables come from the build directory ($GOBLIN_BUILD, default build/).
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 import urllib.error
@@ -17,24 +16,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("GOBLIN_BUILD", os.path.join(ROOT, "build"))
-TOOLS = os.path.join(BUILD, "tools")
-NODE = os.path.join(TOOLS, "goblin-node")
-WORKER = os.path.join(TOOLS, "goblin-worker")
-CLIENT = os.path.join(TOOLS, "goblin-client")
+from goblin_tools import CLIENT, NODE, WORKER, free_port, needs  # noqa: E402  (tests/python is on sys.path)
 
-pytestmark = pytest.mark.skipif(
-    not all(os.path.exists(p) for p in (NODE, WORKER, CLIENT)),
-    reason=f"goblin-node/goblin-worker/goblin-client not built in {TOOLS}")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+pytestmark = needs(NODE, WORKER, CLIENT)
 
 
 def get(url):

@@ -15,24 +15,12 @@ import pytest
 
 import goblin
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOLS = os.path.join(os.environ.get("GOBLIN_BUILD", os.path.join(ROOT, "build")), "tools")
-NODE = os.path.join(TOOLS, "goblin-node")
-WORKER = os.path.join(TOOLS, "goblin-worker")
+from goblin_tools import NODE, WORKER, free_port, needs  # noqa: E402  (tests/python is on sys.path)
 
-pytestmark = pytest.mark.skipif(not (os.path.exists(NODE) and os.path.exists(WORKER)),
-                                reason=f"goblin-node/goblin-worker not built in {TOOLS}")
+pytestmark = needs(NODE, WORKER)
 
 MIB = 1 << 20
 CONSTANT = 16 * MIB  # docs/runtime.md, "A worker's memory"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def status(pid):
