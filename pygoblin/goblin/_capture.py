@@ -100,9 +100,10 @@ class _Lowering:
         self.batch_first = batch_first
         self.batch_hints = {}  # user input index -> batch dim (from the RNN ops, _capture_rnn.py)
 
-    def rnn_dropout_ok(self, name, p):
-        """An RNN's inter-layer dropout in training mode: refused (call model.eval())."""
-        return False
+    def rnn_dropout(self, name, p, x, batch_dim):
+        """An RNN's inter-layer dropout in training mode on layer output x (its batch in
+        batch_dim): None refuses it (call model.eval()); the training lowering drops."""
+        return None
 
     # -- helpers -----------------------------------------------------------
     def meta(self, node):

@@ -80,7 +80,8 @@ def hint(name, args):
         return None
     return (f"{mod}: capture supports a padded tensor input (seq-first or batch_first, 1 or more layers, "
             "bidirectional, with or without biases), not a PackedSequence (pack_padded_sequence: pad the batch and "
-            "mask the outputs instead), not proj_size, and inter-layer dropout only in eval mode")
+            "mask the outputs instead), not proj_size; inter-layer dropout in training mode only in "
+            "goblin.capture_training / grid.train (goblin.capture: eval mode)")
 
 
 def _cell_lstm(g, xt, h, c, whh, bhh, hs):
@@ -136,8 +137,9 @@ def lower(low, node, name, args):
     lstm = name == "lstm"
     x, hx, params, has_b, layers, dropout, train, bidir, batch_first = args[:9]
     layers, dirs = int(layers), 2 if bidir else 1
-    if train and dropout and layers > 1 and not low.rnn_dropout_ok(name, dropout):
-        return None
+    drop = bool(train and dropout and layers > 1)
+    if drop and low.rnn_dropout(name, float(dropout), None, None) is None:
+        return None  # refused before anything is added to the graph
     unbatched = x.ndim == 2
     per = 4 if has_b else 2
     if len(params) != per * layers * dirs:
@@ -183,6 +185,8 @@ def lower(low, node, name, args):
             h_n.append(h)
             c_n.append(c)
         inp = outs[0] if dirs == 1 else g.op("concat", *outs, axis=2)
+        if drop and layer < layers - 1:  # torch: dropout on every layer's output but the last's
+            inp = low.rnn_dropout(name, float(dropout), inp, 0 if batch_first else 1)
     res = [inp, g.op("stack", *h_n, axis=0)]
     if lstm:
         res.append(g.op("stack", *c_n, axis=0))

@@ -91,7 +91,9 @@ ROWS = [
     ("rms_norm", "rms_norm", "eps=None becomes torch's default, the dtype's machine epsilon", "both"),
     ("softmax _softmax log_softmax _log_softmax", "softmax, log_softmax", "", "both"),
     ("scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu",
-     "scaled_dot_product_attention (causal, mask, scale)", "no dropout_p, no enable_gqa", "both"),
+     "scaled_dot_product_attention (causal, mask, scale); with dropout_p (training capture): matmul, softmax, "
+     "dropout of the weights, matmul", "dropout_p: goblin.capture_training only (goblin's dropout, the weights' "
+     "batch leading); no enable_gqa", "both"),
     ("embedding", "embedding", "", "both"),
     ("_embedding_bag _embedding_bag_forward_only", "embedding, then sum (mul by per_sample_weights) / mean / "
      "reduce_max over the bag (decomposed)",
@@ -156,8 +158,8 @@ ROWS = [
      "nn.LSTM, nn.GRU, nn.RNN (tanh or relu): any layers, bidirectional, batch_first either way, with or "
      "without biases, hx given or zeros, unbatched 2-d input; at most 4096 cell steps (sequence length x "
      "layers x directions; past it: RangeError with advice); not PackedSequence, not proj_size; inter-layer "
-     "dropout: refused by goblin.capture in training mode (call model.eval()), off in "
-     "goblin.capture_training (with a warning)", "both"),
+     "dropout: refused by goblin.capture in training mode (call model.eval()); goblin's dropout on each "
+     "layer's output but the last in goblin.capture_training (drawn batch-first)", "both"),
     # -- creation --
     ("arange", "arange", "", "both"),
     ("_assert_async", "nothing (the check is not run)", "the range check of F.one_hot (which becomes arange, "
@@ -228,10 +230,14 @@ TRAINING_MODE = """\
   the element, never on the micro-batches, pipeline stages or tiles (tested: gradients
   equal torch.autograd's with that mask for one micro-batch, three, and a staged plan).
   A dropout on batch data must have the batch rows as its leading dim (the trainer refuses
-  one behind a reshape that folds the batch, naming the node). Not mapped: `dropout_p` of
-  `F.scaled_dot_product_attention` (refused; put an `nn.Dropout` on the attention's output
-  instead) and the inter-layer dropout of `nn.LSTM` / `nn.GRU` / `nn.RNN` (off, with a
-  UserWarning).
+  one behind a reshape that folds the batch, naming the node; so a seq-first
+  `nn.TransformerEncoderLayer` with dropout > 0 is refused: use batch_first=True).
+  `dropout_p` of `F.scaled_dot_product_attention` (an attention module's dropout) is
+  composed as torch's math path: `softmax(q k^T scale + mask)`, goblin's dropout of the
+  weights `[batch, heads, L, S]`, `@ v` (goblin.capture refuses it). The inter-layer
+  dropout of `nn.LSTM` / `nn.GRU` / `nn.RNN` is goblin's dropout on every layer's output
+  but the last, drawn on the batch-first view (seq-first: permuted around it). Tested
+  against torch with the same masks over 10 rounds (tests/python/test_pkg_train_parity.py).
 - **Batch-norm** normalizes each micro-batch with its own statistics (torch normalizes a
   batch with the whole batch's; with one micro-batch they are the same, as with torch's
   gradient accumulation). Its **running statistics** are torch's: every task of the stage

@@ -90,12 +90,40 @@ class _TrainLowering(_capture._Lowering):
     def _known(self, node):
         return self._name(node) in _capture._table.TRAINING
 
-    def rnn_dropout_ok(self, name, p):
-        warnings.warn(f"goblin.capture_training: the inter-layer dropout (p={p}) of an {_rnn._MODULE[name]} is "
-                      "off on the grid (goblin's dropout cannot follow torch's random stream), so training "
-                      "differs from torch's in train mode; build the module with dropout=0 to silence this",
-                      UserWarning, stacklevel=2)
-        return True
+    def rnn_dropout(self, name, p, x, batch_dim):
+        """The inter-layer dropout of a multi-layer RNN: goblin's dropout op on the layer's
+        output sequence, with the batch moved to the leading dim for the draw (the trainer
+        keys the mask by the element's index in the whole batch, so the batch must lead),
+        then moved back. torch drops every element of the output independently, so this
+        is its distribution (not its random stream)."""
+        if x is None:
+            return True  # the check before unrolling: dropped here
+        if batch_dim == 0:
+            return self.dropout(x, p)
+        perm = list(range(x.ndim))
+        perm[0], perm[batch_dim] = batch_dim, 0
+        return self.dropout(x.permute(perm), p).permute(perm)
+
+    def attention(self, q, k, v, mask, dp, causal, scale):
+        """F.scaled_dot_product_attention(dropout_p > 0) in training mode, composed as torch's
+        math reference computes it: softmax(q k^T scale + mask) then dropout of the weights
+        (goblin's dropout op, keep 1 - p, scale 1 / (1 - p)), then @ v. The weights'
+        leading dim is q's: the batch of an attention module's [batch, heads, L, S]."""
+        g = self.g
+        sc = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+        s = g.op("matmul", q, k, trans_b=1, alpha=sc)
+        lq, lk = q.shape[-2], k.shape[-2]
+        if causal:
+            keep = np.tril(np.ones((lq, lk), dtype=bool))
+            s = s + g.constant(np.where(keep, 0.0, -np.inf), dtype=s.dtype)
+        if mask is not None:
+            if mask.dtype == "bool":
+                ninf = g.constant(np.full((1,) * s.ndim, -np.inf), dtype=s.dtype)
+                s = g.op("where", mask, s, ninf)
+            else:
+                s = s + self.cast(mask, s.dtype)
+        w = self.dropout(g.op("softmax", s, axis=s.ndim - 1), float(dp))
+        return g.op("matmul", w, v)
 
     def dropout(self, x, p):
         """A DROPOUT node with this capture's next seed (distinct per node)."""
@@ -149,6 +177,12 @@ class _TrainLowering(_capture._Lowering):
                 return x if name == "dropout" else (x, None)
             y = self.dropout(x, float(p))
             return y if name == "dropout" else (y, None)
+        if name == "scaled_dot_product_attention":
+            dp = args[4] if len(args) > 4 else kw.get("dropout_p", 0.0)
+            if dp and not kw.get("enable_gqa"):
+                mask = args[3] if len(args) > 3 else kw.get("attn_mask")
+                causal = args[5] if len(args) > 5 else kw.get("is_causal", False)
+                return self.attention(args[0], args[1], args[2], mask, dp, causal, kw.get("scale"))
         if name == "_native_batch_norm_legit" and isinstance(args[0], _capture._decomp.Unviewed):
             return super().lower(node, name, args, kw)  # F.instance_norm: a group norm per channel
         if name == "_native_batch_norm_legit":

@@ -309,7 +309,10 @@ def test_attention_dropout_p_is_refused_with_advice():
             return F.scaled_dot_product_attention(q, q, q, dropout_p=0.1).sum()
 
     with pytest.raises(goblin.UnsupportedOpError, match=r"dropout_p=0.1.*nn.Dropout"):
-        goblin.capture_training(M(), None, torch.randn(2, 3, 8))
+        goblin.capture(M().train(), torch.randn(2, 3, 8))
+    # training capture maps it: softmax, goblin's dropout of the weights, matmul
+    g = goblin.capture_training(M(), None, torch.randn(2, 3, 8)).graph
+    assert [g.node(i).op for i in range(len(g))].count("dropout") == 1
 
 
 def test_checkpoint_resume_draws_the_same_masks(grid, tmp_path):

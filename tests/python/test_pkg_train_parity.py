@@ -43,10 +43,10 @@ class Encoder(nn.Module):
     """[batch, seq, 16] -> a TransformerEncoderLayer (batch_first either way; a seq-first
     layer gets the data transposed) -> mean over the sequence -> Linear to 3 classes."""
 
-    def __init__(self, batch_first):
+    def __init__(self, batch_first, dropout=0.0):
         super().__init__()
         self.bf = batch_first
-        self.layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=batch_first)
+        self.layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=dropout, batch_first=batch_first)
         self.head = nn.Linear(16, 3)
 
     def forward(self, x):
@@ -57,10 +57,10 @@ class Encoder(nn.Module):
 class LSTMLM(nn.Module):
     """Tokens [batch, seq] -> Embedding -> 2-layer batch_first LSTM -> Linear to the vocabulary."""
 
-    def __init__(self, v=13, e=8, h=12):
+    def __init__(self, v=13, e=8, h=12, dropout=0.0):
         super().__init__()
         self.emb = nn.Embedding(v, e)
-        self.rnn = nn.LSTM(e, h, num_layers=2, batch_first=True)
+        self.rnn = nn.LSTM(e, h, num_layers=2, batch_first=True, dropout=dropout)
         self.out = nn.Linear(h, v)
 
     def forward(self, tok):
@@ -74,16 +74,16 @@ def next_token_loss(logits, target):
 class GRUClassifier(nn.Module):
     """[seq, batch, 5] (seq-first) -> a 2-layer GRU -> its last hidden state -> Linear to 4 classes."""
 
-    def __init__(self):
+    def __init__(self, dropout=0.0):
         super().__init__()
-        self.rnn = nn.GRU(5, 10, num_layers=2)
+        self.rnn = nn.GRU(5, 10, num_layers=2, dropout=dropout)
         self.head = nn.Linear(10, 4)
 
     def forward(self, x):
         return self.head(self.rnn(x)[1][-1])
 
 
-def _case(name, dt):
+def _case(name, dt, dropout=0.0):
     """(model, loss_fn, batch dims of the data, the data for ROUNDS batches, optimizer).
     The data can be learned (so the 20 rounds move the weights far from the start): the
     class is the largest of the first features' sums; the tokens mostly follow a rule."""
@@ -94,7 +94,7 @@ def _case(name, dt):
     if name.startswith("encoder"):
         x = torch.randn(n, 6, 16, generator=gen).to(tdt)
         y = x.sum(1)[:, :3].argmax(1)
-        return (Encoder(name.endswith("batch_first")).to(tdt), F.cross_entropy, (0, 0), (x, y),
+        return (Encoder(name.endswith("batch_first"), dropout).to(tdt), F.cross_entropy, (0, 0), (x, y),
                 goblin.optim.SGD(lr=0.05, momentum=0.9))
     if name == "lstm lm":  # next-token prediction over sequences of 7 tokens: t' = 3 t + 1 mod 13, 1 in 8 random
         tok = torch.empty(n, 7, dtype=torch.int64)
@@ -103,12 +103,12 @@ def _case(name, dt):
             noise = torch.randint(0, 13, (n,), generator=gen)
             keep = torch.randint(0, 8, (n,), generator=gen) > 0
             tok[:, t] = torch.where(keep, (3 * tok[:, t - 1] + 1) % 13, noise)
-        return (LSTMLM().to(tdt), next_token_loss, (0, 0), (tok[:, :-1].contiguous(), tok[:, 1:].contiguous()),
+        return (LSTMLM(dropout=dropout).to(tdt), next_token_loss, (0, 0), (tok[:, :-1].contiguous(), tok[:, 1:].contiguous()),
                 goblin.optim.SGD(lr=3.0))
     assert name == "gru"
     x = torch.randn(5, n, 5, generator=gen).to(tdt)
     y = x.sum(0)[:, :4].argmax(1)
-    return (GRUClassifier().to(tdt), F.cross_entropy, (1, 0), (x, y),
+    return (GRUClassifier(dropout).to(tdt), F.cross_entropy, (1, 0), (x, y),
             goblin.optim.SGD(lr=0.2, momentum=0.9, nesterov=True, weight_decay=1e-3))
 
 
@@ -177,3 +177,123 @@ def test_20_rounds_match_torch(grid, name, dt):
         ours = np.abs(got - exact) / exact
         theirs = np.abs(want - exact) / exact
         assert ours.max() <= 10 * theirs.max() + 1e-7, (name, ours.max(), theirs.max())
+
+
+# ---- dropout inside the attention and between recurrent layers --------------------------------
+#
+# goblin's dropout masks are not torch's random stream (docs/training.md "Dropout"): node k
+# of the capture (in program order) draws with seed mix64((SEED + k) ^ mix64(round)), the
+# element's counter its row-major index in the whole batch's value. The references below
+# are the same models written out in torch with those masks multiplied in (the mask
+# function is test_pkg_train_dropout's independent Philox), each checked against the
+# torch module itself with all-ones masks.
+
+import test_pkg_train_dropout as drop  # noqa: E402  (tests/python is on sys.path)
+
+P, SEED = 0.25, 7
+
+
+def _masks(shapes, rnd, rows):
+    """The trainer's masks of round rnd for dropout nodes of these batch-first shapes (the
+    whole batch: rows), as float tensors scaled by 1 / (1 - P)."""
+    out = []
+    for k, shp in enumerate(shapes):
+        shp = (rows,) + tuple(shp)
+        keep = drop.keep_mask(drop.round_seed(SEED + k, rnd), 0, int(np.prod(shp)), P).reshape(shp)
+        out.append(torch.from_numpy(keep.astype(np.float64)) * (1.0 / (1.0 - P)))
+    return out
+
+
+def _encoder_ref(m, x, masks):
+    """Encoder(batch_first=True) with the masks of its four dropouts: the attention weights
+    [B, heads, L, L], the self-attention block's output, the feed-forward's hidden, its output."""
+    ly, (b, t, e), h = m.layer, x.shape, m.layer.self_attn.num_heads
+    ma, m1, mf, m2 = (mk.to(x.dtype) for mk in masks)
+    q, k, v = F.linear(x, ly.self_attn.in_proj_weight, ly.self_attn.in_proj_bias).chunk(3, -1)
+    q, k, v = (z.reshape(b, t, h, e // h).transpose(1, 2) for z in (q, k, v))
+    a = torch.softmax(q @ k.transpose(-1, -2) / (e // h) ** 0.5, -1) * ma
+    o = ly.self_attn.out_proj((a @ v).transpose(1, 2).reshape(b, t, e))
+    z = ly.norm1(x + o * m1)
+    z = ly.norm2(z + ly.linear2(F.relu(ly.linear1(z)) * mf) * m2)
+    return m.head(z.mean(1))
+
+
+def _layers(rnn):
+    """The layers of a 2-layer nn.LSTM / nn.GRU as two 1-layer modules sharing its weights."""
+    mods = []
+    for layer in range(2):
+        one = type(rnn)(rnn.input_size if layer == 0 else rnn.hidden_size, rnn.hidden_size,
+                        batch_first=rnn.batch_first).to(rnn.weight_hh_l0.dtype)
+        for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            setattr(one, n + "_l0", getattr(rnn, f"{n}_l{layer}"))
+        mods.append(one)
+    return mods
+
+
+def _lstm_ref(m, tok, masks):
+    """LSTMLM with the mask of the dropout between its layers ([B, T, hidden])."""
+    l0, l1 = _layers(m.rnn)
+    return m.out(l1(l0(m.emb(tok))[0] * masks[0].to(m.out.weight.dtype))[0])
+
+
+def _gru_ref(m, x, masks):
+    """GRUClassifier (seq-first) with the mask between its layers, drawn batch-first
+    [B, T, hidden] (the capture drops the batch-first view) and applied as [T, B, hidden]."""
+    l0, l1 = _layers(m.rnn)
+    return m.head(l1(l0(x)[0] * masks[0].transpose(0, 1).to(x.dtype))[1][-1])
+
+
+DROP = {  # name -> (reference forward, the dropout values' shapes after the batch)
+    "encoder batch_first": (_encoder_ref, [(2, 6, 6), (6, 16), (6, 32), (6, 16)]),
+    "lstm lm": (_lstm_ref, [(6, 12)]),
+    "gru": (_gru_ref, [(5, 10)]),
+}
+
+
+@pytest.mark.parametrize("name", list(DROP))
+def test_references_with_all_ones_masks_are_the_modules(name):
+    ref_fwd, shapes = DROP[name]
+    model, _, dims, data, _ = _case(name, "f64", P)
+    x = data[0].narrow(dims[0], 0, 4)
+    ones = [torch.ones((4,) + s, dtype=torch.float64) for s in shapes]
+    model.eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(ref_fwd(model, x, ones).numpy(), model(x).numpy(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dt", ["f64", "f32"])
+@pytest.mark.parametrize("name", list(DROP))
+def test_dropout_rounds_match_torch_with_the_same_masks(grid, name, dt):
+    """TransformerEncoderLayer(dropout=0.25) (SDPA's dropout_p and three nn.Dropout), a
+    2-layer LSTM and a 2-layer GRU with dropout=0.25 between the layers: 10 rounds on the
+    grid in micro-batches of 4 against the torch references with the trainer's masks,
+    within the tolerances of the dropout-free runs."""
+    ref_fwd, shapes = DROP[name]
+    model, loss_fn, dims, data, opt = _case(name, dt, P)
+    batches = _batches(data, dims)[:10]  # 10 rounds: the masks change every round
+    ref = copy.deepcopy(model)
+    topt = opt.torch(ref.parameters())
+    want = []
+    for rnd, batch in enumerate(batches):
+        masks = _masks(shapes, rnd, B)
+        topt.zero_grad()
+        total = 0.0
+        for s in range(0, B, MB):
+            part = [t.narrow(d, s, MB) for t, d in zip(batch, dims)]
+            loss = loss_fn(ref_fwd(ref, part[0], [mk[s:s + MB] for mk in masks]), *part[1:])
+            (loss * (MB / B)).backward()
+            total += float(loss.detach()) * MB / B
+        topt.step()
+        want.append(total)
+    want = np.array(want)
+    with grid.train(model, loss_fn, optimizer=opt, batch_size=B, micro_batch_size=MB, seed=SEED,
+                    progress=False) as tr:
+        got = np.array([tr.step(*[t.numpy() for t in batch])["loss"] for batch in batches])
+        ops = [tr.capture.graph.node(i) for i in range(len(tr.capture.graph))]
+        assert [tuple(n.shape[1:]) for n in ops if n.op == "dropout"] == [tuple(s) for s in shapes]
+        sd = tr.state_dict()
+    rel = np.abs(got - want) / np.abs(want)
+    assert rel.max() <= LOSS_TOL[dt], (name, dt, int(rel.argmax()), got[rel.argmax()], want[rel.argmax()])
+    for k, p in ref.named_parameters():
+        err = _rel(sd[k].numpy(), p.detach().numpy())
+        assert err <= WEIGHT_TOL[dt], (name, dt, k, err)
