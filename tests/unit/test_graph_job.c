@@ -527,6 +527,12 @@ Test(graph_job, trust_decays_with_agreements) {
     gp.worker.log_level = GOBLIN_LOG_ERROR;
     gp.node.probation_results = 0;
     gp.node.audit_rate = 0.0;
+    /* One task in flight per worker: a worker sends a result before it asks for its
+     * next task, so each agreement is counted before the next replica is decided. With
+     * two slots a loaded machine let the workers lease all 64 tasks before the first
+     * agreement (64 replicas in a fresh-clone ASan run), so the count measured
+     * scheduling, not the trust rule. */
+    gp.worker.slots = 1;
     goblin_grid *grid = rt_local_grid(2, &gp);
     goblin_node *node = goblin_grid_node(grid);
     mlp m = mlp_new(GOBLIN_DTYPE_F32, 64, 4, 3);
