@@ -313,10 +313,15 @@ void goblin__node_hub_stop(goblin_node *n) {
     h->stop = true;
     pthread_mutex_unlock(&h->mu);
     if (was) return;
-    if (h->ctl_open) nng_close(h->ctl);
-    h->ctl_open = false;
+    /* The thread first (it wakes within its 20 ms receive), then the socket: nng 1.5.2
+     * can hang in nng_close when a send on a tls+tcp pipe races the pipe's close (the
+     * transport starts the send on an aio the close has already stopped, and nothing
+     * ever finishes it; pair1_pipe_stop then waits forever). With the thread gone, no
+     * send of ours is in flight when the socket closes. */
     if (h->have_thread) pthread_join(h->thread, NULL);
     h->have_thread = false;
+    if (h->ctl_open) nng_close(h->ctl);
+    h->ctl_open = false;
     for (;;) {
         nng_dialer closing[64];
         int32_t n_closing = 0;
