@@ -552,7 +552,9 @@ static void refuse_worker(goblin_gateway *g, nng_pipe pipe) {
     if (goblin__wire_encoded_size(&m, &sz) == GOBLIN_OK && nng_msg_alloc(&msg, sz) == 0) {
         if (goblin__wire_encode_into(&m, nng_msg_body(msg), sz, &len) == GOBLIN_OK) {
             nng_msg_set_pipe(msg, pipe);
-            if (nng_sendmsg(g->sock, msg, NNG_FLAG_NONBLOCK) == 0) msg = NULL;
+            int rv = nng_sendmsg(g->sock, msg, NNG_FLAG_NONBLOCK);
+            if (rv == 0) msg = NULL;
+            else goblin__gw_log(g, GOBLIN_LOG_WARN, "could not send the refusal to a worker: %s", nng_strerror(rv));
         }
         if (msg) nng_msg_free(msg);
     }

@@ -355,7 +355,9 @@ static void send_hello(goblin_worker *w, uint32_t link) {
     /* The PROOF signs this HELLO's bytes: an identity proof cannot be moved to another
      * HELLO (other token, other memory claims). */
     goblin__wkey_hash(nng_msg_body(msg), nng_msg_len(msg), w->hello_hash);
-    send_taken_on(w, msg, link);
+    int rv = send_taken_on(w, msg, link);
+    if (rv) goblin__worker_log(w, GOBLIN_LOG_WARN, "could not send the HELLO: %s", nng_strerror(rv));
+    w->hello_ms = goblin__now_ms();
 }
 
 /* CHALLENGE: sign the node's nonce, this connection's HELLO and the public key. */
@@ -382,6 +384,14 @@ static void send_proof(goblin_worker *w, const goblin__wire_challenge *c) {
 const char *goblin_worker_identity(const goblin_worker *w) { return w ? goblin__wkey_fingerprint(w->key) : ""; }
 
 /* ---- the loop ---------------------------------------------------------------------- */
+
+/* Has the live link finished its handshake? */
+static bool link_joined(goblin_worker *w) {
+    pthread_mutex_lock(&w->tx_mu);
+    bool j = w->link && w->joined;
+    pthread_mutex_unlock(&w->tx_mu);
+    return j;
+}
 
 /* The live link, or 0. */
 static uint32_t cur_link(goblin_worker *w) {
@@ -549,6 +559,9 @@ goblin_err goblin_worker_run(goblin_worker *w) {
              * below). With none asked for, nothing is owed: wait without a timer, or
              * until kept inputs are due to be dropped (cache_expire). */
             nng_duration to = w->credit > 0 ? RESYNC_MS : NNG_DURATION_INFINITE;
+            /* A HELLO not yet answered: wake to check its deadline (below). */
+            if (w->hello_link && !link_joined(w) && (to == NNG_DURATION_INFINITE || to > RESYNC_MS))
+                to = RESYNC_MS;
             if (to == NNG_DURATION_INFINITE && w->p.cache_idle_ms && goblin__worker_cache_held(w)) {
                 int64_t left = (int64_t)w->p.cache_idle_ms - (goblin__now_ms() - w->last_task_ms);
                 to = left < 1 ? 1 : left > INT32_MAX ? INT32_MAX : (nng_duration)left;
@@ -576,7 +589,23 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         } else {
             rv = nng_recvmsg(w->sock, &nm, 0);
         }
-        if (rv == NNG_ETIMEDOUT || rv == NNG_EAGAIN) continue;
+        if (rv == NNG_ETIMEDOUT || rv == NNG_EAGAIN) {
+            /* No answer to the HELLO (HELLO_ACK, CHALLENGE or REFUSE) within
+             * HELLO_WAIT_MS: the message was lost (seen with nng 1.5.2 under heavy
+             * load) or the peer says nothing. End the link; the dialer redials and the
+             * next link gets a new HELLO, instead of this worker waiting for good. */
+            uint32_t hl = w->hello_link;
+            if (hl && hl == cur_link(w) && !link_joined(w) &&
+                goblin__now_ms() - w->hello_ms >= HELLO_WAIT_MS) {
+                goblin__worker_log(w, GOBLIN_LOG_WARN, "no answer to the HELLO within %d s; redialing",
+                                   HELLO_WAIT_MS / 1000);
+                w->hello_ms = goblin__now_ms();
+                nng_pipe pp = NNG_PIPE_INITIALIZER;
+                pp.id = hl;
+                nng_pipe_close(pp);
+            }
+            continue;
+        }
         if (rv) {
             goblin__worker_log(w, GOBLIN_LOG_ERROR, "receive failed: %s", nng_strerror(rv));
             result = goblin__transport_err(rv);
@@ -622,6 +651,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             }
             switch (m->type) {
             case GOBLIN_WIRE_TYPE_CHALLENGE:
+                w->hello_ms = goblin__now_ms(); /* answered: the wait starts again for the ACK */
                 send_proof(w, &m->body.challenge);
                 break;
             case GOBLIN_WIRE_TYPE_HELLO_ACK:

@@ -94,6 +94,7 @@ struct goblin_worker {
     uint32_t link;
     bool joined;
     uint32_t hello_link; /* loop thread: the link the last HELLO went on */
+    int64_t hello_ms;    /* loop thread: when it went (goblin__now_ms) */
     int send_fd;         /* NNG_OPT_SENDFD: readable when a send would not block; -1 */
     goblin__wire_limits limits;
     /* The panel cache: slots (indices stay put while a panel is kept), a hash index of
@@ -131,6 +132,7 @@ struct goblin_worker {
 
 
 #define RESYNC_MS 1000 /* idle with leases asked for: ask again after this long */
+#define HELLO_WAIT_MS 60000 /* a HELLO unanswered this long: redial (a hub answers only once it lends the worker) */
 
 /* worker.c: logging and sending (loop thread unless said otherwise) */
 /* The memory a task may take, advertised in HELLO: memory_bytes less the cache, over

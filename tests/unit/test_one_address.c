@@ -184,7 +184,7 @@ Test(one_address, a_node_without_clients_says_so_at_once, .timeout = 60) {
     goblin_node_free(node);
 }
 
-Test(one_address, separate_addresses_point_at_each_other, .timeout = 120) {
+Test(one_address, separate_addresses_point_at_each_other, .timeout = 240) {
     char workers[64], clients[96], dir[128];
     snprintf(workers, sizeof workers, "tcp://127.0.0.1:%d", hp_free_port());
     snprintf(clients, sizeof clients, "ipc:///tmp/goblin-oneaddr-clients-%d.sock", (int)getpid());
@@ -201,6 +201,9 @@ Test(one_address, separate_addresses_point_at_each_other, .timeout = 120) {
     gp.listen[0] = clients;
     gp.n_listen = 1;
     gp.open = true;
+    rt_log log = {0};
+    gp.log = rt_log_fn;
+    gp.log_user = &log;
     goblin_gateway *gw;
     cr_assert_eq(goblin_gateway_new(&gw, node, &gp), GOBLIN_OK);
     cr_assert_eq(goblin_gateway_start(gw), GOBLIN_OK);
@@ -219,7 +222,6 @@ Test(one_address, separate_addresses_point_at_each_other, .timeout = 120) {
     wp.connect[0] = clients;
     wp.n_connect = 1;
     wp.config_dir = dir;
-    rt_log log = {0};
     wp.log = rt_log_fn;
     wp.log_user = &log;
     goblin_worker *w;
