@@ -12,6 +12,7 @@ import urllib.parse
 import pytest
 
 webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
@@ -43,8 +44,19 @@ def loads(d, act):
     """Do @p act (a click or an Enter that submits or follows a link) and wait until the
     browser has left the page it was on: neither a click nor a key waits for the next
     page, and on a loaded machine the old page is still there when the next line reads."""
-    old = d.find_element(By.TAG_NAME, "html")
-    act()
+    for attempt in range(5):
+        old = d.find_element(By.TAG_NAME, "html")
+        try:
+            act()
+            break
+        except (StaleElementReferenceException, WebDriverException) as e:
+            # The document was swapped between finding the element and clicking it
+            # ("Node with given id does not belong to the document", seen on a loaded
+            # machine): the click did not happen, so find it again in the new document.
+            if attempt == 4 or not (isinstance(e, StaleElementReferenceException)
+                                    or "does not belong to the document" in str(e)):
+                raise
+            WebDriverWait(d, 60).until(lambda drv: drv.execute_script("return document.readyState") == "complete")
     WebDriverWait(d, 60).until(EC.staleness_of(old))
     WebDriverWait(d, 60).until(lambda drv: drv.execute_script("return document.readyState") == "complete")
 
