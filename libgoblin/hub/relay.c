@@ -492,13 +492,16 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
 
 /* Counting one reporter's quarantines in force. */
 typedef struct by_reporter {
-    const char *who;
+    const char *who, *subject;
     int32_t n;
+    bool lifted; /* the operator lifted this reporter's quarantine of subject */
 } by_reporter;
 
 static goblin_err count_reporter(void *ctx, const goblin_hub_quarantine *q) {
     by_reporter *b = ctx;
-    if (!strcmp(q->reported_by, b->who)) b->n++;
+    if (strcmp(q->reported_by, b->who)) return GOBLIN_OK;
+    if (!q->lifted) b->n++;
+    else if (!strcmp(q->subject, b->subject)) b->lifted = true;
     return GOBLIN_OK;
 }
 
@@ -517,8 +520,12 @@ static bool record_quarantine(rconn *c, const goblin__hubw_msg *hm) {
         r->st.quarantines_repeated++;
         return true;
     }
-    by_reporter b = {who, 0};
-    if (goblin_hub_store_quarantine_each(r->h->store, false, count_reporter, &b)) return false;
+    by_reporter b = {who, subject, 0, false};
+    if (goblin_hub_store_quarantine_each(r->h->store, true, count_reporter, &b)) return false;
+    if (b.lifted) { /* the node resends its list on every link; the operator's lift stands */
+        r->st.quarantines_repeated++;
+        return true;
+    }
     if (b.n >= REPORTS_PER_KEY) { /* refused, but the node stays linked: it may simply have many */
         r->st.quarantines_refused++;
         return true;

@@ -762,3 +762,53 @@ Test(hub_relay, quarantine_message_round_trips_and_every_cut_is_refused) {
     cr_assert_eq(goblin__hubw_decode(b, n, &d, NULL, 0), GOBLIN_OK);
     cr_assert_eq(strlen(d.reason_text), (size_t)GOBLIN__HUBW_REASON_MAX);
 }
+
+/* A node's quarantine list (here its quarantine file, as a node restarted after catching
+ * a worker has it) reaches the hub once the link is up, reported by the node's key. */
+Test(hub_relay, a_linked_node_reports_its_quarantines, .timeout = 60) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    static const char fp1[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    char qpath[400];
+    snprintf(qpath, sizeof qpath, "%s/quarantine.txt", dir);
+    FILE *f = fopen(qpath, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "%s\n", fp1);
+    fclose(f);
+    goblin_node_params p;
+    goblin_node_params_default(&p);
+    p.listen[0] = "tcp://127.0.0.1:0";
+    p.n_listen = 1;
+    p.quarantine_file = qpath;
+    goblin_node *n = NULL;
+    cr_assert_eq(goblin_node_new(&n, &p), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(n), GOBLIN_OK);
+    cr_assert_eq(link_node(n, key), GOBLIN_OK);
+    WAIT_STAT(quarantines_recorded, 1);
+    goblin_hub_quarantine q;
+    memset(&q, 0, sizeof q);
+    strcpy(q.subject, fp1);
+    cr_assert_eq(goblin_hub_store_quarantine_each(goblin_hub_get_store(hub), false, find_q, &q), GOBLIN_OK);
+    cr_assert_gt(q.id, 0);
+    char who[64];
+    snprintf(who, sizeof who, "node key %lld", (long long)kid);
+    cr_assert_str_eq(q.reported_by, who);
+    cr_assert_eq(quarantines_in_force(), 1);
+    /* The operator lifts it: no longer in force (the node's own quarantine stands). */
+    cr_assert_eq(goblin_hub_store_quarantine_lift(goblin_hub_get_store(hub), q.id, T0), GOBLIN_OK);
+    cr_assert_eq(quarantines_in_force(), 0);
+    cr_assert_eq(goblin_hub_store_quarantine_lift(goblin_hub_get_store(hub), q.id, T0), GOBLIN_ESTATE);
+    /* The node's next link resends its list: the lift stands. */
+    goblin_node_free(n);
+    int64_t rep = hstats().quarantines_repeated;
+    cr_assert_eq(goblin_node_new(&n, &p), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(n), GOBLIN_OK);
+    cr_assert_eq(link_node(n, key), GOBLIN_OK);
+    WAIT_STAT(quarantines_repeated, rep + 1);
+    cr_assert_eq(quarantines_in_force(), 0);
+    cr_assert_eq(hstats().quarantines_recorded, 1);
+    goblin_node_free(n);
+    hub_down();
+}
