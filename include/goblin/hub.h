@@ -199,6 +199,9 @@ typedef struct goblin_hub_machines_stats {
     int64_t tickets_refused;     /* ATTACHes with no such ticket */
     int64_t connections_refused; /* bytes that are neither protocol, or out of its bounds */
     int64_t bytes_relayed;       /* bytes copied between spliced connections, both ways */
+    int64_t quarantines_recorded; /* lab nodes' QUARANTINE reports stored */
+    int64_t quarantines_repeated; /* reports of an identity under quarantine already */
+    int64_t quarantines_refused;  /* reports refused (malformed, or past a key's bound) */
 } goblin_hub_machines_stats;
 
 /** Serve the machine side on the configuration's machines address, on nng's threads and

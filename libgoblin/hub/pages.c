@@ -476,7 +476,7 @@ static goblin_err admin_quarantine(void *ctx, const goblin_hub_quarantine *x) {
     bool j = w->q->json;
     if (j) goblin__hub_page_rawf(b, "%s{\"id\":%" PRId64 ",\"subject\":", w->n ? "," : "", x->id);
     else goblin__hub_page_rawf(b, "%s<tr><td>%" PRId64 "</td><td>", w->n ? "" : "<table><tr><th>Id</th><th>Subject</th>"
-                               "<th>Reason</th><th>Reported by</th></tr>", x->id);
+                               "<th>Reason</th><th>Reported by</th><th></th></tr>", x->id);
     w->n++;
     const char *v[3] = {x->subject, x->reason, x->reported_by};
     static const char *const keys[3] = {"subject", "reason", "reported_by"};
@@ -489,7 +489,15 @@ static goblin_err admin_quarantine(void *ctx, const goblin_hub_quarantine *x) {
             goblin__hub_page_html(b, v[i]);
         }
     }
-    goblin__hub_page_raw(b, j ? "}" : "</td></tr>");
+    if (j) {
+        goblin__hub_page_rawf(b, ",\"created\":%" PRId64 ",\"lifted\":%" PRId64 "}", x->created, x->lifted);
+        return GOBLIN_OK;
+    }
+    /* A lift form per row (no JavaScript): the operator's review of a lab's report. */
+    goblin__hub_page_raw(b, "</td><td><form method=\"post\" action=\"/admin/lift\">");
+    csrf_field(w->q, w->r);
+    goblin__hub_page_rawf(b, "<input type=\"hidden\" name=\"id\" value=\"%" PRId64 "\">"
+                             "<button type=\"submit\">Lift</button></form></td></tr>", x->id);
     return GOBLIN_OK;
 }
 
@@ -546,6 +554,20 @@ static void decide_post(goblin__hub_req *q, goblin__hub_res *r) {
     if (q->json) {
         json(r);
         goblin__hub_page_rawf(B, "{\"id\":%" PRId64 ",\"decided\":\"%s\",\"mailed\":%s}\n", id, d, e ? "false" : "true");
+    } else {
+        redirect(r, "/admin");
+    }
+}
+
+/* The operator lifts quarantine `id`: the identity is lent again from its next HELLO. */
+static void lift_post(goblin__hub_req *q, goblin__hub_res *r) {
+    int64_t id;
+    if (!need_admin(q, r) || !id_field(q, r, &id)) return;
+    goblin_err e = goblin_hub_store_quarantine_lift(goblin_hub_get_store(q->hub), id, q->now);
+    if (e) return fail_err(q, r, e);
+    if (q->json) {
+        json(r);
+        goblin__hub_page_rawf(B, "{\"id\":%" PRId64 ",\"lifted\":%" PRId64 "}\n", id, q->now);
     } else {
         redirect(r, "/admin");
     }
@@ -645,6 +667,7 @@ static const route routes[] = {
     {"/keys/revoke", NULL, revoke_post},
     {"/admin", admin_get, NULL},
     {"/admin/decide", NULL, decide_post},
+    {"/admin/lift", NULL, lift_post},
 };
 
 void goblin__hub_route(goblin__hub_req *q, goblin__hub_res *r) {

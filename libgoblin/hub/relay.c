@@ -40,6 +40,7 @@
 #define CONTROL_SILENT_MS 30000         /* a control connection heard nothing from for this long */
 #define REBALANCE_COOLDOWN_MS 2000      /* between two workers taken back for fairness */
 #define TICK_MS 50
+#define REPORTS_PER_KEY 64              /* quarantines in force one node key may have reported */
 
 enum role { R_UNKNOWN, R_WORKER, R_CONTROL, R_DATA };
 enum rstate { RS_HS, RS_LEN, RS_PEEK, RS_DISCARD, RS_BODY, RS_PROBE, RS_SPLICE, RS_NONE };
@@ -489,10 +490,64 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
     refuse(c, false, GOBLIN_EPROTO, "goblin-hub: a connection starts with NODE_HELLO, ATTACH or a worker's HELLO");
 }
 
+/* Counting one reporter's quarantines in force. */
+typedef struct by_reporter {
+    const char *who, *subject;
+    int32_t n;
+    bool lifted; /* the operator lifted this reporter's quarantine of subject */
+} by_reporter;
+
+static goblin_err count_reporter(void *ctx, const goblin_hub_quarantine *q) {
+    by_reporter *b = ctx;
+    if (strcmp(q->reported_by, b->who)) return GOBLIN_OK;
+    if (!q->lifted) b->n++;
+    else if (!strcmp(q->subject, b->subject)) b->lifted = true;
+    return GOBLIN_OK;
+}
+
+/* A lab node's QUARANTINE: record it once (subject = the identity's fingerprint, 64 hex
+ * digits; reported_by = "node key N"), at most REPORTS_PER_KEY in force per key. A lab
+ * can only add; only the operator lifts (docs/hub.md, "Reputation"). Past the bound a
+ * report is counted and dropped. False: the store failed; the control connection closes. */
+static bool record_quarantine(rconn *c, const goblin__hubw_msg *hm) {
+    relay *r = c->r;
+    char subject[2 * GOBLIN__HUBW_IDENTITY + 1], who[64];
+    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) snprintf(subject + 2 * i, 3, "%02x", hm->identity[i]);
+    snprintf(who, sizeof who, "node key %lld", (long long)c->key_id);
+    bool already = false;
+    if (goblin_hub_store_quarantined(r->h->store, subject, &already)) return false;
+    if (already) {
+        r->st.quarantines_repeated++;
+        return true;
+    }
+    by_reporter b = {who, subject, 0, false};
+    if (goblin_hub_store_quarantine_each(r->h->store, true, count_reporter, &b)) return false;
+    if (b.lifted) { /* the node resends its list on every link; the operator's lift stands */
+        r->st.quarantines_repeated++;
+        return true;
+    }
+    if (b.n >= REPORTS_PER_KEY) { /* refused, but the node stays linked: it may simply have many */
+        r->st.quarantines_refused++;
+        return true;
+    }
+    int64_t id;
+    if (goblin_hub_store_quarantine_add(r->h->store, subject, hm->reason_text, who, (int64_t)time(NULL), &id))
+        return false;
+    r->st.quarantines_recorded++;
+    return true;
+}
+
 static void control_message(rconn *c, const uint8_t *m, size_t len) {
     goblin__hubw_msg hm;
     char why[256];
-    if (goblin__hubw_decode(m, len, &hm, why, sizeof why) || hm.type != GOBLIN__HUBW_HEARTBEAT) {
+    goblin_err e = goblin__hubw_decode(m, len, &hm, why, sizeof why);
+    if (!e && hm.type == GOBLIN__HUBW_QUARANTINE) {
+        if (!record_quarantine(c, &hm)) {
+            close_conn(c);
+            return;
+        }
+    } else if (e || hm.type != GOBLIN__HUBW_HEARTBEAT) {
+        if (e && len >= GOBLIN__HUBW_HEADER && m[6] == GOBLIN__HUBW_QUARANTINE) c->r->st.quarantines_refused++;
         close_conn(c);
         return;
     }

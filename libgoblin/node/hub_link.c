@@ -226,10 +226,48 @@ static void data_events(struct goblin__node_hub *h, nng_dialer *closing, int32_t
 
 /* ---- the thread ------------------------------------------------------------------------- */
 
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Report the node's quarantined identities from index *@p sent on (at most 16 a turn):
+ * the hub stops lending them to every lab (docs/hub.md, "Reputation"). Every identity
+ * in the quarantine list is reported, those of workers that dialed the node directly
+ * too: a worker caught cheating here should not be lent elsewhere either. After a
+ * reconnection *@p sent starts at 0 again and all are resent (the hub keeps one row a
+ * fingerprint). The list is the node's, under n->mu (nothing else is held here). */
+static void report_quarantines(struct goblin__node_hub *h, int32_t *sent) {
+    goblin_node *n = h->n;
+    char fps[16][GOBLIN__WKEY_FP_HEX];
+    int32_t k = 0;
+    pthread_mutex_lock(&n->mu);
+    while (k < 16 && *sent + k < n->qlist.n) {
+        memcpy(fps[k], n->qlist.fp[*sent + k], GOBLIN__WKEY_FP_HEX);
+        k++;
+    }
+    pthread_mutex_unlock(&n->mu);
+    for (int32_t i = 0; i < k; i++) {
+        goblin__hubw_msg q;
+        memset(&q, 0, sizeof q);
+        q.type = GOBLIN__HUBW_QUARANTINE;
+        bool ok = true;
+        for (int b = 0; b < GOBLIN__HUBW_IDENTITY && ok; b++) {
+            int hi = hexval(fps[i][2 * b]), lo = hi < 0 ? -1 : hexval(fps[i][2 * b + 1]);
+            ok = hi >= 0 && lo >= 0;
+            q.identity[b] = (uint8_t)(hi << 4 | (lo & 15));
+        }
+        snprintf(q.reason_text, sizeof q.reason_text, "quarantined by a lab node: a wrong result or a failed recheck");
+        if (ok && send_hub(h->ctl, NULL, &q)) return; /* resent after the next NODE_ACK */
+        (*sent)++;
+    }
+}
+
 static void *hub_main(void *arg) {
     struct goblin__node_hub *h = arg;
     goblin_node *n = h->n;
     int rfd = -1, seen_pipes = 0;
+    int32_t q_sent = 0;
+    bool was_acked = false;
     int64_t last_beat = 0;
     for (;;) {
         pthread_mutex_lock(&h->mu);
@@ -254,6 +292,9 @@ static void *hub_main(void *arg) {
             send_hub(h->ctl, NULL, &b);
             last_beat = now;
         }
+        if (acked && !was_acked) q_sent = 0;
+        was_acked = acked;
+        if (acked) report_quarantines(h, &q_sent);
         nng_msg *msg = NULL;
         int rv = goblin__transport_recv(h->ctl, &rfd, &msg, 20);
         if (rv == NNG_ECLOSED) break;

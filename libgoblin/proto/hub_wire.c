@@ -69,6 +69,21 @@ goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *
         break;
     }
     case GOBLIN__HUBW_HEARTBEAT: body = 0; break;
+    case GOBLIN__HUBW_QUARANTINE: {
+        size_t k = strnlen(m->reason_text, GOBLIN__HUBW_REASON_MAX);
+        if (k < 1) return GOBLIN_EINVAL;
+        memcpy(b, m->identity, GOBLIN__HUBW_IDENTITY);
+        put16(b + 32, (uint16_t)k);
+        put16(b + 34, 0);
+        put32(b + 36, 0);
+        for (size_t i = 0; i < k; i++) {
+            unsigned char c = (unsigned char)m->reason_text[i];
+            b[40 + i] = c >= 0x20 && c <= 0x7e ? c : '?';
+        }
+        body = pad8(40 + k);
+        memset(b + 40 + k, 0, body - 40 - k);
+        break;
+    }
     default: return GOBLIN_EINVAL;
     }
     memcpy(out, "GBLH", 4);
@@ -152,6 +167,21 @@ goblin_err goblin__hubw_decode(const uint8_t *buf, size_t len, goblin__hubw_msg 
     case GOBLIN__HUBW_HEARTBEAT:
         if (body != 0) goto short_body;
         break;
+    case GOBLIN__HUBW_QUARANTINE: {
+        if (body < 40) goto short_body;
+        uint16_t k = get16(b + 32);
+        if (k < 1 || k > GOBLIN__HUBW_REASON_MAX || get16(b + 34) || get32(b + 36) ||
+            body != pad8(40 + (size_t)k) || !zeros(b + 40 + k, body - 40 - k))
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "QUARANTINE: reason of %u bytes in a %llu-byte body",
+                                (unsigned)k, (unsigned long long)body);
+        for (uint16_t i = 0; i < k; i++)
+            if (b[40 + i] < 0x20 || b[40 + i] > 0x7e)
+                return goblin__errf(msg, cap, GOBLIN_EFORMAT, "QUARANTINE: reason byte %u is not printable",
+                                    (unsigned)i);
+        memcpy(out.identity, b, GOBLIN__HUBW_IDENTITY);
+        memcpy(out.reason_text, b + 40, k);
+        break;
+    }
     default: return goblin__errf(msg, cap, GOBLIN_EPROTO, "unknown hub message type %u", type);
     }
     *m = out;

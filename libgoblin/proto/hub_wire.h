@@ -16,8 +16,13 @@
  *                 after it the connection carries one worker's own messages both ways
  *   REFUSE     5  hub -> node: u32 reason (goblin_err)  u16 text_len  u16 0  text  pad
  *   HEARTBEAT  6  node -> hub, empty: the control connection is alive
+ *   QUARANTINE 7  node -> hub, on the control connection only: the node quarantined a
+ *                 worker identity. u8 identity[32] (the SHA-256 fingerprint of the
+ *                 worker's key, raw)  u16 reason_len (1..GOBLIN__HUBW_REASON_MAX)  u16 0
+ *                 u32 0  reason  pad; the hub records it (docs/hub.md, "Reputation")
  *
- * pad: zero bytes to a multiple of 8 of the body. text: printable ASCII, <= 512. */
+ * pad: zero bytes to a multiple of 8 of the body. text: printable ASCII, <= 512.
+ * reason: printable ASCII (0x20..0x7e), 1..200 bytes. */
 #ifndef GOBLIN__PROTO_HUB_WIRE_H
 #define GOBLIN__PROTO_HUB_WIRE_H
 
@@ -32,6 +37,8 @@
 #define GOBLIN__HUBW_TICKET 32
 #define GOBLIN__HUBW_KEY_MAX 128
 #define GOBLIN__HUBW_TEXT_MAX 512
+#define GOBLIN__HUBW_IDENTITY 32
+#define GOBLIN__HUBW_REASON_MAX 200
 /* The largest message of this protocol (a REFUSE with the longest text). */
 #define GOBLIN__HUBW_MAX (GOBLIN__HUBW_HEADER + 8 + GOBLIN__HUBW_TEXT_MAX)
 
@@ -42,6 +49,7 @@ typedef enum goblin__hubw_type {
     GOBLIN__HUBW_ATTACH = 4,
     GOBLIN__HUBW_REFUSE = 5,
     GOBLIN__HUBW_HEARTBEAT = 6,
+    GOBLIN__HUBW_QUARANTINE = 7,
 } goblin__hubw_type;
 
 typedef struct goblin__hubw_msg {
@@ -54,13 +62,16 @@ typedef struct goblin__hubw_msg {
     uint8_t ticket[GOBLIN__HUBW_TICKET];    /* OPEN, ATTACH */
     uint32_t reason;                        /* REFUSE */
     char text[GOBLIN__HUBW_TEXT_MAX + 1];   /* REFUSE, NUL-terminated */
+    uint8_t identity[GOBLIN__HUBW_IDENTITY]; /* QUARANTINE */
+    char reason_text[GOBLIN__HUBW_REASON_MAX + 1]; /* QUARANTINE, NUL-terminated */
 } goblin__hubw_msg;
 
 /** Does @p buf start with the hub protocol's magic? */
 bool goblin__hubw_is(const uint8_t *buf, size_t len);
 /** Encode @p m into @p out (at least GOBLIN__HUBW_MAX bytes); its length into *@p len.
  *  Text is cut to GOBLIN__HUBW_TEXT_MAX and bytes outside 0x20..0x7e become '?'.
- *  GOBLIN_EINVAL for a key of a bad length or an unknown type. */
+ *  A QUARANTINE's reason is cut to GOBLIN__HUBW_REASON_MAX the same way (an empty
+ *  one is GOBLIN_EINVAL). GOBLIN_EINVAL for a key of a bad length or an unknown type. */
 goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *len);
 /** Decode @p len hostile bytes at @p buf into *@p m. GOBLIN_EFORMAT (wrong magic,
  *  lengths, padding, reserved bytes, text, trailing bytes), GOBLIN_EVERSION,

@@ -586,3 +586,229 @@ Test(hub_relay, plain_tcp_only_on_loopback) {
     cr_assert(strstr(goblin_hub_error(hub), "loopback"));
     hub_down();
 }
+
+/* ---- reputation: lab nodes report quarantined identities --------------------------------------- */
+
+static goblin_err count_q(void *ctx, const goblin_hub_quarantine *q) {
+    (void)q;
+    (*(int *)ctx)++;
+    return GOBLIN_OK;
+}
+
+static int quarantines_in_force(void) {
+    int n = 0;
+    cr_assert_eq(goblin_hub_store_quarantine_each(goblin_hub_get_store(hub), false, count_q, &n), GOBLIN_OK);
+    return n;
+}
+
+static nng_socket control_up(const char *key) {
+    nng_socket s = raw_dial(murl);
+    goblin__hubw_msg m, r;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_NODE_HELLO;
+    snprintf(m.key, sizeof m.key, "%s", key);
+    send_hubw(s, &m);
+    cr_assert(recv_hubw(s, &r));
+    cr_assert_eq(r.type, GOBLIN__HUBW_NODE_ACK);
+    return s;
+}
+
+static void send_quarantine(nng_socket s, uint8_t id_byte, const char *reason) {
+    goblin__hubw_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_QUARANTINE;
+    memset(m.identity, id_byte, sizeof m.identity);
+    snprintf(m.reason_text, sizeof m.reason_text, "%s", reason);
+    send_hubw(s, &m);
+}
+
+/* The hub's counter @p field reaching @p want (the relay works on nng's threads). */
+#define WAIT_STAT(field, want)                                                                      \
+    do {                                                                                            \
+        for (int i_ = 0; i_ < 2000 && hstats().field < (want); i_++) sleep_ms(5);                   \
+        cr_assert_eq(hstats().field, (want), #field);                                               \
+    } while (0)
+
+static goblin_err find_q(void *ctx, const goblin_hub_quarantine *q) {
+    goblin_hub_quarantine *out = ctx;
+    if (!strcmp(q->subject, out->subject)) *out = *q;
+    return GOBLIN_OK;
+}
+
+Test(hub_relay, a_lab_report_is_stored_once_with_reason_and_reporter) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    nng_socket ctl = control_up(key);
+    send_quarantine(ctl, 0xab, "wrong tiles: 3 of 5 spot checks");
+    send_quarantine(ctl, 0xab, "again"); /* the same identity: one row */
+    WAIT_STAT(quarantines_repeated, 1);
+    cr_assert_eq(hstats().quarantines_recorded, 1);
+    goblin_hub_quarantine q;
+    memset(&q, 0, sizeof q);
+    for (int i = 0; i < 32; i++) memcpy(q.subject + 2 * i, "ab", 2);
+    cr_assert_eq(goblin_hub_store_quarantine_each(goblin_hub_get_store(hub), false, find_q, &q), GOBLIN_OK);
+    cr_assert_gt(q.id, 0, "the identity's fingerprint is the subject");
+    cr_assert_str_eq(q.reason, "wrong tiles: 3 of 5 spot checks");
+    char who[64];
+    snprintf(who, sizeof who, "node key %lld", (long long)kid);
+    cr_assert_str_eq(q.reported_by, who);
+    bool in = false;
+    cr_assert_eq(goblin_hub_store_quarantined(goblin_hub_get_store(hub), q.subject, &in), GOBLIN_OK);
+    cr_assert(in);
+    /* The control connection lives on: a heartbeat after the reports is fine. */
+    goblin__hubw_msg hb;
+    memset(&hb, 0, sizeof hb);
+    hb.type = GOBLIN__HUBW_HEARTBEAT;
+    send_hubw(ctl, &hb);
+    cr_assert_eq(hstats().nodes_connected, 1);
+    nng_close(ctl);
+    hub_down();
+}
+
+Test(hub_relay, hostile_quarantine_reports_store_nothing_beyond_the_bound, .timeout = 60) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    /* 1: QUARANTINE as a connection's first message (no node key, or a data connection):
+     * refused, nothing stored. */
+    nng_socket s = raw_dial(murl);
+    send_quarantine(s, 0x11, "no key");
+    goblin__hubw_msg r;
+    cr_assert(recv_hubw(s, &r));
+    cr_assert_eq(r.type, GOBLIN__HUBW_REFUSE);
+    nng_close(s);
+    cr_assert_eq(quarantines_in_force(), 0);
+    /* 2: garbage QUARANTINEs on a control connection: each closes it, nothing stored. */
+    for (int k = 0; k < 3; k++) {
+        nng_socket ctl = control_up(key);
+        uint8_t b[GOBLIN__HUBW_MAX + 64];
+        goblin__hubw_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = GOBLIN__HUBW_QUARANTINE;
+        memset(m.identity, 0x22, 32);
+        strcpy(m.reason_text, "fine reason");
+        size_t n;
+        cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_OK);
+        if (k == 0) b[GOBLIN__HUBW_HEADER + 40] = 0x07;                       /* unprintable reason */
+        if (k == 1) b[GOBLIN__HUBW_HEADER + 32] = 0xff;                       /* reason longer than the body */
+        if (k == 2) {                                                         /* oversized */
+            memset(b + n, 0, sizeof b - n);
+            n = sizeof b;
+        }
+        cr_assert_eq(nng_send(ctl, b, n, 0), 0);
+        for (int i = 0; i < 2000 && hstats().nodes_connected > 0; i++) sleep_ms(5);
+        cr_assert_eq(hstats().nodes_connected, 0, "case %d closes the control connection", k);
+        nng_close(ctl);
+    }
+    cr_assert_eq(quarantines_in_force(), 0);
+    /* 3: a flood past the per-key bound: 64 stored, 16 counted and dropped. */
+    nng_socket ctl = control_up(key);
+    for (int i = 0; i < 80; i++) {
+        goblin__hubw_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = GOBLIN__HUBW_QUARANTINE;
+        m.identity[0] = (uint8_t)i;
+        m.identity[1] = 0x5a;
+        strcpy(m.reason_text, "flood");
+        uint8_t b[GOBLIN__HUBW_MAX];
+        size_t n;
+        cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_OK);
+        cr_assert_eq(nng_send(ctl, b, n, 0), 0);
+    }
+    WAIT_STAT(quarantines_refused, 3 + 16);
+    cr_assert_eq(hstats().quarantines_recorded, 64);
+    cr_assert_eq(quarantines_in_force(), 64);
+    cr_assert_eq(hstats().nodes_connected, 1, "a node with many quarantines stays linked");
+    nng_close(ctl);
+    /* The key's next connection cannot add more either. */
+    ctl = control_up(key);
+    send_quarantine(ctl, 0x77, "one more");
+    WAIT_STAT(quarantines_refused, 3 + 17);
+    cr_assert_eq(quarantines_in_force(), 64);
+    nng_close(ctl);
+    hub_down();
+}
+
+Test(hub_relay, quarantine_message_round_trips_and_every_cut_is_refused) {
+    goblin__hubw_msg m, d;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_QUARANTINE;
+    for (int i = 0; i < 32; i++) m.identity[i] = (uint8_t)(i * 7 + 1);
+    strcpy(m.reason_text, "bad\tresult"); /* the tab is sent as '?' */
+    uint8_t b[GOBLIN__HUBW_MAX];
+    size_t n;
+    cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_OK);
+    cr_assert_eq(n, (size_t)GOBLIN__HUBW_HEADER + 40 + 16); /* 10 bytes of reason, padded to 16 */
+    cr_assert_eq(goblin__hubw_decode(b, n, &d, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(d.type, GOBLIN__HUBW_QUARANTINE);
+    cr_assert_arr_eq(d.identity, m.identity, 32);
+    cr_assert_str_eq(d.reason_text, "bad?result");
+    for (size_t k = 0; k < n; k++) /* every shorter message: refused, never read past */
+        cr_assert_neq(goblin__hubw_decode(b, k, &d, NULL, 0), GOBLIN_OK, "cut at %zu", k);
+    for (size_t k = GOBLIN__HUBW_HEADER + 32; k < n; k++) { /* each non-identity byte flipped */
+        if (k >= (size_t)GOBLIN__HUBW_HEADER + 40 && k < (size_t)GOBLIN__HUBW_HEADER + 50) continue; /* reason text */
+        uint8_t c[GOBLIN__HUBW_MAX];
+        memcpy(c, b, n);
+        c[k] ^= 0x80;
+        cr_assert_neq(goblin__hubw_decode(c, n, &d, NULL, 0), GOBLIN_OK, "byte %zu flipped", k);
+    }
+    memset(&m.reason_text, 0, sizeof m.reason_text); /* an empty reason is not sent */
+    cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_EINVAL);
+    memset(m.reason_text, 'x', GOBLIN__HUBW_REASON_MAX); /* the longest */
+    cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_OK);
+    cr_assert_eq(goblin__hubw_decode(b, n, &d, NULL, 0), GOBLIN_OK);
+    cr_assert_eq(strlen(d.reason_text), (size_t)GOBLIN__HUBW_REASON_MAX);
+}
+
+/* A node's quarantine list (here its quarantine file, as a node restarted after catching
+ * a worker has it) reaches the hub once the link is up, reported by the node's key. */
+Test(hub_relay, a_linked_node_reports_its_quarantines, .timeout = 60) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    static const char fp1[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    char qpath[400];
+    snprintf(qpath, sizeof qpath, "%s/quarantine.txt", dir);
+    FILE *f = fopen(qpath, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "%s\n", fp1);
+    fclose(f);
+    goblin_node_params p;
+    goblin_node_params_default(&p);
+    p.listen[0] = "tcp://127.0.0.1:0";
+    p.n_listen = 1;
+    p.quarantine_file = qpath;
+    goblin_node *n = NULL;
+    cr_assert_eq(goblin_node_new(&n, &p), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(n), GOBLIN_OK);
+    cr_assert_eq(link_node(n, key), GOBLIN_OK);
+    WAIT_STAT(quarantines_recorded, 1);
+    goblin_hub_quarantine q;
+    memset(&q, 0, sizeof q);
+    strcpy(q.subject, fp1);
+    cr_assert_eq(goblin_hub_store_quarantine_each(goblin_hub_get_store(hub), false, find_q, &q), GOBLIN_OK);
+    cr_assert_gt(q.id, 0);
+    char who[64];
+    snprintf(who, sizeof who, "node key %lld", (long long)kid);
+    cr_assert_str_eq(q.reported_by, who);
+    cr_assert_eq(quarantines_in_force(), 1);
+    /* The operator lifts it: no longer in force (the node's own quarantine stands). */
+    cr_assert_eq(goblin_hub_store_quarantine_lift(goblin_hub_get_store(hub), q.id, T0), GOBLIN_OK);
+    cr_assert_eq(quarantines_in_force(), 0);
+    cr_assert_eq(goblin_hub_store_quarantine_lift(goblin_hub_get_store(hub), q.id, T0), GOBLIN_ESTATE);
+    /* The node's next link resends its list: the lift stands. */
+    goblin_node_free(n);
+    int64_t rep = hstats().quarantines_repeated;
+    cr_assert_eq(goblin_node_new(&n, &p), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(n), GOBLIN_OK);
+    cr_assert_eq(link_node(n, key), GOBLIN_OK);
+    WAIT_STAT(quarantines_repeated, rep + 1);
+    cr_assert_eq(quarantines_in_force(), 0);
+    cr_assert_eq(hstats().quarantines_recorded, 1);
+    goblin_node_free(n);
+    hub_down();
+}

@@ -11,6 +11,8 @@ void hub_cli_usage(FILE *f) {
         "       goblin-hub serve DIR\n"
         "       goblin-hub requests list [--all] [--dir DIR]\n"
         "       goblin-hub requests approve|deny ID [--note TEXT] [--dir DIR]\n"
+        "       goblin-hub quarantines list [--all] [--dir DIR]\n"
+        "       goblin-hub quarantines lift ID [--dir DIR]\n"
         "\n"
         "The GPU Goblin network's server: email sign-in, researchers' access requests,\n"
         "lab-node keys, their web pages over HTTPS, and the relay between lab nodes\n"
@@ -23,6 +25,8 @@ void hub_cli_usage(FILE *f) {
         "                 lab nodes on its machines address, until SIGINT/SIGTERM\n"
         "  requests list  the pending access requests (--all: every one)\n"
         "  requests approve|deny ID   decide one and mail the researcher\n"
+        "  quarantines list   identities lab nodes quarantined (--all: lifted ones too)\n"
+        "  quarantines lift ID        lift one: the hub lends that identity again\n"
         "  --dir DIR      the hub directory of `requests` (default $GOBLIN_HUB_DIR, else .)\n"
         "  -h, --help, --version\n"
         "\n" TOOL_EXIT_CODES_HELP);
@@ -59,6 +63,17 @@ int hub_cli_parse(int argc, char **argv, hub_cli *c) {
         if (npos != 2) return usage_error("init and serve take one directory");
         c->cmd = !strcmp(pos[0], "init") ? HUB_CMD_INIT : HUB_CMD_SERVE;
         c->dir = pos[1];
+        return 0;
+    }
+    if (!strcmp(pos[0], "quarantines") && npos >= 2) {
+        if (!strcmp(pos[1], "list")) {
+            if (npos != 2) return usage_error("quarantines list takes no argument");
+            c->cmd = HUB_CMD_QLIST;
+            return 0;
+        }
+        if (strcmp(pos[1], "lift")) return usage_error("quarantines list or lift");
+        c->cmd = HUB_CMD_QLIFT;
+        if (npos != 3 || !tool_parse_i64(pos[2], 1, INT64_MAX, &c->id)) return usage_error("a quarantine ID is required");
         return 0;
     }
     if (strcmp(pos[0], "requests") || npos < 2) return usage_error("unknown command");

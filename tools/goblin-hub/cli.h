@@ -12,6 +12,8 @@ typedef enum hub_cmd {
     HUB_CMD_LIST,
     HUB_CMD_APPROVE,
     HUB_CMD_DENY,
+    HUB_CMD_QLIST, /* quarantines list [--all] */
+    HUB_CMD_QLIFT, /* quarantines lift ID */
 } hub_cmd;
 
 typedef struct hub_cli {

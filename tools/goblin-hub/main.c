@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/tool_common.h"
@@ -86,6 +87,13 @@ static int serve(const char *dir) {
     return TOOL_EXIT_OK;
 }
 
+static goblin_err print_quarantine(void *ctx, const goblin_hub_quarantine *q) {
+    (void)ctx;
+    printf("%lld\t%s\t%s\t%s\t%s\n", (long long)q->id, q->subject, q->lifted ? "lifted" : "in force",
+           q->reported_by, q->reason);
+    return GOBLIN_OK;
+}
+
 int main(int argc, char **argv) {
     tool_name = "goblin-hub";
     hub_cli c;
@@ -118,6 +126,13 @@ int main(int argc, char **argv) {
     if (c.cmd == HUB_CMD_LIST) {
         e = goblin_hub_store_request_each(goblin_hub_get_store(h), 0, c.all ? -1 : GOBLIN_HUB_REQUEST_PENDING,
                                           100000, print_request, NULL);
+        rc = e ? fail(e, goblin_hub_store_error(goblin_hub_get_store(h))) : TOOL_EXIT_OK;
+    } else if (c.cmd == HUB_CMD_QLIST) {
+        e = goblin_hub_store_quarantine_each(goblin_hub_get_store(h), c.all, print_quarantine, NULL);
+        rc = e ? fail(e, goblin_hub_store_error(goblin_hub_get_store(h))) : TOOL_EXIT_OK;
+    } else if (c.cmd == HUB_CMD_QLIFT) {
+        e = goblin_hub_store_quarantine_lift(goblin_hub_get_store(h), c.id, (int64_t)time(NULL));
+        if (!e) printf("goblin-hub: quarantine %lld lifted\n", (long long)c.id);
         rc = e ? fail(e, goblin_hub_store_error(goblin_hub_get_store(h))) : TOOL_EXIT_OK;
     } else {
         e = goblin_hub_request_decide(h, c.id, c.cmd == HUB_CMD_APPROVE, c.note, 0);
