@@ -202,6 +202,8 @@ typedef struct goblin_hub_machines_stats {
     int64_t quarantines_recorded; /* lab nodes' QUARANTINE reports stored */
     int64_t quarantines_repeated; /* reports of an identity under quarantine already */
     int64_t quarantines_refused;  /* reports refused (malformed, or past a key's bound) */
+    int64_t workers_refused_quarantined; /* workers whose PROOF named a quarantined identity */
+    int64_t workers_ended_quarantined;   /* splices ended when their identity was quarantined */
 } goblin_hub_machines_stats;
 
 /** Serve the machine side on the configuration's machines address, on nng's threads and

@@ -17,6 +17,7 @@
  * and frees connections, expires tickets and handshakes, and rebalances the lending. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -24,6 +25,7 @@
 #include "base/clock.h"
 #include "base/errf.h"
 #include "hub_impl.h"
+#include "net/crypto.h"
 #include "net/tls_impl.h"
 #include "net/transport.h"
 #include "proto/hub_wire.h"
@@ -41,9 +43,10 @@
 #define REBALANCE_COOLDOWN_MS 2000      /* between two workers taken back for fairness */
 #define TICK_MS 50
 #define REPORTS_PER_KEY 64              /* quarantines in force one node key may have reported */
+#define QSET_REFRESH_MS 1000            /* the quarantines in force read again from the store */
 
 enum role { R_UNKNOWN, R_WORKER, R_CONTROL, R_DATA };
-enum rstate { RS_HS, RS_LEN, RS_PEEK, RS_DISCARD, RS_BODY, RS_PROBE, RS_SPLICE, RS_NONE };
+enum rstate { RS_HS, RS_LEN, RS_PEEK, RS_DISCARD, RS_BODY, RS_PROBE, RS_PROOF, RS_SPLICE, RS_NONE };
 
 typedef struct rconn rconn;
 struct rconn {
@@ -75,6 +78,9 @@ struct rconn {
     /* a worker: the node it is reserved for or lent to; a data connection: its node */
     rconn *node;
     bool reserved;
+    /* a worker: the identity its PROOF claims (the key's SHA-256), once read */
+    bool has_identity;
+    uint8_t identity[GOBLIN__HUBW_IDENTITY];
     /* a control connection (a lab node) */
     int64_t lab, key_id;
     uint32_t weight, max_workers;
@@ -103,6 +109,10 @@ struct goblin__hub_relay {
     int64_t rebalance_after_ms;
     int port;
     goblin_hub_machines_stats st;
+    /* the identities under a quarantine in force, sorted (docs/hub.md, "Reputation") */
+    uint8_t (*qset)[GOBLIN__HUBW_IDENTITY];
+    int32_t n_qset, cap_qset;
+    int64_t qset_read_ms;
 };
 
 typedef struct goblin__hub_relay relay;
@@ -112,6 +122,7 @@ static void tx_cb(void *arg);
 static void tx_kick(rconn *c);
 static void rx_kick(rconn *c);
 static void assign(relay *r);
+static void proof_read(rconn *c);
 
 /* ---- closing ---------------------------------------------------------------------- */
 
@@ -292,7 +303,8 @@ static void rx_kick(rconn *c) {
     case RS_HS:
     case RS_LEN:
     case RS_PEEK:
-    case RS_BODY: read_into(c, c->in + c->got, c->want - c->got); break;
+    case RS_BODY:
+    case RS_PROOF: read_into(c, c->in + c->got, c->want - c->got); break;
     case RS_DISCARD: {
         size_t n = c->discard < sizeof c->in ? (size_t)c->discard : sizeof c->in;
         read_into(c, c->in, n);
@@ -378,7 +390,7 @@ static void splice(rconn *d, rconn *w) {
     d->outq_len += w->first_len;
     d->rs = RS_SPLICE;
     w->seq = ++r->next_seq; /* the order lent, for taking back the newest */
-    if (!w->rx_busy) w->rs = RS_SPLICE; /* else its probe read is in flight: what it brings is spliced */
+    if (!w->rx_busy) expect(w, RS_PROOF, 0, 8); /* else its probe read is in flight: what it brings is read */
     rx_kick(d);
     rx_kick(w);
     tx_kick(d);
@@ -490,6 +502,134 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
     refuse(c, false, GOBLIN_EPROTO, "goblin-hub: a connection starts with NODE_HELLO, ATTACH or a worker's HELLO");
 }
 
+/* ---- reputation: the identities quarantined on the network ------------------------------ */
+
+static int id_cmp(const void *a, const void *b) { return memcmp(a, b, GOBLIN__HUBW_IDENTITY); }
+
+static bool qset_has(const relay *r, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+    return r->n_qset && bsearch(id, r->qset, (size_t)r->n_qset, sizeof *r->qset, id_cmp);
+}
+
+static goblin_err collect_identity(void *ctx, const goblin_hub_quarantine *q) {
+    relay *r = ctx;
+    uint8_t id[GOBLIN__HUBW_IDENTITY];
+    if (strlen(q->subject) != 2 * GOBLIN__HUBW_IDENTITY) return GOBLIN_OK; /* an owner, not a key */
+    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char ch = q->subject[2 * i + k];
+            int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+            if (d < 0) return GOBLIN_OK;
+            v = v << 4 | d;
+        }
+        id[i] = (uint8_t)v;
+    }
+    if (r->n_qset == r->cap_qset) {
+        int64_t c = r->cap_qset ? 2 * (int64_t)r->cap_qset : 64;
+        if (c > INT32_MAX / 2) return GOBLIN_ENOMEM;
+        uint8_t (*p)[GOBLIN__HUBW_IDENTITY] = goblin__alloc((size_t)c * sizeof *r->qset);
+        if (!p) return GOBLIN_ENOMEM;
+        if (r->n_qset) memcpy(p, r->qset, (size_t)r->n_qset * sizeof *r->qset);
+        goblin__free(r->qset);
+        r->qset = p;
+        r->cap_qset = (int32_t)c;
+    }
+    memcpy(r->qset[r->n_qset++], id, GOBLIN__HUBW_IDENTITY);
+    return GOBLIN_OK;
+}
+
+/* Read the quarantines in force again (a report, the operator's lift on the pages or
+ * from `goblin-hub quarantines lift` in another process, another hub instance on the
+ * same PostgreSQL) and end the splices of workers whose PROOF named one of them. On a
+ * store error the set read last stays. Under r->mu. */
+static void qset_read(relay *r, int64_t now) {
+    r->qset_read_ms = now;
+    uint8_t (*keep)[GOBLIN__HUBW_IDENTITY] = r->qset;
+    int32_t keep_n = r->n_qset, keep_cap = r->cap_qset;
+    r->qset = NULL;
+    r->n_qset = r->cap_qset = 0;
+    if (goblin_hub_store_quarantine_each(r->h->store, false, collect_identity, r)) {
+        goblin__free(r->qset);
+        r->qset = keep;
+        r->n_qset = keep_n;
+        r->cap_qset = keep_cap;
+        return;
+    }
+    goblin__free(keep);
+    if (r->n_qset > 1) qsort(r->qset, (size_t)r->n_qset, sizeof *r->qset, id_cmp);
+    for (rconn *c = r->conns; c; c = c->next)
+        if (!c->closing && c->role == R_WORKER && c->has_identity && qset_has(r, c->identity)) {
+            r->st.workers_ended_quarantined++;
+            close_conn(c); /* redialing, its PROOF is refused below */
+        }
+}
+
+/* The worker's bytes in in[0..got] go on to the node, and the splice copies the rest. */
+static void proof_pass(rconn *c) {
+    if (!c->peer) {
+        close_conn(c);
+        return;
+    }
+    if (!c->bufs[0] && !(c->bufs[0] = goblin__alloc(SPLICE_BYTES))) {
+        close_conn(c);
+        return;
+    }
+    memcpy(c->bufs[0], c->in, c->got);
+    c->blen[0] = c->got;
+    c->boff[0] = 0;
+    c->fill = 1;
+    c->send = 0;
+    c->rs = RS_SPLICE;
+    memset(c->in, 0, sizeof c->in);
+    tx_kick(c->peer);
+}
+
+/* A spliced worker's first frame after its HELLO, read whole before it goes on: the
+ * answer to the node's CHALLENGE, a PROOF naming the worker's public key. Its identity
+ * (the key's SHA-256, as the node computes it) under a quarantine in force: the data
+ * connection is closed and the worker refused, whichever lab it was lent to. The hub
+ * does not check the signature (the node does, against its own nonce): a worker
+ * claiming a quarantined key it does not hold is refused, which harms only itself; one
+ * holding a quarantined key and claiming another fails the node's check. Anything but
+ * a well-formed PROOF goes on unread, for the node to judge. Under r->mu. */
+static void proof_read(rconn *c) {
+    relay *r = c->r;
+    if (c->want == 8) {
+        uint64_t fl = get_be64(c->in);
+        if (fl < 4 + GOBLIN_WIRE_HEADER_SIZE || fl > FIRST_MAX) {
+            proof_pass(c);
+            return;
+        }
+        expect(c, RS_PROOF, c->got, 8 + (size_t)fl);
+        if (c->got < c->want) return;
+    }
+    goblin__wire_limits lim;
+    goblin__wire_limits_default(&lim);
+    lim.max_message_bytes = FIRST_MAX;
+    goblin__wire_msg *m = NULL;
+    if (goblin__wire_decode(c->in + 12, c->want - 12, &lim, 0, &m, NULL, 0) == GOBLIN_OK &&
+        m->type == GOBLIN_WIRE_TYPE_PROOF &&
+        goblin__tls_sha256_two(m->body.proof.key, m->body.proof.key_len, NULL, 0, c->identity) == 0)
+        c->has_identity = true;
+    goblin__wire_msg_free(m);
+    if (!c->has_identity || !qset_has(r, c->identity)) {
+        proof_pass(c);
+        return;
+    }
+    rconn *d = c->peer;
+    if (d) {
+        d->peer = NULL;
+        c->peer = NULL;
+        if (c->node) c->node->lent--;
+        c->node = NULL;
+        close_conn(d);
+    }
+    r->st.workers_refused_quarantined++;
+    refuse(c, true, GOBLIN_EAUTH,
+           "goblin-hub: this worker's identity is quarantined on the network (a lab node caught a wrong result "
+           "from it); the hub's operator can lift it");
+}
+
 /* Counting one reporter's quarantines in force. */
 typedef struct by_reporter {
     const char *who, *subject;
@@ -534,6 +674,7 @@ static bool record_quarantine(rconn *c, const goblin__hubw_msg *hm) {
     if (goblin_hub_store_quarantine_add(r->h->store, subject, hm->reason_text, who, (int64_t)time(NULL), &id))
         return false;
     r->st.quarantines_recorded++;
+    qset_read(r, goblin__now_ms()); /* lent to no lab from now on, its splices ended */
     return true;
 }
 
@@ -569,15 +710,9 @@ static void rx_cb(void *arg) {
     switch (c->rs) {
     case RS_PROBE:
         if (c->role == R_WORKER && c->peer) { /* spliced meanwhile: these are the worker's */
-            if (!(c->bufs[0] = goblin__alloc(SPLICE_BYTES))) {
-                close_conn(c);
-                goto out;
-            }
-            memcpy(c->bufs[0], c->probe, n);
-            c->blen[0] = n;
-            c->fill = 1;
-            c->rs = RS_SPLICE;
-            tx_kick(c->peer);
+            memcpy(c->in, c->probe, n);
+            expect(c, RS_PROOF, n, 8);
+            if (n >= 8) proof_read(c);
             rx_kick(c);
             goto out;
         }
@@ -651,6 +786,8 @@ static void rx_cb(void *arg) {
         }
         if (c->role == R_CONTROL) control_message(c, m, len);
         else first_message(c, m, len);
+    } else if (c->rs == RS_PROOF) {
+        proof_read(c);
     }
     rx_kick(c);
 out:
@@ -797,6 +934,7 @@ static void housekeeping(relay *r, int64_t now) {
             (c->role == R_CONTROL && now - c->last_heard_ms > CONTROL_SILENT_MS))
             close_conn(c);
     }
+    if (now - r->qset_read_ms >= QSET_REFRESH_MS) qset_read(r, now);
     assign(r);
     rebalance(r, now);
 }
@@ -907,6 +1045,9 @@ goblin_err goblin_hub_serve_machines(goblin_hub *h) {
     }
     r->have_thread = true;
     h->relay = r;
+    pthread_mutex_lock(&r->mu);
+    qset_read(r, goblin__now_ms());
+    pthread_mutex_unlock(&r->mu);
     nng_stream_listener_accept(r->l, r->acc);
     return GOBLIN_OK;
 }
@@ -928,6 +1069,7 @@ void goblin__hub_relay_stop(goblin_hub *h) {
     nng_stream_listener_free(r->l);
     for (int32_t i = 0; i < r->n_tickets; i++) memset(r->tickets[i].t, 0, sizeof r->tickets[i].t);
     goblin__free(r->tickets);
+    goblin__free(r->qset);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     goblin__free(r);

@@ -812,3 +812,207 @@ Test(hub_relay, a_linked_node_reports_its_quarantines, .timeout = 60) {
     goblin_node_free(n);
     hub_down();
 }
+
+/* ---- one lab's quarantine, every lab's refusal ------------------------------------------------ */
+
+static bool ended_one(void *arg) {
+    (void)arg;
+    return hstats().workers_ended_quarantined >= 1;
+}
+
+static void identity_bytes(const char *hex, uint8_t out[32]) {
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        cr_assert_eq(sscanf(hex + 2 * i, "%2x", &v), 1);
+        out[i] = (uint8_t)v;
+    }
+}
+
+/* Join through the hub with @p key; the answer's type (REFUSE's reason into *why). */
+static int join_answer(goblin__wkey *key, goblin_err *why, char *text, size_t cap) {
+    goblin__wire_msg hello = rt_raw_hello(1 << 24, false);
+    nng_socket s = raw_dial(murl);
+    goblin__wire_msg *r = rt_raw_join(s, &hello, key, NULL);
+    cr_assert_not_null(r, "an answer comes: the node's or the hub's");
+    int t = r->type;
+    if (t == GOBLIN_WIRE_TYPE_REFUSE) {
+        *why = r->body.refuse.reason;
+        snprintf(text, cap, "%s", r->body.refuse.message ? r->body.refuse.message : "");
+    }
+    goblin__wire_msg_free(r);
+    nng_close(s);
+    return t;
+}
+
+/* A worker caught by lab a (reported on a's control connection) is refused by the hub
+ * whichever lab it is lent to next, its live splice is ended, honest identities are not
+ * touched, and the operator's lift (in the store, as the pages and the CLI do it) lets
+ * it in again. */
+Test(hub_relay, an_identity_quarantined_by_one_lab_is_refused_for_every_lab, .timeout = 120) {
+    hub_up("tcp", NULL);
+    char ka[GOBLIN_HUB_NODE_KEY_SIZE], kb[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid_a, kid_b;
+    lab_key("a@example.org", ka, &kid_a);
+    lab_key("b@example.org", kb, &kid_b);
+    goblin_node *na = node_up(NULL), *nb = node_up(NULL);
+    cr_assert_eq(link_node(na, ka), GOBLIN_OK);
+    cr_assert_eq(link_node(nb, kb), GOBLIN_OK);
+    for (int i = 0; i < 2000 && hstats().nodes_connected < 2; i++) sleep_ms(5);
+    cr_assert_eq(hstats().nodes_connected, 2);
+    /* A real worker with a key on disk joins through the hub. */
+    char kdir[400];
+    snprintf(kdir, sizeof kdir, "%s/wkey", dir);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = murl;
+    wp.n_connect = 1;
+    wp.threads = 1;
+    wp.config_dir = kdir;
+    wset ws;
+    memset(&ws, 0, sizeof ws);
+    cr_assert_eq(goblin_worker_new(&ws.w[0], &wp), GOBLIN_OK);
+    wruns[0] = (wrun){&ws, 0};
+    pthread_create(&ws.th[0], NULL, wmain, &wruns[0]);
+    ws.n = 1;
+    char wfp[65];
+    snprintf(wfp, sizeof wfp, "%s", goblin_worker_identity(ws.w[0]));
+    for (int i = 0; i < 6000 && hstats().workers_lent < 1; i++) sleep_ms(10);
+    cr_assert_eq(hstats().workers_lent, 1);
+    goblin_node_stats sa, sb;
+    for (int i = 0; i < 6000; i++) {
+        goblin_node_stats_get(na, &sa);
+        goblin_node_stats_get(nb, &sb);
+        if (sa.workers_connected + sb.workers_connected == 1) break;
+        sleep_ms(10);
+    }
+    cr_assert_eq(sa.workers_connected + sb.workers_connected, 1, "admitted by one lab");
+    /* Lab a reports it (as its node does after a wrong result). */
+    nng_socket ctl = control_up(ka);
+    goblin__hubw_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_QUARANTINE;
+    identity_bytes(wfp, m.identity);
+    strcpy(m.reason_text, "a wrong tile");
+    send_hubw(ctl, &m);
+    cr_assert(wait_for(ended_one, NULL), "the live splice is ended at once");
+    nng_close(ctl);
+    /* Redialing, the worker is refused by the hub and stops: EAUTH, whichever lab. */
+    pthread_join(ws.th[0], NULL);
+    ws.n = 0;
+    cr_assert_eq(ws.rc[0], GOBLIN_EAUTH);
+    goblin_worker_free(ws.w[0]);
+    cr_assert_geq(hstats().workers_refused_quarantined, 1);
+    /* The same key by hand, four times (the hub lends each to the lab below its share):
+     * refused every time, with the hub's reason; neither lab admits it. */
+    goblin__wkey *caught = NULL, *honest = NULL;
+    goblin_errbuf eb;
+    char kpath[500];
+    snprintf(kpath, sizeof kpath, "%s", kdir);
+    bool made = false;
+    cr_assert_eq(goblin__wkey_load_or_create(kpath, &caught, &made, eb.message, sizeof eb.message), GOBLIN_OK);
+    cr_assert(!made, "the worker's own key, loaded");
+    cr_assert_str_eq(goblin__wkey_fingerprint(caught), wfp);
+    int64_t before = hstats().workers_refused_quarantined;
+    for (int k = 0; k < 4; k++) {
+        goblin_err why = GOBLIN_OK;
+        char text[300] = "";
+        cr_assert_eq(join_answer(caught, &why, text, sizeof text), GOBLIN_WIRE_TYPE_REFUSE, "attempt %d", k);
+        cr_assert_eq(why, GOBLIN_EAUTH);
+        cr_assert(strstr(text, "quarantined on the network"), "%s", text);
+    }
+    cr_assert_eq(hstats().workers_refused_quarantined, before + 4);
+    goblin_node_stats_get(na, &sa);
+    goblin_node_stats_get(nb, &sb);
+    cr_assert_eq(sa.workers_connected + sb.workers_connected, 0);
+    /* Another identity is not touched. */
+    cr_assert_eq(goblin__wkey_ephemeral(&honest, NULL, 0), GOBLIN_OK);
+    goblin_err why = GOBLIN_OK;
+    char text[300] = "";
+    cr_assert_eq(join_answer(honest, &why, text, sizeof text), GOBLIN_WIRE_TYPE_HELLO_ACK, "%s", text);
+    /* The operator lifts it: within the hub's refresh, the key is lent again. */
+    goblin_hub_quarantine q;
+    memset(&q, 0, sizeof q);
+    strcpy(q.subject, wfp);
+    cr_assert_eq(goblin_hub_store_quarantine_each(goblin_hub_get_store(hub), false, find_q, &q), GOBLIN_OK);
+    cr_assert_gt(q.id, 0);
+    cr_assert_eq(goblin_hub_store_quarantine_lift(goblin_hub_get_store(hub), q.id, T0), GOBLIN_OK);
+    int t = GOBLIN_WIRE_TYPE_REFUSE;
+    for (int k = 0; k < 100 && t == GOBLIN_WIRE_TYPE_REFUSE; k++) {
+        t = join_answer(caught, &why, text, sizeof text);
+        if (t == GOBLIN_WIRE_TYPE_REFUSE) sleep_ms(100);
+    }
+    cr_assert_eq(t, GOBLIN_WIRE_TYPE_HELLO_ACK, "lifted: %s", text);
+    goblin__wkey_free(caught);
+    goblin__wkey_free(honest);
+    goblin_node_free(nb);
+    goblin_node_free(na);
+    hub_down();
+}
+
+/* Hostile first frames after the HELLO go on unread (the node judges them): a huge
+ * length, a non-PROOF, a PROOF with a garbage key. Nothing is refused by the hub for
+ * them and the hub stays up. */
+Test(hub_relay, a_worker_that_does_not_send_a_proof_is_the_nodes_to_judge, .timeout = 60) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    rt_log lg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    goblin_node *node = node_up(&lg);
+    cr_assert_eq(link_node(node, key), GOBLIN_OK);
+    for (int k = 0; k < 3; k++) {
+        goblin__wire_msg hello = rt_raw_hello(1 << 24, false);
+        nng_socket s = raw_dial(murl);
+        uint8_t *buf;
+        size_t len;
+        cr_assert_eq(goblin__wire_encode(&hello, &buf, &len), GOBLIN_OK);
+        cr_assert_eq(nng_send(s, buf, len, 0), 0);
+        goblin_buffer_free(buf);
+        goblin__wire_msg *c = rt_raw_next(s);
+        cr_assert_not_null(c);
+        cr_assert_eq(c->type, GOBLIN_WIRE_TYPE_CHALLENGE);
+        goblin__wire_msg_free(c);
+        if (k == 0) { /* a HEARTBEAT instead of the PROOF */
+            goblin__wire_msg hb;
+            goblin__wire_msg_init(&hb, GOBLIN_WIRE_TYPE_HEARTBEAT);
+            cr_assert_eq(goblin__wire_encode(&hb, &buf, &len), GOBLIN_OK);
+            cr_assert_eq(nng_send(s, buf, len, 0), 0);
+            goblin_buffer_free(buf);
+        } else if (k == 1) { /* 64 KiB of zeros */
+            uint8_t *z = calloc(1, 65536);
+            cr_assert_eq(nng_send(s, z, 65536, 0), 0);
+            free(z);
+        } else { /* a PROOF whose key is garbage */
+            uint8_t junk[GOBLIN__WKEY_PUBLIC_BYTES], sig[8] = {1, 2, 3};
+            memset(junk, 0x5a, sizeof junk);
+            goblin__wire_msg m;
+            goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_PROOF);
+            m.body.proof.key = junk;
+            m.body.proof.key_len = sizeof junk;
+            m.body.proof.sig = sig;
+            m.body.proof.sig_len = sizeof sig;
+            cr_assert_eq(goblin__wire_encode(&m, &buf, &len), GOBLIN_OK);
+            cr_assert_eq(nng_send(s, buf, len, 0), 0);
+            goblin_buffer_free(buf);
+        }
+        /* The node got the bytes and judged them: its log says so. */
+        static const char *const said[3] = {"HEARTBEAT before HELLO", "malformed message", "identity proof failed"};
+        bool seen = false;
+        for (int i = 0; i < 2000 && !(seen = rt_log_has(&lg, said[k])); i++) sleep_ms(10);
+        cr_assert(seen, "case %d: the node logs '%s'", k, said[k]);
+        if (k == 2) { /* refused by the node, not the hub */
+            goblin__wire_msg *r = rt_raw_next(s);
+            cr_assert_not_null(r);
+            cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_REFUSE);
+            cr_assert_null(strstr(r->body.refuse.message, "goblin-hub"), "%s", r->body.refuse.message);
+            goblin__wire_msg_free(r);
+        }
+        nng_close(s);
+    }
+    cr_assert_eq(hstats().workers_refused_quarantined, 0);
+    goblin_node_stats ns;
+    goblin_node_stats_get(node, &ns);
+    cr_assert_eq(ns.workers_connected, 0);
+    goblin_node_free(node);
+    hub_down();
+}
