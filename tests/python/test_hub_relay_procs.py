@@ -8,9 +8,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -100,3 +102,146 @@ def test_matmul_through_the_hub_processes(tmp_path, mailbox):
             g.close()
         hub.stop()
     assert g.node.returncode == 0, g.node_log_text()[-2000:]
+
+
+def worker_identity(log):
+    """The identity a worker process logs at start (its key's fingerprint)."""
+    t0 = time.time()
+    while time.time() - t0 < 60:
+        m = re.search(r"worker identity ([0-9a-f]{64})", open(log).read())
+        if m:
+            return m.group(1)
+        time.sleep(0.05)
+    raise AssertionError(f"no identity in {log}")
+
+
+def test_two_labs_share_volunteers_survive_a_kill_and_refuse_a_cheat_together(tmp_path, mailbox):
+    """Hub + 2 lab nodes + 4 volunteers' workers, all processes: both labs' verified
+    products run at the same time on the shared workers; a worker killed (SIGKILL) in the
+    middle changes nothing in the answers; a cheating worker caught by one lab is then
+    refused for every lab: restarted with the same key it is refused by the hub, and the
+    other lab never admits it."""
+    hub = Hub(tmp_path, mailbox.port, "machines = tls+tcp://127.0.0.1:0\n")
+    procs, grids = [], []
+
+    def worker(name, *extra):
+        d = str(tmp_path / f"{name}.id")
+        log = str(tmp_path / f"{name}.log")
+        p = subprocess.Popen([WORKER, "--connect", murl, "--fingerprint", fp, "--threads", "1",
+                              "--memory", "256M", "--config-dir", d, *extra], stderr=open(log, "w"))
+        procs.append(p)
+        return p, d, log
+
+    try:
+        line = hub.proc.stdout.readline()
+        m = re.search(r"machines on port (\d+)", line)
+        assert m, line
+        murl = f"tls+tcp://127.0.0.1:{m.group(1)}"
+        fp = fingerprint(os.path.join(hub.dir, "cert.pem"))
+        labs = []
+        for who in ("a", "b"):
+            _, _, key = make_key(hub, mailbox, f"{who}@example.org")
+            keyfile = str(tmp_path / f"{who}.key")
+            write_key(keyfile, key["key"])
+            d = tmp_path / f"lab-{who}"
+            d.mkdir()
+            g = Grid(str(d), node_args=("--hub", murl, "--hub-key", keyfile, "--hub-fingerprint", fp,
+                                        "--lease-ms", "3000"))
+            grids.append(g)
+            labs.append((g, key["id"]))
+        (ga, _), (gb, _) = labs
+        honest = [worker(f"w{i}", "--misbehave", "slow:1", "--slow-ms", "150") for i in range(4)]
+        ga.wait_workers(2, timeout=90)
+        gb.wait_workers(2, timeout=90)
+
+        # Both labs' products at once; one worker killed once both have results in.
+        ops = {0: operands(700, 400, 600, np.float64, 41), 1: operands(600, 500, 700, np.float64, 43)}
+        out = {}
+
+        def run(i):
+            out[i] = labs[i][0].matmul(*ops[i], name=f"lab{i}", timeout=300)
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+        for t in ts:
+            t.start()
+        t0 = time.time()
+        while time.time() - t0 < 120:
+            if all(g.stats()["results_accepted"] > 0 for g in (ga, gb)):
+                break
+            time.sleep(0.05)
+        both_running = all(t.is_alive() for t in ts)
+        honest[0][0].kill()
+        honest[0][0].wait(timeout=30)
+        for t in ts:
+            t.join(timeout=320)
+        assert both_running, "the kill came while both labs' jobs ran"
+        for i in (0, 1):
+            assert i in out, f"lab {i}'s product did not finish"
+            c, st = out[i]
+            ok, err, ratio = contract_ok(c, *ops[i])
+            assert ok, f"lab {i}: max error {err} ({ratio:.2f} of the bound)"
+        sa, sb = ga.stats(), gb.stats()
+        assert sa["results_rejected"] == 0 and sb["results_rejected"] == 0, (sa, sb)
+        ids_a = {w["identity"] for w in sa["workers"] if w["accepted"] > 0}
+        ids_b = {w["identity"] for w in sb["workers"] if w["accepted"] > 0}
+        assert ids_a and ids_b, "both labs computed on volunteers"
+
+        # A cheater joins (the hub lends it to the lab below its share: one of the two);
+        # each lab runs a product until one of them catches it.
+        cheat, cdir, clog = worker("cheat", "--misbehave", "wrong:1")
+        cid = worker_identity(clog)
+        t0 = time.time()
+        while time.time() - t0 < 90:
+            if any(w["identity"] == cid for g in (ga, gb) for w in g.stats()["workers"]):
+                break
+            time.sleep(0.1)
+        catcher = next(i for i, g in enumerate((ga, gb)) if any(w["identity"] == cid for w in g.stats()["workers"]))
+        g = labs[catcher][0]
+        a, bm = operands(500, 300, 400, np.float64, 47)
+        c, st = g.matmul(a, bm, name="caught", timeout=300)
+        ok, err, ratio = contract_ok(c, a, bm)
+        assert ok, f"lab {catcher} with the cheater: max error {err}"
+        caught = g.stats()
+        assert caught["workers_quarantined"] == 1 and caught["results_rejected"] >= 1, caught
+        # The hub ends its splice; redialing, the cheater is refused and stops.
+        cheat.wait(timeout=60)
+        assert cheat.returncode != 0
+        text = open(clog).read()
+        assert "quarantined on the network" in text, text[-2000:]
+        # The catching lab's node reported it: the hub lists it, reported by that lab's key.
+        t0 = time.time()
+        listed = ""
+        while time.time() - t0 < 60 and cid not in listed:
+            listed = hub.cli("quarantines", "list").stdout
+            time.sleep(0.2)
+        assert cid in listed, listed
+        assert f"node key {labs[catcher][1]}" in listed, listed
+        # Restarted with the same key (a copy of its directory), three times: refused by
+        # the hub each time, whichever lab it would be lent to; the other lab never
+        # admits it.
+        for k in range(3):
+            d = str(tmp_path / f"again{k}.id")
+            shutil.copytree(cdir, d)
+            log = str(tmp_path / f"again{k}.log")
+            r = subprocess.run([WORKER, "--connect", murl, "--fingerprint", fp, "--threads", "1",
+                                "--memory", "256M", "--config-dir", d], stderr=open(log, "w"), timeout=120)
+            text = open(log).read()
+            assert r.returncode != 0 and "quarantined on the network" in text, text[-2000:]
+        other = labs[1 - catcher][0].stats()
+        assert not any(w["identity"] == cid for w in other["workers"]), other["workers"]
+        # The honest workers still serve: the other lab's next product is right.
+        a, bm = operands(300, 200, 250, np.float64, 53)
+        c, _ = labs[1 - catcher][0].matmul(a, bm, name="after", timeout=300)
+        assert contract_ok(c, a, bm)[0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for g in grids:
+            g.close()
+        hub.stop()
