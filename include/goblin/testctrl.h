@@ -82,6 +82,12 @@ typedef enum goblin_testctrl_op {
      *  connections already admitted and to later ones. GOBLIN_EINVAL for a NULL node
      *  or identity, a malformed identity or an origin out of range. */
     GOBLIN_TESTCTRL_NODE_ORIGIN = 7,
+    /** (goblin_hub *h, const char *ip): the connections @p h's machines address accepts
+     *  from a local address (loopback) from now on count as coming from @p ip (an IPv4
+     *  or IPv6 literal; NULL: their own again): the network origin the hub reports to a
+     *  lab node for a relayed worker (docs/hub.md, "Origins"). GOBLIN_EINVAL for a NULL
+     *  hub or a bad literal, GOBLIN_ESTATE before goblin_hub_serve_machines. */
+    GOBLIN_TESTCTRL_HUB_WORKER_ADDR = 8,
     GOBLIN_TESTCTRL_COUNT
 } goblin_testctrl_op;
 

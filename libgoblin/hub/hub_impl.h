@@ -49,6 +49,10 @@ goblin_err goblin__hub_signin_issue(goblin_hub *h, const char *email, const char
 
 /* ---- relay.c ---- */
 void goblin__hub_relay_stop(goblin_hub *h);
+/** Tests only (GOBLIN_TESTCTRL_HUB_WORKER_ADDR): connections the machines address takes
+ *  from a local address from now on count as from @p ip (an IPv4 or IPv6 literal;
+ *  NULL: their own again). EINVAL (a bad literal), ESTATE (machines not served). */
+goblin_err goblin__hub_relay_test_addr(goblin_hub *h, const char *ip);
 
 /* ---- web.c ---- */
 void goblin__hub_web_stop(goblin_hub *h);

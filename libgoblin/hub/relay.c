@@ -15,6 +15,7 @@
  *
  * Threads: nng's callbacks do the I/O under r->mu; one thread (reaper) closes, stops
  * and frees connections, expires tickets and handshakes, and rebalances the lending. */
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,8 @@ struct rconn {
     /* a worker: the node it is reserved for or lent to; a data connection: its node */
     rconn *node;
     bool reserved;
+    /* a worker: the network origin of its connection (hub_wire.h, OPEN) */
+    uint8_t origin_kind, origin[7];
     /* a worker: the identity its PROOF claims (the key's SHA-256), once read */
     bool has_identity;
     uint8_t identity[GOBLIN__HUBW_IDENTITY];
@@ -113,6 +116,9 @@ struct goblin__hub_relay {
     uint8_t (*qset)[GOBLIN__HUBW_IDENTITY];
     int32_t n_qset, cap_qset;
     int64_t qset_read_ms;
+    /* tests (GOBLIN_TESTCTRL_HUB_WORKER_ADDR): local connections count as from here */
+    bool test_addr_set;
+    nng_sockaddr test_addr;
 };
 
 typedef struct goblin__hub_relay relay;
@@ -843,6 +849,8 @@ static void assign(relay *r) {
         memset(&o, 0, sizeof o);
         o.type = GOBLIN__HUBW_OPEN;
         memcpy(o.ticket, t->t, sizeof o.ticket);
+        o.origin_kind = w->origin_kind; /* the node's origin rule sees the volunteer, not the hub */
+        memcpy(o.origin, w->origin, sizeof o.origin);
         out_hub(best, &o);
         memset(o.ticket, 0, sizeof o.ticket);
         tx_kick(best);
@@ -875,6 +883,36 @@ static void rebalance(relay *r, int64_t now) {
 
 /* ---- accepting, the reaper ------------------------------------------------------------------ */
 
+/* The /24 or /48 of remote address @p sa as OPEN carries it (hub_wire.h); kind 0 for a
+ * local one (127.0.0.0/8, ::1, or not IP). An IPv4-mapped IPv6 address is IPv4. */
+static bool origin_of(const nng_sockaddr *sa, uint8_t *kind, uint8_t prefix[7]) {
+    *kind = 0;
+    memset(prefix, 0, 7);
+    const uint8_t *v4 = NULL;
+    uint8_t b4[4];
+    if (sa->s_family == NNG_AF_INET) {
+        memcpy(b4, &sa->s_in.sa_addr, 4); /* network order */
+        v4 = b4;
+    } else if (sa->s_family == NNG_AF_INET6) {
+        const uint8_t *a = sa->s_in6.sa_addr;
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        static const uint8_t loop[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+        if (!memcmp(a, loop, 16)) return false;
+        if (!memcmp(a, mapped, 12)) v4 = a + 12;
+        else {
+            *kind = 6;
+            memcpy(prefix, a, 6);
+            return true;
+        }
+    } else {
+        return false;
+    }
+    if (v4[0] == 127) return false;
+    *kind = 4;
+    memcpy(prefix, v4, 3);
+    return true;
+}
+
 static rconn *conn_new(relay *r, nng_stream *s) {
     rconn *c = goblin__calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -886,6 +924,9 @@ static rconn *conn_new(relay *r, nng_stream *s) {
         return NULL;
     }
     c->since_ms = goblin__now_ms();
+    nng_sockaddr sa;
+    bool net = nng_stream_get_addr(s, NNG_OPT_REMADDR, &sa) == 0 && origin_of(&sa, &c->origin_kind, c->origin);
+    if (!net && r->test_addr_set) origin_of(&r->test_addr, &c->origin_kind, c->origin);
     c->next = r->conns;
     if (r->conns) r->conns->prev = c;
     r->conns = c;
@@ -1110,5 +1151,30 @@ goblin_err goblin_hub_machines_lab_lent(goblin_hub *h, int64_t lab, int64_t *out
         if (!c->closing && c->role == R_CONTROL && c->lab == lab) n += c->lent;
     pthread_mutex_unlock(&r->mu);
     *out = n;
+    return GOBLIN_OK;
+}
+
+goblin_err goblin__hub_relay_test_addr(goblin_hub *h, const char *ip) {
+    relay *r = h ? h->relay : NULL;
+    if (!r) return h ? GOBLIN_ESTATE : GOBLIN_EINVAL;
+    nng_sockaddr sa;
+    memset(&sa, 0, sizeof sa);
+    if (ip) {
+        struct in_addr a4;
+        struct in6_addr a6;
+        if (inet_pton(AF_INET, ip, &a4) == 1) {
+            sa.s_in.sa_family = NNG_AF_INET;
+            sa.s_in.sa_addr = a4.s_addr;
+        } else if (inet_pton(AF_INET6, ip, &a6) == 1) {
+            sa.s_in6.sa_family = NNG_AF_INET6;
+            memcpy(sa.s_in6.sa_addr, &a6, 16);
+        } else {
+            return GOBLIN_EINVAL;
+        }
+    }
+    pthread_mutex_lock(&r->mu);
+    r->test_addr_set = ip != NULL;
+    r->test_addr = sa;
+    pthread_mutex_unlock(&r->mu);
     return GOBLIN_OK;
 }

@@ -33,6 +33,7 @@ typedef struct hub_dial {
     nng_dialer d;
     uint8_t ticket[GOBLIN__HUBW_TICKET];
     uint32_t pipe; /* 0 until connected */
+    uint64_t origin; /* the worker's network origin, as the hub saw it (origin.c) */
     int64_t since_ms;
     bool attached, gone;
 } hub_dial;
@@ -112,6 +113,23 @@ void goblin__node_hub_pipe(goblin_node *n, nng_pipe pp, bool added) {
     pthread_mutex_unlock(&n->ev_mu);
 }
 
+bool goblin__node_hub_pipe_origin(goblin_node *n, uint32_t pipe_id, uint64_t *out) {
+    bool hit = false;
+    pthread_mutex_lock(&n->ev_mu);
+    struct goblin__node_hub *h = n->hub;
+    if (h && pipe_id) {
+        pthread_mutex_lock(&h->mu);
+        for (int32_t i = 0; i < h->n_dials && !hit; i++)
+            if (h->dials[i].attached && h->dials[i].pipe == pipe_id) {
+                *out = h->dials[i].origin;
+                hit = true;
+            }
+        pthread_mutex_unlock(&h->mu);
+    }
+    pthread_mutex_unlock(&n->ev_mu);
+    return hit;
+}
+
 static void ctl_pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     (void)pp;
     struct goblin__node_hub *h = arg;
@@ -156,7 +174,8 @@ static void send_hello(struct goblin__node_hub *h) {
 
 /* ---- data connections ------------------------------------------------------------------ */
 
-static void open_data(struct goblin__node_hub *h, const uint8_t *ticket) {
+static void open_data(struct goblin__node_hub *h, const goblin__hubw_msg *m) {
+    const uint8_t *ticket = m->ticket;
     goblin_node *n = h->n;
     if (h->n_dials >= MAX_DIALS) {
         goblin__node_log(n, GOBLIN_LOG_WARN, "hub: %d data connections already; an OPEN ignored", MAX_DIALS);
@@ -178,6 +197,7 @@ static void open_data(struct goblin__node_hub *h, const uint8_t *ticket) {
         return;
     }
     memcpy(dl->ticket, ticket, GOBLIN__HUBW_TICKET);
+    dl->origin = goblin__node_origin_of_prefix(m->origin_kind, m->origin);
     dl->since_ms = goblin__now_ms();
     h->n_dials++;
     h->st.data_connections++;
@@ -314,7 +334,7 @@ static void *hub_main(void *arg) {
             goblin__node_log(n, GOBLIN_LOG_INFO, "hub: linked to %s as lab %lld (weight %u)", h->url,
                              (long long)m.lab, (unsigned)m.weight);
         } else if (m.type == GOBLIN__HUBW_OPEN) {
-            if (h->acked) open_data(h, m.ticket);
+            if (h->acked) open_data(h, &m);
             memset(m.ticket, 0, sizeof m.ticket);
         } else if (m.type == GOBLIN__HUBW_REFUSE) {
             h->refused = true;

@@ -758,6 +758,10 @@ void goblin__node_status_stop(goblin_node *n);
 /* A pipe of the node's socket added (ADD_POST) or removed (REM_POST): the link's
  * data connections. Any thread (nng's pipe callbacks). */
 void goblin__node_hub_pipe(goblin_node *n, nng_pipe pp, bool added);
+/** Is pipe @p pipe_id a data connection of the hub link? Then the worker's origin as
+ *  the hub reported it (origin.c's key; 0: local) into *@p out. Takes ev_mu, then the
+ *  link's mutex (callable under n->mu). */
+bool goblin__node_hub_pipe_origin(goblin_node *n, uint32_t pipe_id, uint64_t *out);
 /* Stop the link (before the node's socket closes); free it (goblin_node_free). */
 void goblin__node_hub_stop(goblin_node *n);
 void goblin__node_hub_free(goblin_node *n);

@@ -50,6 +50,14 @@ uint64_t goblin__node_origin_key(const nng_sockaddr *sa) {
     }
 }
 
+uint64_t goblin__node_origin_of_prefix(uint8_t kind, const uint8_t prefix[7]) {
+    if (kind == 4) return v4_key((uint32_t)prefix[0] << 24 | (uint32_t)prefix[1] << 16 | (uint32_t)prefix[2] << 8);
+    if (kind != 6) return 0;
+    uint64_t k = 0;
+    for (int i = 0; i < 6; i++) k = k << 8 | prefix[i];
+    return ORIGIN_V6 | k;
+}
+
 void goblin__node_origin_name(uint64_t key, char *buf, size_t cap) {
     if (!cap) return;
     uint64_t low = key & ORIGIN_LOW;
@@ -74,10 +82,18 @@ static uint64_t test_origin(const goblin_node *n, const char *fp) {
     return 0;
 }
 
+/* The network origin of pipe @p pp: for a worker relayed by the hub, the one the hub
+ * saw (its connection to the node is the hub's, hub_link.c); else its remote address's. */
+static uint64_t pipe_origin(goblin_node *n, nng_pipe pp) {
+    uint64_t o = 0;
+    if (goblin__node_hub_pipe_origin(n, nng_pipe_id(pp), &o)) return o;
+    nng_sockaddr sa;
+    return nng_pipe_get_addr(pp, NNG_OPT_REMADDR, &sa) == 0 ? goblin__node_origin_key(&sa) : 0;
+}
+
 void goblin__node_peer_set_origin(goblin_node *n, int32_t pi) {
     peer *p = &n->peers[pi];
-    nng_sockaddr sa;
-    p->origin = nng_pipe_get_addr(p->pipe, NNG_OPT_REMADDR, &sa) == 0 ? goblin__node_origin_key(&sa) : 0;
+    p->origin = pipe_origin(n, p->pipe);
     const ident *id = goblin__node_peer_ident(n, pi);
     if (!p->origin && id) p->origin = test_origin(n, id->fp);
 }
@@ -112,10 +128,7 @@ goblin_err goblin__node_test_origin(goblin_node *n, const char *identity, uint64
         for (int32_t k = 0; k < n->n_peers; k++) {
             const ident *id = n->peers[k].used && n->peers[k].hello ? goblin__node_peer_ident(n, k) : NULL;
             if (!id || strcmp(id->fp, identity) != 0) continue;
-            nng_sockaddr sa;
-            bool local = nng_pipe_get_addr(n->peers[k].pipe, NNG_OPT_REMADDR, &sa) != 0 ||
-                         goblin__node_origin_key(&sa) == 0;
-            if (local) n->peers[k].origin = key;
+            if (pipe_origin(n, n->peers[k].pipe) == 0) n->peers[k].origin = key;
         }
     }
     pthread_mutex_unlock(&n->mu);

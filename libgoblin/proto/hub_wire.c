@@ -29,6 +29,12 @@ static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 bool goblin__hubw_is(const uint8_t *buf, size_t len) { return len >= 4 && !memcmp(buf, "GBLH", 4); }
 
+static bool zeros(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return false;
+    return true;
+}
+
 goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *len) {
     if (!m || !out || !len) return GOBLIN_EINVAL;
     uint8_t *b = out + GOBLIN__HUBW_HEADER;
@@ -50,7 +56,15 @@ goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *
         put32(b + 12, 0);
         body = 16;
         break;
-    case GOBLIN__HUBW_OPEN:
+    case GOBLIN__HUBW_OPEN: {
+        int used = m->origin_kind == 4 ? 3 : m->origin_kind == 6 ? 6 : m->origin_kind == 0 ? 0 : -1;
+        if (used < 0 || !zeros(m->origin + used, sizeof m->origin - (size_t)used)) return GOBLIN_EINVAL;
+        memcpy(b, m->ticket, GOBLIN__HUBW_TICKET);
+        b[GOBLIN__HUBW_TICKET] = m->origin_kind;
+        memcpy(b + GOBLIN__HUBW_TICKET + 1, m->origin, sizeof m->origin);
+        body = GOBLIN__HUBW_TICKET + 8;
+        break;
+    }
     case GOBLIN__HUBW_ATTACH:
         memcpy(b, m->ticket, GOBLIN__HUBW_TICKET);
         body = GOBLIN__HUBW_TICKET;
@@ -96,12 +110,6 @@ goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *
     return GOBLIN_OK;
 }
 
-static bool zeros(const uint8_t *p, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (p[i]) return false;
-    return true;
-}
-
 goblin_err goblin__hubw_decode(const uint8_t *buf, size_t len, goblin__hubw_msg *m, char *msg,
                                size_t cap) {
     if (!buf || !m) return goblin__errf(msg, cap, GOBLIN_EINVAL, "no buffer");
@@ -145,7 +153,17 @@ goblin_err goblin__hubw_decode(const uint8_t *buf, size_t len, goblin__hubw_msg 
         out.lab = (int64_t)get64(b);
         out.weight = get32(b + 8);
         break;
-    case GOBLIN__HUBW_OPEN:
+    case GOBLIN__HUBW_OPEN: {
+        if (body != GOBLIN__HUBW_TICKET + 8) goto short_body;
+        uint8_t kind = b[GOBLIN__HUBW_TICKET];
+        int used = kind == 4 ? 3 : kind == 6 ? 6 : kind == 0 ? 0 : -1;
+        if (used < 0 || !zeros(b + GOBLIN__HUBW_TICKET + 1 + used, 7 - (size_t)used))
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "OPEN: origin of kind %u", (unsigned)kind);
+        memcpy(out.ticket, b, GOBLIN__HUBW_TICKET);
+        out.origin_kind = kind;
+        memcpy(out.origin, b + GOBLIN__HUBW_TICKET + 1, 7);
+        break;
+    }
     case GOBLIN__HUBW_ATTACH:
         if (body != GOBLIN__HUBW_TICKET) goto short_body;
         memcpy(out.ticket, b, GOBLIN__HUBW_TICKET);

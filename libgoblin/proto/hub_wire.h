@@ -11,7 +11,11 @@
  *   NODE_HELLO 1  node -> hub, first on the control connection:
  *                 u32 max_workers (0: no limit)  u32 key_len (1..128)  key[key_len]  pad
  *   NODE_ACK   2  hub -> node: u64 lab (the key's account)  u32 weight  u32 0
- *   OPEN       3  hub -> node: u8 ticket[32]: dial a data connection for one worker
+ *   OPEN       3  hub -> node: u8 ticket[32]  u8 origin_kind  u8 origin[7]: dial a data
+ *                 connection for one worker; origin: the network origin of the worker's
+ *                 own connection to the hub (kind 4: IPv4 /24 in origin[0..2]; kind 6:
+ *                 IPv6 /48 in origin[0..5]; kind 0: none, a local connection; the rest
+ *                 zero), so that the node's origin rule sees the volunteer, not the hub
  *   ATTACH     4  node -> hub, first (and only) message of a data connection: ticket[32];
  *                 after it the connection carries one worker's own messages both ways
  *   REFUSE     5  hub -> node: u32 reason (goblin_err)  u16 text_len  u16 0  text  pad
@@ -60,6 +64,8 @@ typedef struct goblin__hubw_msg {
     int64_t lab;                            /* NODE_ACK */
     uint32_t weight;                        /* NODE_ACK */
     uint8_t ticket[GOBLIN__HUBW_TICKET];    /* OPEN, ATTACH */
+    uint8_t origin_kind;                    /* OPEN: 0, 4 or 6 */
+    uint8_t origin[7];                      /* OPEN: the /24 or /48 prefix, then zeros */
     uint32_t reason;                        /* REFUSE */
     char text[GOBLIN__HUBW_TEXT_MAX + 1];   /* REFUSE, NUL-terminated */
     uint8_t identity[GOBLIN__HUBW_IDENTITY]; /* QUARANTINE */

@@ -1,5 +1,6 @@
-/* libgoblin/worker/misbehave.c - fault injection (tests and demos only) and
- * goblin_test_control, the one entry point that reaches it (testctrl.h).
+/* libgoblin/worker/misbehave.c - fault injection (tests and demos only): the worker's and
+ * the node's ops of goblin_test_control (testctrl.h), which hub/testctrl.c, the one
+ * entry point, hands to goblin__worker_test_control here.
  *
  * A worker set to misbehave draws, per task, whether to misbehave (probability rate,
  * from a generator seeded by the test: the same seed, the same tasks) and then alters
@@ -8,6 +9,7 @@
  * crash. The settings come from another thread (goblin_test_control) and are taken by
  * the loop thread at the start of a task (mb_next -> mb, under st_mu). */
 #include "worker_impl.h"
+#include "test_control.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -282,9 +284,7 @@ static goblin_err worker_set(goblin_worker *w, int op, va_list ap) {
     return e;
 }
 
-goblin_err goblin_test_control(int op, ...) {
-    va_list ap;
-    va_start(ap, op);
+goblin_err goblin__worker_test_control(int op, va_list ap) {
     goblin_err e = GOBLIN_EINVAL;
     switch (op) {
     case GOBLIN_TESTCTRL_WORKER_MISBEHAVE:
@@ -328,6 +328,5 @@ goblin_err goblin_test_control(int op, ...) {
     default:
         break;
     }
-    va_end(ap);
     return e;
 }

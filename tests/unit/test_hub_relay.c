@@ -1016,3 +1016,94 @@ Test(hub_relay, a_worker_that_does_not_send_a_proof_is_the_nodes_to_judge, .time
     goblin_node_free(node);
     hub_down();
 }
+
+/* ---- origins: a relayed worker is where its own connection comes from ------------------------ */
+
+Test(hub_relay, open_carries_the_origin_canonically) {
+    goblin__hubw_msg m, d;
+    uint8_t b[GOBLIN__HUBW_MAX];
+    size_t n;
+    static const struct {
+        uint8_t kind, used;
+    } ok[3] = {{0, 0}, {4, 3}, {6, 6}};
+    for (int k = 0; k < 3; k++) {
+        memset(&m, 0, sizeof m);
+        m.type = GOBLIN__HUBW_OPEN;
+        memset(m.ticket, 0x3c, sizeof m.ticket);
+        m.origin_kind = ok[k].kind;
+        for (int i = 0; i < ok[k].used; i++) m.origin[i] = (uint8_t)(0xa0 + i);
+        cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_OK);
+        cr_assert_eq(n, (size_t)GOBLIN__HUBW_HEADER + 40);
+        cr_assert_eq(goblin__hubw_decode(b, n, &d, NULL, 0), GOBLIN_OK);
+        cr_assert_eq(d.origin_kind, ok[k].kind);
+        cr_assert_arr_eq(d.origin, m.origin, 7);
+        cr_assert_arr_eq(d.ticket, m.ticket, 32);
+        /* A byte past the prefix, or another kind: refused both ways. */
+        uint8_t c[GOBLIN__HUBW_MAX];
+        memcpy(c, b, n);
+        c[GOBLIN__HUBW_HEADER + 32 + 1 + ok[k].used] = 1;
+        cr_assert_eq(goblin__hubw_decode(c, n, &d, NULL, 0), GOBLIN_EFORMAT, "kind %u", ok[k].kind);
+        m.origin[ok[k].used] = 1;
+        cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_EINVAL);
+    }
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_OPEN;
+    m.origin_kind = 5;
+    cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_EINVAL);
+    m.origin_kind = 4;
+    cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_OK);
+    b[GOBLIN__HUBW_HEADER + 32] = 5;
+    cr_assert_eq(goblin__hubw_decode(b, n, &d, NULL, 0), GOBLIN_EFORMAT);
+    for (size_t k = 0; k < n; k++) cr_assert_neq(goblin__hubw_decode(b, k, &d, NULL, 0), GOBLIN_OK, "cut at %zu", k);
+}
+
+static bool origin_of_identity(goblin_node *node, const char *fp, char *out, size_t cap) {
+    for (int32_t i = 0; i < 16; i++) {
+        goblin_node_worker_stats w;
+        if (goblin_node_worker_stats_get(node, i, &w) != GOBLIN_OK) break;
+        if (!strcmp(w.identity, fp)) {
+            snprintf(out, cap, "%s", w.origin);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Every relayed worker reaches the node from the hub's address; the origin rule must see
+ * the volunteer's own /24 or /48 instead, as the hub saw it (and only that prefix: the
+ * lab does not learn the full address). Loopback stands in for the volunteers' machines
+ * through the hub's test-control op. */
+Test(hub_relay, a_relayed_workers_origin_is_the_volunteers_not_the_hubs, .timeout = 60) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    goblin_node *node = node_up(NULL);
+    cr_assert_eq(link_node(node, key), GOBLIN_OK);
+    static const struct {
+        const char *ip, *origin;
+    } cases[3] = {{"10.9.8.7", "10.9.8.0/24"}, {"2001:db8:5:6::1", "2001:db8:5::/48"}, {NULL, "local"}};
+    nng_socket socks[3];
+    goblin__wkey *keys[3];
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_HUB_WORKER_ADDR, hub, cases[k].ip), GOBLIN_OK);
+        cr_assert_eq(goblin__wkey_ephemeral(&keys[k], NULL, 0), GOBLIN_OK);
+        goblin__wire_msg hello = rt_raw_hello(1 << 24, false);
+        socks[k] = raw_dial(murl);
+        goblin__wire_msg *r = rt_raw_join(socks[k], &hello, keys[k], NULL);
+        cr_assert_not_null(r);
+        cr_assert_eq(r->type, GOBLIN_WIRE_TYPE_HELLO_ACK);
+        goblin__wire_msg_free(r);
+        char o[64] = "";
+        cr_assert(origin_of_identity(node, goblin__wkey_fingerprint(keys[k]), o, sizeof o));
+        cr_assert_str_eq(o, cases[k].origin, "case %d", k);
+    }
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_HUB_WORKER_ADDR, hub, "10.1.2"), GOBLIN_EINVAL);
+    cr_assert_eq(goblin_test_control(GOBLIN_TESTCTRL_HUB_WORKER_ADDR, (goblin_hub *)NULL, "10.1.2.3"), GOBLIN_EINVAL);
+    for (int k = 0; k < 3; k++) {
+        nng_close(socks[k]);
+        goblin__wkey_free(keys[k]);
+    }
+    goblin_node_free(node);
+    hub_down();
+}
