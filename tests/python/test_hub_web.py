@@ -515,3 +515,43 @@ def test_hostile_framing_leaves_the_hub_serving(hub, mailbox):
     assert mailbox.count() == 0
     with hub.db() as db:
         assert db.execute("SELECT count(*) FROM signin").fetchone()[0] == 0
+
+
+def test_operator_lifts_a_quarantine_only_with_its_form_token(hub, mailbox):
+    """A lab's report (a row as the relay stores it) on the admin page with a Lift form;
+    the lift is refused without the form token, with another account's token, and to a
+    non-operator; the operator's lift takes it out of force (page, JSON, CLI)."""
+    subject = "ab" * 32
+    with hub.db() as db:
+        db.execute("INSERT INTO quarantine (subject, reason, reported_by, created) VALUES (?, ?, ?, ?)",
+                   (subject, "a wrong tile <b>", "node key 7", 1700000000))
+        db.commit()
+        qid = db.execute("SELECT id FROM quarantine").fetchone()[0]
+    out = hub.cli("quarantines", "list")
+    assert out.returncode == 0 and subject in out.stdout, out.stdout + out.stderr
+    op = Browser(hub)
+    sign_in(op, mailbox, "op@example.org")
+    st, _, page = op.get("/admin")
+    assert st == 200 and subject in page and 'action="/admin/lift"' in page
+    assert "a wrong tile &lt;b&gt;" in page and "<b>" not in page.split("a wrong tile")[1][:8]
+    st, adm = op.json("/admin")
+    row = next(q for q in adm["quarantines"] if q["subject"] == subject)
+    assert row["lifted"] == 0 and row["reported_by"] == "node key 7"
+    mallory = Browser(hub)
+    sign_in(mallory, mailbox, "mallory@example.org")
+    st, macc = mallory.json("/account")
+    for who, form in ((op, {"id": str(qid)}), (op, {"id": str(qid), "csrf": "0" * 64}),
+                      (op, {"id": str(qid), "csrf": macc["csrf"]}), (mallory, {"id": str(qid), "csrf": macc["csrf"]})):
+        st, _, _ = who.post("/admin/lift", form)
+        assert st == 403, (form, st)
+    assert subject in hub.cli("quarantines", "list").stdout, "nothing lifted by the refused posts"
+    st, oacc = op.json("/account")
+    token = oacc["csrf"]
+    st, _, body = op.post("/admin/lift", {"id": "99999", "csrf": token}, headers={"Accept": "application/json"})
+    assert st == 404, body
+    st, _, body = op.post("/admin/lift", {"id": str(qid), "csrf": token}, headers={"Accept": "application/json"})
+    assert st == 200 and json.loads(body)["lifted"] > 0, body
+    assert subject not in hub.cli("quarantines", "list").stdout
+    assert subject in hub.cli("quarantines", "list", "--all").stdout
+    st, _, body = op.post("/admin/lift", {"id": str(qid), "csrf": token}, headers={"Accept": "application/json"})
+    assert st == 409, (st, body)
