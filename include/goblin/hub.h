@@ -204,6 +204,8 @@ typedef struct goblin_hub_machines_stats {
     int64_t quarantines_refused;  /* reports refused (malformed, or past a key's bound) */
     int64_t workers_refused_quarantined; /* workers whose PROOF named a quarantined identity */
     int64_t workers_ended_quarantined;   /* splices ended when their identity was quarantined */
+    int64_t work_reports;         /* lab nodes' WORK reports recorded (a lent worker's counts) */
+    int64_t work_reports_refused; /* ... about an identity not lent to that node: dropped */
 } goblin_hub_machines_stats;
 
 /** Serve the machine side on the configuration's machines address, on nng's threads and

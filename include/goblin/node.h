@@ -477,6 +477,8 @@ typedef struct goblin_node_hub_stats {
     int64_t data_connections; /* data connections dialed (one per worker lent) */
     int64_t workers_lent;     /* data connections attached now */
     int64_t refused;          /* refusals from the hub */
+    int64_t work_reports;     /* WORK messages sent: what a lent worker did */
+    int64_t work_reports_lost; /* ... that could not be sent (the link was down or full) */
 } goblin_node_hub_stats;
 
 /** The hub link's counters; GOBLIN_ESTATE if the node has none. */

@@ -45,6 +45,7 @@
 #define TICK_MS 50
 #define REPORTS_PER_KEY 64              /* quarantines in force one node key may have reported */
 #define QSET_REFRESH_MS 1000            /* the quarantines in force read again from the store */
+#define LENT_IDS 1024                   /* identities a control connection may report WORK of */
 
 enum role { R_UNKNOWN, R_WORKER, R_CONTROL, R_DATA };
 enum rstate { RS_HS, RS_LEN, RS_PEEK, RS_DISCARD, RS_BODY, RS_PROBE, RS_PROOF, RS_SPLICE, RS_NONE };
@@ -86,6 +87,8 @@ struct rconn {
     uint8_t identity[GOBLIN__HUBW_IDENTITY];
     /* a control connection (a lab node) */
     int64_t lab, key_id;
+    uint8_t (*lent_ids)[GOBLIN__HUBW_IDENTITY]; /* the last LENT_IDS identities lent to it */
+    int32_t n_lent_ids, next_lent_id;
     uint32_t weight, max_workers;
     int32_t lent, opening;
 };
@@ -570,6 +573,22 @@ static void qset_read(relay *r, int64_t now) {
         }
 }
 
+/* Node @p n (a control connection) may report WORK of identity @p id from now on. */
+static void remember_lent(rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+    for (int32_t i = 0; i < n->n_lent_ids; i++)
+        if (!memcmp(n->lent_ids[i], id, GOBLIN__HUBW_IDENTITY)) return;
+    if (!n->lent_ids && !(n->lent_ids = goblin__alloc(LENT_IDS * sizeof *n->lent_ids))) return;
+    int32_t at = n->n_lent_ids < LENT_IDS ? n->n_lent_ids++ : n->next_lent_id;
+    n->next_lent_id = (at + 1) % LENT_IDS;
+    memcpy(n->lent_ids[at], id, GOBLIN__HUBW_IDENTITY);
+}
+
+static bool was_lent(const rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+    for (int32_t i = 0; i < n->n_lent_ids; i++)
+        if (!memcmp(n->lent_ids[i], id, GOBLIN__HUBW_IDENTITY)) return true;
+    return false;
+}
+
 /* The worker's bytes in in[0..got] go on to the node, and the splice copies the rest. */
 static void proof_pass(rconn *c) {
     if (!c->peer) {
@@ -619,6 +638,7 @@ static void proof_read(rconn *c) {
         c->has_identity = true;
     goblin__wire_msg_free(m);
     if (!c->has_identity || !qset_has(r, c->identity)) {
+        if (c->has_identity && c->node) remember_lent(c->node, c->identity);
         proof_pass(c);
         return;
     }
@@ -684,12 +704,31 @@ static bool record_quarantine(rconn *c, const goblin__hubw_msg *hm) {
     return true;
 }
 
+/* A lab node's WORK: what a worker the hub lent it did. Counted only for an identity
+ * lent to this control connection (a lab cannot write another's volunteers' counts);
+ * others are counted as refused and dropped, the node stays linked. False: the store
+ * failed. */
+static bool record_work(rconn *c, const goblin__hubw_msg *hm) {
+    relay *r = c->r;
+    if (!was_lent(c, hm->identity)) {
+        r->st.work_reports_refused++;
+        return true;
+    }
+    r->st.work_reports++;
+    return true;
+}
+
 static void control_message(rconn *c, const uint8_t *m, size_t len) {
     goblin__hubw_msg hm;
     char why[256];
     goblin_err e = goblin__hubw_decode(m, len, &hm, why, sizeof why);
     if (!e && hm.type == GOBLIN__HUBW_QUARANTINE) {
         if (!record_quarantine(c, &hm)) {
+            close_conn(c);
+            return;
+        }
+    } else if (!e && hm.type == GOBLIN__HUBW_WORK) {
+        if (!record_work(c, &hm)) {
             close_conn(c);
             return;
         }
@@ -1014,6 +1053,7 @@ static void *reaper_main(void *arg) {
             nng_stream_free(c->s);
             goblin__free(c->bufs[0]);
             goblin__free(c->bufs[1]);
+            goblin__free(c->lent_ids);
             memset(c->in, 0, sizeof c->in);
             goblin__free(c);
         }

@@ -28,6 +28,8 @@
 #define HUB_HEARTBEAT_MS 5000
 #define DATA_CONNECT_MS 15000 /* a data dialer that has no pipe by then is closed */
 #define MAX_DIALS 1024        /* data connections at once */
+#define WORK_REPORT_MS 1000   /* relayed workers' counts told to the hub (WORK) this often */
+#define WORK_PER_TURN 64      /* WORK messages a report sends at most; the rest wait */
 
 typedef struct hub_dial {
     nng_dialer d;
@@ -282,13 +284,69 @@ static void report_quarantines(struct goblin__node_hub *h, int32_t *sent) {
     }
 }
 
+static bool fp_bytes(const char *fp, uint8_t out[GOBLIN__HUBW_IDENTITY]) {
+    for (int b = 0; b < GOBLIN__HUBW_IDENTITY; b++) {
+        int hi = hexval(fp[2 * b]), lo = hi < 0 ? -1 : hexval(fp[2 * b + 1]);
+        if (hi < 0 || lo < 0) return false;
+        out[b] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
+static uint32_t clip32(int64_t v) { return v <= 0 ? 0 : v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
+
+/* Tell the hub what the workers it lent did since the last report (WORK: tasks given,
+ * results accepted, rejected), for the volunteers' work view (docs/hub.md, "Work"):
+ * the counts kept from reaped slots first, then the connected relayed workers'. A
+ * count is marked told when taken; a WORK the link cannot send is lost (counted). */
+static void report_work(struct goblin__node_hub *h) {
+    goblin_node *n = h->n;
+    goblin__hubw_msg q[WORK_PER_TURN];
+    int32_t k = 0;
+    pthread_mutex_lock(&n->mu);
+    while (n->n_work_tail > 0 && k < WORK_PER_TURN) {
+        int32_t t = --n->n_work_tail;
+        memset(&q[k], 0, sizeof q[k]);
+        if (!fp_bytes(n->work_tail[t].fp, q[k].identity)) continue;
+        q[k].tasks = clip32(n->work_tail[t].issued);
+        q[k].accepted = clip32(n->work_tail[t].accepted);
+        q[k].rejected = clip32(n->work_tail[t].rejected);
+        k++;
+    }
+    for (int32_t i = 0; i < n->n_peers && k < WORK_PER_TURN; i++) {
+        peer *p = &n->peers[i];
+        if (!p->used || !p->relayed || p->ident < 0 || p->ident >= n->n_idents || !n->idents[p->ident].used)
+            continue;
+        if (p->issued == p->rep_issued && p->accepted == p->rep_accepted && p->rejected == p->rep_rejected)
+            continue;
+        memset(&q[k], 0, sizeof q[k]);
+        if (!fp_bytes(n->idents[p->ident].fp, q[k].identity)) continue;
+        q[k].tasks = clip32(p->issued - p->rep_issued);
+        q[k].accepted = clip32(p->accepted - p->rep_accepted);
+        q[k].rejected = clip32(p->rejected - p->rep_rejected);
+        p->rep_issued = p->issued;
+        p->rep_accepted = p->accepted;
+        p->rep_rejected = p->rejected;
+        k++;
+    }
+    pthread_mutex_unlock(&n->mu);
+    for (int32_t i = 0; i < k; i++) {
+        q[i].type = GOBLIN__HUBW_WORK;
+        bool sent = send_hub(h->ctl, NULL, &q[i]) == 0;
+        pthread_mutex_lock(&h->mu);
+        if (sent) h->st.work_reports++;
+        else h->st.work_reports_lost++;
+        pthread_mutex_unlock(&h->mu);
+    }
+}
+
 static void *hub_main(void *arg) {
     struct goblin__node_hub *h = arg;
     goblin_node *n = h->n;
     int rfd = -1, seen_pipes = 0;
     int32_t q_sent = 0;
     bool was_acked = false;
-    int64_t last_beat = 0;
+    int64_t last_beat = 0, last_work = 0;
     for (;;) {
         pthread_mutex_lock(&h->mu);
         if (h->stop) {
@@ -315,6 +373,10 @@ static void *hub_main(void *arg) {
         if (acked && !was_acked) q_sent = 0;
         was_acked = acked;
         if (acked) report_quarantines(h, &q_sent);
+        if (acked && now - last_work >= WORK_REPORT_MS) {
+            report_work(h);
+            last_work = now;
+        }
         nng_msg *msg = NULL;
         int rv = goblin__transport_recv(h->ctl, &rfd, &msg, 20);
         if (rv == NNG_ECLOSED) break;

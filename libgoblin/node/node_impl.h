@@ -151,6 +151,8 @@ typedef struct peer {
     int64_t issued, accepted, rejected, failed;
     int64_t suspected; /* results of this connection that the node had to recompute */
     uint64_t origin;   /* network origin (origin.c) read at admission; 0: local, none */
+    bool relayed;      /* lent by the hub (a data connection of hub_link.c) */
+    int64_t rep_issued, rep_accepted, rep_rejected; /* told the hub so far (WORK) */
     uint64_t panels[2][PANEL_MEMO];
     int32_t panel_next[2];
     int32_t memo_cap; /* panels per kind believed cached: halved on every miss, since
@@ -398,6 +400,13 @@ struct goblin_node {
     goblin__client_port cport;
     bool cport_set;
     char client_urls[512]; /* where clients connect instead (mu), "" if nowhere */
+    /* a relayed worker's last WORK counts, from its slot's reaping to the hub link's
+     * next report (hub_link.c), under mu; past WORK_TAIL_MAX they are dropped */
+    struct {
+        char fp[GOBLIN__WKEY_FP_HEX];
+        int64_t issued, accepted, rejected;
+    } work_tail[64];
+    int32_t n_work_tail;
     /* origins tests gave identities' local connections (origin.c), under mu */
     struct {
         char fp[GOBLIN__WKEY_FP_HEX];

@@ -84,16 +84,17 @@ static uint64_t test_origin(const goblin_node *n, const char *fp) {
 
 /* The network origin of pipe @p pp: for a worker relayed by the hub, the one the hub
  * saw (its connection to the node is the hub's, hub_link.c); else its remote address's. */
-static uint64_t pipe_origin(goblin_node *n, nng_pipe pp) {
+static uint64_t pipe_origin(goblin_node *n, nng_pipe pp, bool *relayed) {
     uint64_t o = 0;
-    if (goblin__node_hub_pipe_origin(n, nng_pipe_id(pp), &o)) return o;
+    *relayed = goblin__node_hub_pipe_origin(n, nng_pipe_id(pp), &o);
+    if (*relayed) return o;
     nng_sockaddr sa;
     return nng_pipe_get_addr(pp, NNG_OPT_REMADDR, &sa) == 0 ? goblin__node_origin_key(&sa) : 0;
 }
 
 void goblin__node_peer_set_origin(goblin_node *n, int32_t pi) {
     peer *p = &n->peers[pi];
-    p->origin = pipe_origin(n, p->pipe);
+    p->origin = pipe_origin(n, p->pipe, &p->relayed);
     const ident *id = goblin__node_peer_ident(n, pi);
     if (!p->origin && id) p->origin = test_origin(n, id->fp);
 }
@@ -128,7 +129,8 @@ goblin_err goblin__node_test_origin(goblin_node *n, const char *identity, uint64
         for (int32_t k = 0; k < n->n_peers; k++) {
             const ident *id = n->peers[k].used && n->peers[k].hello ? goblin__node_peer_ident(n, k) : NULL;
             if (!id || strcmp(id->fp, identity) != 0) continue;
-            if (pipe_origin(n, n->peers[k].pipe) == 0) n->peers[k].origin = key;
+            bool relayed;
+            if (pipe_origin(n, n->peers[k].pipe, &relayed) == 0) n->peers[k].origin = key;
         }
     }
     pthread_mutex_unlock(&n->mu);

@@ -100,6 +100,21 @@ void goblin__node_peer_gone(goblin_node *n, int32_t pi) {
     }
 }
 
+/* A relayed worker's counts not yet told to the hub, kept for the link's next WORK
+ * (hub_link.c): what it did between the last report and its slot's end. */
+static void work_tail(goblin_node *n, const peer *p) {
+    const ident *id = p->ident >= 0 && p->ident < n->n_idents ? &n->idents[p->ident] : NULL;
+    if (!p->relayed || !id || !id->used) return;
+    int64_t di = p->issued - p->rep_issued, da = p->accepted - p->rep_accepted, dr = p->rejected - p->rep_rejected;
+    if (di <= 0 && da <= 0 && dr <= 0) return;
+    if (n->n_work_tail == (int32_t)(sizeof n->work_tail / sizeof n->work_tail[0])) return; /* the link is behind */
+    memcpy(n->work_tail[n->n_work_tail].fp, id->fp, GOBLIN__WKEY_FP_HEX);
+    n->work_tail[n->n_work_tail].issued = di;
+    n->work_tail[n->n_work_tail].accepted = da;
+    n->work_tail[n->n_work_tail].rejected = dr;
+    n->n_work_tail++;
+}
+
 void goblin__node_reap_peers(goblin_node *n) {
     for (int32_t k = n->n_gone - 1; k >= 0; k--) {
         int32_t pi = n->gone[k];
@@ -112,6 +127,7 @@ void goblin__node_reap_peers(goblin_node *n) {
                     break;
                 }
         if (p->session_id) goblin__node_index_del(&n->by_session, p->session_id);
+        work_tail(n, p);
         memset(p, 0, sizeof *p);
         p->ident = -1;
         n->gone[k] = n->gone[--n->n_gone];

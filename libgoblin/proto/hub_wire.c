@@ -83,6 +83,14 @@ goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *
         break;
     }
     case GOBLIN__HUBW_HEARTBEAT: body = 0; break;
+    case GOBLIN__HUBW_WORK:
+        memcpy(b, m->identity, GOBLIN__HUBW_IDENTITY);
+        put32(b + 32, m->tasks);
+        put32(b + 36, m->accepted);
+        put32(b + 40, m->rejected);
+        put32(b + 44, 0);
+        body = 48;
+        break;
     case GOBLIN__HUBW_QUARANTINE: {
         size_t k = strnlen(m->reason_text, GOBLIN__HUBW_REASON_MAX);
         if (k < 1) return GOBLIN_EINVAL;
@@ -184,6 +192,14 @@ goblin_err goblin__hubw_decode(const uint8_t *buf, size_t len, goblin__hubw_msg 
     }
     case GOBLIN__HUBW_HEARTBEAT:
         if (body != 0) goto short_body;
+        break;
+    case GOBLIN__HUBW_WORK:
+        if (body != 48) goto short_body;
+        memcpy(out.identity, b, GOBLIN__HUBW_IDENTITY);
+        out.tasks = get32(b + 32);
+        out.accepted = get32(b + 36);
+        out.rejected = get32(b + 40);
+        if (get32(b + 44)) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "WORK: reserved bytes");
         break;
     case GOBLIN__HUBW_QUARANTINE: {
         if (body < 40) goto short_body;

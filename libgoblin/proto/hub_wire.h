@@ -24,6 +24,10 @@
  *                 worker identity. u8 identity[32] (the SHA-256 fingerprint of the
  *                 worker's key, raw)  u16 reason_len (1..GOBLIN__HUBW_REASON_MAX)  u16 0
  *                 u32 0  reason  pad; the hub records it (docs/hub.md, "Reputation")
+ *   WORK       8  node -> hub, on the control connection only: what a worker the hub
+ *                 lent did since the last WORK about it. u8 identity[32]  u32 tasks
+ *                 (given to it)  u32 accepted  u32 rejected (its results, as the node
+ *                 judged them)  u32 0; the volunteer's work view (docs/hub.md, "Work")
  *
  * pad: zero bytes to a multiple of 8 of the body. text: printable ASCII, <= 512.
  * reason: printable ASCII (0x20..0x7e), 1..200 bytes. */
@@ -54,6 +58,7 @@ typedef enum goblin__hubw_type {
     GOBLIN__HUBW_REFUSE = 5,
     GOBLIN__HUBW_HEARTBEAT = 6,
     GOBLIN__HUBW_QUARANTINE = 7,
+    GOBLIN__HUBW_WORK = 8,
 } goblin__hubw_type;
 
 typedef struct goblin__hubw_msg {
@@ -68,7 +73,8 @@ typedef struct goblin__hubw_msg {
     uint8_t origin[7];                      /* OPEN: the /24 or /48 prefix, then zeros */
     uint32_t reason;                        /* REFUSE */
     char text[GOBLIN__HUBW_TEXT_MAX + 1];   /* REFUSE, NUL-terminated */
-    uint8_t identity[GOBLIN__HUBW_IDENTITY]; /* QUARANTINE */
+    uint8_t identity[GOBLIN__HUBW_IDENTITY]; /* QUARANTINE, WORK */
+    uint32_t tasks, accepted, rejected;      /* WORK */
     char reason_text[GOBLIN__HUBW_REASON_MAX + 1]; /* QUARANTINE, NUL-terminated */
 } goblin__hubw_msg;
 

@@ -1107,3 +1107,55 @@ Test(hub_relay, a_relayed_workers_origin_is_the_volunteers_not_the_hubs, .timeou
     goblin_node_free(node);
     hub_down();
 }
+
+/* ---- work: what the volunteers' machines did ------------------------------------------------- */
+
+static bool some_work(void *arg) {
+    goblin_node *node = arg;
+    goblin_node_hub_stats hs;
+    return goblin_node_hub_stats_get(node, &hs) == GOBLIN_OK && hs.work_reports >= 1 && hstats().work_reports >= 1;
+}
+
+/* A lab node tells the hub what each lent worker did (WORK); the hub takes it only for
+ * identities it lent to that node: a report about any other identity is dropped, and a
+ * malformed one closes the control connection. */
+Test(hub_relay, work_reports_come_only_for_workers_lent_to_that_node, .timeout = 120) {
+    hub_up("tcp", NULL);
+    char ka[GOBLIN_HUB_NODE_KEY_SIZE], kb[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("a@example.org", ka, &kid);
+    lab_key("b@example.org", kb, &kid);
+    goblin_node *node = node_up(NULL);
+    cr_assert_eq(link_node(node, ka), GOBLIN_OK);
+    wset ws;
+    workers_up(&ws, 1);
+    cr_assert(rt_wait_workers(node, 1));
+    matmul_checked(node, 48, 40, 32, 77);
+    cr_assert(wait_for(some_work, node), "the node reports the worker's work");
+    cr_assert_eq(hstats().work_reports_refused, 0);
+    /* Lab b's node (a raw control connection) reports work of a's worker and of a
+     * made-up identity: neither was lent to it. */
+    nng_socket ctl = control_up(kb);
+    goblin__hubw_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_WORK;
+    identity_bytes(goblin_worker_identity(ws.w[0]), m.identity);
+    m.tasks = m.accepted = 1000000;
+    send_hubw(ctl, &m);
+    memset(m.identity, 0x42, sizeof m.identity);
+    send_hubw(ctl, &m);
+    WAIT_STAT(work_reports_refused, 2);
+    cr_assert_eq(hstats().nodes_connected, 2, "b stays linked");
+    /* A WORK with its reserved bytes set closes b's control connection. */
+    uint8_t b[GOBLIN__HUBW_MAX];
+    size_t n;
+    cr_assert_eq(goblin__hubw_encode(&m, b, &n), GOBLIN_OK);
+    b[n - 1] = 1;
+    cr_assert_eq(nng_send(ctl, b, n, 0), 0);
+    for (int i = 0; i < 2000 && hstats().nodes_connected > 1; i++) sleep_ms(5);
+    cr_assert_eq(hstats().nodes_connected, 1);
+    nng_close(ctl);
+    workers_down(&ws);
+    goblin_node_free(node);
+    hub_down();
+}
