@@ -206,7 +206,30 @@ typedef struct goblin_hub_machines_stats {
     int64_t workers_ended_quarantined;   /* splices ended when their identity was quarantined */
     int64_t work_reports;         /* lab nodes' WORK reports recorded (a lent worker's counts) */
     int64_t work_reports_refused; /* ... about an identity not lent to that node: dropped */
+    int64_t labs_active;          /* distinct labs with a lab node connected */
+    int64_t tasks_reported;       /* tasks lab nodes gave lent workers (WORK), since serving */
+    int64_t results_accepted;     /* ... their results the lab nodes verified and accepted */
+    int64_t results_rejected;     /* ... and rejected */
+    double tasks_per_second;      /* tasks_reported over the last 60 s, per second */
 } goblin_hub_machines_stats;
+
+/** One connection of the machines address, for the operator's page. */
+typedef struct goblin_hub_machine {
+    bool node;              /* a lab node's control connection; else a worker */
+    int64_t lab;            /* node: its lab's account; worker: the lab it is lent to, 0 */
+    int64_t key_id;         /* node: its node key */
+    uint32_t weight;        /* node: its lab_weight */
+    int32_t lent;           /* node: workers lent to it now */
+    char identity[65];      /* worker: the identity its PROOF named ("" before it) */
+    char origin[48];        /* worker: "10.1.2.0/24", "2001:db8:1::/48" or "local" */
+} goblin_hub_machine;
+
+/** Call @p each for the lab nodes and then the workers connected now (at most @p max
+ *  of each; copies made under the relay's lock, the calls after it). GOBLIN_ESTATE if
+ *  the machines address is not served; @p each's error ends the walk. */
+GOBLIN_API goblin_err goblin_hub_machines_each(goblin_hub *h, int32_t max,
+                                               goblin_err (*each)(void *ctx, const goblin_hub_machine *m),
+                                               void *ctx);
 
 /** Serve the machine side on the configuration's machines address, on nng's threads and
  *  one of the hub's own, until goblin_hub_free. GOBLIN_EINVAL (no machines address, or

@@ -501,6 +501,70 @@ static goblin_err admin_quarantine(void *ctx, const goblin_hub_quarantine *x) {
     return GOBLIN_OK;
 }
 
+/* The labs (w->pending) or the workers on the machines address now (admin page). */
+static goblin_err admin_machine(void *ctx, const goblin_hub_machine *m) {
+    walk *w = ctx;
+    if (m->node != w->pending) return GOBLIN_OK;
+    goblin__hub_page *b = &w->r->body;
+    bool j = w->q->json;
+    char email[GOBLIN_HUB_EMAIL_MAX + 1] = "";
+    goblin_hub_account a;
+    if (m->lab > 0 && goblin_hub_store_account_get(goblin_hub_get_store(w->q->hub), m->lab, &a) == GOBLIN_OK)
+        snprintf(email, sizeof email, "%s", a.email);
+    if (!j && !w->n)
+        goblin__hub_page_raw(b, m->node ? "<table><tr><th>Lab</th><th>Node key</th><th>Weight</th>"
+                                          "<th>Workers lent</th></tr>"
+                                        : "<table><tr><th>Identity</th><th>Origin</th><th>Lent to</th></tr>");
+    if (j) goblin__hub_page_raw(b, w->n ? "," : "");
+    w->n++;
+    if (m->node && j) {
+        goblin__hub_page_raw(b, "{\"lab\":");
+        goblin__hub_page_json(b, email);
+        goblin__hub_page_rawf(b, ",\"key\":%" PRId64 ",\"weight\":%u,\"lent\":%d}", m->key_id,
+                              (unsigned)m->weight, (int)m->lent);
+    } else if (m->node) {
+        goblin__hub_page_raw(b, "<tr><td>");
+        goblin__hub_page_html(b, email);
+        goblin__hub_page_rawf(b, "</td><td>%" PRId64 "</td><td>%u</td><td>%d</td></tr>", m->key_id,
+                              (unsigned)m->weight, (int)m->lent);
+    } else if (j) {
+        goblin__hub_page_raw(b, "{\"identity\":");
+        goblin__hub_page_json(b, m->identity);
+        goblin__hub_page_raw(b, ",\"origin\":");
+        goblin__hub_page_json(b, m->origin);
+        goblin__hub_page_raw(b, ",\"lent_to\":");
+        goblin__hub_page_json(b, email);
+        goblin__hub_page_raw(b, "}");
+    } else {
+        goblin__hub_page_raw(b, "<tr><td>");
+        goblin__hub_page_html(b, m->identity[0] ? m->identity : "(not proved yet)");
+        goblin__hub_page_raw(b, "</td><td>");
+        goblin__hub_page_html(b, m->origin);
+        goblin__hub_page_raw(b, "</td><td>");
+        goblin__hub_page_html(b, email[0] ? email : "waiting");
+        goblin__hub_page_raw(b, "</td></tr>");
+    }
+    return GOBLIN_OK;
+}
+
+/* The labs' nodes and the workers connected now, as two lists. False: fail() sent. */
+static bool admin_machines(goblin__hub_req *q, goblin__hub_res *r) {
+    for (int kind = 1; kind >= 0; kind--) {
+        walk w = {q, r, 0, kind == 1, false};
+        if (q->json) goblin__hub_page_raw(B, kind ? ",\"labs\":[" : ",\"workers\":[");
+        else goblin__hub_page_raw(B, kind ? "<h2>Lab nodes connected</h2>" : "<h2>Workers connected</h2>");
+        goblin_err e = goblin_hub_machines_each(q->hub, 1000, admin_machine, &w);
+        if (e && e != GOBLIN_ESTATE) {
+            fail(q, r, 500, "could not read the machines");
+            return false;
+        }
+        if (q->json) goblin__hub_page_raw(B, "]");
+        else if (e == GOBLIN_ESTATE) goblin__hub_page_raw(B, "<p>This hub serves no machines address.</p>");
+        else goblin__hub_page_raw(B, w.n ? "</table>" : "<p>None.</p>");
+    }
+    return true;
+}
+
 static bool need_admin(goblin__hub_req *q, goblin__hub_res *r) {
     if (!need_signin(q, r)) return false;
     if (q->admin) return true;
@@ -527,11 +591,13 @@ static void admin_get(goblin__hub_req *q, goblin__hub_res *r) {
     w.n = 0;
     if (goblin_hub_store_quarantine_each(s, false, admin_quarantine, &w))
         return fail(q, r, 500, "could not read the quarantines");
+    if (q->json) goblin__hub_page_raw(B, "]");
+    else goblin__hub_page_raw(B, w.n ? "</table>" : "<p>None.</p>");
+    if (!admin_machines(q, r)) return;
     if (q->json) {
-        goblin__hub_page_raw(B, "]}\n");
+        goblin__hub_page_raw(B, "}\n");
         return;
     }
-    goblin__hub_page_raw(B, w.n ? "</table>" : "<p>None.</p>");
     goblin__hub_page_end(B);
 }
 
@@ -601,14 +667,31 @@ static bool read_counts(goblin__hub_req *q, counts *c) {
 static void status_get(goblin__hub_req *q, goblin__hub_res *r) {
     counts c;
     if (!read_counts(q, &c)) return fail(q, r, 500, "could not read the counts");
+    goblin_hub_machines_stats m;
+    if (goblin_hub_machines_stats_get(q->hub, &m) != GOBLIN_OK) memset(&m, 0, sizeof m); /* none served */
     if (q->json) {
         json(r);
-        goblin__hub_page_rawf(B, "{\"approved_requests\":%" PRId64 ",\"pending_requests\":%" PRId64
-                                 ",\"quarantines\":%" PRId64 "}\n", c.approved, c.pending, c.quarantines);
+        goblin__hub_page_rawf(B, "{\"workers_online\":%" PRId64 ",\"workers_lent\":%" PRId64
+                                 ",\"labs_active\":%" PRId64 ",\"tasks_per_second\":%.3f,\"tasks\":%" PRId64
+                                 ",\"results_accepted\":%" PRId64 ",\"results_rejected\":%" PRId64
+                                 ",\"workers_refused_quarantined\":%" PRId64 ",\"approved_requests\":%" PRId64
+                                 ",\"pending_requests\":%" PRId64 ",\"quarantines\":%" PRId64 "}\n",
+                              m.workers_waiting + m.workers_lent, m.workers_lent, m.labs_active, m.tasks_per_second,
+                              m.tasks_reported, m.results_accepted, m.results_rejected,
+                              m.workers_refused_quarantined, c.approved, c.pending, c.quarantines);
         return;
     }
     begin(q, r, "GPU Goblin network");
-    goblin__hub_page_rawf(B, "<table><tr><th>Approved access requests</th><td>%" PRId64 "</td></tr>"
+    goblin__hub_page_rawf(B, "<table><tr><th>Workers online</th><td>%" PRId64 " (%" PRId64 " lent to labs)</td></tr>"
+                             "<tr><th>Labs active</th><td>%" PRId64 "</td></tr>"
+                             "<tr><th>Tasks per second (last minute)</th><td>%.2f</td></tr>"
+                             "<tr><th>Tasks given to volunteers</th><td>%" PRId64 "</td></tr>"
+                             "<tr><th>Results verified and accepted</th><td>%" PRId64 "</td></tr>"
+                             "<tr><th>Results rejected by verification</th><td>%" PRId64 "</td></tr>"
+                             "<tr><th>Quarantined workers refused</th><td>%" PRId64 "</td></tr>",
+                          m.workers_waiting + m.workers_lent, m.workers_lent, m.labs_active, m.tasks_per_second,
+                          m.tasks_reported, m.results_accepted, m.results_rejected, m.workers_refused_quarantined);
+    goblin__hub_page_rawf(B, "<tr><th>Approved access requests</th><td>%" PRId64 "</td></tr>"
                              "<tr><th>Requests waiting for a decision</th><td>%" PRId64 "</td></tr>"
                              "<tr><th>Quarantines in force</th><td>%" PRId64 "</td></tr></table>",
                           c.approved, c.pending, c.quarantines);
@@ -644,6 +727,23 @@ static void metrics_get(goblin__hub_req *q, goblin__hub_res *r) {
                              "goblin_hub_access_requests{status=\"approved\"} %" PRId64 "\n"
                              "# TYPE goblin_hub_quarantines gauge\ngoblin_hub_quarantines %" PRId64 "\n",
                           c.pending, c.approved, c.quarantines);
+    goblin_hub_machines_stats m;
+    if (goblin_hub_machines_stats_get(q->hub, &m) != GOBLIN_OK) return; /* no machines address served */
+    goblin__hub_page_rawf(B, "# HELP goblin_hub_workers Workers connected to the hub, by state.\n"
+                             "# TYPE goblin_hub_workers gauge\n"
+                             "goblin_hub_workers{state=\"waiting\"} %" PRId64 "\n"
+                             "goblin_hub_workers{state=\"lent\"} %" PRId64 "\n"
+                             "# TYPE goblin_hub_labs_active gauge\ngoblin_hub_labs_active %" PRId64 "\n"
+                             "# TYPE goblin_hub_lab_nodes gauge\ngoblin_hub_lab_nodes %" PRId64 "\n",
+                          m.workers_waiting, m.workers_lent, m.labs_active, m.nodes_connected);
+    const char *mn[9] = {"tasks", "results_accepted", "results_rejected", "workers_lent", "workers_refused",
+                         "workers_refused_quarantined", "nodes_refused", "relayed_bytes", "work_reports_refused"};
+    int64_t mv[9] = {m.tasks_reported, m.results_accepted, m.results_rejected, m.workers_lent_total,
+                     m.workers_refused, m.workers_refused_quarantined, m.nodes_refused, m.bytes_relayed,
+                     m.work_reports_refused};
+    for (int i = 0; i < 9; i++)
+        goblin__hub_page_rawf(B, "# TYPE goblin_hub_%s_total counter\ngoblin_hub_%s_total %" PRId64 "\n", mn[i],
+                              mn[i], mv[i]);
 }
 
 /* ---- routing ---- */

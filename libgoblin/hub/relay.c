@@ -119,6 +119,8 @@ struct goblin__hub_relay {
     uint8_t (*qset)[GOBLIN__HUBW_IDENTITY];
     int32_t n_qset, cap_qset;
     int64_t qset_read_ms;
+    /* tasks reported (WORK) per second of the last RATE_SECONDS, by second */
+    int64_t rate_sec[60], rate_tasks[60];
     /* tests (GOBLIN_TESTCTRL_HUB_WORKER_ADDR): local connections count as from here */
     bool test_addr_set;
     nng_sockaddr test_addr;
@@ -715,6 +717,16 @@ static bool record_work(rconn *c, const goblin__hubw_msg *hm) {
         return true;
     }
     r->st.work_reports++;
+    r->st.tasks_reported += hm->tasks;
+    r->st.results_accepted += hm->accepted;
+    r->st.results_rejected += hm->rejected;
+    int64_t sec = goblin__now_ms() / 1000;
+    int b = (int)(sec % 60);
+    if (r->rate_sec[b] != sec) {
+        r->rate_sec[b] = sec;
+        r->rate_tasks[b] = 0;
+    }
+    r->rate_tasks[b] += hm->tasks;
     return true;
 }
 
@@ -1172,13 +1184,68 @@ goblin_err goblin_hub_machines_stats_get(goblin_hub *h, goblin_hub_machines_stat
     *out = r->st;
     out->nodes_connected = r->n_nodes;
     out->workers_waiting = out->workers_lent = 0;
+    out->labs_active = 0;
     for (rconn *c = r->conns; c; c = c->next) {
-        if (c->closing || c->role != R_WORKER) continue;
+        if (c->closing) continue;
+        if (c->role == R_CONTROL) {
+            bool first = true; /* the first live control connection of its lab */
+            for (rconn *d = r->conns; d != c && first; d = d->next)
+                if (!d->closing && d->role == R_CONTROL && d->lab == c->lab) first = false;
+            out->labs_active += first;
+        }
+        if (c->role != R_WORKER) continue;
         if (c->peer) out->workers_lent++;
         else out->workers_waiting++;
     }
+    int64_t sec = goblin__now_ms() / 1000, sum = 0;
+    for (int b = 0; b < 60; b++)
+        if (r->rate_sec[b] > sec - 60 && r->rate_sec[b] <= sec) sum += r->rate_tasks[b];
+    out->tasks_per_second = (double)sum / 60.0;
     pthread_mutex_unlock(&r->mu);
     return GOBLIN_OK;
+}
+
+static void origin_text(uint8_t kind, const uint8_t *p, char *buf, size_t cap) {
+    if (kind == 4) snprintf(buf, cap, "%u.%u.%u.0/24", p[0], p[1], p[2]);
+    else if (kind == 6)
+        snprintf(buf, cap, "%x:%x:%x::/48", (unsigned)(p[0] << 8 | p[1]), (unsigned)(p[2] << 8 | p[3]),
+                 (unsigned)(p[4] << 8 | p[5]));
+    else snprintf(buf, cap, "local");
+}
+
+goblin_err goblin_hub_machines_each(goblin_hub *h, int32_t max,
+                                    goblin_err (*each)(void *ctx, const goblin_hub_machine *m), void *ctx) {
+    if (!h || !each || max < 0) return GOBLIN_EINVAL;
+    relay *r = h->relay;
+    if (!r) return GOBLIN_ESTATE;
+    goblin_hub_machine *rows = goblin__calloc((size_t)max * 2 + 1, sizeof *rows);
+    if (!rows) return GOBLIN_ENOMEM;
+    int32_t nn = 0, nw = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int pass = 0; pass < 2; pass++)
+        for (rconn *c = r->conns; c; c = c->next) {
+            if (c->closing || c->role != (pass ? R_WORKER : R_CONTROL)) continue;
+            if (pass ? nw >= max : nn >= max) continue;
+            goblin_hub_machine *m = &rows[pass ? max + nw++ : nn++];
+            m->node = !pass;
+            if (!pass) {
+                m->lab = c->lab;
+                m->key_id = c->key_id;
+                m->weight = c->weight;
+                m->lent = c->lent;
+            } else {
+                m->lab = c->peer && c->node ? c->node->lab : 0;
+                if (c->has_identity)
+                    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) snprintf(m->identity + 2 * i, 3, "%02x", c->identity[i]);
+                origin_text(c->origin_kind, c->origin, m->origin, sizeof m->origin);
+            }
+        }
+    pthread_mutex_unlock(&r->mu);
+    goblin_err e = GOBLIN_OK;
+    for (int32_t i = 0; i < nn && !e; i++) e = each(ctx, &rows[i]);
+    for (int32_t i = 0; i < nw && !e; i++) e = each(ctx, &rows[max + i]);
+    goblin__free(rows);
+    return e;
 }
 
 goblin_err goblin_hub_machines_lab_lent(goblin_hub *h, int64_t lab, int64_t *out) {

@@ -330,14 +330,33 @@ static void report_work(struct goblin__node_hub *h) {
         k++;
     }
     pthread_mutex_unlock(&n->mu);
-    for (int32_t i = 0; i < k; i++) {
-        q[i].type = GOBLIN__HUBW_WORK;
-        bool sent = send_hub(h->ctl, NULL, &q[i]) == 0;
-        pthread_mutex_lock(&h->mu);
-        if (sent) h->st.work_reports++;
-        else h->st.work_reports_lost++;
-        pthread_mutex_unlock(&h->mu);
+    int32_t sent = 0;
+    while (sent < k) {
+        q[sent].type = GOBLIN__HUBW_WORK;
+        if (send_hub(h->ctl, NULL, &q[sent]) != 0) break; /* the link's queue is full, or it is down */
+        sent++;
     }
+    /* What did not go waits in the tail for the next turn (past its room: lost). */
+    int32_t lost = 0;
+    if (sent < k) {
+        pthread_mutex_lock(&n->mu);
+        for (int32_t i = sent; i < k; i++) {
+            if (n->n_work_tail == (int32_t)(sizeof n->work_tail / sizeof n->work_tail[0])) {
+                lost++;
+                continue;
+            }
+            int32_t t = n->n_work_tail++;
+            for (int b = 0; b < GOBLIN__HUBW_IDENTITY; b++) snprintf(n->work_tail[t].fp + 2 * b, 3, "%02x", q[i].identity[b]);
+            n->work_tail[t].issued = q[i].tasks;
+            n->work_tail[t].accepted = q[i].accepted;
+            n->work_tail[t].rejected = q[i].rejected;
+        }
+        pthread_mutex_unlock(&n->mu);
+    }
+    pthread_mutex_lock(&h->mu);
+    h->st.work_reports += sent;
+    h->st.work_reports_lost += lost;
+    pthread_mutex_unlock(&h->mu);
 }
 
 static void *hub_main(void *arg) {
@@ -519,6 +538,8 @@ goblin_err goblin_node_hub_connect(goblin_node *n, const goblin_node_hub_params 
         h->ctl_open = true;
         nng_socket_set_size(h->ctl, NNG_OPT_RECVMAXSZ, GOBLIN__HUBW_MAX + 64);
         nng_socket_set_ms(h->ctl, NNG_OPT_SENDTIMEO, 1000);
+        /* Room for a turn's reports (WORK, QUARANTINE) sent without blocking. */
+        nng_socket_set_int(h->ctl, NNG_OPT_SENDBUF, 128);
         nng_pipe_notify(h->ctl, NNG_PIPE_EV_ADD_POST, ctl_pipe_cb, h);
         nng_pipe_notify(h->ctl, NNG_PIPE_EV_REM_POST, ctl_pipe_cb, h);
         nng_dialer d;

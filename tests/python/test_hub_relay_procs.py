@@ -233,6 +233,39 @@ def test_two_labs_share_volunteers_survive_a_kill_and_refuse_a_cheat_together(tm
         a, bm = operands(300, 200, 250, np.float64, 53)
         c, _ = labs[1 - catcher][0].matmul(a, bm, name="after", timeout=300)
         assert contract_ok(c, a, bm)[0]
+        # The public status page counts what the labs reported (WORK), against the labs'
+        # own counters: at least what the connected workers' rows say they had accepted
+        # (the killed worker and the cheater have no row any more), at most the labs'
+        # totals (which also count results accepted after their worker left); the
+        # cheater's rejected result.
+        pub = Browser(hub)
+        lo = sum(w["accepted"] for g in (ga, gb) for w in g.stats()["workers"])
+        hi = sum(g.stats()["results_accepted"] for g in (ga, gb))
+        t0 = time.time()
+        while time.time() - t0 < 60:
+            st, status = pub.json("/status")
+            if status["results_accepted"] >= lo and status["results_rejected"] >= 1:
+                break
+            time.sleep(0.2)
+        assert st == 200 and status["labs_active"] == 2 and status["workers_online"] == 3, status
+        assert lo <= status["results_accepted"] <= hi and status["results_rejected"] >= 1, (
+            status, lo, hi, pub.get("/metrics")[2], [g.stats() for g in (ga, gb)])
+        want = status["results_accepted"]
+        assert status["tasks"] >= status["results_accepted"] + status["results_rejected"], status
+        assert status["workers_refused_quarantined"] >= 3 and status["tasks_per_second"] > 0, status
+        st, _, metrics = pub.get("/metrics")
+        assert re.search(r"^goblin_hub_labs_active 2$", metrics, re.M), metrics
+        m = re.search(r"^goblin_hub_results_accepted_total (\d+)$", metrics, re.M)
+        assert m and int(m.group(1)) >= want, metrics
+        # The operator sees both labs' nodes and the workers, with their identities.
+        op = Browser(hub)
+        sign_in(op, mailbox, "op@example.org")
+        st, adm = op.json("/admin")
+        assert st == 200 and sorted(x["lab"] for x in adm["labs"]) == ["a@example.org", "b@example.org"], adm
+        assert len(adm["workers"]) == 3 and all(len(w["identity"]) == 64 for w in adm["workers"]), adm
+        assert cid not in [w["identity"] for w in adm["workers"]]
+        st, _, page = op.get("/admin")
+        assert "Lab nodes connected" in page and "a@example.org" in page and "Workers connected" in page
     finally:
         for p in procs:
             if p.poll() is None:

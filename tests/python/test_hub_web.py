@@ -466,7 +466,11 @@ def test_database_holds_keyed_digests_only(hub, mailbox):
 def test_status_json_and_metrics(hub, mailbox):
     b = Browser(hub)
     st, s = b.json("/status")
-    assert st == 200 and s == {"approved_requests": 0, "pending_requests": 0, "quarantines": 0}
+    # No machines address served here: nothing online, nothing computed.
+    assert st == 200 and s == {"approved_requests": 0, "pending_requests": 0, "quarantines": 0,
+                               "workers_online": 0, "workers_lent": 0, "labs_active": 0, "tasks_per_second": 0,
+                               "tasks": 0, "results_accepted": 0, "results_rejected": 0,
+                               "workers_refused_quarantined": 0}, s
     st, _, page = b.get("/status?format=json")
     assert json.loads(page)["pending_requests"] == 0
     st, hdr, page = b.get("/status")

@@ -1132,6 +1132,12 @@ Test(hub_relay, work_reports_come_only_for_workers_lent_to_that_node, .timeout =
     cr_assert(rt_wait_workers(node, 1));
     matmul_checked(node, 48, 40, 32, 77);
     cr_assert(wait_for(some_work, node), "the node reports the worker's work");
+    /* Every accepted result is told, once. */
+    int64_t acc = accepted_from_workers(node);
+    for (int i = 0; i < 6000 && hstats().results_accepted < acc; i++) sleep_ms(10);
+    cr_assert_eq(hstats().results_accepted, acc);
+    cr_assert_geq(hstats().tasks_reported, acc);
+    cr_assert_eq(hstats().results_rejected, 0);
     cr_assert_eq(hstats().work_reports_refused, 0);
     /* Lab b's node (a raw control connection) reports work of a's worker and of a
      * made-up identity: neither was lent to it. */
