@@ -479,6 +479,7 @@ typedef struct goblin_node_hub_stats {
     int64_t refused;          /* refusals from the hub */
     int64_t work_reports;     /* WORK messages sent: what a lent worker did */
     int64_t work_reports_lost; /* ... that could not be sent (the link was down or full) */
+    int64_t owners_named;     /* lent identities the hub named a volunteer owner of */
 } goblin_node_hub_stats;
 
 /** The hub link's counters; GOBLIN_ESTATE if the node has none. */

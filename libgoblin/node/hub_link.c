@@ -404,6 +404,18 @@ static void *hub_main(void *arg) {
         char why[256];
         goblin_err e = goblin__hubw_decode(nng_msg_body(msg), nng_msg_len(msg), &m, why, sizeof why);
         nng_msg_free(msg);
+        /* An OWNER goes to the node's records under n->mu, never under h->mu: the node's
+         * thread takes n->mu, then ev_mu, then h->mu (goblin__node_hub_pipe_origin). */
+        bool owner_kept = false;
+        if (!e && m.type == GOBLIN__HUBW_OWNER) {
+            char fp[GOBLIN__WKEY_FP_HEX];
+            for (int b = 0; b < GOBLIN__HUBW_IDENTITY; b++) snprintf(fp + 2 * b, 3, "%02x", m.identity[b]);
+            pthread_mutex_lock(&n->mu);
+            goblin_err oe = goblin__node_identity_owner_from_hub(n, fp, m.owner);
+            pthread_mutex_unlock(&n->mu);
+            if (oe) goblin__node_log(n, GOBLIN_LOG_WARN, "hub: owner of %.16s not kept: %s", fp, goblin_err_name(oe));
+            owner_kept = !oe;
+        }
         pthread_mutex_lock(&h->mu);
         if (e) {
             goblin__node_log(n, GOBLIN_LOG_WARN, "hub: a malformed message (%s): %s", goblin_err_name(e), why);
@@ -417,6 +429,8 @@ static void *hub_main(void *arg) {
         } else if (m.type == GOBLIN__HUBW_OPEN) {
             if (h->acked) open_data(h, &m);
             memset(m.ticket, 0, sizeof m.ticket);
+        } else if (m.type == GOBLIN__HUBW_OWNER) {
+            h->st.owners_named += owner_kept; /* kept above, outside h->mu */
         } else if (m.type == GOBLIN__HUBW_REFUSE) {
             h->refused = true;
             h->refuse_reason = m.reason && m.reason < GOBLIN_ERR_COUNT ? (goblin_err)m.reason : GOBLIN_EPROTO;

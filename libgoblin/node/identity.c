@@ -326,6 +326,27 @@ goblin_err goblin__node_identity_admit(goblin_node *n, int32_t pi, const goblin_
     return GOBLIN_OK;
 }
 
+/* ---- owners the hub names -------------------------------------------------------- */
+
+#define HUB_OWNERS_MAX 65536 /* identities whose owner the hub named, at most */
+
+goblin_err goblin__node_identity_owner_from_hub(goblin_node *n, const char *fp, int64_t account) {
+    if (account <= 0) return GOBLIN_EINVAL;
+    if (fplist_find(&n->owners, fp) >= 0) return GOBLIN_OK; /* known (the owners file wins) */
+    if (n->owners.n >= HUB_OWNERS_MAX) return GOBLIN_ELIMIT;
+    char name[OWNER_MAX + 1];
+    snprintf(name, sizeof name, "hub account %lld", (long long)account);
+    int32_t o = owner_intern(n, name);
+    if (o < 0) return GOBLIN_ENOMEM;
+    goblin_err e = fplist_add(&n->owners, fp, o);
+    if (e) return e;
+    /* A record of the identity (connected now, most likely) takes it at once. */
+    int32_t i = goblin__node_index_get(&n->ident_ix, fp_key(fp));
+    if (i >= 0 && n->idents[i].used && strcmp(n->idents[i].fp, fp) == 0 && n->idents[i].owner < 0)
+        n->idents[i].owner = o;
+    return GOBLIN_OK;
+}
+
 /* ---- quarantine ----------------------------------------------------------------- */
 
 void goblin__node_identity_quarantine(goblin_node *n, int32_t id) {

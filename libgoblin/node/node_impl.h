@@ -771,6 +771,10 @@ void goblin__node_hub_pipe(goblin_node *n, nng_pipe pp, bool added);
  *  the hub reported it (origin.c's key; 0: local) into *@p out. Takes ev_mu, then the
  *  link's mutex (callable under n->mu). */
 bool goblin__node_hub_pipe_origin(goblin_node *n, uint32_t pipe_id, uint64_t *out);
+/** The hub says identity @p fp (64 hex digits) belongs to volunteer account @p account:
+ *  its owner here ("hub account N") unless the owners file names one; a record of it
+ *  takes it at once. EINVAL, ELIMIT (65536 such identities), ENOMEM. Under n->mu. */
+goblin_err goblin__node_identity_owner_from_hub(goblin_node *n, const char *fp, int64_t account);
 /* Stop the link (before the node's socket closes); free it (goblin_node_free). */
 void goblin__node_hub_stop(goblin_node *n);
 void goblin__node_hub_free(goblin_node *n);

@@ -83,6 +83,12 @@ goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *
         break;
     }
     case GOBLIN__HUBW_HEARTBEAT: body = 0; break;
+    case GOBLIN__HUBW_OWNER:
+        if (m->owner <= 0) return GOBLIN_EINVAL;
+        memcpy(b, m->identity, GOBLIN__HUBW_IDENTITY);
+        put64(b + 32, (uint64_t)m->owner);
+        body = 40;
+        break;
     case GOBLIN__HUBW_WORK:
         memcpy(b, m->identity, GOBLIN__HUBW_IDENTITY);
         put32(b + 32, m->tasks);
@@ -192,6 +198,12 @@ goblin_err goblin__hubw_decode(const uint8_t *buf, size_t len, goblin__hubw_msg 
     }
     case GOBLIN__HUBW_HEARTBEAT:
         if (body != 0) goto short_body;
+        break;
+    case GOBLIN__HUBW_OWNER:
+        if (body != 40) goto short_body;
+        memcpy(out.identity, b, GOBLIN__HUBW_IDENTITY);
+        out.owner = (int64_t)get64(b + 32);
+        if (out.owner <= 0) return goblin__errf(msg, cap, GOBLIN_EFORMAT, "OWNER: owner %lld", (long long)out.owner);
         break;
     case GOBLIN__HUBW_WORK:
         if (body != 48) goto short_body;

@@ -28,6 +28,9 @@
  *                 lent did since the last WORK about it. u8 identity[32]  u32 tasks
  *                 (given to it)  u32 accepted  u32 rejected (its results, as the node
  *                 judged them)  u32 0; the volunteer's work view (docs/hub.md, "Work")
+ *   OWNER      9  hub -> node, on the control connection: the identity of a worker just
+ *                 lent to the node is linked to a volunteer's account (its owner, for
+ *                 the independence of replicas). u8 identity[32]  u64 owner (> 0)
  *
  * pad: zero bytes to a multiple of 8 of the body. text: printable ASCII, <= 512.
  * reason: printable ASCII (0x20..0x7e), 1..200 bytes. */
@@ -59,6 +62,7 @@ typedef enum goblin__hubw_type {
     GOBLIN__HUBW_HEARTBEAT = 6,
     GOBLIN__HUBW_QUARANTINE = 7,
     GOBLIN__HUBW_WORK = 8,
+    GOBLIN__HUBW_OWNER = 9,
 } goblin__hubw_type;
 
 typedef struct goblin__hubw_msg {
@@ -75,6 +79,7 @@ typedef struct goblin__hubw_msg {
     char text[GOBLIN__HUBW_TEXT_MAX + 1];   /* REFUSE, NUL-terminated */
     uint8_t identity[GOBLIN__HUBW_IDENTITY]; /* QUARANTINE, WORK */
     uint32_t tasks, accepted, rejected;      /* WORK */
+    int64_t owner;                           /* OWNER: the volunteer's account, > 0 */
     char reason_text[GOBLIN__HUBW_REASON_MAX + 1]; /* QUARANTINE, NUL-terminated */
 } goblin__hubw_msg;
 
