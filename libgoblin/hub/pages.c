@@ -659,7 +659,8 @@ static void status_get(goblin__hub_req *q, goblin__hub_res *r) {
                              "<tr><th>Requests waiting for a decision</th><td>%" PRId64 "</td></tr>"
                              "<tr><th>Quarantines in force</th><td>%" PRId64 "</td></tr></table>",
                           c.approved, c.pending, c.quarantines);
-    goblin__hub_page_raw(B, "<p>Researchers: <a href=\"/signin\">sign in</a> and request access.</p>");
+    goblin__hub_page_raw(B, "<p>Researchers: <a href=\"/signin\">sign in</a> and request access. Volunteers: "
+                            "sign in and link the workers you run to your account.</p>");
     goblin__hub_page_end(B);
 }
 
