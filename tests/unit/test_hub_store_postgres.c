@@ -310,4 +310,18 @@ Test(hub_store_postgres, worker_links_and_work_counters) {
     /* Only fingerprints, owners, times and counters: the tables' columns. */
     cr_assert_eq(sql_int("SELECT count(*) FROM information_schema.columns WHERE table_name = 'worker_link'"), 3);
     cr_assert_eq(sql_int("SELECT count(*) FROM information_schema.columns WHERE table_name = 'worker_work'"), 5);
+    /* A database of schema 1 (taken back with libpq): migrated one step, rows kept. */
+    long long accounts = sql_int("SELECT count(*) FROM account");
+    sql_exec("DROP TABLE worker_work; DROP TABLE worker_link; DROP TABLE link_seed; DROP SEQUENCE worker_work_touched;"
+             " UPDATE goblin_hub_schema SET version = 1");
+    s = open_store();
+    int32_t v = 0;
+    cr_assert_eq(goblin_hub_store_schema_version(s, &v), GOBLIN_OK);
+    cr_assert_eq(v, 2);
+    char f[65];
+    links_fp(1, f);
+    cr_assert_eq(goblin_hub_store_work_add(s, f, 1, 1, 0), GOBLIN_OK, "%s", goblin_hub_store_error(s));
+    goblin_hub_store_close(s);
+    cr_assert_eq(sql_int("SELECT count(*) FROM account"), accounts);
+    cr_assert_eq(sql_int("SELECT count(*) FROM worker_work"), 1);
 }
