@@ -14,7 +14,8 @@
  *
  * Secrets are never stored: sign-in codes, sign-in links, session cookies and node
  * keys arrive here already hashed (32-byte HMAC-SHA-256 digests made by the hub with
- * its server secret). Times are seconds since the Unix epoch given by the caller, so
+ * its server secret); a link code's seed is stored, the code is derived from it with the
+ * server secret. Times are seconds since the Unix epoch given by the caller, so
  * that expiry can be checked without waiting for a clock.
  *
  * Errors: calls on a store keep their detail on it (goblin_hub_store_error);
