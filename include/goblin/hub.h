@@ -178,6 +178,42 @@ GOBLIN_API goblin_err goblin_hub_key_create(goblin_hub *h, int64_t account_id, c
  *  revoked), GOBLIN_EINVAL (not a key's form). */
 GOBLIN_API goblin_err goblin_hub_key_verify(goblin_hub *h, const char *key, goblin_hub_node_key *out);
 
+/* ---- volunteers: workers linked to an account ------------------------------------------ *
+ *
+ * A volunteer signs in like anyone and links the identities of the workers they run to
+ * their account: the owner that verification uses to keep replicas on independent
+ * machines, and whose page shows the work labs reported of each (goblin_hub_store_link_*,
+ * goblin_hub_store_work_add). docs/hub.md, "Volunteers: linking workers". */
+
+/** Bytes for a link code: 32 lowercase hex digits and the NUL. */
+#define GOBLIN_HUB_LINK_CODE_SIZE 33
+/** Longest link statement accepted (bytes; a real one is under 290). */
+#define GOBLIN_HUB_LINK_STATEMENT_MAX 512
+
+/** The current link code of @p account_id into @p code_out (GOBLIN_HUB_LINK_CODE_SIZE
+ *  bytes), drawn at @p now if the account has none yet. Only its seed is stored; the
+ *  code is derived with the hub's secret. GOBLIN_ENOTFOUND (no such account). */
+GOBLIN_API goblin_err goblin_hub_link_code(goblin_hub *h, int64_t account_id, int64_t now,
+                                           char *code_out);
+/** Draw a new link code for @p account_id (into @p code_out, may be NULL): statements
+ *  made for the old one are refused from now on; links already made stay. */
+GOBLIN_API goblin_err goblin_hub_link_code_redraw(goblin_hub *h, int64_t account_id, int64_t now,
+                                                  char *code_out);
+/** Link the worker identity that @p statement (borrowed; the line `goblin-worker link
+ *  CODE` printed, goblin_worker_link_statement) proves to @p account_id, and its
+ *  fingerprint into @p fingerprint_out (65 bytes, may be NULL). Only the fingerprint is
+ *  stored. GOBLIN_EINVAL (not a statement: empty, over GOBLIN_HUB_LINK_STATEMENT_MAX,
+ *  malformed), GOBLIN_EAUTH (the signature does not verify, or the statement was made
+ *  for a code that is not this account's current one), GOBLIN_ESTATE (the identity is
+ *  linked to another account), GOBLIN_ELIMIT (GOBLIN_HUB_LINKS_MAX links); linking an
+ *  identity again into the same account is GOBLIN_OK. */
+GOBLIN_API goblin_err goblin_hub_worker_link(goblin_hub *h, int64_t account_id, const char *statement,
+                                             int64_t now, char *fingerprint_out);
+/** Unlink identity @p fingerprint from @p account_id: GOBLIN_ENOTFOUND if this account
+ *  has no such link (another account's is never touched), GOBLIN_EINVAL (not 64
+ *  lowercase hex digits). Its counters stay with the identity. */
+GOBLIN_API goblin_err goblin_hub_worker_unlink(goblin_hub *h, int64_t account_id, const char *fingerprint);
+
 /* ---- machines: the relay between lab nodes and volunteers' workers ------------------ *
  *
  * Workers dial the machines address as they would a node (goblin-worker --node URL

@@ -1,5 +1,6 @@
 /* goblin/hub_store.h - what goblin-hub keeps: accounts, sign-in codes, sessions,
- * access requests, lab-node keys and quarantines, behind one narrow interface.
+ * access requests, lab-node keys, quarantines, and volunteers' worker identities with
+ * the work a lab reported of each, behind one narrow interface.
  *
  * A store is opened from a location: "sqlite:PATH" or a plain PATH is an SQLite
  * database file (the default; created on first open); "postgresql://..." (a libpq
@@ -13,7 +14,8 @@
  *
  * Secrets are never stored: sign-in codes, sign-in links, session cookies and node
  * keys arrive here already hashed (32-byte HMAC-SHA-256 digests made by the hub with
- * its server secret). Times are seconds since the Unix epoch given by the caller, so
+ * its server secret); a link code's seed is stored, the code is derived from it with the
+ * server secret. Times are seconds since the Unix epoch given by the caller, so
  * that expiry can be checked without waiting for a clock.
  *
  * Errors: calls on a store keep their detail on it (goblin_hub_store_error);
@@ -32,7 +34,7 @@
 GOBLIN_BEGIN_DECLS
 
 /** The schema version this library writes. */
-#define GOBLIN_HUB_STORE_SCHEMA_VERSION 1
+#define GOBLIN_HUB_STORE_SCHEMA_VERSION 2
 /** Longest email address, without the NUL (RFC 5321). */
 #define GOBLIN_HUB_EMAIL_MAX 254
 /** Longest name and institution in an access request (bytes, without the NUL). */
@@ -45,6 +47,13 @@ GOBLIN_BEGIN_DECLS
 #define GOBLIN_HUB_REASON_MAX 500
 /** Longest rate-limit key (an address and a kind; bytes, without the NUL). */
 #define GOBLIN_HUB_KEY_MAX 300
+/** Most worker identities linked to one account. */
+#define GOBLIN_HUB_LINKS_MAX 256
+/** Default bound on the identities counted while linked to no account (see
+ *  goblin_hub_store_work_add); goblin_hub_store_set_work_limit changes it. */
+#define GOBLIN_HUB_WORK_UNLINKED_MAX 65536
+/** A work counter stops growing here (2^62), and one report adds at most this much. */
+#define GOBLIN_HUB_WORK_COUNT_MAX ((int64_t)1 << 62)
 
 typedef struct goblin_hub_store goblin_hub_store;
 
@@ -98,6 +107,15 @@ typedef struct goblin_hub_quarantine {
     char reported_by[GOBLIN_HUB_LABEL_MAX + 1]; /* the lab node that reported it */
     int64_t created, lifted;                    /* lifted: 0 while in force */
 } goblin_hub_quarantine;
+
+/** A worker identity linked to a volunteer's account (the owner, which verification
+ *  uses to keep replicas on independent machines), with the work labs reported of it. */
+typedef struct goblin_hub_link {
+    char fingerprint[65]; /* the identity: SHA-256 of the worker's public key, lowercase hex */
+    int64_t account_id;   /* 0: linked to no account (goblin_hub_store_link_get) */
+    int64_t created;      /* when it was linked (0 if not) */
+    int64_t tasks, accepted, rejected;
+} goblin_hub_link;
 
 /* ---- opening --------------------------------------------------------------- */
 
@@ -223,6 +241,57 @@ GOBLIN_API goblin_err goblin_hub_store_quarantined(goblin_hub_store *s, const ch
 GOBLIN_API goblin_err goblin_hub_store_quarantine_each(
     goblin_hub_store *s, bool all, goblin_err (*each)(void *ctx, const goblin_hub_quarantine *q),
     void *ctx);
+
+/* ---- volunteers: linked worker identities and their work ---------------------------- *
+ *
+ * An identity (a fingerprint: exactly 64 lowercase hex digits, else
+ * GOBLIN_EINVAL) is linked to at most one account. The hub checks the volunteer's proof
+ * of possession before it links (goblin_hub_worker_link); the store keeps fingerprints,
+ * owners and counters only, never a key or a statement. */
+
+/** Link identity @p fingerprint to @p account_id at @p now. Linking it again to the
+ *  same account changes nothing (GOBLIN_OK). GOBLIN_ESTATE: it is linked to another
+ *  account (that account must unlink it first); GOBLIN_ELIMIT: the account has
+ *  GOBLIN_HUB_LINKS_MAX identities; GOBLIN_ENOTFOUND: no such account. Atomic: two
+ *  accounts racing for one identity, one wins. */
+GOBLIN_API goblin_err goblin_hub_store_link_add(goblin_hub_store *s, int64_t account_id,
+                                                const char *fingerprint, int64_t now);
+/** Unlink @p fingerprint from @p account_id; its counters stay (they count again as
+ *  unlinked). GOBLIN_ENOTFOUND if @p account_id has no such link (another account's
+ *  link is never touched). */
+GOBLIN_API goblin_err goblin_hub_store_link_remove(goblin_hub_store *s, int64_t account_id,
+                                                   const char *fingerprint);
+/** Call @p each for the links of @p account_id (0: every account's), oldest first, with
+ *  their counters (0 where no work was reported). A non-OK return from @p each stops
+ *  the walk and is returned. */
+GOBLIN_API goblin_err goblin_hub_store_link_each(goblin_hub_store *s, int64_t account_id,
+                                                 goblin_err (*each)(void *ctx, const goblin_hub_link *l),
+                                                 void *ctx);
+/** What the store knows of identity @p fingerprint into *@p out: its owner (account_id
+ *  and created 0 if it is linked to none) and its counters. GOBLIN_ENOTFOUND if it is
+ *  neither linked nor counted. */
+GOBLIN_API goblin_err goblin_hub_store_link_get(goblin_hub_store *s, const char *fingerprint,
+                                                goblin_hub_link *out);
+/** Add @p tasks, @p accepted and @p rejected (each 0 .. GOBLIN_HUB_WORK_COUNT_MAX; a
+ *  counter saturates there) to identity @p fingerprint's counters, linked or not, so
+ *  that linking it later shows its past work. Bound: linked identities are always
+ *  counted; of the identities linked to no account at most the work limit
+ *  (GOBLIN_HUB_WORK_UNLINKED_MAX unless set) are kept, and counting one more forgets
+ *  the unlinked one whose counters changed least recently. All three 0: nothing is
+ *  stored. */
+GOBLIN_API goblin_err goblin_hub_store_work_add(goblin_hub_store *s, const char *fingerprint,
+                                                int64_t tasks, int64_t accepted, int64_t rejected);
+/** Set the bound on unlinked identities counted (1 .. 2^31 - 1) for this store handle. */
+GOBLIN_API goblin_err goblin_hub_store_set_work_limit(goblin_hub_store *s, uint32_t max_unlinked);
+/** The seed of @p account_id's link code (32 random bytes; the hub derives the code from
+ *  it with its secret, so a copy of the database alone does not show it) into
+ *  @p seed; GOBLIN_ENOTFOUND if none was set. */
+GOBLIN_API goblin_err goblin_hub_store_link_seed_get(goblin_hub_store *s, int64_t account_id,
+                                                     uint8_t seed[32]);
+/** Set (or replace: the old code stops working) the seed of @p account_id's link code.
+ *  GOBLIN_ENOTFOUND: no such account. */
+GOBLIN_API goblin_err goblin_hub_store_link_seed_set(goblin_hub_store *s, int64_t account_id,
+                                                     const uint8_t seed[32], int64_t now);
 
 GOBLIN_END_DECLS
 

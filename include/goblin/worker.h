@@ -98,6 +98,24 @@ typedef struct goblin_worker_stats {
 
 GOBLIN_API void goblin_worker_stats_get(goblin_worker *w, goblin_worker_stats *out);
 
+/* ---- linking the identity to a volunteer's hub account (docs/hub.md) ---------------- */
+
+/** Bytes for a link statement: one line of printable ASCII and its NUL. */
+#define GOBLIN_WORKER_LINK_STATEMENT_SIZE 288
+
+/** The link statement of the identity key in @p config_dir (borrowed; the key is made
+ *  there, as goblin_worker_new would, if there is none yet) for the hub account whose
+ *  link code is @p code (borrowed; 32 lowercase hex digits, from the account page):
+ *  "goblin-link-v1 CODE PUBLIC-KEY SIGNATURE" into @p out (@p cap bytes, at least
+ *  GOBLIN_WORKER_LINK_STATEMENT_SIZE), and the identity (64 hex digits and a NUL) into
+ *  @p identity_out (may be NULL). The statement carries no secret: the signature
+ *  proves possession of the key for this code only, and the hub takes it only into the
+ *  account whose current code it is. GOBLIN_EINVAL (a code of the wrong form: no key
+ *  is made), GOBLIN_EIO / GOBLIN_EFORMAT (the key cannot be read or made), GOBLIN_ENOMEM;
+ *  @p err says why. Reentrant. */
+GOBLIN_API goblin_err goblin_worker_link_statement(const char *config_dir, const char *code, char *out,
+                                                   size_t cap, char *identity_out, goblin_errbuf *err);
+
 GOBLIN_END_DECLS
 
 #endif

@@ -1,5 +1,7 @@
 /* libgoblin/hub/page.c - the frame of the hub's HTML pages (the buffer and its escaping
  * are base/page.c). */
+#include <time.h>
+
 #include "page.h"
 
 static const char css[] =
@@ -27,3 +29,12 @@ void goblin__hub_page_begin(goblin__hub_page *b, const char *title, bool signed_
 }
 
 void goblin__hub_page_end(goblin__hub_page *b) { goblin__hub_page_raw(b, "</main></body></html>\n"); }
+
+void goblin__hub_page_when(goblin__hub_page *b, int64_t t) {
+    char s[32];
+    time_t tt = (time_t)t;
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    strftime(s, sizeof s, "%Y-%m-%d %H:%M UTC", &tm);
+    goblin__hub_page_raw(b, s);
+}

@@ -4,6 +4,7 @@
 #define GOBLIN__HUB_PAGE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "base/page.h"
 
@@ -19,5 +20,7 @@ typedef goblin__page goblin__hub_page;
  * navigation line; @p signed_in chooses its links. */
 void goblin__hub_page_begin(goblin__hub_page *b, const char *title, bool signed_in, bool admin);
 void goblin__hub_page_end(goblin__hub_page *b);
+/* Append time @p t (seconds since the epoch) as "YYYY-MM-DD HH:MM UTC". */
+void goblin__hub_page_when(goblin__hub_page *b, int64_t t);
 
 #endif

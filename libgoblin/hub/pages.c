@@ -1,6 +1,8 @@
 /* libgoblin/hub/pages.c - the hub's pages: sign-in, code entry, access request,
  * account (node keys), admin, public status, each also as JSON; /metrics.
  *
+ * The account page's "Your workers" section is workers_page.c; its forms are here.
+ *
  * Every text that came from a person goes through goblin__hub_page_html or _json;
  * every form carries the token of the cookie it belongs to, and every POST is refused
  * without it (403) before anything is read from it. */
@@ -221,14 +223,7 @@ typedef struct walk {
     bool pending, approved;
 } walk;
 
-static void when(goblin__hub_page *b, int64_t t) {
-    char s[32];
-    time_t tt = (time_t)t;
-    struct tm tm;
-    gmtime_r(&tt, &tm);
-    strftime(s, sizeof s, "%Y-%m-%d %H:%M UTC", &tm);
-    goblin__hub_page_raw(b, s);
-}
+#define when goblin__hub_page_when
 
 static void request_json(goblin__hub_page *b, const goblin_hub_access_request *x) {
     goblin__hub_page_rawf(b, "{\"id\":%" PRId64 ",\"status\":\"%s\",\"email\":", x->id,
@@ -344,7 +339,9 @@ static void account_get(goblin__hub_req *q, goblin__hub_res *r) {
         goblin__hub_page_rawf(B, "],\"approved\":%s,\"keys\":[", w.approved ? "true" : "false");
         w.n = 0;
         if (goblin_hub_store_key_each(s, q->account.id, my_key, &w)) return fail(q, r, 500, "could not read your keys");
-        goblin__hub_page_raw(B, "]}\n");
+        goblin__hub_page_raw(B, "]");
+        if (goblin__hub_workers_section(q, r, t)) return fail(q, r, 500, "could not read your workers");
+        goblin__hub_page_raw(B, "}\n");
         return;
     }
     if (!w.n) goblin__hub_page_raw(B, "<p>None yet.</p>");
@@ -361,6 +358,8 @@ static void account_get(goblin__hub_req *q, goblin__hub_res *r) {
                                  "<input id=\"label\" name=\"label\" maxlength=\"%d\" required>"
                                  "<button type=\"submit\">Make a key</button></form>", GOBLIN_HUB_LABEL_MAX);
     }
+    if (goblin_hub_csrf_token(q->hub, q->cookie, t) || goblin__hub_workers_section(q, r, t))
+        return fail(q, r, 500, "could not read your workers");
     goblin__hub_page_end(B);
 }
 
@@ -442,6 +441,54 @@ static void revoke_post(goblin__hub_req *q, goblin__hub_res *r) {
     } else {
         redirect(r, "/account");
     }
+}
+
+/* ---- volunteers' workers (the section is workers_page.c) ---- */
+
+static void linked(goblin__hub_req *q, goblin__hub_res *r, const char *json_body) {
+    if (q->json) {
+        json(r);
+        goblin__hub_page_raw(B, json_body);
+    } else {
+        redirect(r, "/account#workers");
+    }
+}
+
+/* The statement `goblin-worker link CODE` printed: checked, then its identity linked. */
+static void workers_link_post(goblin__hub_req *q, goblin__hub_res *r) {
+    if (!need_signin(q, r)) return;
+    const char *st = field(q, r, "statement", GOBLIN_HUB_LINK_STATEMENT_MAX);
+    if (!st) return;
+    char fp[65];
+    goblin_err e = goblin_hub_worker_link(q->hub, q->account.id, st, q->now, fp);
+    if (e == GOBLIN_EINVAL) q->n->refused_input++;
+    /* The bound on links is no rate limit: 409, not 429. */
+    if (e == GOBLIN_ELIMIT) return fail(q, r, 409, goblin_hub_error(q->hub));
+    if (e) return fail_err(q, r, e);
+    q->n->workers_linked++;
+    char body[128];
+    snprintf(body, sizeof body, "{\"linked\":\"%s\"}\n", fp);
+    linked(q, r, body);
+}
+
+static void workers_unlink_post(goblin__hub_req *q, goblin__hub_res *r) {
+    if (!need_signin(q, r)) return;
+    const char *fp = field(q, r, "fingerprint", 64);
+    if (!fp) return;
+    goblin_err e = goblin_hub_worker_unlink(q->hub, q->account.id, fp);
+    if (e == GOBLIN_EINVAL) q->n->refused_input++;
+    if (e) return fail_err(q, r, e);
+    q->n->workers_unlinked++;
+    linked(q, r, "{\"unlinked\":true}\n");
+}
+
+static void workers_code_post(goblin__hub_req *q, goblin__hub_res *r) {
+    if (!need_signin(q, r)) return;
+    char code[GOBLIN_HUB_LINK_CODE_SIZE], body[96];
+    goblin_err e = goblin_hub_link_code_redraw(q->hub, q->account.id, q->now, code);
+    if (e) return fail_err(q, r, e);
+    snprintf(body, sizeof body, "{\"link_code\":\"%s\"}\n", code);
+    linked(q, r, body);
 }
 
 /* ---- admin ---- */
@@ -695,7 +742,8 @@ static void status_get(goblin__hub_req *q, goblin__hub_res *r) {
                              "<tr><th>Requests waiting for a decision</th><td>%" PRId64 "</td></tr>"
                              "<tr><th>Quarantines in force</th><td>%" PRId64 "</td></tr></table>",
                           c.approved, c.pending, c.quarantines);
-    goblin__hub_page_raw(B, "<p>Researchers: <a href=\"/signin\">sign in</a> and request access.</p>");
+    goblin__hub_page_raw(B, "<p>Researchers: <a href=\"/signin\">sign in</a> and request access. Volunteers: "
+                            "sign in and link the workers you run to your account.</p>");
     goblin__hub_page_end(B);
 }
 
@@ -717,9 +765,11 @@ static void metrics_get(goblin__hub_req *q, goblin__hub_res *r) {
                              "goblin_hub_http_refused_total{reason=\"busy\"} %" PRIu64 "\n",
                           (uint64_t)n->refused_csrf, (uint64_t)n->refused_input, (uint64_t)n->refused_auth,
                           (uint64_t)n->limited, (uint64_t)n->refused_busy);
-    const char *names[5] = {"signins_started", "signins", "requests_filed", "keys_created", "keys_revoked"};
-    uint64_t vals[5] = {n->signins_started, n->signins, n->requests_filed, n->keys_created, n->keys_revoked};
-    for (int i = 0; i < 5; i++)
+    const char *names[7] = {"signins_started", "signins", "requests_filed", "keys_created", "keys_revoked",
+                            "workers_linked", "workers_unlinked"};
+    uint64_t vals[7] = {n->signins_started, n->signins, n->requests_filed, n->keys_created, n->keys_revoked,
+                        n->workers_linked, n->workers_unlinked};
+    for (int i = 0; i < 7; i++)
         goblin__hub_page_rawf(B, "# TYPE goblin_hub_%s_total counter\ngoblin_hub_%s_total %" PRIu64 "\n", names[i],
                               names[i], vals[i]);
     goblin__hub_page_rawf(B, "# TYPE goblin_hub_access_requests gauge\n"
@@ -765,6 +815,9 @@ static const route routes[] = {
     {"/request", NULL, request_post},
     {"/keys", NULL, keys_post},
     {"/keys/revoke", NULL, revoke_post},
+    {"/workers/link", NULL, workers_link_post},
+    {"/workers/unlink", NULL, workers_unlink_post},
+    {"/workers/code", NULL, workers_code_post},
     {"/admin", admin_get, NULL},
     {"/admin/decide", NULL, decide_post},
     {"/admin/lift", NULL, lift_post},

@@ -5,12 +5,14 @@
 
 #include "base/alloc.h"
 #include "base/errf.h"
+#include "net/worker_key.h"
 #include "store_impl.h"
 
 struct goblin_hub_store {
     const goblin__hub_store_ops *ops;
     void *b;
     pthread_mutex_t mu;
+    int64_t work_unlinked_max; /* goblin_hub_store_set_work_limit */
     char error[512];
 };
 
@@ -52,6 +54,7 @@ goblin_err goblin_hub_store_open(const char *location, goblin_hub_store **out, g
     pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&s->mu, &a);
     pthread_mutexattr_destroy(&a);
+    s->work_unlinked_max = GOBLIN_HUB_WORK_UNLINKED_MAX;
     *out = s;
     return GOBLIN_OK;
 }
@@ -251,4 +254,69 @@ goblin_err goblin_hub_store_quarantine_each(goblin_hub_store *s, bool all,
                                             void *ctx) {
     if (!s || !each) return GOBLIN_EINVAL;
     CALL(s, quarantine_each(s->b, all, each, ctx, MSG));
+}
+
+/* An identity as the store keeps it, or GOBLIN_EINVAL named in the store's error. */
+static bool fingerprint_ok(goblin_hub_store *s, const char *fp) {
+    if (fp && goblin__wkey_fingerprint_valid(fp, strnlen(fp, 65))) return true;
+    goblin__errf(MSG, GOBLIN_EINVAL, "a worker identity is 64 lowercase hex digits");
+    return false;
+}
+
+goblin_err goblin_hub_store_link_add(goblin_hub_store *s, int64_t account_id, const char *fingerprint, int64_t now) {
+    if (!s) return GOBLIN_EINVAL;
+    if (!fingerprint_ok(s, fingerprint)) return GOBLIN_EINVAL;
+    CALL(s, link_add(s->b, account_id, fingerprint, now, GOBLIN_HUB_LINKS_MAX, MSG));
+}
+
+goblin_err goblin_hub_store_link_remove(goblin_hub_store *s, int64_t account_id, const char *fingerprint) {
+    if (!s) return GOBLIN_EINVAL;
+    if (!fingerprint_ok(s, fingerprint)) return GOBLIN_EINVAL;
+    CALL(s, link_remove(s->b, account_id, fingerprint, MSG));
+}
+
+goblin_err goblin_hub_store_link_each(goblin_hub_store *s, int64_t account_id,
+                                      goblin_err (*each)(void *ctx, const goblin_hub_link *l), void *ctx) {
+    if (!s || !each || account_id < 0) return GOBLIN_EINVAL;
+    CALL(s, link_each(s->b, account_id, each, ctx, MSG));
+}
+
+goblin_err goblin_hub_store_link_get(goblin_hub_store *s, const char *fingerprint, goblin_hub_link *out) {
+    if (!s) return GOBLIN_EINVAL;
+    if (!out || !fingerprint_ok(s, fingerprint)) return GOBLIN_EINVAL;
+    CALL(s, link_get(s->b, fingerprint, out, MSG));
+}
+
+goblin_err goblin_hub_store_work_add(goblin_hub_store *s, const char *fingerprint, int64_t tasks, int64_t accepted,
+                                     int64_t rejected) {
+    if (!s) return GOBLIN_EINVAL;
+    if (!fingerprint_ok(s, fingerprint)) return GOBLIN_EINVAL;
+    const int64_t v[3] = {tasks, accepted, rejected};
+    for (int i = 0; i < 3; i++)
+        if (v[i] < 0 || v[i] > GOBLIN_HUB_WORK_COUNT_MAX)
+            return goblin__errf(MSG, GOBLIN_EINVAL, "work counts are 0 .. 2^62");
+    if (!tasks && !accepted && !rejected) return GOBLIN_OK;
+    pthread_mutex_lock(&s->mu);
+    int64_t max = s->work_unlinked_max;
+    pthread_mutex_unlock(&s->mu);
+    CALL(s, work_add(s->b, fingerprint, tasks, accepted, rejected, max, MSG));
+}
+
+goblin_err goblin_hub_store_set_work_limit(goblin_hub_store *s, uint32_t max_unlinked) {
+    if (!s || max_unlinked < 1 || max_unlinked > INT32_MAX) return GOBLIN_EINVAL;
+    pthread_mutex_lock(&s->mu);
+    s->work_unlinked_max = max_unlinked;
+    pthread_mutex_unlock(&s->mu);
+    return GOBLIN_OK;
+}
+
+goblin_err goblin_hub_store_link_seed_get(goblin_hub_store *s, int64_t account_id, uint8_t seed[32]) {
+    if (!s || !seed) return GOBLIN_EINVAL;
+    CALL(s, link_seed_get(s->b, account_id, seed, MSG));
+}
+
+goblin_err goblin_hub_store_link_seed_set(goblin_hub_store *s, int64_t account_id, const uint8_t seed[32],
+                                          int64_t now) {
+    if (!s || !seed) return GOBLIN_EINVAL;
+    CALL(s, link_seed_set(s->b, account_id, seed, now, MSG));
 }

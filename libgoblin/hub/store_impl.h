@@ -18,6 +18,7 @@ typedef goblin_err (*goblin__hub_code_fn)(void *ctx, const goblin_hub_signin_cod
 typedef goblin_err (*goblin__hub_request_fn)(void *ctx, const goblin_hub_access_request *r);
 typedef goblin_err (*goblin__hub_key_fn)(void *ctx, const goblin_hub_node_key *k);
 typedef goblin_err (*goblin__hub_quarantine_fn)(void *ctx, const goblin_hub_quarantine *q);
+typedef goblin_err (*goblin__hub_link_fn)(void *ctx, const goblin_hub_link *l);
 
 typedef struct goblin__hub_store_ops {
     uint32_t version; /* GOBLIN__HUB_STORE_OPS_VERSION */
@@ -67,6 +68,18 @@ typedef struct goblin__hub_store_ops {
     goblin_err (*quarantined)(void *b, const char *subject, bool *out, char *msg, size_t cap);
     goblin_err (*quarantine_each)(void *b, bool all, goblin__hub_quarantine_fn each, void *ctx,
                                   char *msg, size_t cap);
+    /* Volunteers' links. @p max_links and @p max_unlinked are the bounds store.c holds. */
+    goblin_err (*link_add)(void *b, int64_t account, const char *fp, int64_t now, int32_t max_links,
+                           char *msg, size_t cap);
+    goblin_err (*link_remove)(void *b, int64_t account, const char *fp, char *msg, size_t cap);
+    goblin_err (*link_each)(void *b, int64_t account, goblin__hub_link_fn each, void *ctx, char *msg,
+                            size_t cap);
+    goblin_err (*link_get)(void *b, const char *fp, goblin_hub_link *out, char *msg, size_t cap);
+    goblin_err (*work_add)(void *b, const char *fp, int64_t tasks, int64_t accepted, int64_t rejected,
+                           int64_t max_unlinked, char *msg, size_t cap);
+    goblin_err (*link_seed_get)(void *b, int64_t account, uint8_t seed[32], char *msg, size_t cap);
+    goblin_err (*link_seed_set)(void *b, int64_t account, const uint8_t seed[32], int64_t now, char *msg,
+                                size_t cap);
 } goblin__hub_store_ops;
 
 /* Open the SQLite database file @p path: *ops and *backend on success. */

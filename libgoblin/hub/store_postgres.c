@@ -40,6 +40,16 @@ static const char *const migrations[] = {
     "CREATE TABLE quarantine (id BIGSERIAL PRIMARY KEY, subject TEXT NOT NULL, reason TEXT NOT NULL,"
     "  reported_by TEXT NOT NULL, created BIGINT NOT NULL, lifted BIGINT NOT NULL DEFAULT 0);"
     "CREATE INDEX quarantine_subject ON quarantine(subject);",
+    /* 2: volunteers' worker identities (fingerprints only), their work, link-code seeds. */
+    "CREATE TABLE link_seed (account BIGINT PRIMARY KEY REFERENCES account(id), seed BYTEA NOT NULL,"
+    "  created BIGINT NOT NULL);"
+    "CREATE TABLE worker_link (fingerprint TEXT PRIMARY KEY, account BIGINT NOT NULL REFERENCES account(id),"
+    "  created BIGINT NOT NULL);"
+    "CREATE INDEX worker_link_account ON worker_link(account);"
+    "CREATE SEQUENCE worker_work_touched;"
+    "CREATE TABLE worker_work (fingerprint TEXT PRIMARY KEY, tasks BIGINT NOT NULL DEFAULT 0,"
+    "  accepted BIGINT NOT NULL DEFAULT 0, rejected BIGINT NOT NULL DEFAULT 0, touched BIGINT NOT NULL);"
+    "CREATE INDEX worker_work_by_touched ON worker_work(touched);",
 };
 #define N_MIGRATIONS ((int32_t)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(N_MIGRATIONS == GOBLIN_HUB_STORE_SCHEMA_VERSION, "one migration per version");
@@ -513,6 +523,195 @@ static goblin_err pg_quarantine_each(void *b, bool all, goblin__hub_quarantine_f
     return e;
 }
 
+/* ---- volunteers' links and work ---- */
+
+/* End the transaction a volunteer operation began: COMMIT after success, else ROLLBACK
+ * (keeping @p e and its message). */
+static goblin_err end_tx(pg *p, goblin_err e, char *msg, size_t cap) {
+    if (e) {
+        run(p, NULL, "ROLLBACK", NULL, 0, "");
+        return e;
+    }
+    return run(p, NULL, "COMMIT", msg, cap, "");
+}
+
+static goblin_err link_owner(pg *p, const char *fp, int64_t *owner, bool *found, char *msg, size_t cap) {
+    PGresult *r;
+    goblin_err e = run(p, &r, "SELECT account FROM worker_link WHERE fingerprint = $1", msg, cap, "s", fp);
+    if (e) return e;
+    *found = PQntuples(r) == 1;
+    if (*found) *owner = v_i64(r, 0, 0);
+    PQclear(r);
+    return GOBLIN_OK;
+}
+
+static goblin_err link_add_tx(pg *p, int64_t account, const char *fp, int64_t now, int32_t max_links, char *msg,
+                              size_t cap) {
+    int64_t owner = 0;
+    bool found;
+    PGresult *r;
+    /* The account's row locked: two instances linking into one account count in turn. */
+    goblin_err e = run(p, &r, "SELECT id FROM account WHERE id = $1 FOR UPDATE", msg, cap, "i", account);
+    if (e) return e;
+    int n = PQntuples(r);
+    PQclear(r);
+    if (!n) return goblin__errf(msg, cap, GOBLIN_ENOTFOUND, "no account %lld", (long long)account);
+    if ((e = link_owner(p, fp, &owner, &found, msg, cap))) return e;
+    if (!found) {
+        if ((e = run(p, &r, "SELECT count(*) FROM worker_link WHERE account = $1", msg, cap, "i", account))) return e;
+        int64_t have = v_i64(r, 0, 0);
+        PQclear(r);
+        if (have >= max_links)
+            return goblin__errf(msg, cap, GOBLIN_ELIMIT, "an account may link at most %d worker identities; "
+                                "unlink one first", (int)max_links);
+        /* Another account's insert of the same identity may have come first: then the
+         * owner read again is that account. */
+        if ((e = run(p, NULL, "INSERT INTO worker_link (fingerprint, account, created) VALUES ($1, $2, $3)"
+                              " ON CONFLICT (fingerprint) DO NOTHING",
+                     msg, cap, "sii", fp, account, now)) ||
+            (e = link_owner(p, fp, &owner, &found, msg, cap)))
+            return e;
+    }
+    if (found && owner != account)
+        return goblin__errf(msg, cap, GOBLIN_ESTATE, "this worker identity is linked to another account; "
+                            "its owner must unlink it first");
+    return GOBLIN_OK;
+}
+
+static goblin_err pg_link_add(void *b, int64_t account, const char *fp, int64_t now, int32_t max_links, char *msg,
+                              size_t cap) {
+    goblin_err e = run(b, NULL, "BEGIN", msg, cap, "");
+    return e ? e : end_tx(b, link_add_tx(b, account, fp, now, max_links, msg, cap), msg, cap);
+}
+
+static goblin_err pg_link_remove(void *b, int64_t account, const char *fp, char *msg, size_t cap) {
+    PGresult *r;
+    goblin_err e = run(b, &r, "DELETE FROM worker_link WHERE fingerprint = $1 AND account = $2", msg, cap, "si", fp,
+                       account);
+    if (e) return e;
+    int n = changed(r);
+    PQclear(r);
+    return n == 1 ? GOBLIN_OK : goblin__errf(msg, cap, GOBLIN_ENOTFOUND, "no such worker linked to this account");
+}
+
+#define LINK_COLS                                                                                \
+    "SELECT l.fingerprint, l.account, l.created, coalesce(w.tasks, 0), coalesce(w.accepted, 0),"   \
+    " coalesce(w.rejected, 0) FROM worker_link l LEFT JOIN worker_work w ON w.fingerprint = l.fingerprint"
+
+static void row_link(PGresult *r, int i, goblin_hub_link *l) {
+    v_text(r, i, 0, l->fingerprint, sizeof l->fingerprint);
+    l->account_id = v_i64(r, i, 1);
+    l->created = v_i64(r, i, 2);
+    l->tasks = v_i64(r, i, 3);
+    l->accepted = v_i64(r, i, 4);
+    l->rejected = v_i64(r, i, 5);
+}
+
+static goblin_err pg_link_each(void *b, int64_t account, goblin__hub_link_fn each, void *ctx, char *msg,
+                               size_t cap) {
+    PGresult *r;
+    goblin_err e = run(b, &r, LINK_COLS " WHERE ($1::bigint = 0 OR l.account = $1) ORDER BY l.created, l.fingerprint",
+                       msg, cap, "i", account);
+    if (e) return e;
+    for (int i = 0; !e && i < PQntuples(r); i++) {
+        goblin_hub_link l;
+        row_link(r, i, &l);
+        e = each(ctx, &l);
+    }
+    PQclear(r);
+    return e;
+}
+
+static goblin_err pg_link_get(void *b, const char *fp, goblin_hub_link *out, char *msg, size_t cap) {
+    PGresult *r;
+    goblin_err e = run(b, &r,
+                       LINK_COLS " WHERE l.fingerprint = $1 UNION ALL"
+                       " SELECT fingerprint, 0, 0, tasks, accepted, rejected FROM worker_work"
+                       " WHERE fingerprint = $1 AND fingerprint NOT IN (SELECT fingerprint FROM worker_link)",
+                       msg, cap, "s", fp);
+    if (e) return e;
+    if (PQntuples(r) < 1) {
+        PQclear(r);
+        return goblin__errf(msg, cap, GOBLIN_ENOTFOUND, "the hub knows nothing of this identity");
+    }
+    row_link(r, 0, out);
+    PQclear(r);
+    return GOBLIN_OK;
+}
+
+/* Saturating additions: a counter stops at $1 (GOBLIN_HUB_WORK_COUNT_MAX), never
+ * overflows a BIGINT. */
+#define SAT(col, add) col " = CASE WHEN worker_work." col " > $1::bigint - " add " THEN $1::bigint ELSE worker_work." col \
+                      " + " add " END"
+/* The counted identities linked to no account (a FROM clause over worker_work w). */
+#define UNLINKED " FROM worker_work w WHERE NOT EXISTS (SELECT 1 FROM worker_link l WHERE l.fingerprint = w.fingerprint)"
+
+static goblin_err work_add_tx(pg *p, const char *fp, int64_t t, int64_t a, int64_t rj, int64_t max_unlinked,
+                              char *msg, size_t cap) {
+    PGresult *r;
+    goblin_err e = run(p, &r,
+                       "UPDATE worker_work SET " SAT("tasks", "$2::bigint") ", " SAT("accepted", "$3::bigint") ", "
+                       SAT("rejected", "$4::bigint") ", touched = nextval('worker_work_touched') WHERE fingerprint = $5",
+                       msg, cap, "iiiis", GOBLIN_HUB_WORK_COUNT_MAX, t, a, rj, fp);
+    if (e) return e;
+    int n = changed(r);
+    PQclear(r);
+    if (n == 1) return GOBLIN_OK;
+    int64_t owner;
+    bool linked;
+    if ((e = link_owner(p, fp, &owner, &linked, msg, cap))) return e;
+    if (!linked) {
+        /* One new unlinked identity at a time across instances, so the bound holds. */
+        if ((e = run(p, NULL, "SELECT pg_advisory_xact_lock(7105946138)", msg, cap, "")) ||
+            (e = run(p, &r, "SELECT count(*)" UNLINKED, msg, cap, "")))
+            return e;
+        int64_t have = v_i64(r, 0, 0);
+        PQclear(r);
+        if (have >= max_unlinked &&
+            (e = run(p, NULL,
+                     "DELETE FROM worker_work WHERE fingerprint IN (SELECT w.fingerprint" UNLINKED
+                     " ORDER BY w.touched LIMIT $1)",
+                     msg, cap, "i", have - max_unlinked + 1)))
+            return e;
+    }
+    return run(p, NULL,
+               "INSERT INTO worker_work (fingerprint, tasks, accepted, rejected, touched)"
+               " VALUES ($5, $2, $3, $4, nextval('worker_work_touched')) ON CONFLICT (fingerprint) DO UPDATE SET "
+               SAT("tasks", "excluded.tasks") ", " SAT("accepted", "excluded.accepted") ", "
+               SAT("rejected", "excluded.rejected") ", touched = excluded.touched",
+               msg, cap, "iiiis", GOBLIN_HUB_WORK_COUNT_MAX, t, a, rj, fp);
+}
+
+static goblin_err pg_work_add(void *b, const char *fp, int64_t t, int64_t a, int64_t rj, int64_t max_unlinked,
+                              char *msg, size_t cap) {
+    goblin_err e = run(b, NULL, "BEGIN", msg, cap, "");
+    return e ? e : end_tx(b, work_add_tx(b, fp, t, a, rj, max_unlinked, msg, cap), msg, cap);
+}
+
+static goblin_err pg_link_seed_get(void *b, int64_t account, uint8_t seed[32], char *msg, size_t cap) {
+    PGresult *r;
+    goblin_err e = run(b, &r, "SELECT encode(seed, 'hex') FROM link_seed WHERE account = $1", msg, cap, "i", account);
+    if (e) return e;
+    bool ok = PQntuples(r) == 1 && PQgetlength(r, 0, 0) == 64;
+    if (ok) v_digest(r, 0, 0, seed);
+    PQclear(r);
+    return ok ? GOBLIN_OK : goblin__errf(msg, cap, GOBLIN_ENOTFOUND, "no link code yet");
+}
+
+static goblin_err pg_link_seed_set(void *b, int64_t account, const uint8_t seed[32], int64_t now, char *msg,
+                                   size_t cap) {
+    PGresult *r;
+    goblin_err e = run(b, &r,
+                       "INSERT INTO link_seed (account, seed, created) SELECT $1::bigint, $2::bytea, $3::bigint"
+                       " WHERE EXISTS (SELECT 1 FROM account WHERE id = $1)"
+                       " ON CONFLICT (account) DO UPDATE SET seed = excluded.seed, created = excluded.created",
+                       msg, cap, "ibi", account, seed, now);
+    if (e) return e;
+    int n = changed(r);
+    PQclear(r);
+    return n == 1 ? GOBLIN_OK : goblin__errf(msg, cap, GOBLIN_ENOTFOUND, "no account %lld", (long long)account);
+}
+
 static const goblin__hub_store_ops postgres_ops = {
     .version = GOBLIN__HUB_STORE_OPS_VERSION,
     .name = "postgresql",
@@ -542,6 +741,13 @@ static const goblin__hub_store_ops postgres_ops = {
     .quarantine_lift = pg_quarantine_lift,
     .quarantined = pg_quarantined,
     .quarantine_each = pg_quarantine_each,
+    .link_add = pg_link_add,
+    .link_remove = pg_link_remove,
+    .link_each = pg_link_each,
+    .link_get = pg_link_get,
+    .work_add = pg_work_add,
+    .link_seed_get = pg_link_seed_get,
+    .link_seed_set = pg_link_seed_set,
 };
 
 static void quiet(void *arg, const char *message) {

@@ -14,11 +14,7 @@
 
 #include "base/alloc.h"
 #include "base/errf.h"
-#include "store_impl.h"
-
-typedef struct sq {
-    sqlite3 *db;
-} sq;
+#include "store_sqlite_impl.h"
 
 /* Step i brings the schema from version i to i + 1. Append only. */
 static const char *const migrations[] = {
@@ -44,72 +40,20 @@ static const char *const migrations[] = {
     "CREATE TABLE quarantine (id INTEGER PRIMARY KEY, subject TEXT NOT NULL, reason TEXT NOT NULL,"
     "  reported_by TEXT NOT NULL, created INTEGER NOT NULL, lifted INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX quarantine_subject ON quarantine(subject);",
+    /* 2: volunteers' worker identities (fingerprints only), their work, link-code seeds. */
+    "CREATE TABLE link_seed (account INTEGER PRIMARY KEY REFERENCES account(id), seed BLOB NOT NULL,"
+    "  created INTEGER NOT NULL);"
+    "CREATE TABLE worker_link (fingerprint TEXT PRIMARY KEY,"
+    "  account INTEGER NOT NULL REFERENCES account(id), created INTEGER NOT NULL);"
+    "CREATE INDEX worker_link_account ON worker_link(account);"
+    "CREATE TABLE worker_work (fingerprint TEXT PRIMARY KEY, tasks INTEGER NOT NULL DEFAULT 0,"
+    "  accepted INTEGER NOT NULL DEFAULT 0, rejected INTEGER NOT NULL DEFAULT 0,"
+    "  touched INTEGER NOT NULL);"
+    "CREATE INDEX worker_work_touched ON worker_work(touched);",
 };
 #define N_MIGRATIONS ((int32_t)(sizeof migrations / sizeof migrations[0]))
 _Static_assert(N_MIGRATIONS == GOBLIN_HUB_STORE_SCHEMA_VERSION, "one migration per version");
 
-static goblin_err db_errf(sq *s, char *msg, size_t cap, const char *what) {
-    int rc = sqlite3_extended_errcode(s->db);
-    return goblin__errf(msg, cap, rc == SQLITE_NOMEM ? GOBLIN_ENOMEM : GOBLIN_EIO,
-                        "hub store (sqlite): %s: %s", what, sqlite3_errmsg(s->db));
-}
-
-static goblin_err exec_sql(sq *s, const char *sql, char *msg, size_t cap) {
-    char *e = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &e) != SQLITE_OK) {
-        goblin_err r = goblin__errf(msg, cap, GOBLIN_EIO, "hub store (sqlite): %s", e ? e : "exec failed");
-        sqlite3_free(e);
-        return r;
-    }
-    return GOBLIN_OK;
-}
-
-/* Prepare @p sql and bind the values described by @p fmt: 'i' int64, 's' text,
- * 'b' a 32-byte blob. */
-static goblin_err prep(sq *s, sqlite3_stmt **st, const char *sql, char *msg, size_t cap,
-                       const char *fmt, ...) {
-    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK) return db_errf(s, msg, cap, "prepare");
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = SQLITE_OK;
-    for (int i = 0; fmt[i] && rc == SQLITE_OK; i++) {
-        if (fmt[i] == 'i') rc = sqlite3_bind_int64(*st, i + 1, va_arg(ap, int64_t));
-        else if (fmt[i] == 's') rc = sqlite3_bind_text(*st, i + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
-        else rc = sqlite3_bind_blob(*st, i + 1, va_arg(ap, const uint8_t *), 32, SQLITE_TRANSIENT);
-    }
-    va_end(ap);
-    if (rc != SQLITE_OK) {
-        goblin_err e = db_errf(s, msg, cap, "bind");
-        sqlite3_finalize(*st);
-        *st = NULL;
-        return e;
-    }
-    return GOBLIN_OK;
-}
-
-/* Run a statement that returns no rows; *changes (may be NULL) the rows it changed. */
-static goblin_err run(sq *s, sqlite3_stmt *st, int *changes, char *msg, size_t cap) {
-    int rc = sqlite3_step(st);
-    goblin_err e = rc == SQLITE_DONE ? GOBLIN_OK : db_errf(s, msg, cap, "step");
-    sqlite3_finalize(st);
-    if (changes) *changes = sqlite3_changes(s->db);
-    return e;
-}
-
-static void col_text(sqlite3_stmt *st, int i, char *out, size_t cap) {
-    const unsigned char *t = sqlite3_column_text(st, i);
-    int n = sqlite3_column_bytes(st, i);
-    size_t k = t ? (size_t)n : 0;
-    if (k >= cap) k = cap - 1;
-    if (k) memcpy(out, t, k);
-    out[k] = 0;
-}
-
-static void col_digest(sqlite3_stmt *st, int i, uint8_t out[32]) {
-    const void *b = sqlite3_column_blob(st, i);
-    memset(out, 0, 32);
-    if (b && sqlite3_column_bytes(st, i) == 32) memcpy(out, b, 32);
-}
 
 static goblin_err migrate(sq *s, char *msg, size_t cap) {
     int32_t v;
@@ -589,6 +533,13 @@ static const goblin__hub_store_ops sqlite_ops = {
     .quarantine_lift = sq_quarantine_lift,
     .quarantined = sq_quarantined,
     .quarantine_each = sq_quarantine_each,
+    .link_add = goblin__hub_sq_link_add,
+    .link_remove = goblin__hub_sq_link_remove,
+    .link_each = goblin__hub_sq_link_each,
+    .link_get = goblin__hub_sq_link_get,
+    .work_add = goblin__hub_sq_work_add,
+    .link_seed_get = goblin__hub_sq_link_seed_get,
+    .link_seed_set = goblin__hub_sq_link_seed_set,
 };
 
 goblin_err goblin__hub_sqlite_open(const char *path, const goblin__hub_store_ops **ops, void **backend,

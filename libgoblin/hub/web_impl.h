@@ -18,6 +18,7 @@
 typedef struct goblin__hub_counters {
     _Atomic uint64_t requests, refused_csrf, refused_input, refused_busy, refused_auth, limited;
     _Atomic uint64_t signins_started, signins, requests_filed, keys_created, keys_revoked;
+    _Atomic uint64_t workers_linked, workers_unlinked;
 } goblin__hub_counters;
 
 struct goblin__hub_web {
@@ -54,6 +55,10 @@ typedef struct goblin__hub_res {
 
 /* Route @p q to its page (pages.c). */
 void goblin__hub_route(goblin__hub_req *q, goblin__hub_res *r);
+/* The account page's "Your workers" section of signed-in @p q (workers_page.c): HTML,
+ * or JSON members (each starting with a comma) inside the account's object; @p csrf the
+ * form token of the request's cookie. The store's error on failure. */
+goblin_err goblin__hub_workers_section(goblin__hub_req *q, goblin__hub_res *r, const char *csrf);
 /* Set the pre-session cookie on @p r and in @p q (web.c). */
 bool goblin__hub_new_pre_cookie(goblin__hub_req *q, goblin__hub_res *r);
 

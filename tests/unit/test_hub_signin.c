@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "hub/hub_impl.h"
+#include "hub_util.h"
 
 static char dir[256];
 static goblin_hub *hub;
@@ -214,52 +215,18 @@ Test(hub_signin, sessions_cookies_and_form_tokens) {
     cr_assert_eq(goblin_hub_session_account(hub, cookie, T0 + 10, &a), GOBLIN_EAUTH);
 }
 
-static void hmac(const uint8_t key[32], const char *domain, const char *a, const char *b, uint8_t out[32]) {
-    size_t nd = strlen(domain), na = strlen(a), nb = b ? strlen(b) : 0;
-    uint8_t buf[512];
-    size_t n = 0;
-    memcpy(buf + n, domain, nd), n += nd, buf[n++] = 0;
-    memcpy(buf + n, a, na), n += na;
-    if (b) buf[n++] = 0, memcpy(buf + n, b, nb), n += nb;
-    cr_assert_eq(mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), key, 32, buf, n, out), 0);
-}
-
-static void read_secret(uint8_t key[32]) {
-    char path[400], hex[80] = "";
-    snprintf(path, sizeof path, "%s/secret", dir);
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    cr_assert_not_null(fgets(hex, sizeof hex, f));
-    fclose(f);
-    for (int i = 0; i < 32; i++) {
-        unsigned v;
-        cr_assert_eq(sscanf(hex + 2 * i, "%2x", &v), 1);
-        key[i] = (uint8_t)v;
-    }
-}
+static void read_secret(uint8_t key[32]) { hub_util_read_secret(dir, key); }
 
 /* Whether the bytes of @p needle appear in file @p name of the hub directory. */
-static bool file_has(const char *name, const char *needle) {
-    char path[400];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
-    size_t k = strlen(needle);
-    for (size_t i = 0; i + k <= n; i++)
-        if (!memcmp(buf + i, needle, k)) return true;
-    return false;
-}
+static bool file_has(const char *name, const char *needle) { return hub_util_file_has(dir, name, needle, strlen(needle)); }
 
 Test(hub_signin, only_keyed_digests_are_stored) {
     char code[GOBLIN_HUB_CODE_SIZE], token[GOBLIN_HUB_TOKEN_SIZE], cookie[GOBLIN_HUB_TOKEN_SIZE];
     issue("hal@example.org", T0, code, token);
     uint8_t key[32], want_code[32], want_link[32];
     read_secret(key);
-    hmac(key, "signin-code", "hal@example.org", code, want_code);
-    hmac(key, "signin-link", "hal@example.org", token, want_link);
+    hub_util_hmac(key, "signin-code", "hal@example.org", code, want_code);
+    hub_util_hmac(key, "signin-link", "hal@example.org", token, want_link);
     char db[400];
     snprintf(db, sizeof db, "%s/hub.db", dir);
     sqlite3 *d;
@@ -276,7 +243,7 @@ Test(hub_signin, only_keyed_digests_are_stored) {
     cr_assert_eq(finish("hal@example.org", code, false, T0 + 1, cookie), GOBLIN_OK);
     /* The session, too, is its digest only; nothing secret is in any file the hub writes. */
     uint8_t want_session[32];
-    hmac(key, "session", cookie, NULL, want_session);
+    hub_util_hmac(key, "session", cookie, NULL, want_session);
     cr_assert_eq(sqlite3_open(db, &d), SQLITE_OK);
     cr_assert_eq(sqlite3_prepare_v2(d, "SELECT digest FROM session", -1, &st, NULL), SQLITE_OK);
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
@@ -329,7 +296,7 @@ Test(hub_signin, keys_only_for_the_approved_shown_once_revocable) {
     cr_assert(!file_has("hub.db", key + 22) && !file_has("hub.db-wal", key + 22), "the secret part is not stored");
     uint8_t secret[32], want[32];
     read_secret(secret);
-    hmac(secret, "node-key", key + 22, NULL, want);
+    hub_util_hmac(secret, "node-key", key + 22, NULL, want);
     goblin_hub_node_key k;
     cr_assert_eq(goblin_hub_key_verify(hub, key, &k), GOBLIN_OK, "%s", goblin_hub_error(hub));
     cr_assert_eq(k.account_id, acc);

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hub_store_links.h"
+
 static char dir[256], db[300];
 
 static void setup(void) {
@@ -54,14 +56,14 @@ Test(hub_store, fresh_file_is_migrated_and_private) {
     cr_assert_eq(goblin_hub_store_schema_version(s, &v), GOBLIN_OK);
     cr_assert_eq(v, GOBLIN_HUB_STORE_SCHEMA_VERSION);
     goblin_hub_store_close(s);
-    cr_assert_eq(sql_int("PRAGMA user_version"), 1);
-    cr_assert_eq(sql_int("SELECT count(*) FROM sqlite_master WHERE type = 'table'"), 7);
+    cr_assert_eq(sql_int("PRAGMA user_version"), GOBLIN_HUB_STORE_SCHEMA_VERSION);
+    cr_assert_eq(sql_int("SELECT count(*) FROM sqlite_master WHERE type = 'table'"), 10);
     struct stat st;
     cr_assert_eq(stat(db, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0600);
     s = open_store(); /* a second open migrates nothing */
     goblin_hub_store_close(s);
-    cr_assert_eq(sql_int("PRAGMA user_version"), 1);
+    cr_assert_eq(sql_int("PRAGMA user_version"), GOBLIN_HUB_STORE_SCHEMA_VERSION);
 }
 
 Test(hub_store, newer_schema_is_refused_untouched) {
@@ -376,4 +378,92 @@ Test(hub_store, quarantines_lift_once) {
     cr_assert_eq(goblin_hub_store_quarantine_each(s, true, count_q, &n), GOBLIN_OK);
     cr_assert_eq(n, 1);
     goblin_hub_store_close(s);
+}
+
+static long long count_ll(const char *sql) { return (long long)sql_int(sql); }
+
+static void sql_do(const char *sql) {
+    sqlite3 *d;
+    cr_assert_eq(sqlite3_open(db, &d), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(d, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(d));
+    sqlite3_close(d);
+}
+
+Test(hub_store, worker_links_have_one_owner) {
+    goblin_hub_store *s = open_store();
+    links_case_owners(s, count_ll);
+    goblin_hub_store_close(s);
+}
+
+Test(hub_store, worker_links_are_bounded_per_account) {
+    goblin_hub_store *s = open_store();
+    links_case_bound(s, count_ll);
+    goblin_hub_store_close(s);
+}
+
+Test(hub_store, work_counters_add_saturate_and_survive_links) {
+    goblin_hub_store *s = open_store();
+    links_case_work(s, count_ll);
+    goblin_hub_store_close(s);
+}
+
+Test(hub_store, unlinked_work_is_bounded_least_recent_first) {
+    goblin_hub_store *s = open_store();
+    links_case_work_bound(s, count_ll);
+    goblin_hub_store_close(s);
+}
+
+Test(hub_store, link_code_seeds) {
+    goblin_hub_store *s = open_store();
+    links_case_seed(s, count_ll);
+    goblin_hub_store_close(s);
+}
+
+/* What the volunteer tables may hold: fingerprints, owners, times, counters and the
+ * code's seed; no key, statement or address. Their columns, listed by SQLite. */
+Test(hub_store, volunteer_tables_hold_fingerprints_and_counters_only) {
+    goblin_hub_store *s = open_store();
+    goblin_hub_store_close(s);
+    sqlite3 *d;
+    cr_assert_eq(sqlite3_open(db, &d), SQLITE_OK);
+    static const char *const want[3][2] = {
+        {"worker_link", "fingerprint,account,created"},
+        {"worker_work", "fingerprint,tasks,accepted,rejected,touched"},
+        {"link_seed", "account,seed,created"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char sql[128], cols[256] = "";
+        snprintf(sql, sizeof sql, "SELECT name FROM pragma_table_info('%s') ORDER BY cid", want[i][0]);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(d, sql, -1, &st, NULL), SQLITE_OK);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            if (cols[0]) strcat(cols, ",");
+            strcat(cols, (const char *)sqlite3_column_text(st, 0));
+        }
+        sqlite3_finalize(st);
+        cr_assert_str_eq(cols, want[i][1], "%s", want[i][0]);
+    }
+    sqlite3_close(d);
+}
+
+/* A database of schema 1 (the tables before volunteers) is migrated one step, its rows
+ * kept. Made by taking a fresh database back to version 1 with SQLite itself. */
+Test(hub_store, schema_one_is_migrated_keeping_its_rows) {
+    goblin_hub_store *s = open_store();
+    goblin_hub_account a;
+    cr_assert_eq(goblin_hub_store_account_ensure(s, "old@example.org", 7, &a), GOBLIN_OK);
+    goblin_hub_store_close(s);
+    sql_do("DROP TABLE worker_work; DROP TABLE worker_link; DROP TABLE link_seed; PRAGMA user_version = 1;");
+    s = open_store();
+    int32_t v = 0;
+    cr_assert_eq(goblin_hub_store_schema_version(s, &v), GOBLIN_OK);
+    cr_assert_eq(v, 2);
+    goblin_hub_account b;
+    cr_assert_eq(goblin_hub_store_account_get(s, a.id, &b), GOBLIN_OK);
+    cr_assert_str_eq(b.email, "old@example.org");
+    char f[65];
+    links_fp(1, f);
+    cr_assert_eq(goblin_hub_store_link_add(s, a.id, f, 9), GOBLIN_OK, "%s", goblin_hub_store_error(s));
+    goblin_hub_store_close(s);
+    cr_assert_eq(sql_int("SELECT count(*) FROM worker_link"), 1);
 }

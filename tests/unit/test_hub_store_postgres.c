@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hub/hub_impl.h"
+#include "hub_store_links.h"
 
 static char dir[256], location[512];
 static bool started;
@@ -113,7 +114,7 @@ Test(hub_store_postgres, migrates_once_and_refuses_a_newer_schema) {
     s = open_store();
     goblin_hub_store_close(s);
     cr_assert_eq(sql_int("SELECT count(*) FROM goblin_hub_schema"), 1);
-    cr_assert_eq(sql_int("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"), 8);
+    cr_assert_eq(sql_int("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"), 11);
     sql_exec("UPDATE goblin_hub_schema SET version = 99");
     goblin_errbuf err;
     cr_assert_eq(goblin_hub_store_open(location, &s, &err), GOBLIN_EVERSION);
@@ -291,4 +292,36 @@ Test(hub_store_postgres, a_hub_signs_in_with_its_store_here) {
     goblin_hub_free(h);
     cr_assert_eq(sql_int("SELECT count(*) FROM account WHERE email = 'pg@example.org'"), 1);
     cr_assert_eq(sql_int("SELECT count(*) FROM signin WHERE used > 0"), 1);
+}
+
+/* The volunteer operations, as on SQLite (hub_store_links.h), in one server start. */
+Test(hub_store_postgres, worker_links_and_work_counters) {
+    need_server();
+    goblin_hub_store *s = open_store();
+    links_case_owners(s, sql_int);
+    sql_exec("DELETE FROM worker_link");
+    links_case_bound(s, sql_int);
+    links_case_seed(s, sql_int);
+    sql_exec("DELETE FROM worker_link");
+    links_case_work(s, sql_int);
+    sql_exec("DELETE FROM worker_work");
+    links_case_work_bound(s, sql_int);
+    goblin_hub_store_close(s);
+    /* Only fingerprints, owners, times and counters: the tables' columns. */
+    cr_assert_eq(sql_int("SELECT count(*) FROM information_schema.columns WHERE table_name = 'worker_link'"), 3);
+    cr_assert_eq(sql_int("SELECT count(*) FROM information_schema.columns WHERE table_name = 'worker_work'"), 5);
+    /* A database of schema 1 (taken back with libpq): migrated one step, rows kept. */
+    long long accounts = sql_int("SELECT count(*) FROM account");
+    sql_exec("DROP TABLE worker_work; DROP TABLE worker_link; DROP TABLE link_seed; DROP SEQUENCE worker_work_touched;"
+             " UPDATE goblin_hub_schema SET version = 1");
+    s = open_store();
+    int32_t v = 0;
+    cr_assert_eq(goblin_hub_store_schema_version(s, &v), GOBLIN_OK);
+    cr_assert_eq(v, 2);
+    char f[65];
+    links_fp(1, f);
+    cr_assert_eq(goblin_hub_store_work_add(s, f, 1, 1, 0), GOBLIN_OK, "%s", goblin_hub_store_error(s));
+    goblin_hub_store_close(s);
+    cr_assert_eq(sql_int("SELECT count(*) FROM account"), accounts);
+    cr_assert_eq(sql_int("SELECT count(*) FROM worker_work"), 1);
 }

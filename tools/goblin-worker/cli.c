@@ -9,6 +9,7 @@
 void worker_cli_usage(FILE *f) {
     fprintf(f,
         "Usage: goblin-worker --connect URL [--connect URL ...] [options]\n"
+        "       goblin-worker link CODE [--config-dir DIR]\n"
         "       goblin-worker --list-ops\n"
         "\n"
         "A worker of a GPU Goblin grid: dials out to one or more nodes (it needs no open\n"
@@ -31,6 +32,9 @@ void worker_cli_usage(FILE *f) {
         "                       start, mode 0600; the only file the worker writes); default\n"
         "                       $XDG_CONFIG_HOME/goblin, else ~/.config/goblin\n"
         "  --list-ops           print the catalogue this worker computes and exit\n"
+        "  link CODE            print the line that links this installation's identity to\n"
+        "                       your hub account: CODE is the link code on your account\n"
+        "                       page; paste the line into its \"Link a worker\" form\n"
         "  -v, --verbose        more logging (repeatable); --log-level LEVEL sets it:\n"
         "                       error, warn, info (default), debug\n"
         "  -h, --help, --version\n"
@@ -58,11 +62,47 @@ static goblin_err bad(const char *fmt, const char *arg) {
     return GOBLIN_EINVAL;
 }
 
+/* The default config directory (the XDG base directory rule: $XDG_CONFIG_HOME if
+ * absolute, else ~/.config) unless --config-dir gave one. */
+static goblin_err default_config_dir(worker_cli *cli) {
+    if (cli->worker.config_dir) return GOBLIN_OK;
+    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    int k = -1;
+    if (xdg && xdg[0] == '/') k = snprintf(cli->config_dir, sizeof cli->config_dir, "%s/goblin", xdg);
+    else if (home && home[0] == '/') k = snprintf(cli->config_dir, sizeof cli->config_dir, "%s/.config/goblin", home);
+    if (k < 0 || (size_t)k >= sizeof cli->config_dir)
+        return bad("%s", "no config directory for the identity key: give --config-dir DIR");
+    cli->worker.config_dir = cli->config_dir;
+    return GOBLIN_OK;
+}
+
+/* goblin-worker link CODE [--config-dir DIR]: the identity key's directory and the code. */
+static goblin_err parse_link(int argc, char **argv, worker_cli *cli) {
+    cli->action = WORKER_CLI_LINK;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cli->action = WORKER_CLI_HELP;
+            return GOBLIN_OK;
+        } else if (strcmp(a, "--config-dir") == 0) {
+            if (i + 1 >= argc || !*argv[i + 1]) return bad("%s", "--config-dir needs a directory");
+            cli->worker.config_dir = argv[++i];
+        } else if (a[0] == '-' || cli->link_code) {
+            return bad("unknown argument '%s' (goblin-worker link CODE [--config-dir DIR])", a);
+        } else {
+            cli->link_code = a;
+        }
+    }
+    if (!cli->link_code) return bad("%s", "goblin-worker link needs the link code of your hub account page");
+    return default_config_dir(cli);
+}
+
 goblin_err worker_cli_parse(int argc, char **argv, worker_cli *cli) {
     memset(cli, 0, sizeof *cli);
     goblin_worker_params_default(&cli->worker);
     cli->log_level = GOBLIN_LOG_INFO;
     cli->slow_ms = -1;
+    if (argc >= 2 && strcmp(argv[1], "link") == 0) return parse_link(argc, argv, cli);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -158,16 +198,8 @@ goblin_err worker_cli_parse(int argc, char **argv, worker_cli *cli) {
     for (int k = 0; k < cli->worker.n_connect; k++) any_tls |= tool_url_is_tls(cli->worker.connect[k]);
     if (any_tls && !cli->ca_file && !cli->fingerprint)
         return bad("%s", "a tls+tcp:// node needs --ca FILE or --fingerprint HEX");
-    if (!cli->worker.config_dir) {
-        /* The XDG base directory rule: $XDG_CONFIG_HOME if absolute, else ~/.config. */
-        const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-        int k = -1;
-        if (xdg && xdg[0] == '/') k = snprintf(cli->config_dir, sizeof cli->config_dir, "%s/goblin", xdg);
-        else if (home && home[0] == '/') k = snprintf(cli->config_dir, sizeof cli->config_dir, "%s/.config/goblin", home);
-        if (k < 0 || (size_t)k >= sizeof cli->config_dir)
-            return bad("%s", "no config directory for the identity key: give --config-dir DIR");
-        cli->worker.config_dir = cli->config_dir;
-    }
+    goblin_err e = default_config_dir(cli);
+    if (e) return e;
     cli->worker.log_level = cli->log_level;
     if (cli->token) {
         cli->worker.join_token = (const uint8_t *)cli->token;

@@ -10,6 +10,7 @@ typedef enum worker_cli_action {
     WORKER_CLI_HELP = 1,
     WORKER_CLI_VERSION = 2,
     WORKER_CLI_LIST_OPS = 3,
+    WORKER_CLI_LINK = 4, /* goblin-worker link CODE: print the link statement */
 } worker_cli_action;
 
 typedef struct worker_cli {
@@ -28,6 +29,7 @@ typedef struct worker_cli {
     uint32_t catalog_version;  /* 0: the real one */
     goblin_log_level log_level;
     char config_dir[4096];     /* the default config directory, when --config-dir is not given */
+    const char *link_code;     /* WORKER_CLI_LINK: the account's link code */
 } worker_cli;
 
 /** Parse argv into @p cli. On error prints why to stderr and returns GOBLIN_EINVAL. */

@@ -28,6 +28,22 @@ static int list_ops(void) {
     return TOOL_EXIT_OK;
 }
 
+/* goblin-worker link CODE: the statement on stdout (one line, for the account page's
+ * form), the identity it links on stderr. */
+static int print_link_statement(const worker_cli *cli) {
+    char line[GOBLIN_WORKER_LINK_STATEMENT_SIZE], id[65];
+    goblin_errbuf err;
+    goblin_err e = goblin_worker_link_statement(cli->worker.config_dir, cli->link_code, line, sizeof line, id, &err);
+    if (e) {
+        fprintf(stderr, "goblin-worker: %s\n", err.message[0] ? err.message : goblin_strerror(e));
+        return tool_exit_code(e);
+    }
+    printf("%s\n", line);
+    fprintf(stderr, "goblin-worker: paste the line above into \"Link a worker\" on your account page; it links\n"
+                    "worker identity %s (key in %s)\n", id, cli->worker.config_dir);
+    return TOOL_EXIT_OK;
+}
+
 /* Node-facing TLS trust: a CA file or a pinned fingerprint. */
 static goblin_err set_worker_tls(worker_cli *cli) {
     if (!cli->ca_file && !cli->fingerprint) return GOBLIN_OK;
@@ -71,6 +87,7 @@ int main(int argc, char **argv) {
                goblin_catalog_version(), GOBLIN_PROTOCOL_VERSION);
         return TOOL_EXIT_OK;
     case WORKER_CLI_LIST_OPS: return list_ops();
+    case WORKER_CLI_LINK: return print_link_statement(&cli);
     default: break;
     }
     if ((e = set_worker_tls(&cli))) return tool_exit_code(e);
