@@ -242,6 +242,7 @@ typedef struct goblin_hub_machines_stats {
     int64_t workers_ended_quarantined;   /* splices ended when their identity was quarantined */
     int64_t work_reports;         /* lab nodes' WORK reports recorded (a lent worker's counts) */
     int64_t work_reports_refused; /* ... about an identity not lent to that node: dropped */
+    int64_t owners_told;          /* OWNERs sent: a lent identity linked to a volunteer */
     int64_t labs_active;          /* distinct labs with a lab node connected */
     int64_t tasks_reported;       /* tasks lab nodes gave lent workers (WORK), since serving */
     int64_t results_accepted;     /* ... their results the lab nodes verified and accepted */

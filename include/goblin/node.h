@@ -397,7 +397,8 @@ typedef struct goblin_node_worker_stats {
     uint64_t memory_bytes;
     int64_t issued, accepted, rejected, failed_leases;
     char identity[65]; /* the worker's identity (SHA-256 of its public key, hex) */
-    char owner[64];    /* its owner from owners_file, or "" */
+    char owner[64];    /* its owner from owners_file, "hub account N" (a volunteer the
+                          hub named, OWNER), or "" */
     int64_t suspected; /* results the node recomputed because their check was inconclusive
                           (between the levels); the identity is quarantined at 3
                           (docs/verification.md, "Suspicion costs") */

@@ -591,6 +591,28 @@ static bool was_lent(const rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
     return false;
 }
 
+static void identity_hex(const uint8_t id[GOBLIN__HUBW_IDENTITY], char hex[2 * GOBLIN__HUBW_IDENTITY + 1]) {
+    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) snprintf(hex + 2 * i, 3, "%02x", id[i]);
+}
+
+/* Worker @p w's identity linked to a volunteer's account (docs/hub.md, "Volunteers"):
+ * the node it is lent to is told the owner, sent on the control connection before the
+ * PROOF goes on (the node may still admit it first: it then takes the owner at once). */
+static void tell_owner(rconn *w) {
+    char hex[2 * GOBLIN__HUBW_IDENTITY + 1];
+    identity_hex(w->identity, hex);
+    goblin_hub_link l;
+    if (goblin_hub_store_link_get(w->r->h->store, hex, &l) != GOBLIN_OK || l.account_id <= 0) return;
+    goblin__hubw_msg o;
+    memset(&o, 0, sizeof o);
+    o.type = GOBLIN__HUBW_OWNER;
+    memcpy(o.identity, w->identity, GOBLIN__HUBW_IDENTITY);
+    o.owner = l.account_id;
+    out_hub(w->node, &o);
+    tx_kick(w->node);
+    w->r->st.owners_told++;
+}
+
 /* The worker's bytes in in[0..got] go on to the node, and the splice copies the rest. */
 static void proof_pass(rconn *c) {
     if (!c->peer) {
@@ -640,7 +662,10 @@ static void proof_read(rconn *c) {
         c->has_identity = true;
     goblin__wire_msg_free(m);
     if (!c->has_identity || !qset_has(r, c->identity)) {
-        if (c->has_identity && c->node) remember_lent(c->node, c->identity);
+        if (c->has_identity && c->node) {
+            remember_lent(c->node, c->identity);
+            tell_owner(c);
+        }
         proof_pass(c);
         return;
     }
@@ -716,6 +741,9 @@ static bool record_work(rconn *c, const goblin__hubw_msg *hm) {
         r->st.work_reports_refused++;
         return true;
     }
+    char hex[2 * GOBLIN__HUBW_IDENTITY + 1];
+    identity_hex(hm->identity, hex);
+    if (goblin_hub_store_work_add(r->h->store, hex, hm->tasks, hm->accepted, hm->rejected)) return false;
     r->st.work_reports++;
     r->st.tasks_reported += hm->tasks;
     r->st.results_accepted += hm->accepted;

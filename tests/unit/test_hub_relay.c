@@ -1116,9 +1116,10 @@ static bool some_work(void *arg) {
     return goblin_node_hub_stats_get(node, &hs) == GOBLIN_OK && hs.work_reports >= 1 && hstats().work_reports >= 1;
 }
 
-/* A lab node tells the hub what each lent worker did (WORK); the hub takes it only for
- * identities it lent to that node: a report about any other identity is dropped, and a
- * malformed one closes the control connection. */
+/* A lab node tells the hub what each lent worker did (WORK), kept under the identity for
+ * its volunteer's page; the hub takes it only for identities it lent to that node: a
+ * report about any other identity is dropped, and a malformed one closes the control
+ * connection. The node learns the linked volunteer as the identity's owner (OWNER). */
 Test(hub_relay, work_reports_come_only_for_workers_lent_to_that_node, .timeout = 120) {
     hub_up("tcp", NULL);
     char ka[GOBLIN_HUB_NODE_KEY_SIZE], kb[GOBLIN_HUB_NODE_KEY_SIZE];
@@ -1127,18 +1128,48 @@ Test(hub_relay, work_reports_come_only_for_workers_lent_to_that_node, .timeout =
     lab_key("b@example.org", kb, &kid);
     goblin_node *node = node_up(NULL);
     cr_assert_eq(link_node(node, ka), GOBLIN_OK);
+    /* A volunteer's worker, its identity linked to the volunteer's account first. */
+    goblin_hub_account vol;
+    cr_assert_eq(goblin_hub_store_account_ensure(goblin_hub_get_store(hub), "vol@example.org", T0, &vol), GOBLIN_OK);
     wset ws;
-    workers_up(&ws, 1);
+    memset(&ws, 0, sizeof ws);
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = murl;
+    wp.n_connect = 1;
+    wp.threads = 1;
+    cr_assert_eq(goblin_worker_new(&ws.w[0], &wp), GOBLIN_OK);
+    const char *wid = goblin_worker_identity(ws.w[0]);
+    cr_assert_eq(goblin_hub_store_link_add(goblin_hub_get_store(hub), vol.id, wid, T0), GOBLIN_OK);
+    wruns[0] = (wrun){&ws, 0};
+    pthread_create(&ws.th[0], NULL, wmain, &wruns[0]);
+    ws.n = 1;
     cr_assert(rt_wait_workers(node, 1));
     matmul_checked(node, 48, 40, 32, 77);
     cr_assert(wait_for(some_work, node), "the node reports the worker's work");
-    /* Every accepted result is told, once. */
+    /* Every accepted result is told, once, and kept under the identity. */
     int64_t acc = accepted_from_workers(node);
     for (int i = 0; i < 6000 && hstats().results_accepted < acc; i++) sleep_ms(10);
     cr_assert_eq(hstats().results_accepted, acc);
     cr_assert_geq(hstats().tasks_reported, acc);
     cr_assert_eq(hstats().results_rejected, 0);
     cr_assert_eq(hstats().work_reports_refused, 0);
+    goblin_hub_link l;
+    cr_assert_eq(goblin_hub_store_link_get(goblin_hub_get_store(hub), wid, &l), GOBLIN_OK);
+    cr_assert_eq(l.account_id, vol.id);
+    cr_assert_eq(l.accepted, acc);
+    cr_assert_eq(l.rejected, 0);
+    cr_assert_geq(l.tasks, acc);
+    /* The node was told the owner: the worker's row names the volunteer's account. */
+    cr_assert_geq(hstats().owners_told, 1);
+    goblin_node_hub_stats hs;
+    cr_assert_eq(goblin_node_hub_stats_get(node, &hs), GOBLIN_OK);
+    cr_assert_geq(hs.owners_named, 1);
+    goblin_node_worker_stats row;
+    cr_assert_eq(goblin_node_worker_stats_get(node, 0, &row), GOBLIN_OK);
+    char want[64];
+    snprintf(want, sizeof want, "hub account %lld", (long long)vol.id);
+    cr_assert_str_eq(row.owner, want);
     /* Lab b's node (a raw control connection) reports work of a's worker and of a
      * made-up identity: neither was lent to it. */
     nng_socket ctl = control_up(kb);
@@ -1152,6 +1183,8 @@ Test(hub_relay, work_reports_come_only_for_workers_lent_to_that_node, .timeout =
     send_hubw(ctl, &m);
     WAIT_STAT(work_reports_refused, 2);
     cr_assert_eq(hstats().nodes_connected, 2, "b stays linked");
+    cr_assert_eq(goblin_hub_store_link_get(goblin_hub_get_store(hub), wid, &l), GOBLIN_OK);
+    cr_assert_eq(l.accepted, acc, "lab b wrote nothing into a's volunteer's counts");
     /* A WORK with its reserved bytes set closes b's control connection. */
     uint8_t b[GOBLIN__HUBW_MAX];
     size_t n;
