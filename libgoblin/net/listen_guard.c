@@ -45,6 +45,7 @@ typedef struct watched {
      * told apart by the address it dialed from, or on ipc (where both ends have the
      * listener's path) by being the first connection from this process meanwhile. */
     atomic_int armed;
+    pthread_mutex_t amu; /* probe_sa, and armed's changes */
     nng_sockaddr probe_sa;
 } watched;
 
@@ -145,6 +146,7 @@ static void watched_free(watched *w) {
     goblin__free(w->probe);
     goblin__free(w->cert);
     goblin__free(w->key);
+    pthread_mutex_destroy(&w->amu);
     memset(w, 0, sizeof *w);
 }
 
@@ -157,9 +159,13 @@ goblin_err goblin__guard_listen(goblin__listen_guard *g, const char *url, const 
         return GOBLIN_EINVAL;
     }
     watched *w = &g->w[n];
+    if (pthread_mutex_init(&w->amu, NULL) != 0) return GOBLIN_ENOMEM;
     nng_listener l;
     goblin_err e = goblin__transport_listen_on(g->s, url, cert_file, key_file, &l, msg, cap);
-    if (e) return e;
+    if (e) {
+        pthread_mutex_destroy(&w->amu);
+        return e;
+    }
     w->l = l;
     w->listening = true;
     w->tls = goblin__transport_url_is_tls(url);
@@ -198,16 +204,16 @@ static bool same_addr(const nng_sockaddr *a, const nng_sockaddr *b) {
 /* Is @p p the probe of @p w (armed)? Disarms it when so. */
 static bool is_probe(watched *w, nng_pipe p) {
     if (!atomic_load(&w->armed)) return false;
-    bool match;
-    if (w->ipc) {
-        int pid;
-        match = nng_pipe_get_int(p, NNG_OPT_IPC_PEER_PID, &pid) == 0 && pid == (int)getpid();
-    } else {
-        nng_sockaddr ra;
-        match = nng_pipe_get_addr(p, NNG_OPT_REMADDR, &ra) == 0 && same_addr(&ra, &w->probe_sa);
-    }
-    int one = 1;
-    return match && atomic_compare_exchange_strong(&w->armed, &one, 0);
+    int pid = 0;
+    nng_sockaddr ra;
+    bool got = w->ipc ? nng_pipe_get_int(p, NNG_OPT_IPC_PEER_PID, &pid) == 0
+                      : nng_pipe_get_addr(p, NNG_OPT_REMADDR, &ra) == 0;
+    pthread_mutex_lock(&w->amu);
+    bool match = got && atomic_load(&w->armed) &&
+                 (w->ipc ? pid == (int)getpid() : same_addr(&ra, &w->probe_sa));
+    if (match) atomic_store(&w->armed, 0);
+    pthread_mutex_unlock(&w->amu);
+    return match;
 }
 
 bool goblin__guard_pipe_added(goblin__listen_guard *g, nng_pipe p) {
@@ -272,9 +278,17 @@ static int probe(goblin__listen_guard *g, watched *w) {
         nng_stream_dialer_dial(d, g->aio);
         if ((rv = finish(g)) == 0) c = nng_aio_get_output(g->aio, 0);
     }
-    if (c && !w->ipc) rv = nng_stream_get_addr(c, NNG_OPT_LOCADDR, &w->probe_sa);
+    /* Freed before the connection: nng's reaper then frees the dialer after this
+     * thread is done with it (the other order is a race ThreadSanitizer reports in
+     * nng's tcp dialer). */
+    nng_stream_dialer_free(d);
+    nng_sockaddr sa;
+    if (c && !w->ipc) rv = nng_stream_get_addr(c, NNG_OPT_LOCADDR, &sa);
     if (c && rv == 0) {
+        pthread_mutex_lock(&w->amu);
+        if (!w->ipc) w->probe_sa = sa;
         atomic_store(&w->armed, 1);
+        pthread_mutex_unlock(&w->amu);
         uint64_t seen = atomic_load(&w->taken);
         nng_iov iov = {(void *)hdr, sizeof hdr};
         nng_aio_set_iov(g->aio, 1, &iov);
@@ -303,13 +317,14 @@ static int probe(goblin__listen_guard *g, watched *w) {
             }
             if (nap(g, 5)) break;
         }
+        pthread_mutex_lock(&w->amu);
         atomic_store(&w->armed, 0);
+        pthread_mutex_unlock(&w->amu);
     }
     if (c) {
         nng_stream_close(c);
         nng_stream_free(c);
     }
-    nng_stream_dialer_free(d);
     if (tc) nng_tls_config_free(tc);
     return verdict;
 }
