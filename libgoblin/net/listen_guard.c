@@ -57,7 +57,6 @@ struct goblin__listen_guard {
     _Atomic int32_t n; /* slots filled; a slot is complete before n counts it */
     atomic_bool stop;
     atomic_int busy; /* ADD_PRE callbacks of the socket running now */
-    _Atomic uint64_t restarts;
     nng_aio *aio; /* the probe's; aborted by a stop */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -234,10 +233,6 @@ void goblin__guard_pipe_done(goblin__listen_guard *g) {
     if (g) atomic_fetch_sub(&g->busy, 1);
 }
 
-uint64_t goblin__guard_restarts(goblin__listen_guard *g) {
-    return g ? atomic_load(&g->restarts) : 0;
-}
-
 /* Sleep @p ms unless stopped; true if stopped. */
 static bool nap(goblin__listen_guard *g, int64_t ms) {
     struct timespec dl = goblin__deadline_after_ms(ms);
@@ -343,7 +338,6 @@ static void relisten(goblin__listen_guard *g, watched *w) {
     w->listening = true;
     w->relisten_failed = false;
     atomic_store(&w->id, (int32_t)nng_listener_id(l));
-    atomic_fetch_add(&g->restarts, 1);
     logf_(g, false, "listening on %s again", w->rebind);
 }
 

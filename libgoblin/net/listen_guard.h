@@ -55,8 +55,6 @@ bool goblin__guard_pipe_added(goblin__listen_guard *g, nng_pipe p);
 /** The ADD_PRE callback of a pipe goblin__guard_pipe_added returned false for is done
  *  (a callback still running holds up the listener: no verdict meanwhile). */
 void goblin__guard_pipe_done(goblin__listen_guard *g);
-/** How many times a dead listener was restarted. */
-uint64_t goblin__guard_restarts(goblin__listen_guard *g);
 /** Stop the thread (before the socket is closed); NULL is a no-op. */
 void goblin__guard_stop(goblin__listen_guard *g);
 /** Free the guard (after the socket is closed: no ADD_PRE can come any more); stops
