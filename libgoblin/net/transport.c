@@ -108,6 +108,12 @@ bool goblin_url_is_local(const char *url) { return goblin__transport_url_is_loca
 
 goblin_err goblin__transport_listen(nng_socket s, const char *url, const char *cert_file,
                                     const char *key_file, char *msg, size_t cap) {
+    return goblin__transport_listen_on(s, url, cert_file, key_file, NULL, msg, cap);
+}
+
+goblin_err goblin__transport_listen_on(nng_socket s, const char *url, const char *cert_file,
+                                       const char *key_file, nng_listener *out, char *msg,
+                                       size_t cap) {
     bool tls = goblin__transport_url_is_tls(url);
     if (tls && (!cert_file || !key_file)) {
         if (msg && cap)
@@ -130,6 +136,7 @@ goblin_err goblin__transport_listen(nng_socket s, const char *url, const char *c
         nng_listener_close(l);
         return fail(rv, "cannot listen on", url, msg, cap);
     }
+    if (out) *out = l;
     return GOBLIN_OK;
 }
 

@@ -24,6 +24,11 @@ goblin_err goblin__transport_open_worker(nng_socket *s, uint64_t recv_max, char 
  *  GOBLIN_EIO / GOBLIN_EINVAL / GOBLIN_ECRYPTO with @p msg saying why. */
 goblin_err goblin__transport_listen(nng_socket s, const char *url, const char *cert_file,
                                     const char *key_file, char *msg, size_t cap);
+/** goblin__transport_listen that also gives the started listener (@p out: NULL or
+ *  set on success). A node or gateway listens through listen_guard.h instead. */
+goblin_err goblin__transport_listen_on(nng_socket s, const char *url, const char *cert_file,
+                                       const char *key_file, nng_listener *out, char *msg,
+                                       size_t cap);
 
 /** What a worker trusts for tls+tcp:// nodes: a CA file or a pinned fingerprint. */
 typedef struct goblin__transport_trust {

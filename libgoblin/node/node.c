@@ -218,7 +218,9 @@ nomem:
 static void pipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
     goblin_node *n = arg;
     if (ev == NNG_PIPE_EV_ADD_PRE) {
+        if (goblin__guard_pipe_added(n->guard, pp)) return; /* its probe: nng rejects it */
         goblin__node_pipe_added(n, pp);
+        goblin__guard_pipe_done(n->guard);
         return;
     }
     if (ev == NNG_PIPE_EV_ADD_POST) {
@@ -371,6 +373,19 @@ static void *node_main(void *arg) {
 
 /* ---- start, stop, free ---------------------------------------------------------- */
 
+static void guard_log(void *user, bool error, const char *line) {
+    goblin__node_log(user, error ? GOBLIN_LOG_ERROR : GOBLIN_LOG_WARN, "%s", line);
+}
+
+/* The guard stops before the socket closes (it listens on it) and goes after (no
+ * ADD_PRE asks it any more). */
+static void close_socket(goblin_node *n) {
+    goblin__guard_stop(n->guard);
+    nng_close(n->sock);
+    goblin__guard_free(n->guard);
+    n->guard = NULL;
+}
+
 goblin_err goblin_node_start(goblin_node *n) {
     if (!n) return GOBLIN_EINVAL;
     if (n->started) return GOBLIN_ESTATE;
@@ -389,11 +404,15 @@ goblin_err goblin_node_start(goblin_node *n) {
     nng_pipe_notify(n->sock, NNG_PIPE_EV_ADD_PRE, pipe_cb, n);
     nng_pipe_notify(n->sock, NNG_PIPE_EV_REM_POST, pipe_cb, n);
     nng_pipe_notify(n->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, n);
+    if ((e = goblin__guard_new(&n->guard, n->sock, guard_log, n)) != GOBLIN_OK) {
+        nng_close(n->sock);
+        return e;
+    }
     for (int32_t i = 0; i < n->p.n_listen; i++) {
-        if ((e = goblin__transport_listen(n->sock, n->p.listen[i], n->p.cert_file,
-                                            n->p.key_file, msg, sizeof msg)) != GOBLIN_OK) {
+        if ((e = goblin__guard_listen(n->guard, n->p.listen[i], n->p.cert_file, n->p.key_file,
+                                      msg, sizeof msg)) != GOBLIN_OK) {
             goblin__node_log(n, GOBLIN_LOG_ERROR, "%s", msg);
-            nng_close(n->sock);
+            close_socket(n);
             return e;
         }
         goblin__node_log(n, GOBLIN_LOG_INFO, "listening on %s", n->p.listen[i]);
@@ -401,8 +420,9 @@ goblin_err goblin_node_start(goblin_node *n) {
             n->share = goblin__share_publish(n->p.listen[i]); /* NULL: panels are copied */
     }
     n->socket_open = true;
-    if (pthread_create(&n->thread, NULL, node_main, n) != 0) {
-        nng_close(n->sock);
+    if (goblin__guard_start(n->guard) != GOBLIN_OK ||
+        pthread_create(&n->thread, NULL, node_main, n) != 0) {
+        close_socket(n);
         n->socket_open = false;
         return GOBLIN_ENOMEM;
     }
@@ -421,7 +441,7 @@ void goblin_node_stop(goblin_node *n) {
     pthread_join(n->thread, NULL);
     goblin__node_hub_stop(n); /* its dialers are on the node's socket */
     goblin__node_attach_clients(n, NULL, NULL); /* its gateway's sends now fail: closed */
-    nng_close(n->sock);
+    close_socket(n);
     n->socket_open = false;
     n->started = false;
     pthread_mutex_lock(&n->mu);

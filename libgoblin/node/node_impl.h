@@ -48,6 +48,7 @@
 #include "net/tls_impl.h"
 #include "proto/wire.h"
 #include "graph/hoist.h"
+#include "net/listen_guard.h"
 #include "net/share.h"
 #include "client_port.h"
 #include "net/worker_key.h"
@@ -323,6 +324,7 @@ struct goblin_node {
     pthread_t thread;
     bool started, stopping, socket_open;
     nng_socket sock;
+    goblin__listen_guard *guard; /* its listeners, restarted if nng stops one */
     /* A non-blocking pipe: node_wake writes a byte so node_main's poll returns at once
      * (a job submitted or canceled, a stop) instead of at its 10 ms timeout. -1: none. */
     int wake_rd, wake_wr;

@@ -148,7 +148,7 @@ goblin_err goblin_client_connect(goblin_client **out, const char *url,
 void goblin_client_free(goblin_client *c) {
     if (!c) return;
     nng_close(c->sock);
-    if (c->hb_open) nng_close(c->hb);
+    goblin__client_close_heartbeat(c);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->wcv);
     pthread_mutex_destroy(&c->wmu);

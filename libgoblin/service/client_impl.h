@@ -5,6 +5,7 @@
 #define GOBLIN__SERVICE_CLIENT_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <nng/nng.h>
 
@@ -33,6 +34,7 @@ struct goblin_client {
     /* the heartbeat connection: a second pair1 socket to the same gateway */
     nng_socket hb;
     bool hb_open;
+    atomic_bool hb_up; /* its connection has made it through the SP handshake */
     uint64_t hb_rid;
 };
 
@@ -43,6 +45,11 @@ goblin_err goblin__client_nng_err(int rv);
 /* The request id in the header of a reply (at least GOBLIN__CW_HEADER_SIZE bytes). */
 uint64_t goblin__client_reply_rid(const void *buf);
 void goblin__client_on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg);
+/* Close the heartbeat socket, if open, once its connection is past the SP handshake
+ * (waiting at most 500 ms): a connection abandoned halfway through it stops an nng 1.5.2
+ * listener for good on ipc (net/listen_guard.h), so the gateway would have to restart
+ * its listener and drop every other client. */
+void goblin__client_close_heartbeat(goblin_client *c);
 /* The first connection within @p timeout_ms on any transport; (why, cap) say why not. */
 goblin_err goblin__client_dial_bounded(goblin_client *c, nng_dialer d, const char *url,
                                        uint32_t timeout_ms, char *why, size_t cap);

@@ -191,6 +191,22 @@ goblin_err goblin__client_dial_bounded(goblin_client *c, nng_dialer d, const cha
 }
 
 
+static void hb_pipe_added(nng_pipe p, nng_pipe_ev ev, void *arg) {
+    (void)p;
+    (void)ev;
+    atomic_store(&((goblin_client *)arg)->hb_up, true);
+}
+
+void goblin__client_close_heartbeat(goblin_client *c) {
+    if (!c->hb_open) return;
+    for (int i = 0; i < 500 && !atomic_load(&c->hb_up); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    nng_close(c->hb);
+    c->hb_open = false;
+}
+
 /* The heartbeat connection, dialed in the background (a failure only leaves the client
  * without heartbeats). It presents the credential too, so the gateway does not count it
  * among connections that never authenticate. */
@@ -201,6 +217,8 @@ void goblin__client_open_heartbeat(goblin_client *c, const char *url, const gobl
     uint32_t wait = 3 * p->heartbeat_ms;
     nng_socket_set_ms(c->hb, NNG_OPT_RECVTIMEO, (nng_duration)wait);
     nng_socket_set_ms(c->hb, NNG_OPT_SENDTIMEO, (nng_duration)wait);
+    atomic_store(&c->hb_up, false);
+    nng_pipe_notify(c->hb, NNG_PIPE_EV_ADD_POST, hb_pipe_added, c);
     nng_dialer d;
     bool ok = nng_dialer_create(&d, c->hb, url) == 0;
     if (ok && tls) {

@@ -77,6 +77,7 @@ struct goblin_gateway {
     char *cert, *key;
     goblin_node *node;
     nng_socket sock;     /* its own, or the node's when attached */
+    struct goblin__listen_guard *guard; /* its own socket's listeners (net/listen_guard.h) */
     bool sock_open, started;
     /* attached: serving on the node's addresses (n_listen 0). The node's thread hands
      * over the clients' messages through a bounded queue (qmu, taken under the node's

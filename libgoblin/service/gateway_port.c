@@ -13,6 +13,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "gateway_impl.h"
+#include "net/listen_guard.h"
 #include "net/transport.h"
 #include "node/client_port.h"
 
@@ -116,7 +117,24 @@ static void port_pipe_removed(void *user, uint32_t id) { goblin__gw_pipe_removed
 
 static void own_pipe_added(nng_pipe p, nng_pipe_ev ev, void *arg) {
     (void)ev;
-    goblin__gw_pipe_added(arg, p);
+    goblin_gateway *g = arg;
+    if (goblin__guard_pipe_added(g->guard, p)) return; /* its probe: nng rejects it */
+    goblin__gw_pipe_added(g, p);
+    goblin__guard_pipe_done(g->guard);
+}
+
+static void guard_log(void *user, bool error, const char *line) {
+    goblin__gw_log(user, error ? GOBLIN_LOG_ERROR : GOBLIN_LOG_WARN, "%s", line);
+}
+
+/* The guard stops before the socket closes (it listens on it) and goes after (no
+ * ADD_PRE asks it any more). */
+static void close_own(goblin_gateway *g) {
+    goblin__guard_stop(g->guard);
+    nng_close(g->sock);
+    goblin__guard_free(g->guard);
+    g->guard = NULL;
+    g->sock_open = false;
 }
 
 static void own_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg) {
@@ -134,6 +152,11 @@ static goblin_err open_own(goblin_gateway *g) {
         return GOBLIN_EIO;
     }
     g->sock_open = true;
+    if (goblin__guard_new(&g->guard, g->sock, guard_log, g) != GOBLIN_OK) {
+        nng_close(g->sock);
+        g->sock_open = false;
+        return GOBLIN_ENOMEM;
+    }
     nng_pipe_notify(g->sock, NNG_PIPE_EV_ADD_PRE, own_pipe_added, g);
     nng_pipe_notify(g->sock, NNG_PIPE_EV_REM_POST, own_pipe_removed, g);
     nng_socket_set_ms(g->sock, NNG_OPT_RECVTIMEO, 100);
@@ -146,13 +169,12 @@ static goblin_err open_own(goblin_gateway *g) {
             goblin__gw_log(g, GOBLIN_LOG_ERROR, "cannot listen for clients on %s: a tls+tcp:// "
                            "address needs a certificate and key", url);
             e = GOBLIN_EINVAL;
-        } else if ((e = goblin__transport_listen(g->sock, url, g->cert, g->key, why, sizeof why))) {
+        } else if ((e = goblin__guard_listen(g->guard, url, g->cert, g->key, why, sizeof why))) {
             goblin__gw_log(g, GOBLIN_LOG_ERROR, "cannot listen for clients on %s: %s", url, why);
             e = e == GOBLIN_EINVAL ? GOBLIN_EINVAL : GOBLIN_EIO;
         }
         if (e) {
-            nng_close(g->sock);
-            g->sock_open = false;
+            close_own(g);
             return e;
         }
         goblin__gw_log(g, GOBLIN_LOG_INFO, "listening for clients on %s", url);
@@ -160,6 +182,10 @@ static goblin_err open_own(goblin_gateway *g) {
             int w = snprintf(urls + k, sizeof urls - k, "%s%s", i ? " or " : "", url);
             if (w > 0) k += (size_t)w;
         }
+    }
+    if (goblin__guard_start(g->guard) != GOBLIN_OK) {
+        close_own(g);
+        return GOBLIN_ENOMEM;
     }
     goblin__node_set_client_urls(g->node, urls);
     return GOBLIN_OK;
@@ -194,8 +220,7 @@ void goblin__gw_close(goblin_gateway *g) {
     }
     if (g->sock_open) {
         goblin__node_set_client_urls(g->node, NULL);
-        nng_close(g->sock);
-        g->sock_open = false;
+        close_own(g);
     }
 }
 

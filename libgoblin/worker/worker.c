@@ -591,9 +591,11 @@ goblin_err goblin_worker_run(goblin_worker *w) {
         }
         if (rv == NNG_ETIMEDOUT || rv == NNG_EAGAIN) {
             /* No answer to the HELLO (HELLO_ACK, CHALLENGE or REFUSE) within
-             * HELLO_WAIT_MS: the peer never took the connection in (seen with nng 1.5.2
-             * under heavy load: the gateway's socket had no pipe for it) or says
-             * nothing. End the link; the dialer redials and the
+             * HELLO_WAIT_MS: the peer never took the connection in (an nng 1.5.2
+             * listener stopped by a peer that left in the handshake, nng issue #1518:
+             * the transport completes handshakes but the socket never sees them; our
+             * node and gateway restart such listeners, net/listen_guard.h, other
+             * peers may not) or says nothing. End the link; the dialer redials and the
              * next link gets a new HELLO, instead of this worker waiting for good. */
             uint32_t hl = w->hello_link;
             if (hl && hl == cur_link(w) && !link_joined(w) &&

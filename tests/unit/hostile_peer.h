@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define HP_PAIR1 0x11  /* a worker or a client (the node's and the gateway's peer) */
@@ -67,6 +68,32 @@ static inline int hp_connect(int port, int proto, uint64_t announce, size_t send
         sent += (size_t)w;
     }
     return s;
+}
+
+/* Peers that leave before the listener's SP header is sent, which nng 1.5.2 takes for
+ * its listener being closed (net/listen_guard.h). TCP: a FIN and then an RST, so that
+ * the node's first send fails with EPIPE; ipc: closed at once. */
+static inline void hp_vanish_tcp(int port) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        shutdown(s, SHUT_WR);
+        struct linger lg = {1, 0};
+        setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    close(s);
+}
+
+static inline void hp_vanish_ipc(const char *path) {
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {0};
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    (void)connect(s, (struct sockaddr *)&sa, sizeof sa);
+    close(s);
 }
 
 #endif

@@ -235,6 +235,71 @@ Test(one_address, separate_addresses_point_at_each_other, .timeout = 240) {
     rmdir_all(dir);
 }
 
+/* nng 1.5.2 stops a listener for good when a peer leaves during the SP handshake
+ * (net/listen_guard.h): one such connection on the worker address and one on the client
+ * address, and afterwards a worker still gets through on both. Without the guard the
+ * worker on the client address waits for an answer forever, and the other never joins. */
+Test(one_address, a_peer_that_leaves_in_the_handshake_stops_no_listener, .timeout = 120) {
+    char workers[64], clients[96], path[80], dir[128], dir2[128];
+    int port = hp_free_port();
+    snprintf(workers, sizeof workers, "tcp://127.0.0.1:%d", port);
+    snprintf(path, sizeof path, "/tmp/goblin-oneaddr-vanish-%d.sock", (int)getpid());
+    snprintf(clients, sizeof clients, "ipc://%s", path);
+    tmpdir(dir, sizeof dir, "van1");
+    tmpdir(dir2, sizeof dir2, "van2");
+    rt_log log = {0};
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.listen[0] = workers;
+    np.n_listen = 1;
+    np.log = rt_log_fn;
+    np.log_user = &log;
+    goblin_node *node;
+    cr_assert_eq(goblin_node_new(&node, &np), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(node), GOBLIN_OK);
+    goblin_gateway_params gp;
+    goblin_gateway_params_default(&gp);
+    gp.listen[0] = clients;
+    gp.n_listen = 1;
+    gp.open = true;
+    gp.log = rt_log_fn;
+    gp.log_user = &log;
+    goblin_gateway *gw;
+    cr_assert_eq(goblin_gateway_new(&gw, node, &gp), GOBLIN_OK);
+    cr_assert_eq(goblin_gateway_start(gw), GOBLIN_OK);
+    for (int i = 0; i < 3; i++) {
+        hp_vanish_ipc(path);
+        hp_vanish_tcp(port);
+    }
+    /* the client address still takes connections: a worker there is told where to go */
+    goblin_worker_params wp;
+    goblin_worker_params_default(&wp);
+    wp.connect[0] = clients;
+    wp.n_connect = 1;
+    wp.config_dir = dir;
+    wp.log = rt_log_fn;
+    wp.log_user = &log;
+    goblin_worker *w;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
+    cr_assert_eq(goblin_worker_run(w), GOBLIN_EPROTO);
+    cr_assert(rt_log_has(&log, "client address"));
+    goblin_worker_free(w);
+    /* and the worker address too: a worker joins */
+    wp.connect[0] = workers;
+    wp.config_dir = dir2;
+    wp.threads = 1;
+    cr_assert_eq(goblin_worker_new(&w, &wp), GOBLIN_OK);
+    rt_grid g = {.node = node, .n = 1};
+    g.w[0] = w;
+    rt_ctx[0] = (rt_wctx){&g, 0};
+    pthread_create(&g.th[0], NULL, rt_worker_main, &rt_ctx[0]);
+    cr_assert(rt_wait_workers(node, 1), "no worker joined after the vanished peer");
+    goblin_gateway_free(gw);
+    rt_grid_stop(&g);
+    rmdir_all(dir);
+    rmdir_all(dir2);
+}
+
 Test(one_address, connections_that_say_nothing_are_bounded_and_swept, .timeout = 180) {
     char url[64], dir[128];
     int port = hp_free_port();
