@@ -420,16 +420,25 @@ Test(node_status, pages_agree_with_the_node) {
         snprintf(fp, sizeof fp, "<code>%.16s</code>", goblin_worker_identity(g.w[i]));
         cr_assert_not_null(strstr(r.body, fp));
     }
-    size_t html_len = r.body_len;
     free(r.body);
-    /* HEAD: the headers of GET, its length, no body */
-    req(port, "HEAD", "/", &r);
-    cr_assert_eq(r.status, 200);
-    cr_assert_eq(r.body_len, 0);
-    char cl[64];
-    snprintf(cl, sizeof cl, "Content-Length: %zu", html_len);
-    cr_assert(has_header(&r, cl), "%s", r.head);
-    free(r.body);
+    /* HEAD: the headers of GET, its length, no body. The page shows ages ("seen 3 s
+     * ago"), so two renders may differ in length: a GET and the HEAD right after it
+     * agree in one of a few tries, never a HEAD with a body. */
+    bool same = false;
+    for (int t = 0; t < 10 && !same; t++) {
+        req(port, "GET", "/", &r);
+        cr_assert_eq(r.status, 200);
+        size_t html_len = r.body_len;
+        free(r.body);
+        req(port, "HEAD", "/", &r);
+        cr_assert_eq(r.status, 200);
+        cr_assert_eq(r.body_len, 0);
+        char cl[64];
+        snprintf(cl, sizeof cl, "Content-Length: %zu", html_len);
+        same = has_header(&r, cl);
+        free(r.body);
+    }
+    cr_assert(same, "HEAD's Content-Length is GET's");
 
     /* The job freed: no longer listed. */
     goblin_job_free(job);
@@ -675,7 +684,11 @@ static char *https_get(int port, const char *path, char fp_out[65]) {
 #endif
     for (int i = 0; i < 32; i++) sprintf(fp_out + 2 * i, "%02x", d[i]);
     char q[256];
-    int k = snprintf(q, sizeof q, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
+    /* Not "Connection: close": nng 1.5.2's HTTP server then closes the TLS connection as
+     * soon as the response is handed to TLS, and now and then the body and close_notify
+     * never leave (seen: 381 bytes of headers, then EOF, in 1 of ~20 runs). Browsers and
+     * Prometheus keep the connection and read Content-Length bytes; so does this. */
+    int k = snprintf(q, sizeof q, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
     for (int off = 0; off < k;) {
         rc = mbedtls_ssl_write(&ssl, (const unsigned char *)q + off, (size_t)(k - off));
         if (rc == MBEDTLS_ERR_SSL_WANT_WRITE || rc == MBEDTLS_ERR_SSL_WANT_READ) continue;
@@ -690,6 +703,10 @@ static char *https_get(int port, const char *path, char fp_out[65]) {
         if (rc == MBEDTLS_ERR_SSL_WANT_READ || rc == MBEDTLS_ERR_SSL_WANT_WRITE) continue;
         if (rc <= 0) break; /* closed (notify or not), or the timeout */
         n += (size_t)rc;
+        /* Done once the headers and Content-Length bytes of body are in. */
+        out[n] = 0;
+        const char *e = strstr(out, "\r\n\r\n"), *l = strcasestr(out, "\r\nContent-Length: ");
+        if (e && l && l < e && n - (size_t)(e + 4 - out) >= strtoull(l + 18, NULL, 10)) break;
     }
     out[n] = 0;
     mbedtls_ssl_close_notify(&ssl);
