@@ -1198,3 +1198,111 @@ Test(hub_relay, work_reports_come_only_for_workers_lent_to_that_node, .timeout =
     goblin_node_free(node);
     hub_down();
 }
+
+/* ---- owners: one volunteer's machines never check each other ---------------------------------- */
+
+/* y = x . w (f64), one row a task, every task replicated (REPLICATE, min 1): run on @p node
+ * through two lent workers whose identities the hub links to accounts @p acc_a and
+ * @p acc_b; the node's counters after it. The product is checked against plain loops. */
+static goblin_node_stats replicated_rows(int64_t acc_a, int64_t acc_b) {
+    hub_up("tcp", NULL);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    goblin_hub_store *s = goblin_hub_get_store(hub);
+    for (int64_t a = 1; a <= 2; a++) {
+        char email[64];
+        snprintf(email, sizeof email, "vol%lld@example.org", (long long)a);
+        goblin_hub_account acc;
+        cr_assert_eq(goblin_hub_store_account_ensure(s, email, T0, &acc), GOBLIN_OK);
+    }
+    goblin_node_params p;
+    goblin_node_params_default(&p);
+    p.listen[0] = "tcp://127.0.0.1:0";
+    p.n_listen = 1;
+    p.probation_results = 0;
+    p.audit_rate = 0.0;
+    goblin_node *node = NULL;
+    cr_assert_eq(goblin_node_new(&node, &p), GOBLIN_OK);
+    cr_assert_eq(goblin_node_start(node), GOBLIN_OK);
+    cr_assert_eq(link_node(node, key), GOBLIN_OK);
+    wset ws;
+    memset(&ws, 0, sizeof ws);
+    int64_t owners[2] = {acc_a, acc_b};
+    goblin_hub_account who;
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params wp;
+        goblin_worker_params_default(&wp);
+        wp.connect[0] = murl;
+        wp.n_connect = 1;
+        wp.threads = 1;
+        cr_assert_eq(goblin_worker_new(&ws.w[i], &wp), GOBLIN_OK);
+        char email[64];
+        snprintf(email, sizeof email, "vol%lld@example.org", (long long)owners[i]);
+        cr_assert_eq(goblin_hub_store_account_ensure(s, email, T0, &who), GOBLIN_OK);
+        cr_assert_eq(goblin_hub_store_link_add(s, who.id, goblin_worker_identity(ws.w[i]), T0), GOBLIN_OK);
+        wruns[i] = (wrun){&ws, i};
+        pthread_create(&ws.th[i], NULL, wmain, &wruns[i]);
+        ws.n = i + 1;
+    }
+    cr_assert(rt_wait_workers(node, 2));
+    goblin_node_hub_stats hs;
+    for (int i = 0; i < 6000; i++) { /* both owners known before the job */
+        cr_assert_eq(goblin_node_hub_stats_get(node, &hs), GOBLIN_OK);
+        if (hs.owners_named >= 2) break;
+        sleep_ms(10);
+    }
+    cr_assert_eq(hs.owners_named, 2);
+    enum { ROWS = 24 };
+    goblin_graph *g = NULL;
+    cr_assert_eq(goblin_graph_new(&g), GOBLIN_OK);
+    int64_t sx[2] = {ROWS, 4}, sw[2] = {4, 3}, sy[2] = {ROWS, 3};
+    int32_t x, w, mm;
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sx, &x), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_input(g, GOBLIN_DTYPE_F64, 2, sw, &w), GOBLIN_OK);
+    int32_t i2[2] = {x, w};
+    cr_assert_eq(goblin_graph_add(g, GOBLIN_OP_MATMUL, i2, 2, NULL, 0, &mm), GOBLIN_OK);
+    cr_assert_eq(goblin_graph_output(g, mm), GOBLIN_OK);
+    static double xv[ROWS * 4], wv[12], yv[ROWS * 3];
+    for (int i = 0; i < ROWS * 4; i++) xv[i] = 0.5 + (i % 7) * 0.125;
+    for (int i = 0; i < 12; i++) wv[i] = 1.0 + (i % 5) * 0.25;
+    memset(yv, 0, sizeof yv);
+    goblin_tensor in[2], out[1];
+    goblin_tensor_init(&in[0], GOBLIN_DTYPE_F64, 2, sx, xv);
+    goblin_tensor_init(&in[1], GOBLIN_DTYPE_F64, 2, sw, wv);
+    goblin_tensor_init(&out[0], GOBLIN_DTYPE_F64, 2, sy, yv);
+    goblin_graph_job_params jp;
+    goblin_graph_job_params_default(&jp);
+    jp.chunk_rows = 1;
+    jp.verify = GOBLIN_VERIFY_REPLICATE;
+    jp.min_replication = 1.0;
+    goblin_job *job = rt_run_graph(node, g, in, 2, out, 1, &jp);
+    goblin_job_free(job);
+    for (int r = 0; r < ROWS; r++) /* exact: short sums of dyadic values */
+        for (int c = 0; c < 3; c++) {
+            double acc = 0;
+            for (int q = 0; q < 4; q++) acc += xv[r * 4 + q] * wv[q * 3 + c];
+            cr_assert_eq(yv[r * 3 + c], acc, "y[%d][%d]", r, c);
+        }
+    goblin_node_stats st;
+    goblin_node_stats_get(node, &st);
+    goblin_graph_free(g);
+    workers_down(&ws);
+    goblin_node_free(node);
+    hub_down();
+    return st;
+}
+
+Test(hub_relay, one_volunteers_machines_never_check_each_other, .timeout = 120) {
+    goblin_node_stats st = replicated_rows(1, 1);
+    cr_assert_eq(st.replicas_agreed, 0, "two machines of one volunteer agreed %lld times", (long long)st.replicas_agreed);
+    cr_assert_eq(st.node_recomputed, 24, "the node checked every task itself");
+    cr_assert_eq(st.results_rejected, 0);
+}
+
+Test(hub_relay, two_volunteers_machines_check_each_other, .timeout = 120) {
+    goblin_node_stats st = replicated_rows(1, 2);
+    cr_assert_gt(st.replicas_agreed, 0, "independent owners replicate");
+    cr_assert_lt(st.node_recomputed, 24);
+    cr_assert_eq(st.results_rejected, 0);
+}
