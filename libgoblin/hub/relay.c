@@ -524,17 +524,7 @@ static bool qset_has(const relay *r, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
 static goblin_err collect_identity(void *ctx, const goblin_hub_quarantine *q) {
     relay *r = ctx;
     uint8_t id[GOBLIN__HUBW_IDENTITY];
-    if (strlen(q->subject) != 2 * GOBLIN__HUBW_IDENTITY) return GOBLIN_OK; /* an owner, not a key */
-    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) {
-        int v = 0;
-        for (int k = 0; k < 2; k++) {
-            char ch = q->subject[2 * i + k];
-            int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-            if (d < 0) return GOBLIN_OK;
-            v = v << 4 | d;
-        }
-        id[i] = (uint8_t)v;
-    }
+    if (!goblin__hubw_identity_parse(q->subject, id)) return GOBLIN_OK; /* an owner, not a key */
     if (r->n_qset == r->cap_qset) {
         int64_t c = r->cap_qset ? 2 * (int64_t)r->cap_qset : 64;
         if (c > INT32_MAX / 2) return GOBLIN_ENOMEM;
@@ -591,16 +581,12 @@ static bool was_lent(const rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
     return false;
 }
 
-static void identity_hex(const uint8_t id[GOBLIN__HUBW_IDENTITY], char hex[2 * GOBLIN__HUBW_IDENTITY + 1]) {
-    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) snprintf(hex + 2 * i, 3, "%02x", id[i]);
-}
-
 /* Worker @p w's identity linked to a volunteer's account (docs/hub.md, "Volunteers"):
  * the node it is lent to is told the owner, sent on the control connection before the
  * PROOF goes on (the node may still admit it first: it then takes the owner at once). */
 static void tell_owner(rconn *w) {
     char hex[2 * GOBLIN__HUBW_IDENTITY + 1];
-    identity_hex(w->identity, hex);
+    goblin__hubw_identity_hex(w->identity, hex);
     goblin_hub_link l;
     if (goblin_hub_store_link_get(w->r->h->store, hex, &l) != GOBLIN_OK || l.account_id <= 0) return;
     goblin__hubw_msg o;
@@ -705,7 +691,7 @@ static goblin_err count_reporter(void *ctx, const goblin_hub_quarantine *q) {
 static bool record_quarantine(rconn *c, const goblin__hubw_msg *hm) {
     relay *r = c->r;
     char subject[2 * GOBLIN__HUBW_IDENTITY + 1], who[64];
-    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) snprintf(subject + 2 * i, 3, "%02x", hm->identity[i]);
+    goblin__hubw_identity_hex(hm->identity, subject);
     snprintf(who, sizeof who, "node key %lld", (long long)c->key_id);
     bool already = false;
     if (goblin_hub_store_quarantined(r->h->store, subject, &already)) return false;
@@ -742,7 +728,7 @@ static bool record_work(rconn *c, const goblin__hubw_msg *hm) {
         return true;
     }
     char hex[2 * GOBLIN__HUBW_IDENTITY + 1];
-    identity_hex(hm->identity, hex);
+    goblin__hubw_identity_hex(hm->identity, hex);
     if (goblin_hub_store_work_add(r->h->store, hex, hm->tasks, hm->accepted, hm->rejected)) return false;
     r->st.work_reports++;
     r->st.tasks_reported += hm->tasks;
@@ -1263,8 +1249,7 @@ goblin_err goblin_hub_machines_each(goblin_hub *h, int32_t max,
                 m->lent = c->lent;
             } else {
                 m->lab = c->peer && c->node ? c->node->lab : 0;
-                if (c->has_identity)
-                    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) snprintf(m->identity + 2 * i, 3, "%02x", c->identity[i]);
+                if (c->has_identity) goblin__hubw_identity_hex(c->identity, m->identity);
                 origin_text(c->origin_kind, c->origin, m->origin, sizeof m->origin);
             }
         }

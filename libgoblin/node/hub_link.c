@@ -248,10 +248,6 @@ static void data_events(struct goblin__node_hub *h, nng_dialer *closing, int32_t
 
 /* ---- the thread ------------------------------------------------------------------------- */
 
-static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* Report the node's quarantined identities from index *@p sent on (at most 16 a turn):
  * the hub stops lending them to every lab (docs/hub.md, "Reputation"). Every identity
  * in the quarantine list is reported, those of workers that dialed the node directly
@@ -272,25 +268,11 @@ static void report_quarantines(struct goblin__node_hub *h, int32_t *sent) {
         goblin__hubw_msg q;
         memset(&q, 0, sizeof q);
         q.type = GOBLIN__HUBW_QUARANTINE;
-        bool ok = true;
-        for (int b = 0; b < GOBLIN__HUBW_IDENTITY && ok; b++) {
-            int hi = hexval(fps[i][2 * b]), lo = hi < 0 ? -1 : hexval(fps[i][2 * b + 1]);
-            ok = hi >= 0 && lo >= 0;
-            q.identity[b] = (uint8_t)(hi << 4 | (lo & 15));
-        }
+        bool ok = goblin__hubw_identity_parse(fps[i], q.identity);
         snprintf(q.reason_text, sizeof q.reason_text, "quarantined by a lab node: a wrong result or a failed recheck");
         if (ok && send_hub(h->ctl, NULL, &q)) return; /* resent after the next NODE_ACK */
         (*sent)++;
     }
-}
-
-static bool fp_bytes(const char *fp, uint8_t out[GOBLIN__HUBW_IDENTITY]) {
-    for (int b = 0; b < GOBLIN__HUBW_IDENTITY; b++) {
-        int hi = hexval(fp[2 * b]), lo = hi < 0 ? -1 : hexval(fp[2 * b + 1]);
-        if (hi < 0 || lo < 0) return false;
-        out[b] = (uint8_t)(hi << 4 | lo);
-    }
-    return true;
 }
 
 static uint32_t clip32(int64_t v) { return v <= 0 ? 0 : v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
@@ -307,7 +289,7 @@ static void report_work(struct goblin__node_hub *h) {
     while (n->n_work_tail > 0 && k < WORK_PER_TURN) {
         int32_t t = --n->n_work_tail;
         memset(&q[k], 0, sizeof q[k]);
-        if (!fp_bytes(n->work_tail[t].fp, q[k].identity)) continue;
+        if (!goblin__hubw_identity_parse(n->work_tail[t].fp, q[k].identity)) continue;
         q[k].tasks = clip32(n->work_tail[t].issued);
         q[k].accepted = clip32(n->work_tail[t].accepted);
         q[k].rejected = clip32(n->work_tail[t].rejected);
@@ -320,7 +302,7 @@ static void report_work(struct goblin__node_hub *h) {
         if (p->issued == p->rep_issued && p->accepted == p->rep_accepted && p->rejected == p->rep_rejected)
             continue;
         memset(&q[k], 0, sizeof q[k]);
-        if (!fp_bytes(n->idents[p->ident].fp, q[k].identity)) continue;
+        if (!goblin__hubw_identity_parse(n->idents[p->ident].fp, q[k].identity)) continue;
         q[k].tasks = clip32(p->issued - p->rep_issued);
         q[k].accepted = clip32(p->accepted - p->rep_accepted);
         q[k].rejected = clip32(p->rejected - p->rep_rejected);
@@ -346,7 +328,7 @@ static void report_work(struct goblin__node_hub *h) {
                 continue;
             }
             int32_t t = n->n_work_tail++;
-            for (int b = 0; b < GOBLIN__HUBW_IDENTITY; b++) snprintf(n->work_tail[t].fp + 2 * b, 3, "%02x", q[i].identity[b]);
+            goblin__hubw_identity_hex(q[i].identity, n->work_tail[t].fp);
             n->work_tail[t].issued = q[i].tasks;
             n->work_tail[t].accepted = q[i].accepted;
             n->work_tail[t].rejected = q[i].rejected;
@@ -409,7 +391,7 @@ static void *hub_main(void *arg) {
         bool owner_kept = false;
         if (!e && m.type == GOBLIN__HUBW_OWNER) {
             char fp[GOBLIN__WKEY_FP_HEX];
-            for (int b = 0; b < GOBLIN__HUBW_IDENTITY; b++) snprintf(fp + 2 * b, 3, "%02x", m.identity[b]);
+            goblin__hubw_identity_hex(m.identity, fp);
             pthread_mutex_lock(&n->mu);
             goblin_err oe = goblin__node_identity_owner_from_hub(n, fp, m.owner);
             pthread_mutex_unlock(&n->mu);

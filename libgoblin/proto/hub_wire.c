@@ -236,3 +236,25 @@ short_body:
     return goblin__errf(msg, cap, GOBLIN_EFORMAT, "hub message type %u: a body of %llu bytes is wrong", type,
                         (unsigned long long)body);
 }
+
+void goblin__hubw_identity_hex(const uint8_t id[GOBLIN__HUBW_IDENTITY], char hex[2 * GOBLIN__HUBW_IDENTITY + 1]) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < GOBLIN__HUBW_IDENTITY; i++) {
+        hex[2 * i] = digits[id[i] >> 4];
+        hex[2 * i + 1] = digits[id[i] & 15];
+    }
+    hex[2 * GOBLIN__HUBW_IDENTITY] = 0;
+}
+
+bool goblin__hubw_identity_parse(const char *hex, uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+    if (!hex || strlen(hex) != 2 * GOBLIN__HUBW_IDENTITY) return false;
+    uint8_t out[GOBLIN__HUBW_IDENTITY];
+    for (int i = 0; i < 2 * GOBLIN__HUBW_IDENTITY; i++) {
+        char c = hex[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        out[i / 2] = (uint8_t)(i % 2 ? out[i / 2] | d : d << 4);
+    }
+    memcpy(id, out, sizeof out);
+    return true;
+}

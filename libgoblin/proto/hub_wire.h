@@ -83,6 +83,12 @@ typedef struct goblin__hubw_msg {
     char reason_text[GOBLIN__HUBW_REASON_MAX + 1]; /* QUARANTINE, NUL-terminated */
 } goblin__hubw_msg;
 
+/** Identity @p id as 64 lowercase hex digits (the fingerprint's text) into @p hex. */
+void goblin__hubw_identity_hex(const uint8_t id[GOBLIN__HUBW_IDENTITY], char hex[2 * GOBLIN__HUBW_IDENTITY + 1]);
+/** The identity whose text is @p hex (exactly 64 lowercase hex digits, NUL-ended) into
+ *  @p id; false (id untouched) for anything else. */
+bool goblin__hubw_identity_parse(const char *hex, uint8_t id[GOBLIN__HUBW_IDENTITY]);
+
 /** Does @p buf start with the hub protocol's magic? */
 bool goblin__hubw_is(const uint8_t *buf, size_t len);
 /** Encode @p m into @p out (at least GOBLIN__HUBW_MAX bytes); its length into *@p len.

@@ -1306,3 +1306,29 @@ Test(hub_relay, two_volunteers_machines_check_each_other, .timeout = 120) {
     cr_assert_lt(st.node_recomputed, 24);
     cr_assert_eq(st.results_rejected, 0);
 }
+
+Test(hub_relay, identity_text_round_trips_and_refuses_other_text) {
+    uint8_t id[32], back[32];
+    for (int i = 0; i < 32; i++) id[i] = (uint8_t)(i * 37 + 5);
+    char hex[65];
+    goblin__hubw_identity_hex(id, hex);
+    char want[65];
+    for (int i = 0; i < 32; i++) sprintf(want + 2 * i, "%02x", id[i]); /* the C library's spelling */
+    cr_assert_str_eq(hex, want);
+    cr_assert(goblin__hubw_identity_parse(hex, back));
+    cr_assert_arr_eq(back, id, 32);
+    memset(back, 0x77, sizeof back);
+    char bad[66];
+    static const char *const cases[] = {"", "ab", "owner 7"};
+    for (size_t k = 0; k < 3; k++) cr_assert(!goblin__hubw_identity_parse(cases[k], back), "%s", cases[k]);
+    snprintf(bad, sizeof bad, "%s", hex);
+    bad[10] = 'A'; /* upper case: not a fingerprint's text */
+    cr_assert(!goblin__hubw_identity_parse(bad, back));
+    snprintf(bad, sizeof bad, "%s0", hex); /* 65 digits */
+    cr_assert(!goblin__hubw_identity_parse(bad, back));
+    bad[63] = 'g';
+    bad[64] = 0;
+    cr_assert(!goblin__hubw_identity_parse(bad, back));
+    for (int i = 0; i < 32; i++) cr_assert_eq(back[i], 0x77, "untouched on refusal");
+    cr_assert(!goblin__hubw_identity_parse(NULL, back));
+}
