@@ -468,9 +468,10 @@ static void rule(ad_ctx *c, int32_t id, int32_t gy) {
     case GOBLIN_OP_DROPOUT: {
         /* Counter-based mask: the same seed/offset/position drop the same elements,
          * so dropout of the gradient is exactly g * mask / (1 - p). */
-        goblin_attr a[4];
-        static const goblin_attr_key keys[] = {GOBLIN_ATTR_SEED, GOBLIN_ATTR_OFFSET, GOBLIN_ATTR_P};
-        int32_t na = copy_attrs(&n, keys, 3, a);
+        goblin_attr a[5];
+        static const goblin_attr_key keys[] = {GOBLIN_ATTR_SEED, GOBLIN_ATTR_OFFSET, GOBLIN_ATTR_P,
+                                               GOBLIN_ATTR_AXIS};
+        int32_t na = copy_attrs(&n, keys, 4, a);
         contrib(c, x, add(c, GOBLIN_OP_DROPOUT, &gy, 1, a, na));
         break;
     }

@@ -102,6 +102,17 @@ static inline GOBLIN_HD void goblin__rng_draw(uint64_t seed, uint64_t offset, ui
     goblin__philox4x32_10(ctr, key, out);
 }
 
+/** Where element @p i (row-major) of a DROPOUT's value draws when the draws follow its dim
+ *  AXIS: the element's row-major index in the same value with that dim moved first, so
+ *  that a cut of the value along that dim (a micro-batch of seq-first data) draws what
+ *  the same elements draw in the whole. @p len: the dim's size (> 0); @p inner: the
+ *  elements after it (> 0); @p rest: the value's elements / len. AXIS 0 gives i. */
+static inline GOBLIN_HD uint64_t goblin__rng_axis_index(uint64_t i, uint64_t len, uint64_t inner,
+                                                       uint64_t rest) {
+    uint64_t block = len * inner, o = i / block, r = i % block;
+    return (r / inner) * rest + o * inner + r % inner;
+}
+
 /* ---- exact-arithmetic helpers ------------------------------------------------ */
 
 /** a * b rounded once, never contracted with a following add into an fma. */

@@ -182,6 +182,10 @@ static goblin_err infer_dropout(goblin__infer *c) {
     double p = goblin__attr_f(c->node, GOBLIN_ATTR_P, 0.5);
     if (!(p >= 0 && p <= 1))
         return goblin__errf(c->msg, c->cap, GOBLIN_ERANGE, "p = %g is outside [0, 1]", p);
+    int64_t axis = goblin__attr_i(c->node, GOBLIN_ATTR_AXIS, 0);
+    if (axis != 0 && axis >= c->in[0]->rank)
+        return goblin__errf(c->msg, c->cap, GOBLIN_EINVAL, "axis %lld is not a dim of a rank-%d value",
+                            (long long)axis, (int)c->in[0]->rank);
     return infer_same(c);
 }
 
@@ -452,7 +456,8 @@ void goblin__ops_register_unary(goblin__op_def *t) {
         "element i is kept when u >= p, u = (x0 >> 8) * 2^-24 from Philox (stream "
         "189); kept: x * (1 / (1 - p)) (the scale rounded to f32 for f32/f16/bf16 and "
         "multiplied in f32, double for f64), dropped: x * 0 (NaN/inf give NaN, as PyTorch). p "
-        "defaults to 0.5; p = 1 gives x * 0",
+        "defaults to 0.5; p = 1 gives x * 0. i is the element's row-major index with dim 'axis' "
+        "(default 0) moved first, so a cut along that dim draws what the whole does",
         C_EXACT);
 
     /* ---- creation ---- */
@@ -492,6 +497,7 @@ void goblin__ops_register_unary(goblin__op_def *t) {
     attr(t, GOBLIN_OP_BERNOULLI, GOBLIN_ATTR_SHAPE, false, 0, DIM_MAX_D);
     attr(t, GOBLIN_OP_BERNOULLI, GOBLIN_ATTR_DTYPE, false, 0, GOBLIN_DTYPE_COUNT - 1);
     attr(t, GOBLIN_OP_DROPOUT, GOBLIN_ATTR_P, false, 0, 1);
+    attr(t, GOBLIN_OP_DROPOUT, GOBLIN_ATTR_AXIS, false, 0, GOBLIN_MAX_RANK - 1);
     attr(t, GOBLIN_OP_FULL, GOBLIN_ATTR_VALUE, true, 0, 0);
     attr(t, GOBLIN_OP_ARANGE, GOBLIN_ATTR_START, false, 0, 0);
     attr(t, GOBLIN_OP_ARANGE, GOBLIN_ATTR_STEP, false, 0, 0);

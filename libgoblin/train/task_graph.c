@@ -15,6 +15,7 @@ void goblin__train_task_graph_free(tr_task_graph *tg) {
     goblin_graph_free(tg->g);
     goblin__free(tg->drop_ids);
     goblin__free(tg->drop_per_row);
+    goblin__free(tg->drop_axis);
     goblin__free(tg->in);
     goblin__free(tg->out);
     goblin__free(tg);
@@ -104,7 +105,8 @@ static goblin_err find_dropout(const tr_model *m, tr_task_graph *tg, int64_t row
     if (!n) return GOBLIN_OK;
     tg->drop_ids = goblin__calloc((size_t)n, sizeof *tg->drop_ids);
     tg->drop_per_row = goblin__calloc((size_t)n, sizeof *tg->drop_per_row);
-    if (!tg->drop_ids || !tg->drop_per_row) return ERRF(GOBLIN_ENOMEM, "out of memory");
+    tg->drop_axis = goblin__calloc((size_t)n, 1);
+    if (!tg->drop_ids || !tg->drop_per_row || !tg->drop_axis) return ERRF(GOBLIN_ENOMEM, "out of memory");
     for (int32_t id = 0; id < g->n_nodes; id++) {
         const goblin__node *nd = &g->nodes[id];
         if (nd->op != GOBLIN_OP_DROPOUT) continue;
@@ -114,13 +116,16 @@ static goblin_err find_dropout(const tr_model *m, tr_task_graph *tg, int64_t row
         if (k == m->n_drops)
             return ERRF(GOBLIN_EINVAL, "task graph node %d (dropout) matches no dropout of the model", (int)id);
         int64_t per = 0;
+        int8_t ax = m->drop_axis[k];
         if (m->drop_batched[k]) {
-            if (nd->rank < 1 || nd->shape[0] != rows)
-                return ERRF(GOBLIN_ENOTSUP, "task graph node %d (dropout): the batch is not its leading dim",
-                            (int)id);
+            if (nd->rank <= ax || nd->shape[ax] != rows)
+                return ERRF(GOBLIN_ENOTSUP, "task graph node %d (dropout): the batch is not its dim %d",
+                            (int)id, (int)ax);
             per = 1;
-            for (int32_t d = 1; d < nd->rank; d++) per *= nd->shape[d];
+            for (int32_t d = 0; d < nd->rank; d++)
+                if (d != ax) per *= nd->shape[d];
         }
+        tg->drop_axis[tg->n_drop] = m->drop_batched[k] ? ax : 0;
         tg->drop_ids[tg->n_drop] = id;
         tg->drop_per_row[tg->n_drop++] = per;
     }
@@ -387,7 +392,7 @@ goblin_err goblin__train_dropout_graph(const tr_task_graph *tg, int64_t round, i
     goblin_attr *attrs = NULL;
     goblin_err e = goblin_graph_new(&g);
     int32_t k = 0, id = 0, got;
-    if (!e && !(attrs = goblin__alloc(sizeof *attrs * (GOBLIN__MAX_OP_ATTRS + 1)))) e = GOBLIN_ENOMEM;
+    if (!e && !(attrs = goblin__alloc(sizeof *attrs * (GOBLIN__MAX_OP_ATTRS + 3)))) e = GOBLIN_ENOMEM;
     if (e) {
         goblin_graph_free(g);
         return ERRF(e, "out of memory");
@@ -395,6 +400,7 @@ goblin_err goblin__train_dropout_graph(const tr_task_graph *tg, int64_t round, i
     for (id = 0; id < src->n_nodes && !e; id++) {
         goblin__node pr = src->nodes[id];
         if (k < tg->n_drop && tg->drop_ids[k] == id) {
+            int8_t ax = tg->drop_axis[k];
             int64_t off = goblin__attr_i(&pr, GOBLIN_ATTR_OFFSET, 0), per = tg->drop_per_row[k++];
             if (per > 0 && row0 > (INT64_MAX - off) / per) {
                 e = ERRF(GOBLIN_ERANGE, "node %d (dropout): offset %lld + row %lld x %lld elements passes 2^63",
@@ -403,8 +409,10 @@ goblin_err goblin__train_dropout_graph(const tr_task_graph *tg, int64_t round, i
             }
             int32_t na = 0;
             for (int32_t a = 0; a < pr.n_attrs && na < GOBLIN__MAX_OP_ATTRS - 1; a++)
-                if (pr.attrs[a].key != GOBLIN_ATTR_SEED && pr.attrs[a].key != GOBLIN_ATTR_OFFSET)
+                if (pr.attrs[a].key != GOBLIN_ATTR_SEED && pr.attrs[a].key != GOBLIN_ATTR_OFFSET &&
+                    pr.attrs[a].key != GOBLIN_ATTR_AXIS)
                     attrs[na++] = pr.attrs[a];
+            if (ax > 0) attrs[na++] = goblin_attr_int(GOBLIN_ATTR_AXIS, ax);
             attrs[na++] = goblin_attr_int(GOBLIN_ATTR_SEED,
                                           goblin__train_drop_seed(goblin__attr_i(&pr, GOBLIN_ATTR_SEED, 0), round));
             attrs[na++] = goblin_attr_int(GOBLIN_ATTR_OFFSET, off + row0 * per);

@@ -19,6 +19,8 @@ typedef struct tr_node {
     uint8_t is_data;    /* an input holding batch data */
     uint8_t batch_dep;  /* depends on a data input */
     uint8_t row_shaped; /* batch_dep and its leading dim is the batch rows */
+    int8_t batch_dim;   /* batch_dep: the one dim that follows the batch rows (0 when
+                         * row_shaped; a seq-first value's 1), else -1 */
     uint8_t needs_grad; /* float and depends on a parameter (autodiff reaches it) */
     uint8_t live;       /* an ancestor of the loss (or the loss) */
     int32_t param_index;   /* is_param: which parameter; else -1 */
@@ -63,6 +65,7 @@ typedef struct tr_task_graph {
     int32_t n_drop;
     int32_t *drop_ids;
     int64_t *drop_per_row;
+    int8_t *drop_axis; /* the dim of the batch rows in each one's value */
 } tr_task_graph;
 
 typedef struct tr_stage {
@@ -105,6 +108,7 @@ typedef struct tr_model {
     int32_t n_drops;      /* the model's DROPOUT nodes: their SEED and OFFSET attributes and */
     int64_t (*drops)[2];  /* whether they follow the batch (drop_batched) */
     uint8_t *drop_batched;
+    int8_t *drop_axis;    /* ... and along which dim of their value (tr_node.batch_dim) */
     int32_t n_bn;         /* BATCH_NORM nodes in training mode on batch data: ids, channels */
     int32_t *bn_ids;      /* and elements per channel per row (running statistics) */
     int64_t *bn_ch, *bn_per;
@@ -164,9 +168,10 @@ goblin_err goblin__train_task_graph(const tr_model *m, const tr_plan *p, int32_t
 void goblin__train_task_graph_free(tr_task_graph *tg);
 /* The copy of @p tg to submit for round @p round and the micro-batch of @p rows rows from
  * row @p row0 of the batch (*out NULL when @p tg has no DROPOUT node): every DROPOUT node
- * gets SEED goblin__train_drop_seed(seed, round) and, when its value follows the batch
- * (rows leading), OFFSET offset + row0 * per_row, so element e of a sample's row keeps
- * the counter it has in the whole batch: the masks depend only on the seed, the round
+ * gets SEED goblin__train_drop_seed(seed, round) and, when its value follows the batch,
+ * OFFSET offset + row0 * per_row and AXIS the batch's dim (the op draws as if that dim
+ * led: kernels/random.h, goblin__rng_axis_index), so element e of a sample keeps the
+ * counter it has in the whole batch: the masks depend only on the seed, the round
  * and the element's index in the batch, not on the micro-batches, stages or tiles. */
 goblin_err goblin__train_dropout_graph(const tr_task_graph *tg, int64_t round, int64_t row0,
                                        goblin_graph **out, char *msg, size_t cap);

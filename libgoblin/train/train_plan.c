@@ -104,15 +104,30 @@ void goblin__train_model_clear(tr_model *m) {
     goblin__free(m->cut_ok);
     goblin__free(m->drops);
     goblin__free(m->drop_batched);
+    goblin__free(m->drop_axis);
     goblin__free(m->bn_ids);
     goblin__free(m->bn_ch);
     goblin__free(m->bn_per);
     memset(m, 0, sizeof *m);
 }
 
+/* The one dim of @p a (at @p b0 rows) that is @p b1 in @p b (the same value at @p b1 rows)
+ * while every other dim stays; -1 if there is none or the batch is merged into a dim. */
+static int8_t follow_dim(int64_t b0, const goblin__node *a, int64_t b1, const goblin__node *b) {
+    if (a->rank != b->rank) return -1;
+    int8_t d = -1;
+    for (int32_t k = 0; k < a->rank; k++) {
+        if (a->shape[k] == b->shape[k]) continue;
+        if (d >= 0 || a->shape[k] != b0 || b->shape[k] != b1) return -1;
+        d = (int8_t)k;
+    }
+    return d;
+}
+
 /* The model's DROPOUT nodes. Each task gets its own masks (goblin__train_dropout_graph):
- * a dropout on batch data must have the batch rows as its value's leading dim (then a
- * row's counters are the same in every micro-batch cut), and the nodes are told apart
+ * a dropout on batch data must have the batch rows as one dim of its value (the leading
+ * one, or another: seq-first [T, B, E]); its tasks draw as if that dim led (AXIS), so a
+ * sample's counters are the same in every micro-batch cut. The nodes are told apart
  * by (SEED, OFFSET), which the backward's dropout nodes copy. */
 static goblin_err analyse_dropout(tr_model *m, char *msg, size_t cap) {
     const goblin_graph *g = m->g;
@@ -121,17 +136,19 @@ static goblin_err analyse_dropout(tr_model *m, char *msg, size_t cap) {
     if (!nd) return GOBLIN_OK;
     m->drops = goblin__calloc((size_t)nd, sizeof *m->drops);
     m->drop_batched = goblin__calloc((size_t)nd, 1);
-    if (!m->drops || !m->drop_batched) return ERRF(GOBLIN_ENOMEM, "out of memory");
+    m->drop_axis = goblin__calloc((size_t)nd, 1);
+    if (!m->drops || !m->drop_batched || !m->drop_axis) return ERRF(GOBLIN_ENOMEM, "out of memory");
     for (int32_t id = 0; id < g->n_nodes; id++) {
         const goblin__node *n = &g->nodes[id];
         if (n->op != GOBLIN_OP_DROPOUT) continue;
         const tr_node *t = &m->nodes[id];
         char sh[96];
-        if (t->batch_dep && !t->row_shaped)
-            return ERRF(GOBLIN_ENOTSUP, "node %d (dropout): its value %s does not have the batch rows as its "
-                        "leading dim, so its masks could not follow each sample across micro-batches; apply "
-                        "dropout where the batch leads (before a reshape that folds it, or after moving it "
-                        "back)", (int)id, goblin__shape_str(n->rank, n->shape, sh, sizeof sh));
+        if (t->batch_dep && t->batch_dim < 0)
+            return ERRF(GOBLIN_ENOTSUP, "node %d (dropout): the batch rows are not one dim of its value %s "
+                        "(a reshape merged them with another dim), so its masks could not follow each sample "
+                        "across micro-batches; apply dropout where the batch is a dim of its own (before "
+                        "the reshape that folds it, or after splitting it out again)",
+                        (int)id, goblin__shape_str(n->rank, n->shape, sh, sizeof sh));
         int64_t seed = goblin__attr_i(n, GOBLIN_ATTR_SEED, 0), off = goblin__attr_i(n, GOBLIN_ATTR_OFFSET, 0);
         for (int32_t k = 0; k < m->n_drops; k++)
             if (m->drops[k][0] == seed && m->drops[k][1] == off && m->drop_batched[k] != t->batch_dep)
@@ -139,6 +156,7 @@ static goblin_err analyse_dropout(tr_model *m, char *msg, size_t cap) {
                             "one on batch data and one not: give each dropout its own seed", (int)id);
         m->drops[m->n_drops][0] = seed;
         m->drops[m->n_drops][1] = off;
+        m->drop_axis[m->n_drops] = t->batch_dep ? t->batch_dim : 0;
         m->drop_batched[m->n_drops++] = t->batch_dep;
     }
     return GOBLIN_OK;
@@ -223,6 +241,7 @@ goblin_err goblin__train_analyse(tr_model *m, char *msg, size_t cap) {
         bool rs = t->batch_dep && nd->rank >= 1 && nd->shape[0] == m->batch0;
         if (rs && g2) rs = g2->nodes[id].rank >= 1 && g2->nodes[id].shape[0] == r2;
         t->row_shaped = rs;
+        t->batch_dim = rs ? 0 : t->batch_dep && g2 ? follow_dim(m->batch0, nd, r2, &g2->nodes[id]) : -1;
         double bytes = node_bytes(nd), fl = nd->op == GOBLIN_OP_INPUT || nd->op == GOBLIN_OP_CONSTANT
                                                   ? 0
                                                   : op_flops(g, nd);

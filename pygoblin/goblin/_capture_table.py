@@ -229,9 +229,11 @@ TRAINING_MODE = """\
   elements per row to the op's offset. So the masks depend only on the seed, the round and
   the element, never on the micro-batches, pipeline stages or tiles (tested: gradients
   equal torch.autograd's with that mask for one micro-batch, three, and a staged plan).
-  A dropout on batch data must have the batch rows as its leading dim (the trainer refuses
-  one behind a reshape that folds the batch, naming the node; so a seq-first
-  `nn.TransformerEncoderLayer` with dropout > 0 is refused: use batch_first=True).
+  A dropout on batch data must have the batch rows as one dim of its value: the leading
+  one, or another (a seq-first `nn.TransformerEncoderLayer`'s `[T, B, E]`): the op's
+  `axis` then draws as if that dim led, so element (t, b, e) keeps the batch-first draw
+  of (b, t, e) (tested against torch with those masks, 10 rounds, f64 and f32). One behind
+  a reshape that folds the batch into another dim is refused, naming the node.
   `dropout_p` of `F.scaled_dot_product_attention` (an attention module's dropout) is
   composed as torch's math path: `softmax(q k^T scale + mask)`, goblin's dropout of the
   weights `[batch, heads, L, S]`, `@ v` (goblin.capture refuses it). The inter-layer

@@ -15,6 +15,7 @@ grid.train runs it, against independent references.
   dropout reaches (a statistical comparison over seeds, not bitwise), and clearly not the
   loss of training without dropout.
 """
+import copy
 import math
 import warnings
 
@@ -85,10 +86,11 @@ def binomial_ok(kept, n, q, z=5.0):
 
 # ---- the op --------------------------------------------------------------------------------
 
-def run_dropout(x, p, seed, offset=0, backend="ref", threads=0):
+def run_dropout(x, p, seed, offset=0, backend="ref", threads=0, axis=None):
     g = goblin.Graph()
     xi = g.input(x.shape, "f64" if x.dtype == np.float64 else "f32")
-    g.output(g.op("dropout", xi, seed=seed, offset=offset, p=p))
+    kw = {} if axis is None else {"axis": axis}
+    g.output(g.op("dropout", xi, seed=seed, offset=offset, p=p, **kw))
     return g.evaluate(x, backend=backend, threads=threads)[0]
 
 
@@ -120,6 +122,45 @@ def test_op_offset_shifts_the_counter():
     for r0 in (1, 3, 6):
         part = run_dropout(x[r0:], 0.5, 77, r0 * 5)
         np.testing.assert_array_equal(part, whole[r0:])
+
+
+@pytest.mark.parametrize("shape,axis", [((5, 7, 3), 1), ((4, 3, 6, 2), 2), ((6, 9), 1), ((3, 4, 5), 2),
+                                        ((1, 6, 4), 1), ((2, 1, 3), 1)])
+def test_op_axis_draws_as_if_that_dim_led(shape, axis):
+    """With axis a, element i draws the counter of its index in the value with dim a moved
+    first (NumPy: the batch-first mask, moved back), on ref and BLIS (1, 2, 5 threads)."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) + 3.0)
+    moved = np.moveaxis(x, axis, 0).shape
+    want = np.moveaxis(keep_mask(42, 11, x.size, 0.5).reshape(moved), 0, axis)
+    ref = run_dropout(x, 0.5, 42, 11, "ref", axis=axis)
+    np.testing.assert_array_equal(ref != 0, want)
+    np.testing.assert_array_equal(ref[want], x[want] * 2.0)
+    for threads in (1, 2, 5):
+        blis = run_dropout(x, 0.5, 42, 11, "blis", threads, axis=axis)
+        assert blis.tobytes() == ref.tobytes(), threads
+    assert run_dropout(x, 0.5, 42, 11, "ref", axis=0).tobytes() == run_dropout(x, 0.5, 42, 11, "ref").tobytes()
+
+
+def test_op_axis_cut_along_it_keeps_the_whole_draw():
+    """A seq-first [T, B, E] value cut along B: the slice from sample r0 with offset
+    r0 * T * E draws what the same samples draw in the whole (how a micro-batch of seq-first
+    data keeps its samples' masks)."""
+    x = np.ones((4, 10, 3))
+    whole = run_dropout(x, 0.5, 9, 0, axis=1)
+    for r0 in (1, 4, 7):
+        part = run_dropout(np.ascontiguousarray(x[:, r0:]), 0.5, 9, r0 * 4 * 3, axis=1)
+        np.testing.assert_array_equal(part, whole[:, r0:])
+
+
+@pytest.mark.parametrize("axis", [3, 7, -1])
+def test_op_axis_outside_the_value_is_refused(axis):
+    g = goblin.Graph()
+    xi = g.input((2, 3, 4), "f64")
+    with pytest.raises((goblin.GoblinError, ValueError)) as ei:
+        g.output(g.op("dropout", xi, seed=1, p=0.5, axis=axis))
+        g.evaluate(np.ones((2, 3, 4)))
+    assert "axis" in str(ei.value), str(ei.value)
 
 
 # ---- the trainer against torch.autograd with the same mask --------------------------------------
@@ -288,14 +329,59 @@ class _SeqFirstDropout(nn.Module):
         return self.drop(self.lin(x).transpose(0, 1)).transpose(0, 1).mean(1)
 
 
-def test_dropout_where_the_batch_does_not_lead_is_refused_naming_the_node(grid):
+def test_dropout_where_the_batch_is_dim_1_follows_each_sample(grid):
+    """Dropout on seq-first [T, B, 3]: goblin draws its masks as if the batch led, so the
+    torch reference applies the batch-first mask of each round, transposed; 6 rounds in
+    micro-batches of 2 (three cuts of the batch) match torch.autograd in f64."""
+    torch.manual_seed(1)
+    model = _SeqFirstDropout().double()
+    ref = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(2)
+    data = [(torch.randn(6, 5, 4, generator=gen, dtype=torch.float64), torch.randint(0, 3, (6,), generator=gen))
+            for _ in range(6)]
+    topt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    want = []
+    for rnd, (x, y) in enumerate(data):
+        keep = keep_mask(round_seed(SEED, rnd), 0, 6 * 5 * 3, 0.5).reshape(6, 5, 3)  # [B, T, 3]
+        mask = torch.from_numpy(keep.astype(np.float64) * 2.0)
+        topt.zero_grad()
+        total = 0.0
+        for s in range(0, 6, 2):
+            h = ref.lin(x[s:s + 2]).transpose(0, 1) * mask[s:s + 2].transpose(0, 1)  # [T, b, 3]
+            loss = F.cross_entropy(h.transpose(0, 1).mean(1), y[s:s + 2])
+            (loss * (2 / 6)).backward()
+            total += float(loss.detach()) * 2 / 6
+        topt.step()
+        want.append(total)
+    with grid.train(model, F.cross_entropy, optimizer=goblin.optim.SGD(lr=0.1), seed=SEED, micro_batch_size=2,
+                    progress=False, example=data[0]) as tr:
+        got = [tr.step(x.numpy(), y.numpy())["loss"] for x, y in data]
+        sd = tr.state_dict()
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    for k, p in ref.named_parameters():
+        np.testing.assert_allclose(sd[k].numpy(), p.detach().numpy(), rtol=0, atol=1e-10)
+
+
+class _MergedBatchDropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):  # [B, T, 4] -> dropout on [T, B * 3] (the batch merged into a dim) -> [B, 3]
+        t, b = x.shape[1], x.shape[0]
+        h = self.lin(x).transpose(0, 1).reshape(t, b * 3)
+        return self.drop(h).reshape(t, b, 3).mean(0)
+
+
+def test_dropout_where_the_batch_is_merged_into_a_dim_is_refused_naming_the_node(grid):
     x, y = torch.randn(6, 5, 4), torch.randint(0, 3, (6,))
     with pytest.raises(goblin.GoblinError) as ei:
-        t = grid.train(_SeqFirstDropout(), F.cross_entropy, optimizer=goblin.optim.SGD(lr=0.1),
+        t = grid.train(_MergedBatchDropout(), F.cross_entropy, optimizer=goblin.optim.SGD(lr=0.1),
                        progress=False, example=(x, y))
         t.close()
     msg = str(ei.value)
-    assert "(dropout)" in msg and "leading dim" in msg, msg
+    assert "(dropout)" in msg and "not one dim" in msg and "[5, 18]" in msg, msg
 
 
 def test_attention_dropout_p_is_refused_with_advice():

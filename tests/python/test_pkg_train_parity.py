@@ -243,16 +243,20 @@ def _gru_ref(m, x, masks):
     return m.head(l1(l0(x)[0] * masks[0].transpose(0, 1).to(x.dtype))[1][-1])
 
 
-DROP = {  # name -> (reference forward, the dropout values' shapes after the batch)
-    "encoder batch_first": (_encoder_ref, [(2, 6, 6), (6, 16), (6, 32), (6, 16)]),
-    "lstm lm": (_lstm_ref, [(6, 12)]),
-    "gru": (_gru_ref, [(5, 10)]),
+DROP = {  # name -> (reference forward, the dropout values' shapes without the batch, its dim in each)
+    "encoder batch_first": (_encoder_ref, [(2, 6, 6), (6, 16), (6, 32), (6, 16)], [0, 0, 0, 0]),
+    # seq-first: the layer's three nn.Dropouts act on [T, B, E]; goblin draws their masks as
+    # if the batch led (the op's axis), so element (t, b, e) keeps the batch-first draw of
+    # (b, t, e) and the batch-first reference with the same masks is the same computation
+    "encoder seq-first": (_encoder_ref, [(2, 6, 6), (6, 16), (6, 32), (6, 16)], [0, 1, 1, 1]),
+    "lstm lm": (_lstm_ref, [(6, 12)], [0]),
+    "gru": (_gru_ref, [(5, 10)], [0]),
 }
 
 
 @pytest.mark.parametrize("name", list(DROP))
 def test_references_with_all_ones_masks_are_the_modules(name):
-    ref_fwd, shapes = DROP[name]
+    ref_fwd, shapes, _ = DROP[name]
     model, _, dims, data, _ = _case(name, "f64", P)
     x = data[0].narrow(dims[0], 0, 4)
     ones = [torch.ones((4,) + s, dtype=torch.float64) for s in shapes]
@@ -268,7 +272,7 @@ def test_dropout_rounds_match_torch_with_the_same_masks(grid, name, dt):
     2-layer LSTM and a 2-layer GRU with dropout=0.25 between the layers: 10 rounds on the
     grid in micro-batches of 4 against the torch references with the trainer's masks,
     within the tolerances of the dropout-free runs."""
-    ref_fwd, shapes = DROP[name]
+    ref_fwd, shapes, axes = DROP[name]
     model, loss_fn, dims, data, opt = _case(name, dt, P)
     batches = _batches(data, dims)[:10]  # 10 rounds: the masks change every round
     ref = copy.deepcopy(model)
@@ -290,7 +294,9 @@ def test_dropout_rounds_match_torch_with_the_same_masks(grid, name, dt):
                     progress=False) as tr:
         got = np.array([tr.step(*[t.numpy() for t in batch])["loss"] for batch in batches])
         ops = [tr.capture.graph.node(i) for i in range(len(tr.capture.graph))]
-        assert [tuple(n.shape[1:]) for n in ops if n.op == "dropout"] == [tuple(s) for s in shapes]
+        drops = [n.shape for n in ops if n.op == "dropout"]
+        assert [tuple(sh[:a]) + tuple(sh[a + 1:]) for sh, a in zip(drops, axes)] == [tuple(s) for s in shapes]
+        assert len(drops) == len(shapes)
         sd = tr.state_dict()
     rel = np.abs(got - want) / np.abs(want)
     assert rel.max() <= LOSS_TOL[dt], (name, dt, int(rel.argmax()), got[rel.argmax()], want[rel.argmax()])

@@ -496,6 +496,7 @@ typedef struct dropout_job {
     bool f64;
     goblin__rng_key key;
     double p, scale;
+    goblin__drop_axis ax;
 } dropout_job;
 
 static void dropout_chunk(void *arg, int64_t w) {
@@ -507,7 +508,7 @@ static void dropout_chunk(void *arg, int64_t w) {
         const double *x = j->x;
         double *y = j->y;
         for (int64_t i = i0; i < i1; i++) {
-            goblin__rng_draw(j->key.seed, j->key.offset, j->key.stream, (uint64_t)i, r);
+            goblin__rng_draw(j->key.seed, j->key.offset, j->key.stream, goblin__drop_index(&j->ax, (uint64_t)i), r);
             y[i] = x[i] * (goblin__rng_keep(r, j->p) ? j->scale : 0.0);
         }
     } else {
@@ -515,7 +516,7 @@ static void dropout_chunk(void *arg, int64_t w) {
         float *y = j->y;
         float s32 = (float)j->scale;
         for (int64_t i = i0; i < i1; i++) {
-            goblin__rng_draw(j->key.seed, j->key.offset, j->key.stream, (uint64_t)i, r);
+            goblin__rng_draw(j->key.seed, j->key.offset, j->key.stream, goblin__drop_index(&j->ax, (uint64_t)i), r);
             y[i] = x[i] * (goblin__rng_keep(r, j->p) ? s32 : 0.0f);
         }
     }
@@ -529,7 +530,8 @@ static goblin_err blis_dropout(goblin__kctx *k, const goblin__node *node, const 
         return GOBLIN_ENOTSUP;
     double p = goblin__attr_f(node, GOBLIN_ATTR_P, 0.5);
     dropout_job j = {in[0].data, out->data, goblin__numel(out), 0, out->dtype == GOBLIN_DTYPE_F64,
-                     goblin__rng_of(node), p, p < 1 ? 1.0 / (1.0 - p) : 0.0};
+                     goblin__rng_of(node), p, p < 1 ? 1.0 / (1.0 - p) : 0.0,
+                     goblin__drop_axis_of(node, out->rank, out->shape)};
     if (j.n == 0) return GOBLIN_OK;
     /* a draw costs about as much as 16 plain element operations */
     int32_t t = goblin__blis_threads_for(k, j.n * 16, j.n);

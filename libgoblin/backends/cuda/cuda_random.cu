@@ -76,10 +76,11 @@ __global__ void k_randint(T *y, int64_t n, goblin__rng_key r, int64_t lo, uint64
 
 template <typename T>
 __global__ void k_dropout(const T *in, T *y, int64_t n, goblin__rng_key r, double p, double scale,
-                          float scale32, bool wide) {
+                          float scale32, bool wide, goblin__drop_axis ax) {
     GRID_LOOP(i, n) {
         uint32_t x[4];
-        goblin__rng_draw(r.seed, r.offset, r.stream, (uint64_t)i, x);
+        uint64_t at = ax.moved ? goblin__rng_axis_index((uint64_t)i, ax.len, ax.inner, ax.rest) : (uint64_t)i;
+        goblin__rng_draw(r.seed, r.offset, r.stream, at, x);
         bool keep = goblin__rng_keep(x, p);
         double v = gc_ld_f(in[i]);
         if (wide) v = v * (keep ? scale : 0.0);
@@ -176,7 +177,8 @@ static goblin_err k_dropout_op(gc_call *c, const goblin__node *n, const goblin_t
     GC_DISPATCH_FLOAT(out->dtype, (k_dropout<T><<<gc_blocks(cnt, GC_THREADS), GC_THREADS, 0,
                                                   c->stream>>>(
                                        (const T *)in[0].data, (T *)out->data, cnt, goblin__rng_of(n), p,
-                                       scale, (float)scale, out->dtype == GOBLIN_DTYPE_F64),
+                                       scale, (float)scale, out->dtype == GOBLIN_DTYPE_F64,
+                                       goblin__drop_axis_of(n, out->rank, out->shape)),
                                    done = true));
     if (!done) return bad(c, n, out->dtype);
     GC_LAUNCHED(c, "dropout");

@@ -459,6 +459,7 @@ static goblin_err k_dropout(goblin__kctx *k, const goblin__node *node, const gob
                             int32_t n_in, goblin_tensor *out) {
     (void)k; (void)n_in;
     goblin__rng_key r = goblin__rng_of(node);
+    goblin__drop_axis da = goblin__drop_axis_of(node, out->rank, out->shape);
     double p = goblin__attr_f(node, GOBLIN_ATTR_P, 0.5);
     double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0; /* p = 1 keeps nothing */
     float scale32 = (float)scale;
@@ -472,7 +473,7 @@ static goblin_err k_dropout(goblin__kctx *k, const goblin__node *node, const gob
         int64_t m = n - b < BLK ? n - b : BLK;
         gather_f64(&s, b, m, fb);
         for (int64_t j = 0; j < m; j++) {
-            goblin__rng_draw(r.seed, r.offset, r.stream, (uint64_t)(b + j), x);
+            goblin__rng_draw(r.seed, r.offset, r.stream, goblin__drop_index(&da, (uint64_t)(b + j)), x);
             bool keep = goblin__rng_keep(x, p);
             if (wide) fb[j] = fb[j] * (keep ? scale : 0.0);
             else fb[j] = (double)((float)fb[j] * (keep ? scale32 : 0.0f));
