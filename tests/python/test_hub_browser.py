@@ -57,8 +57,11 @@ def loads(d, act):
                                     or "does not belong to the document" in str(e)):
                 raise
             WebDriverWait(d, 60).until(lambda drv: drv.execute_script("return document.readyState") == "complete")
-    WebDriverWait(d, 60).until(EC.staleness_of(old))
-    WebDriverWait(d, 60).until(lambda drv: drv.execute_script("return document.readyState") == "complete")
+    # While the document is being swapped chromedriver may answer the staleness probe with
+    # an error of its own ("unhandled inspector error", seen on a loaded machine): ask again.
+    WebDriverWait(d, 60, ignored_exceptions=(WebDriverException,)).until(EC.staleness_of(old))
+    WebDriverWait(d, 60, ignored_exceptions=(WebDriverException,)).until(
+        lambda drv: drv.execute_script("return document.readyState") == "complete")
 
 
 def shot(d, tmp_path, name):
