@@ -248,6 +248,11 @@ typedef struct goblin_hub_machines_stats {
     int64_t results_accepted;     /* ... their results the lab nodes verified and accepted */
     int64_t results_rejected;     /* ... and rejected */
     double tasks_per_second;      /* tasks_reported over the last 60 s, per second */
+    int64_t workers_introduced;   /* workers sent to dial a lab node themselves, since serving */
+    int64_t workers_direct;       /* ... connected to their node now (counted in its lent) */
+    int64_t intro_proofs_refused; /* workers whose PROOF to the hub (for an introduction) failed */
+    int64_t direct_left;          /* introduced workers their node reported gone (LEFT) */
+    int64_t direct_offers_refused; /* NODE_DIRECT addresses a worker would not follow */
 } goblin_hub_machines_stats;
 
 /** One connection of the machines address, for the operator's page. */
@@ -259,6 +264,7 @@ typedef struct goblin_hub_machine {
     int32_t lent;           /* node: workers lent to it now */
     char identity[65];      /* worker: the identity its PROOF named ("" before it) */
     char origin[48];        /* worker: "10.1.2.0/24", "2001:db8:1::/48" or "local" */
+    bool direct;            /* worker: introduced to its lab's node, connected there */
 } goblin_hub_machine;
 
 /** Call @p each for the lab nodes and then the workers connected now (at most @p max

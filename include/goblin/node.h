@@ -454,6 +454,12 @@ typedef struct goblin_node_hub_params {
     const char *key;         /* the node key (goblin_hub_key_create's text; secret, copied) */
     int32_t max_workers;     /* most workers borrowed at once (0: as many as the hub lends) */
     uint32_t timeout_ms;     /* the wait for the hub's first answer (default 10000) */
+    /* Where lent workers can reach this node themselves (docs/hub.md, "Direct
+     * introductions"): the hub then introduces each worker it lends here instead of
+     * relaying its bytes. tls+tcp://host:port (the node's own certificate, cert_file,
+     * whose fingerprint workers pin), or tcp:// on a loopback address; at most 256
+     * bytes. NULL: every lent worker goes through the hub's relay. */
+    const char *direct_url;
 } goblin_node_hub_params;
 
 GOBLIN_API void goblin_node_hub_params_default(goblin_node_hub_params *p);
@@ -481,6 +487,10 @@ typedef struct goblin_node_hub_stats {
     int64_t work_reports;     /* WORK messages sent: what a lent worker did */
     int64_t work_reports_lost; /* ... that could not be sent (the link was down or full) */
     int64_t owners_named;     /* lent identities the hub named a volunteer owner of */
+    int64_t introductions;    /* INTRODUCEs received: tickets for workers dialing this node */
+    int64_t workers_direct;   /* introduced workers connected now */
+    int64_t tickets_refused;  /* HELLOs with a ticket of another identity (their PROOF) */
+    int64_t lefts;            /* LEFTs sent: introduced workers gone, tickets expired */
 } goblin_node_hub_stats;
 
 /** The hub link's counters; GOBLIN_ESTATE if the node has none. */

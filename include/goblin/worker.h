@@ -94,6 +94,10 @@ typedef struct goblin_worker_stats {
      *  handled (its TASKs, reissued by the node), or meant for it and not yet sent
      *  (RESULTs of its leases, which the node has already given to other workers). */
     int64_t stale_dropped;
+    /** Direct introductions (docs/hub.md): a hub sent this worker to dial a lab node
+     *  itself; of those, the ones that did not join (it went back to the hub, which
+     *  then relays it). */
+    int64_t introductions, introductions_failed;
 } goblin_worker_stats;
 
 GOBLIN_API void goblin_worker_stats_get(goblin_worker *w, goblin_worker_stats *out);

@@ -581,7 +581,7 @@ static goblin_err admin_machine(void *ctx, const goblin_hub_machine *m) {
         goblin__hub_page_json(b, m->origin);
         goblin__hub_page_raw(b, ",\"lent_to\":");
         goblin__hub_page_json(b, email);
-        goblin__hub_page_raw(b, "}");
+        goblin__hub_page_raw(b, m->direct ? ",\"introduced\":true}" : ",\"introduced\":false}");
     } else {
         goblin__hub_page_raw(b, "<tr><td>");
         goblin__hub_page_html(b, m->identity[0] ? m->identity : "(not proved yet)");
@@ -589,7 +589,7 @@ static goblin_err admin_machine(void *ctx, const goblin_hub_machine *m) {
         goblin__hub_page_html(b, m->origin);
         goblin__hub_page_raw(b, "</td><td>");
         goblin__hub_page_html(b, email[0] ? email : "waiting");
-        goblin__hub_page_raw(b, "</td></tr>");
+        goblin__hub_page_raw(b, m->direct ? " (introduced: connected to the lab's node)</td></tr>" : "</td></tr>");
     }
     return GOBLIN_OK;
 }
@@ -716,6 +716,7 @@ static void status_get(goblin__hub_req *q, goblin__hub_res *r) {
     if (!read_counts(q, &c)) return fail(q, r, 500, "could not read the counts");
     goblin_hub_machines_stats m;
     if (goblin_hub_machines_stats_get(q->hub, &m) != GOBLIN_OK) memset(&m, 0, sizeof m); /* none served */
+    m.workers_lent += m.workers_direct; /* introduced workers are lent too, connected to their lab's node */
     if (q->json) {
         json(r);
         goblin__hub_page_rawf(B, "{\"workers_online\":%" PRId64 ",\"workers_lent\":%" PRId64
@@ -783,15 +784,17 @@ static void metrics_get(goblin__hub_req *q, goblin__hub_res *r) {
                              "# TYPE goblin_hub_workers gauge\n"
                              "goblin_hub_workers{state=\"waiting\"} %" PRId64 "\n"
                              "goblin_hub_workers{state=\"lent\"} %" PRId64 "\n"
+                             "goblin_hub_workers{state=\"introduced\"} %" PRId64 "\n"
                              "# TYPE goblin_hub_labs_active gauge\ngoblin_hub_labs_active %" PRId64 "\n"
                              "# TYPE goblin_hub_lab_nodes gauge\ngoblin_hub_lab_nodes %" PRId64 "\n",
-                          m.workers_waiting, m.workers_lent, m.labs_active, m.nodes_connected);
-    const char *mn[9] = {"tasks", "results_accepted", "results_rejected", "workers_lent", "workers_refused",
-                         "workers_refused_quarantined", "nodes_refused", "relayed_bytes", "work_reports_refused"};
-    int64_t mv[9] = {m.tasks_reported, m.results_accepted, m.results_rejected, m.workers_lent_total,
-                     m.workers_refused, m.workers_refused_quarantined, m.nodes_refused, m.bytes_relayed,
-                     m.work_reports_refused};
-    for (int i = 0; i < 9; i++)
+                          m.workers_waiting, m.workers_lent, m.workers_direct, m.labs_active, m.nodes_connected);
+    const char *mn[10] = {"tasks", "results_accepted", "results_rejected", "workers_lent", "workers_refused",
+                          "workers_refused_quarantined", "nodes_refused", "relayed_bytes", "work_reports_refused",
+                          "workers_introduced"};
+    int64_t mv[10] = {m.tasks_reported, m.results_accepted, m.results_rejected, m.workers_lent_total,
+                      m.workers_refused, m.workers_refused_quarantined, m.nodes_refused, m.bytes_relayed,
+                      m.work_reports_refused, m.workers_introduced};
+    for (int i = 0; i < 10; i++)
         goblin__hub_page_rawf(B, "# TYPE goblin_hub_%s_total counter\ngoblin_hub_%s_total %" PRId64 "\n", mn[i],
                               mn[i], mv[i]);
 }

@@ -29,6 +29,7 @@
 #include "net/crypto.h"
 #include "net/tls_impl.h"
 #include "net/transport.h"
+#include "net/worker_key.h"
 #include "proto/hub_wire.h"
 #include "proto/part.h"
 #include "proto/wire.h"
@@ -46,6 +47,7 @@
 #define REPORTS_PER_KEY 64              /* quarantines in force one node key may have reported */
 #define QSET_REFRESH_MS 1000            /* the quarantines in force read again from the store */
 #define LENT_IDS 1024                   /* identities a control connection may report WORK of */
+#define DIRECT_MAX 65536                /* workers introduced to one node at once */
 
 enum role { R_UNKNOWN, R_WORKER, R_CONTROL, R_DATA };
 enum rstate { RS_HS, RS_LEN, RS_PEEK, RS_DISCARD, RS_BODY, RS_PROBE, RS_PROOF, RS_SPLICE, RS_NONE };
@@ -85,6 +87,24 @@ struct rconn {
     /* a worker: the identity its PROOF claims (the key's SHA-256), once read */
     bool has_identity;
     uint8_t identity[GOBLIN__HUBW_IDENTITY];
+    /* a worker: its HELLO offered to follow an introduction (GOBLIN_WIRE_CAP_INTRO);
+     * introducing: the hub challenged it for a direct introduction to c->node (its
+     * PROOF checked: intro_sent, the node told, READY awaited) */
+    bool intro_ok, introducing, intro_sent;
+    int64_t intro_ms;
+    uint8_t nonce[GOBLIN__WKEY_NONCE_BYTES], hello_hash[32];
+    uint8_t ticket[GOBLIN__HUBW_TICKET];
+    /* a control connection: where its lent workers can dial it themselves ("": relay
+     * only), and the workers introduced to it (their identities; counted in lent) */
+    char direct_url[GOBLIN__HUBW_URL_MAX + 1];
+    uint8_t direct_fp[GOBLIN__HUBW_FINGERPRINT];
+    struct direct_rec {
+        uint8_t id[GOBLIN__HUBW_IDENTITY];
+        uint8_t ticket[GOBLIN__HUBW_TICKET]; /* its introduction's (LEFT names it) */
+        uint64_t seq;
+        uint8_t origin_kind, origin[7];
+    } *directs;
+    int32_t n_directs, cap_directs;
     /* a control connection (a lab node) */
     int64_t lab, key_id;
     uint8_t (*lent_ids)[GOBLIN__HUBW_IDENTITY]; /* the last LENT_IDS identities lent to it */
@@ -134,6 +154,8 @@ static void tx_kick(rconn *c);
 static void rx_kick(rconn *c);
 static void assign(relay *r);
 static void proof_read(rconn *c);
+static void send_end(rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]);
+static void direct_del(rconn *n, int32_t i);
 
 /* ---- closing ---------------------------------------------------------------------- */
 
@@ -164,10 +186,13 @@ static void close_conn(rconn *c) {
     if (c->role == R_WORKER) {
         r->n_workers--;
         if (c->node && c->peer) c->node->lent--;
+        if (c->node && c->introducing) c->node->opening--;
+        c->introducing = false;
         c->node = NULL;
     }
     if (c->role == R_CONTROL) {
         r->n_nodes--;
+        c->n_directs = 0; /* the node sends its introduced workers back to the hub */
         for (rconn *d = r->conns; d; d = d->next)
             if (d != c && !d->closing && d->node == c) {
                 if (d->role == R_DATA) d->node = NULL; /* closed through its worker below */
@@ -447,6 +472,12 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
         r->n_pending--;
         r->n_workers++;
         c->first_len = 8 + (size_t)c->frame_len;
+        /* HELLO's body: u32 catalogue, u32 software, u32 backends (capability bits). */
+        if (len >= GOBLIN_WIRE_HEADER_SIZE + 12) {
+            const uint8_t *be = m + GOBLIN_WIRE_HEADER_SIZE + 8;
+            uint32_t bits = (uint32_t)be[0] | (uint32_t)be[1] << 8 | (uint32_t)be[2] << 16 | (uint32_t)be[3] << 24;
+            c->intro_ok = (bits & GOBLIN_WIRE_CAP_INTRO) != 0;
+        }
         c->seq = ++r->next_seq;
         expect(c, RS_PROBE, 0, 0);
         assign(r);
@@ -563,6 +594,15 @@ static void qset_read(relay *r, int64_t now) {
             r->st.workers_ended_quarantined++;
             close_conn(c); /* redialing, its PROOF is refused below */
         }
+    for (rconn *n = r->conns; n; n = n->next) {
+        if (n->closing || n->role != R_CONTROL) continue;
+        for (int32_t i = n->n_directs - 1; i >= 0; i--)
+            if (qset_has(r, n->directs[i].id)) {
+                r->st.workers_ended_quarantined++;
+                send_end(n, n->directs[i].id); /* redialing the hub, it is refused at its PROOF */
+                direct_del(n, i);
+            }
+    }
 }
 
 /* Node @p n (a control connection) may report WORK of identity @p id from now on. */
@@ -599,6 +639,198 @@ static void tell_owner(rconn *w) {
     w->r->st.owners_told++;
 }
 
+/* ---- direct introductions (docs/hub.md, "Direct introductions") ------------------------ */
+
+static int32_t direct_find(const rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+    for (int32_t i = 0; i < n->n_directs; i++)
+        if (!memcmp(n->directs[i].id, id, GOBLIN__HUBW_IDENTITY)) return i;
+    return -1;
+}
+
+static void direct_del(rconn *n, int32_t i) {
+    memset(n->directs[i].ticket, 0, sizeof n->directs[i].ticket);
+    n->directs[i] = n->directs[--n->n_directs];
+    n->lent--;
+}
+
+/* Identity @p id is back at the hub (or gone): its introduction ends wherever it was. */
+static void direct_forget(relay *r, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+    for (rconn *n = r->conns; n; n = n->next) {
+        if (n->closing || n->role != R_CONTROL) continue;
+        int32_t i = direct_find(n, id);
+        if (i >= 0) direct_del(n, i);
+    }
+}
+
+/* END to node @p n: the introduced worker @p id goes (and comes back to the hub). */
+static void send_end(rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+    goblin__hubw_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_END;
+    memcpy(m.identity, id, GOBLIN__HUBW_IDENTITY);
+    out_hub(n, &m);
+    tx_kick(n);
+}
+
+static void out_wire(rconn *c, const goblin__wire_msg *m) {
+    uint8_t b[GOBLIN_WIRE_HEADER_SIZE + 64 + 8 + GOBLIN_WIRE_MAX_URL_BYTES + 8];
+    size_t n = 0;
+    if (goblin__wire_encode_into(m, b, sizeof b, &n) == GOBLIN_OK) out_frame(c, b, n);
+    memset(b, 0, sizeof b);
+}
+
+/* Waiting worker @p w (its HELLO offered GOBLIN_WIRE_CAP_INTRO) is to be introduced to
+ * @p node, which offered a direct address: the hub challenges it itself, since it names
+ * the identity to the node and checks it against the network's quarantines. The PROOF
+ * signs this nonce and w's HELLO, as a node's would. False: no randomness. */
+static bool intro_start(rconn *w, rconn *node) {
+    if (goblin__hub_random(w->nonce, sizeof w->nonce, NULL, 0)) return false;
+    goblin__wkey_hash(w->in + 12, w->first_len - 12, w->hello_hash);
+    w->reserved = true;
+    w->node = node;
+    node->opening++;
+    w->introducing = true;
+    w->intro_sent = false;
+    w->intro_ms = goblin__now_ms();
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_CHALLENGE);
+    memcpy(m.body.challenge.nonce, w->nonce, sizeof w->nonce);
+    out_wire(w, &m);
+    tx_kick(w);
+    return true;
+}
+
+/* The PROOF of introducing worker @p c (@p m: what it sent, decoded, or NULL). Checked
+ * in full: a wrong proof or a quarantined identity is refused here. Else the node is
+ * told (INTRODUCE: a fresh ticket and the identity) and the worker waits for READY. */
+static void intro_proof(rconn *c, const goblin__wire_msg *m) {
+    relay *r = c->r;
+    char detail[256] = "";
+    uint8_t digest[32];
+    bool ok = m && m->type == GOBLIN_WIRE_TYPE_PROOF && m->body.proof.key_len == GOBLIN__WKEY_PUBLIC_BYTES &&
+              goblin__wkey_proof_digest(c->nonce, c->hello_hash, m->body.proof.key, digest) == GOBLIN_OK &&
+              goblin__wkey_verify(m->body.proof.key, m->body.proof.key_len, digest, m->body.proof.sig,
+                                  m->body.proof.sig_len, detail, sizeof detail) == GOBLIN_OK &&
+              goblin__tls_sha256_two(m->body.proof.key, m->body.proof.key_len, NULL, 0, c->identity) == 0;
+    memset(c->nonce, 0, sizeof c->nonce);
+    memset(c->in, 0, sizeof c->in);
+    if (!ok) {
+        r->st.intro_proofs_refused++;
+        refuse(c, true, GOBLIN_EAUTH, "goblin-hub: the identity proof failed");
+        return;
+    }
+    c->has_identity = true;
+    if (qset_has(r, c->identity)) {
+        r->st.workers_refused_quarantined++;
+        refuse(c, true, GOBLIN_EAUTH,
+               "goblin-hub: this worker's identity is quarantined on the network (a lab node caught a wrong result "
+               "from it); the hub's operator can lift it");
+        return;
+    }
+    rconn *node = c->node;
+    if (!node || node->closing || goblin__hub_random(c->ticket, sizeof c->ticket, NULL, 0)) {
+        close_conn(c); /* it redials and waits again */
+        return;
+    }
+    direct_forget(r, c->identity); /* it is here, so no longer there */
+    remember_lent(node, c->identity);
+    tell_owner(c);
+    goblin__hubw_msg o;
+    memset(&o, 0, sizeof o);
+    o.type = GOBLIN__HUBW_INTRODUCE;
+    memcpy(o.ticket, c->ticket, sizeof o.ticket);
+    memcpy(o.identity, c->identity, sizeof o.identity);
+    o.origin_kind = c->origin_kind;
+    memcpy(o.origin, c->origin, sizeof o.origin);
+    out_hub(node, &o);
+    memset(o.ticket, 0, sizeof o.ticket);
+    tx_kick(node);
+    c->intro_sent = true;
+    c->intro_ms = goblin__now_ms();
+    expect(c, RS_PROBE, 0, 0); /* it says nothing more to the hub */
+}
+
+/* Node @p node kept the ticket (READY): worker @p w gets the node's address and the
+ * ticket, and its connection to the hub ends once that is sent. */
+static void intro_finish(rconn *w) {
+    relay *r = w->r;
+    rconn *node = w->node;
+    node->opening--;
+    w->introducing = false;
+    w->reserved = false;
+    w->node = NULL;
+    if (node->n_directs == node->cap_directs) {
+        int32_t nc = node->cap_directs ? 2 * node->cap_directs : 16;
+        struct direct_rec *d = nc <= DIRECT_MAX ? goblin__alloc((size_t)nc * sizeof *d) : NULL;
+        if (!d) {
+            send_end(node, w->identity);
+            close_conn(w);
+            return;
+        }
+        if (node->n_directs) memcpy(d, node->directs, (size_t)node->n_directs * sizeof *d);
+        goblin__free(node->directs);
+        node->directs = d;
+        node->cap_directs = nc;
+    }
+    struct direct_rec *d = &node->directs[node->n_directs++];
+    memcpy(d->id, w->identity, sizeof d->id);
+    memcpy(d->ticket, w->ticket, sizeof d->ticket);
+    d->seq = ++r->next_seq;
+    d->origin_kind = w->origin_kind;
+    memcpy(d->origin, w->origin, sizeof d->origin);
+    node->lent++;
+    r->st.workers_lent_total++;
+    r->st.workers_introduced++;
+    goblin__wire_msg m;
+    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_INTRODUCE);
+    memcpy(m.body.introduce.ticket, w->ticket, GOBLIN_WIRE_TICKET_BYTES);
+    memcpy(m.body.introduce.fingerprint, node->direct_fp, sizeof m.body.introduce.fingerprint);
+    m.body.introduce.url = node->direct_url;
+    out_wire(w, &m);
+    memset(&m, 0, sizeof m);
+    memset(w->ticket, 0, sizeof w->ticket);
+    w->refusing = true; /* closed once sent */
+    w->rs = RS_NONE;
+    tx_kick(w);
+}
+
+/* NODE_DIRECT: node @p c's lent workers may dial it at this address. Taken only in a
+ * form a worker follows (tls+tcp:// with a fingerprint, tcp:// on loopback). */
+static void direct_offer(rconn *c, const goblin__hubw_msg *hm) {
+    static const uint8_t none[GOBLIN__HUBW_FINGERPRINT] = {0};
+    bool tls = goblin__transport_url_is_tls(hm->url);
+    bool fp = memcmp(hm->fingerprint, none, sizeof none) != 0;
+    if ((tls && fp) || (!tls && !fp && goblin__transport_url_is_plain_tcp(hm->url) &&
+                        goblin__transport_url_is_local(hm->url))) {
+        snprintf(c->direct_url, sizeof c->direct_url, "%s", hm->url);
+        memcpy(c->direct_fp, hm->fingerprint, sizeof c->direct_fp);
+    } else {
+        c->r->st.direct_offers_refused++;
+    }
+}
+
+/* READY or LEFT from node @p c about one introduction (identity and ticket): an older
+ * introduction of the same identity is another ticket, and is left alone. */
+static void intro_answer(rconn *c, const goblin__hubw_msg *hm) {
+    relay *r = c->r;
+    rconn *w = NULL;
+    for (rconn *x = r->conns; x && !w; x = x->next)
+        if (!x->closing && x->role == R_WORKER && x->introducing && x->intro_sent && x->node == c &&
+            !memcmp(x->identity, hm->identity, GOBLIN__HUBW_IDENTITY) &&
+            goblin__hub_equal(x->ticket, hm->ticket, GOBLIN__HUBW_TICKET))
+            w = x;
+    if (hm->type == GOBLIN__HUBW_READY) {
+        if (w) intro_finish(w);
+        return;
+    }
+    int32_t i = direct_find(c, hm->identity);
+    if (i >= 0 && goblin__hub_equal(c->directs[i].ticket, hm->ticket, GOBLIN__HUBW_TICKET)) {
+        direct_del(c, i);
+        r->st.direct_left++;
+    }
+    if (w) close_conn(w); /* the node could not keep its ticket: it redials */
+}
+
 /* The worker's bytes in in[0..got] go on to the node, and the splice copies the rest. */
 static void proof_pass(rconn *c) {
     if (!c->peer) {
@@ -632,7 +864,8 @@ static void proof_read(rconn *c) {
     if (c->want == 8) {
         uint64_t fl = get_be64(c->in);
         if (fl < 4 + GOBLIN_WIRE_HEADER_SIZE || fl > FIRST_MAX) {
-            proof_pass(c);
+            if (c->introducing) intro_proof(c, NULL);
+            else proof_pass(c);
             return;
         }
         expect(c, RS_PROOF, c->got, 8 + (size_t)fl);
@@ -642,6 +875,12 @@ static void proof_read(rconn *c) {
     goblin__wire_limits_default(&lim);
     lim.max_message_bytes = FIRST_MAX;
     goblin__wire_msg *m = NULL;
+    if (c->introducing) {
+        if (goblin__wire_decode(c->in + 12, c->want - 12, &lim, 0, &m, NULL, 0) != GOBLIN_OK) m = NULL;
+        intro_proof(c, m);
+        goblin__wire_msg_free(m);
+        return;
+    }
     if (goblin__wire_decode(c->in + 12, c->want - 12, &lim, 0, &m, NULL, 0) == GOBLIN_OK &&
         m->type == GOBLIN_WIRE_TYPE_PROOF &&
         goblin__tls_sha256_two(m->body.proof.key, m->body.proof.key_len, NULL, 0, c->identity) == 0)
@@ -758,6 +997,10 @@ static void control_message(rconn *c, const uint8_t *m, size_t len) {
             close_conn(c);
             return;
         }
+    } else if (!e && hm.type == GOBLIN__HUBW_NODE_DIRECT) {
+        direct_offer(c, &hm);
+    } else if (!e && (hm.type == GOBLIN__HUBW_READY || hm.type == GOBLIN__HUBW_LEFT)) {
+        intro_answer(c, &hm);
     } else if (e || hm.type != GOBLIN__HUBW_HEARTBEAT) {
         if (e && len >= GOBLIN__HUBW_HEADER && m[6] == GOBLIN__HUBW_QUARANTINE) c->r->st.quarantines_refused++;
         close_conn(c);
@@ -780,7 +1023,8 @@ static void rx_cb(void *arg) {
     }
     switch (c->rs) {
     case RS_PROBE:
-        if (c->role == R_WORKER && c->peer) { /* spliced meanwhile: these are the worker's */
+        /* spliced meanwhile, or challenged for an introduction: the worker's next frame */
+        if (c->role == R_WORKER && (c->peer || (c->introducing && !c->intro_sent))) {
             memcpy(c->in, c->probe, n);
             expect(c, RS_PROOF, n, 8);
             if (n >= 8) proof_read(c);
@@ -876,7 +1120,9 @@ static void assign(relay *r) {
     for (;;) {
         rconn *w = NULL, *best = NULL;
         for (rconn *c = r->conns; c; c = c->next)
-            if (!c->closing && c->role == R_WORKER && !c->peer && !c->reserved && (!w || c->seq < w->seq)) w = c;
+            if (!c->closing && !c->refusing && c->role == R_WORKER && !c->peer && !c->reserved &&
+                (!w || c->seq < w->seq))
+                w = c;
         if (!w) return;
         double bs = 0;
         for (rconn *n = r->conns; n; n = n->next) {
@@ -889,6 +1135,10 @@ static void assign(relay *r) {
             }
         }
         if (!best) return;
+        if (w->intro_ok && best->direct_url[0]) { /* the worker dials the node itself */
+            if (!intro_start(w, best)) return;
+            continue;
+        }
         if (r->n_tickets == r->cap_tickets) {
             int64_t cap = r->cap_tickets;
             int32_t need = r->n_tickets + 1;
@@ -928,7 +1178,7 @@ static void assign(relay *r) {
 static void rebalance(relay *r, int64_t now) {
     if (now < r->rebalance_after_ms) return;
     for (rconn *c = r->conns; c; c = c->next)
-        if (!c->closing && c->role == R_WORKER && !c->peer) return; /* waiting or reserved */
+        if (!c->closing && !c->refusing && c->role == R_WORKER && !c->peer) return; /* waiting or reserved */
     rconn *lo = NULL, *hi = NULL;
     for (rconn *n = r->conns; n; n = n->next) {
         if (n->closing || n->role != R_CONTROL) continue;
@@ -940,9 +1190,17 @@ static void rebalance(relay *r, int64_t now) {
     rconn *w = NULL;
     for (rconn *c = r->conns; c; c = c->next)
         if (!c->closing && c->role == R_WORKER && c->peer && c->node == hi && (!w || c->seq > w->seq)) w = c;
-    if (!w) return;
+    int32_t di = -1; /* the newest introduced worker, if newer */
+    for (int32_t i = 0; i < hi->n_directs; i++)
+        if ((di < 0 || hi->directs[i].seq > hi->directs[di].seq) && (!w || hi->directs[i].seq > w->seq)) di = i;
+    if (!w && di < 0) return;
     r->st.workers_taken_back++;
     r->rebalance_after_ms = now + REBALANCE_COOLDOWN_MS;
+    if (di >= 0) { /* the node ends it; it redials the hub and is lent below */
+        send_end(hi, hi->directs[di].id);
+        direct_del(hi, di);
+        return;
+    }
     close_conn(w);
 }
 
@@ -1037,7 +1295,8 @@ static void housekeeping(relay *r, int64_t now) {
     for (rconn *c = r->conns; c; c = c->next) {
         if (c->closing) continue;
         if ((c->role == R_UNKNOWN && now - c->since_ms > PENDING_MS) ||
-            (c->role == R_CONTROL && now - c->last_heard_ms > CONTROL_SILENT_MS))
+            (c->role == R_CONTROL && now - c->last_heard_ms > CONTROL_SILENT_MS) ||
+            (c->role == R_WORKER && c->introducing && now - c->intro_ms > TICKET_MS))
             close_conn(c);
     }
     if (now - r->qset_read_ms >= QSET_REFRESH_MS) qset_read(r, now);
@@ -1080,6 +1339,7 @@ static void *reaper_main(void *arg) {
             goblin__free(c->bufs[0]);
             goblin__free(c->bufs[1]);
             goblin__free(c->lent_ids);
+            goblin__free(c->directs);
             memset(c->in, 0, sizeof c->in);
             goblin__free(c);
         }
@@ -1197,7 +1457,7 @@ goblin_err goblin_hub_machines_stats_get(goblin_hub *h, goblin_hub_machines_stat
     pthread_mutex_lock(&r->mu);
     *out = r->st;
     out->nodes_connected = r->n_nodes;
-    out->workers_waiting = out->workers_lent = 0;
+    out->workers_waiting = out->workers_lent = out->workers_direct = 0;
     out->labs_active = 0;
     for (rconn *c = r->conns; c; c = c->next) {
         if (c->closing) continue;
@@ -1207,6 +1467,7 @@ goblin_err goblin_hub_machines_stats_get(goblin_hub *h, goblin_hub_machines_stat
                 if (!d->closing && d->role == R_CONTROL && d->lab == c->lab) first = false;
             out->labs_active += first;
         }
+        if (c->role == R_CONTROL) out->workers_direct += c->n_directs;
         if (c->role != R_WORKER) continue;
         if (c->peer) out->workers_lent++;
         else out->workers_waiting++;
@@ -1253,6 +1514,17 @@ goblin_err goblin_hub_machines_each(goblin_hub *h, int32_t max,
                 origin_text(c->origin_kind, c->origin, m->origin, sizeof m->origin);
             }
         }
+    /* Workers introduced to a node: connected to it, not to the hub. */
+    for (rconn *c = r->conns; c; c = c->next) {
+        if (c->closing || c->role != R_CONTROL) continue;
+        for (int32_t i = 0; i < c->n_directs && nw < max; i++) {
+            goblin_hub_machine *m = &rows[max + nw++];
+            m->lab = c->lab;
+            m->direct = true;
+            goblin__hubw_identity_hex(c->directs[i].id, m->identity);
+            origin_text(c->directs[i].origin_kind, c->directs[i].origin, m->origin, sizeof m->origin);
+        }
+    }
     pthread_mutex_unlock(&r->mu);
     goblin_err e = GOBLIN_OK;
     for (int32_t i = 0; i < nn && !e; i++) e = each(ctx, &rows[i]);

@@ -149,7 +149,7 @@ static bool transient(goblin_err e) {
 goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms, uint32_t max_ms,
                                   const goblin__transport_trust *trust,
                                   goblin__transport_stop_fn stop, void *stop_user, char *msg,
-                                  size_t cap) {
+                                  size_t cap, nng_dialer *out) {
     bool tls = goblin__transport_url_is_tls(url);
     if (tls && (!trust || (!trust->ca_file == !trust->fingerprint))) {
         if (msg && cap)
@@ -194,6 +194,7 @@ goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms
         nng_dialer_close(d);
         return fail(rv, "cannot dial", url, msg, cap);
     }
+    if (out) *out = d;
     return GOBLIN_OK;
 }
 

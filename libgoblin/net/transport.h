@@ -49,7 +49,7 @@ typedef bool (*goblin__transport_stop_fn)(void *user);
 goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms, uint32_t max_ms,
                                   const goblin__transport_trust *trust,
                                   goblin__transport_stop_fn stop, void *stop_user, char *msg,
-                                  size_t cap);
+                                  size_t cap, nng_dialer *out);
 /** tcp://, tcp4://, tcp6:// (not TLS). */
 bool goblin__transport_url_is_plain_tcp(const char *url);
 /** Is @p url ipc://, inproc:// or on a loopback host (127.x, localhost, [::1])? */

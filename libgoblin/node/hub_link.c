@@ -45,6 +45,8 @@ struct goblin__node_hub {
     char url[512];
     char key[GOBLIN__HUBW_KEY_MAX + 1];
     int32_t max_workers;
+    char direct_url[GOBLIN__HUBW_URL_MAX + 1]; /* "" : relay only */
+    uint8_t direct_fp[GOBLIN__HUBW_FINGERPRINT];
     nng_socket ctl;
     bool ctl_open;
     nng_tls_config *tls;
@@ -172,6 +174,39 @@ static void send_hello(struct goblin__node_hub *h) {
     snprintf(m.key, sizeof m.key, "%s", h->key);
     send_hub(h->ctl, NULL, &m);
     memset(m.key, 0, sizeof m.key);
+}
+
+/* After NODE_ACK: where lent workers can reach this node (if it says). */
+static void send_direct(struct goblin__node_hub *h) {
+    if (!h->direct_url[0]) return;
+    goblin__hubw_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = GOBLIN__HUBW_NODE_DIRECT;
+    memcpy(m.fingerprint, h->direct_fp, sizeof m.fingerprint);
+    snprintf(m.url, sizeof m.url, "%s", h->direct_url);
+    if (send_hub(h->ctl, NULL, &m))
+        goblin__node_log(h->n, GOBLIN_LOG_WARN, "hub: could not offer direct introductions at %s", h->direct_url);
+}
+
+/* Introduced workers gone (or their tickets expired): LEFT for each, as queued. */
+static void report_left(struct goblin__node_hub *h) {
+    goblin_node *n = h->n;
+    goblin__intro_left gone[16];
+    pthread_mutex_lock(&n->mu);
+    int32_t k = goblin__node_intro_left_take(n, gone, 16);
+    pthread_mutex_unlock(&n->mu);
+    int32_t sent = 0;
+    for (int32_t i = 0; i < k; i++) {
+        goblin__hubw_msg q;
+        memset(&q, 0, sizeof q);
+        q.type = GOBLIN__HUBW_LEFT;
+        memcpy(q.ticket, gone[i].ticket, sizeof q.ticket);
+        if (goblin__hubw_identity_parse(gone[i].fp, q.identity) && send_hub(h->ctl, NULL, &q) == 0) sent++;
+    }
+    memset(gone, 0, sizeof gone);
+    pthread_mutex_lock(&h->mu);
+    h->st.lefts += sent;
+    pthread_mutex_unlock(&h->mu);
 }
 
 /* ---- data connections ------------------------------------------------------------------ */
@@ -372,7 +407,15 @@ static void *hub_main(void *arg) {
             last_beat = now;
         }
         if (acked && !was_acked) q_sent = 0;
+        if (!acked && was_acked) {
+            /* The hub's records of the workers it introduced are gone with the link:
+             * they go back to it (and are lent again once it is up). */
+            pthread_mutex_lock(&n->mu);
+            goblin__node_intro_drop_all(n);
+            pthread_mutex_unlock(&n->mu);
+        }
         was_acked = acked;
+        if (acked) report_left(h);
         if (acked) report_quarantines(h, &q_sent);
         if (acked && now - last_work >= WORK_REPORT_MS) {
             report_work(h);
@@ -398,6 +441,36 @@ static void *hub_main(void *arg) {
             if (oe) goblin__node_log(n, GOBLIN_LOG_WARN, "hub: owner of %.16s not kept: %s", fp, goblin_err_name(oe));
             owner_kept = !oe;
         }
+        /* INTRODUCE and END change the node's tables: under n->mu, as OWNER. */
+        bool intro_kept = false;
+        if (!e && (m.type == GOBLIN__HUBW_INTRODUCE || m.type == GOBLIN__HUBW_END)) {
+            char fp[GOBLIN__WKEY_FP_HEX];
+            goblin__hubw_identity_hex(m.identity, fp);
+            pthread_mutex_lock(&h->mu);
+            bool ok = h->acked && h->direct_url[0];
+            pthread_mutex_unlock(&h->mu);
+            pthread_mutex_lock(&n->mu);
+            if (ok && m.type == GOBLIN__HUBW_INTRODUCE) {
+                goblin_err ie = goblin__node_intro_add(n, m.ticket, fp);
+                if (ie) goblin__node_log(n, GOBLIN_LOG_WARN, "hub: introduction of %.16s not kept: %s", fp, goblin_err_name(ie));
+                intro_kept = !ie;
+            } else if (ok) {
+                goblin__node_intro_end(n, fp);
+            }
+            pthread_mutex_unlock(&n->mu);
+            if (m.type == GOBLIN__HUBW_INTRODUCE) {
+                /* The hub sends the worker on once the ticket is kept (READY); a ticket
+                 * not kept ends its record there at once (LEFT). */
+                goblin__hubw_msg a;
+                memset(&a, 0, sizeof a);
+                a.type = intro_kept ? GOBLIN__HUBW_READY : GOBLIN__HUBW_LEFT;
+                memcpy(a.identity, m.identity, sizeof a.identity);
+                memcpy(a.ticket, m.ticket, sizeof a.ticket);
+                send_hub(h->ctl, NULL, &a);
+                memset(a.ticket, 0, sizeof a.ticket);
+            }
+            memset(m.ticket, 0, sizeof m.ticket);
+        }
         pthread_mutex_lock(&h->mu);
         if (e) {
             goblin__node_log(n, GOBLIN_LOG_WARN, "hub: a malformed message (%s): %s", goblin_err_name(e), why);
@@ -408,11 +481,14 @@ static void *hub_main(void *arg) {
             h->st.weight = m.weight;
             goblin__node_log(n, GOBLIN_LOG_INFO, "hub: linked to %s as lab %lld (weight %u)", h->url,
                              (long long)m.lab, (unsigned)m.weight);
+            send_direct(h);
         } else if (m.type == GOBLIN__HUBW_OPEN) {
             if (h->acked) open_data(h, &m);
             memset(m.ticket, 0, sizeof m.ticket);
         } else if (m.type == GOBLIN__HUBW_OWNER) {
             h->st.owners_named += owner_kept; /* kept above, outside h->mu */
+        } else if (m.type == GOBLIN__HUBW_INTRODUCE || m.type == GOBLIN__HUBW_END) {
+            h->st.introductions += intro_kept; /* kept above, outside h->mu */
         } else if (m.type == GOBLIN__HUBW_REFUSE) {
             h->refused = true;
             h->refuse_reason = m.reason && m.reason < GOBLIN_ERR_COUNT ? (goblin_err)m.reason : GOBLIN_EPROTO;
@@ -515,6 +591,35 @@ goblin_err goblin_node_hub_connect(goblin_node *n, const goblin_node_hub_params 
     snprintf(h->url, sizeof h->url, "%s", p->url);
     memcpy(h->key, p->key, kl + 1);
     h->max_workers = p->max_workers;
+    if (p->direct_url) {
+        /* Workers dial it themselves: TLS with the node's own certificate (they pin its
+         * fingerprint, which the hub passes on), or plain tcp:// on loopback only. */
+        bool dtls = goblin__transport_url_is_tls(p->direct_url);
+        goblin_err de = GOBLIN_OK;
+        if (strlen(p->direct_url) < 1 || strlen(p->direct_url) > GOBLIN__HUBW_URL_MAX) {
+            goblin__node_log(n, GOBLIN_LOG_ERROR, "hub: the direct address is 1 to %d bytes", GOBLIN__HUBW_URL_MAX);
+            de = GOBLIN_EINVAL;
+        } else if (!dtls && !(goblin__transport_url_is_plain_tcp(p->direct_url) &&
+                              goblin__transport_url_is_local(p->direct_url))) {
+            goblin__node_log(n, GOBLIN_LOG_ERROR, "hub: direct address %s: use tls+tcp:// (plain tcp:// only on a "
+                             "loopback address)", p->direct_url);
+            de = GOBLIN_EINVAL;
+        } else if (dtls) {
+            char hex[GOBLIN_TLS_FINGERPRINT_SIZE];
+            if (!n->cert_file || goblin_tls_fingerprint_file(n->cert_file, hex, NULL) != GOBLIN_OK ||
+                !goblin__hubw_identity_parse(hex, h->direct_fp)) {
+                goblin__node_log(n, GOBLIN_LOG_ERROR, "hub: a tls+tcp:// direct address needs the node's own "
+                                 "certificate (cert_file), whose fingerprint the workers pin");
+                de = GOBLIN_EINVAL;
+            }
+        }
+        if (de) {
+            goblin__free(h->dials);
+            goblin__free(h);
+            return de;
+        }
+        snprintf(h->direct_url, sizeof h->direct_url, "%s", p->direct_url);
+    }
     pthread_mutex_init(&h->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -592,5 +697,13 @@ goblin_err goblin_node_hub_stats_get(goblin_node *n, goblin_node_hub_stats *out)
         pthread_mutex_unlock(&h->mu);
     }
     pthread_mutex_unlock(&n->ev_mu);
+    if (h) { /* n->mu before ev_mu: taken after it */
+        pthread_mutex_lock(&n->mu);
+        out->tickets_refused = n->intro_tickets_refused;
+        out->workers_direct = 0;
+        for (int32_t i = 0; i < n->n_peers; i++)
+            out->workers_direct += n->peers[i].used && n->peers[i].connected && n->peers[i].introduced;
+        pthread_mutex_unlock(&n->mu);
+    }
     return h ? GOBLIN_OK : GOBLIN_ESTATE;
 }

@@ -304,6 +304,7 @@ static bool housekeeping(goblin_node *n) {
         }
     }
     goblin__transport_close_dropped();
+    goblin__node_intro_expire(n, now);
     /* A connection that has not said who it is holds a slot: it gets HANDSHAKE_MS, or a
      * worker's allowed silence if longer. */
     int64_t grace = 3 * (int64_t)n->p.heartbeat_ms > HANDSHAKE_MS ? 3 * (int64_t)n->p.heartbeat_ms : HANDSHAKE_MS;
@@ -475,6 +476,7 @@ void goblin_node_free(goblin_node *n) {
     goblin__free(n->jobs);
     goblin__free(n->ev_removed);
     goblin__free(n->pending);
+    goblin__free(n->intros);
     for (int32_t k = 0; k < 2; k++) {
         goblin_graph_free(n->ser[k].g);
         goblin_buffer_free(n->ser[k].buf);

@@ -152,7 +152,10 @@ typedef struct peer {
     int64_t issued, accepted, rejected, failed;
     int64_t suspected; /* results of this connection that the node had to recompute */
     uint64_t origin;   /* network origin (origin.c) read at admission; 0: local, none */
-    bool relayed;      /* lent by the hub (a data connection of hub_link.c) */
+    bool relayed;      /* lent by the hub (a data connection of hub_link.c, or introduced) */
+    bool introduced;   /* lent by the hub and dialed the node itself (intro.c) */
+    char intro_fp[GOBLIN__WKEY_FP_HEX]; /* its HELLO held a ticket for this identity; "" none */
+    uint8_t intro_ticket[32];           /* ... that ticket (LEFT names it) */
     int64_t rep_issued, rep_accepted, rep_rejected; /* told the hub so far (WORK) */
     uint64_t panels[2][PANEL_MEMO];
     int32_t panel_next[2];
@@ -167,6 +170,12 @@ typedef struct peer {
     uint8_t *asm_buf;
     uint64_t asm_total, asm_got;
 } peer;
+
+/* An introduced worker gone, or its ticket expired: the hub's LEFT (intro.c). */
+typedef struct goblin__intro_left {
+    char fp[GOBLIN__WKEY_FP_HEX];
+    uint8_t ticket[32];
+} goblin__intro_left;
 
 #define TASK_LIDS 4 /* lease ids kept per task (lease.c); more: the task scans the table */
 
@@ -415,6 +424,15 @@ struct goblin_node {
         uint64_t origin;
     } *test_origins;
     int32_t n_test_origins, cap_test_origins;
+    /* direct introductions (intro.c), under mu: tickets the hub gave for workers that
+     * will dial the node itself, and the identities of introduced workers that left
+     * (or whose ticket expired), for the hub link's next LEFT */
+    struct goblin__intro_ticket *intros;
+    int32_t n_intros;
+    int64_t intro_deadline_min; /* the earliest ticket deadline; 0: none */
+    goblin__intro_left intro_left[64];
+    int32_t n_intro_left;
+    int64_t intro_tickets_refused; /* HELLOs whose ticket-sized token matched none (or the wrong identity) */
     struct goblin__node_hub *hub; /* hub_link.c: the link to goblin-hub, or NULL (under ev_mu) */
     struct goblin__node_status *status; /* status.c: the status page's server, or NULL */
     int64_t started_ms;                 /* goblin_node_start's time (the status page's uptime) */
@@ -671,6 +689,28 @@ goblin_err goblin__node_identity_admit(goblin_node *n, int32_t pi, const goblin_
                                        size_t cap);
 /** The identity record of peer @p pi, or NULL (not admitted). */
 ident *goblin__node_peer_ident(const goblin_node *n, int32_t pi);
+
+/* ---- direct introductions (intro.c), all under n->mu ------------------------------- */
+
+/* A worker the hub introduces will dial with @p ticket as its HELLO token and prove the
+ * identity @p fp (hex); GOBLIN_ELIMIT when INTRO_MAX tickets are outstanding. */
+goblin_err goblin__node_intro_add(goblin_node *n, const uint8_t *ticket, const char *fp);
+/* HELLO of peer @p pi with token @p tok (@p len bytes): true if it is a ticket (taken:
+ * single use); the identity its PROOF must show is kept on the peer. */
+bool goblin__node_intro_take(goblin_node *n, int32_t pi, const uint8_t *tok, uint32_t len);
+/* After peer @p pi's PROOF: false (@p why) if its HELLO held a ticket for another
+ * identity; else an introduced peer is marked relayed (the hub's volunteer). */
+bool goblin__node_intro_admitted(goblin_node *n, int32_t pi, char *why, size_t cap);
+/* Peer @p pi's connection ended: an introduced worker's LEFT is queued for the hub. */
+void goblin__node_intro_gone(goblin_node *n, int32_t pi);
+/* Tickets past their deadline: dropped, LEFT queued (housekeeping). */
+void goblin__node_intro_expire(goblin_node *n, int64_t now);
+/* The hub's END: the introduced worker with identity @p fp goes, its tickets too. */
+void goblin__node_intro_end(goblin_node *n, const char *fp);
+/* The hub link ended: every introduced worker goes back to the hub, tickets dropped. */
+void goblin__node_intro_drop_all(goblin_node *n);
+/* Up to @p max queued LEFTs into @p out (taken); how many. */
+int32_t goblin__node_intro_left_take(goblin_node *n, goblin__intro_left *out, int32_t max);
 /** Do identities @p a and @p b (record indices) count as one party (the same identity, or
  *  the same owner)? */
 bool goblin__node_ident_same_party(const goblin_node *n, int32_t a, int32_t b);

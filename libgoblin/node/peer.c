@@ -84,6 +84,7 @@ void goblin__node_peer_gone(goblin_node *n, int32_t pi) {
     if (!p->used || !p->connected) return;
     p->connected = false;
     goblin__node_index_del(&n->by_pipe, p->pipe_id);
+    goblin__node_intro_gone(n, pi);
     if (p->asm_buf) {
         goblin__free(p->asm_buf);
         n->buffered_bytes -= p->asm_total;
@@ -423,7 +424,8 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
             refuse(n, pi, GOBLIN_EVERSION, text);
             break;
         }
-        if (!token_ok(n, h)) {
+        /* A ticket of the hub's introduction stands for the join token (intro.c). */
+        if (!goblin__node_intro_take(n, pi, h->token, h->token_len) && !token_ok(n, h)) {
             refuse(n, pi, GOBLIN_EAUTH, "join token not accepted");
             break;
         }
@@ -447,6 +449,10 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
             refuse(n, pi, ae == GOBLIN_ENOMEM ? GOBLIN_ENOMEM : GOBLIN_EAUTH, why);
             break;
         }
+        if (!goblin__node_intro_admitted(n, pi, why, sizeof why)) {
+            refuse(n, pi, GOBLIN_EAUTH, why);
+            break;
+        }
         p->hello = true;
         p->counted = true;
         goblin__node_pipe_known(n, nng_pipe_id(p->pipe));
@@ -462,6 +468,7 @@ static void handle_one(goblin_node *n, int32_t pi, const uint8_t *buf, size_t le
         p->shared = n->share && nng_pipe_get_addr(p->pipe, NNG_OPT_REMADDR, &sa) == 0 &&
                     sa.s_family == NNG_AF_INPROC;
         goblin__node_peer_set_origin(n, pi);
+        if (p->introduced) p->relayed = true;
         n->st.workers_seen++;
         n->st.workers_connected++;
         goblin__wire_msg a;

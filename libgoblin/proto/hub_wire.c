@@ -112,6 +112,40 @@ goblin_err goblin__hubw_encode(const goblin__hubw_msg *m, uint8_t *out, size_t *
         memset(b + 40 + k, 0, body - 40 - k);
         break;
     }
+    case GOBLIN__HUBW_NODE_DIRECT: {
+        size_t k = strnlen(m->url, GOBLIN__HUBW_URL_MAX + 1);
+        if (k < 1 || k > GOBLIN__HUBW_URL_MAX) return GOBLIN_EINVAL;
+        for (size_t i = 0; i < k; i++)
+            if ((unsigned char)m->url[i] < 0x21 || (unsigned char)m->url[i] > 0x7e) return GOBLIN_EINVAL;
+        memcpy(b, m->fingerprint, GOBLIN__HUBW_FINGERPRINT);
+        put16(b + 32, (uint16_t)k);
+        put16(b + 34, 0);
+        put32(b + 36, 0);
+        memcpy(b + 40, m->url, k);
+        body = pad8(40 + k);
+        memset(b + 40 + k, 0, body - 40 - k);
+        break;
+    }
+    case GOBLIN__HUBW_INTRODUCE: {
+        int used = m->origin_kind == 4 ? 3 : m->origin_kind == 6 ? 6 : m->origin_kind == 0 ? 0 : -1;
+        if (used < 0 || !zeros(m->origin + used, sizeof m->origin - (size_t)used)) return GOBLIN_EINVAL;
+        memcpy(b, m->ticket, GOBLIN__HUBW_TICKET);
+        memcpy(b + 32, m->identity, GOBLIN__HUBW_IDENTITY);
+        b[64] = m->origin_kind;
+        memcpy(b + 65, m->origin, sizeof m->origin);
+        body = 72;
+        break;
+    }
+    case GOBLIN__HUBW_END:
+        memcpy(b, m->identity, GOBLIN__HUBW_IDENTITY);
+        body = GOBLIN__HUBW_IDENTITY;
+        break;
+    case GOBLIN__HUBW_LEFT:
+    case GOBLIN__HUBW_READY:
+        memcpy(b, m->identity, GOBLIN__HUBW_IDENTITY);
+        memcpy(b + 32, m->ticket, GOBLIN__HUBW_TICKET);
+        body = GOBLIN__HUBW_IDENTITY + GOBLIN__HUBW_TICKET;
+        break;
     default: return GOBLIN_EINVAL;
     }
     memcpy(out, "GBLH", 4);
@@ -228,6 +262,42 @@ goblin_err goblin__hubw_decode(const uint8_t *buf, size_t len, goblin__hubw_msg 
         memcpy(out.reason_text, b + 40, k);
         break;
     }
+    case GOBLIN__HUBW_NODE_DIRECT: {
+        if (body < 40) goto short_body;
+        uint16_t k = get16(b + 32);
+        if (k < 1 || k > GOBLIN__HUBW_URL_MAX || get16(b + 34) || get32(b + 36) || body != pad8(40 + (size_t)k) ||
+            !zeros(b + 40 + k, body - 40 - k))
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "NODE_DIRECT: url of %u bytes in a %llu-byte body",
+                                (unsigned)k, (unsigned long long)body);
+        for (uint16_t i = 0; i < k; i++)
+            if (b[40 + i] < 0x21 || b[40 + i] > 0x7e)
+                return goblin__errf(msg, cap, GOBLIN_EFORMAT, "NODE_DIRECT: url byte %u is not printable", (unsigned)i);
+        memcpy(out.fingerprint, b, GOBLIN__HUBW_FINGERPRINT);
+        memcpy(out.url, b + 40, k);
+        break;
+    }
+    case GOBLIN__HUBW_INTRODUCE: {
+        if (body != 72) goto short_body;
+        uint8_t kind = b[64];
+        int used = kind == 4 ? 3 : kind == 6 ? 6 : kind == 0 ? 0 : -1;
+        if (used < 0 || !zeros(b + 65 + used, 7 - (size_t)used))
+            return goblin__errf(msg, cap, GOBLIN_EFORMAT, "INTRODUCE: origin of kind %u", (unsigned)kind);
+        memcpy(out.ticket, b, GOBLIN__HUBW_TICKET);
+        memcpy(out.identity, b + 32, GOBLIN__HUBW_IDENTITY);
+        out.origin_kind = kind;
+        memcpy(out.origin, b + 65, 7);
+        break;
+    }
+    case GOBLIN__HUBW_END:
+        if (body != GOBLIN__HUBW_IDENTITY) goto short_body;
+        memcpy(out.identity, b, GOBLIN__HUBW_IDENTITY);
+        break;
+    case GOBLIN__HUBW_LEFT:
+    case GOBLIN__HUBW_READY:
+        if (body != GOBLIN__HUBW_IDENTITY + GOBLIN__HUBW_TICKET) goto short_body;
+        memcpy(out.identity, b, GOBLIN__HUBW_IDENTITY);
+        memcpy(out.ticket, b + 32, GOBLIN__HUBW_TICKET);
+        break;
     default: return goblin__errf(msg, cap, GOBLIN_EPROTO, "unknown hub message type %u", type);
     }
     *m = out;

@@ -31,9 +31,25 @@
  *   OWNER      9  hub -> node, on the control connection: the identity of a worker just
  *                 lent to the node is linked to a volunteer's account (its owner, for
  *                 the independence of replicas). u8 identity[32]  u64 owner (> 0)
+ *   NODE_DIRECT 10 node -> hub, on the control connection: lent workers may dial the
+ *                 node itself at url (a direct introduction instead of the relay).
+ *                 u8 fingerprint[32] (SHA-256 of the node's TLS certificate; zeros for
+ *                 tcp://)  u16 url_len (1..GOBLIN__HUBW_URL_MAX)  u16 0  u32 0  url  pad
+ *   INTRODUCE  11 hub -> node: the worker whose key has this identity (the hub checked
+ *                 its PROOF) will dial the node with ticket as its HELLO token, once,
+ *                 within seconds. u8 ticket[32]  u8 identity[32]  u8 origin_kind
+ *                 u8 origin[7] (as OPEN)
+ *   END        12 hub -> node: end the introduced worker with this identity (taken
+ *                 back for fair share, or quarantined on the network). u8 identity[32]
+ *   LEFT       13 node -> hub: the worker introduced with this identity and ticket left
+ *                 the node, or its ticket expired unused (or could not be kept).
+ *                 u8 identity[32]  u8 ticket[32] (the introduction it ends: an identity
+ *                 introduced again since has another)
+ *   READY      14 node -> hub: the ticket of this INTRODUCE is kept; the hub sends the
+ *                 worker on only then. u8 identity[32]  u8 ticket[32]
  *
  * pad: zero bytes to a multiple of 8 of the body. text: printable ASCII, <= 512.
- * reason: printable ASCII (0x20..0x7e), 1..200 bytes. */
+ * reason: printable ASCII (0x20..0x7e), 1..200 bytes. url: 0x21..0x7e, no spaces. */
 #ifndef GOBLIN__PROTO_HUB_WIRE_H
 #define GOBLIN__PROTO_HUB_WIRE_H
 
@@ -50,6 +66,8 @@
 #define GOBLIN__HUBW_TEXT_MAX 512
 #define GOBLIN__HUBW_IDENTITY 32
 #define GOBLIN__HUBW_REASON_MAX 200
+#define GOBLIN__HUBW_URL_MAX 256
+#define GOBLIN__HUBW_FINGERPRINT 32
 /* The largest message of this protocol (a REFUSE with the longest text). */
 #define GOBLIN__HUBW_MAX (GOBLIN__HUBW_HEADER + 8 + GOBLIN__HUBW_TEXT_MAX)
 
@@ -63,6 +81,11 @@ typedef enum goblin__hubw_type {
     GOBLIN__HUBW_QUARANTINE = 7,
     GOBLIN__HUBW_WORK = 8,
     GOBLIN__HUBW_OWNER = 9,
+    GOBLIN__HUBW_NODE_DIRECT = 10,
+    GOBLIN__HUBW_INTRODUCE = 11,
+    GOBLIN__HUBW_END = 12,
+    GOBLIN__HUBW_LEFT = 13,
+    GOBLIN__HUBW_READY = 14,
 } goblin__hubw_type;
 
 typedef struct goblin__hubw_msg {
@@ -72,12 +95,14 @@ typedef struct goblin__hubw_msg {
     char key[GOBLIN__HUBW_KEY_MAX + 1];     /* NODE_HELLO, NUL-terminated */
     int64_t lab;                            /* NODE_ACK */
     uint32_t weight;                        /* NODE_ACK */
-    uint8_t ticket[GOBLIN__HUBW_TICKET];    /* OPEN, ATTACH */
-    uint8_t origin_kind;                    /* OPEN: 0, 4 or 6 */
-    uint8_t origin[7];                      /* OPEN: the /24 or /48 prefix, then zeros */
+    uint8_t ticket[GOBLIN__HUBW_TICKET];    /* OPEN, ATTACH, INTRODUCE, LEFT, READY */
+    uint8_t origin_kind;                    /* OPEN, INTRODUCE: 0, 4 or 6 */
+    uint8_t origin[7];                      /* OPEN, INTRODUCE: the /24 or /48 prefix, then zeros */
     uint32_t reason;                        /* REFUSE */
     char text[GOBLIN__HUBW_TEXT_MAX + 1];   /* REFUSE, NUL-terminated */
-    uint8_t identity[GOBLIN__HUBW_IDENTITY]; /* QUARANTINE, WORK */
+    uint8_t identity[GOBLIN__HUBW_IDENTITY]; /* QUARANTINE, WORK, OWNER, INTRODUCE, END, LEFT, READY */
+    uint8_t fingerprint[GOBLIN__HUBW_FINGERPRINT]; /* NODE_DIRECT */
+    char url[GOBLIN__HUBW_URL_MAX + 1];      /* NODE_DIRECT, NUL-terminated */
     uint32_t tasks, accepted, rejected;      /* WORK */
     int64_t owner;                           /* OWNER: the volunteer's account, > 0 */
     char reason_text[GOBLIN__HUBW_REASON_MAX + 1]; /* QUARANTINE, NUL-terminated */

@@ -49,6 +49,7 @@ static const char *const TYPE_NAMES[GOBLIN_WIRE_TYPE_COUNT] = {
     [GOBLIN_WIRE_TYPE_ERROR] = "ERROR",
     [GOBLIN_WIRE_TYPE_CHALLENGE] = "CHALLENGE",
     [GOBLIN_WIRE_TYPE_PROOF] = "PROOF",
+    [GOBLIN_WIRE_TYPE_INTRODUCE] = "INTRODUCE",
 };
 
 const char *goblin__wire_type_name(goblin__wire_type type) {
@@ -300,6 +301,22 @@ static goblin_err put_body(wr *w, const goblin__wire_msg *m) {
         PUT_U32(w, pf->sig_len);
         put(w, pf->key, pf->key_len);
         put(w, pf->sig, pf->sig_len);
+        return GOBLIN_OK;
+    }
+    case GOBLIN_WIRE_TYPE_INTRODUCE: {
+        const goblin__wire_introduce *in = &m->body.introduce;
+        size_t n = in->url ? strnlen(in->url, GOBLIN_WIRE_MAX_URL_BYTES + 1) : 0;
+        if (n < 1) return GOBLIN_EINVAL;
+        if (n > GOBLIN_WIRE_MAX_URL_BYTES) return GOBLIN_ELIMIT;
+        for (size_t i = 0; i < n; i++)
+            if ((uint8_t)in->url[i] < 0x21 || (uint8_t)in->url[i] > 0x7e) return GOBLIN_EINVAL;
+        put(w, in->ticket, GOBLIN_WIRE_TICKET_BYTES);
+        put(w, in->fingerprint, sizeof in->fingerprint);
+        PUT_U16(w, n);
+        PUT_U16(w, 0);
+        PUT_U32(w, 0);
+        put(w, in->url, n);
+        put_pad(w);
         return GOBLIN_OK;
     }
     default:
@@ -770,6 +787,35 @@ static goblin_err get_body(rd *r, goblin__wire_msg *m) {
         pf->key = c;
         pf->sig = c ? c + kl : NULL;
         return GOBLIN_OK;
+    }
+    case GOBLIN_WIRE_TYPE_INTRODUCE: {
+        goblin__wire_introduce *in = &m->body.introduce;
+        if (left(r) < GOBLIN_WIRE_TICKET_BYTES + 32)
+            return rfail(r, GOBLIN_EFORMAT, "truncated: ticket and fingerprint, %zu bytes left", left(r));
+        memcpy(in->ticket, r->buf + r->pos, GOBLIN_WIRE_TICKET_BYTES);
+        memcpy(in->fingerprint, r->buf + r->pos + GOBLIN_WIRE_TICKET_BYTES, 32);
+        r->pos += GOBLIN_WIRE_TICKET_BYTES + 32;
+        uint64_t n, z1, z2;
+        GET(r, 2, n, "url length");
+        GET(r, 2, z1, "reserved");
+        GET(r, 4, z2, "reserved");
+        if (z1 || z2) return rfail(r, GOBLIN_EFORMAT, "reserved field is not zero");
+        if (n < 1 || n > GOBLIN_WIRE_MAX_URL_BYTES)
+            return rfail(r, GOBLIN_EFORMAT, "url of %llu bytes out of 1..%d", (unsigned long long)n,
+                         GOBLIN_WIRE_MAX_URL_BYTES);
+        if (n > left(r)) return rfail(r, GOBLIN_EFORMAT, "truncated: url of %llu bytes, %zu left", (unsigned long long)n, left(r));
+        for (uint64_t i = 0; i < n; i++)
+            if (r->buf[r->pos + i] < 0x21 || r->buf[r->pos + i] > 0x7e)
+                return rfail(r, GOBLIN_EFORMAT, "url byte %llu is 0x%02x, not printable ASCII without spaces",
+                             (unsigned long long)i, r->buf[r->pos + i]);
+        char *u = arena_take(r, n + 1, 1);
+        if (u) {
+            memcpy(u, r->buf + r->pos, (size_t)n);
+            u[n] = 0;
+        }
+        r->pos += (size_t)n;
+        in->url = u;
+        return get_pad(r);
     }
     default:
         return rfail(r, GOBLIN_EPROTO, "unknown message type %d", (int)m->type);

@@ -45,6 +45,8 @@
 #define GOBLIN_WIRE_NONCE_BYTES 32                        /* CHALLENGE */
 #define GOBLIN_WIRE_MAX_KEY_BYTES 256                     /* PROOF public key */
 #define GOBLIN_WIRE_MAX_SIG_BYTES 256                     /* PROOF signature */
+#define GOBLIN_WIRE_TICKET_BYTES 32                       /* INTRODUCE */
+#define GOBLIN_WIRE_MAX_URL_BYTES 256                     /* INTRODUCE */
 
 /** Header flags (protocol 1.1). Each is valid on the message types named; the decoder
  *  rejects any other flag (GOBLIN_EPROTO), as version 1.0 decoders reject every flag. */
@@ -59,6 +61,8 @@
 /** The worker takes batches of TASKs and, if the node's HELLO_ACK has
  *  GOBLIN_WIRE_FLAG_BATCH, answers them in batches. */
 #define GOBLIN_WIRE_CAP_BATCH 0x80000000u
+/** The worker follows an INTRODUCE (a hub's direct introduction to a lab node). */
+#define GOBLIN_WIRE_CAP_INTRO 0x40000000u
 
 /** Messages in a batch start at offsets that are multiples of this. */
 #define GOBLIN_WIRE_BATCH_ALIGN 8
@@ -81,6 +85,7 @@ typedef enum goblin__wire_type {
     GOBLIN_WIRE_TYPE_ERROR = 9,         /* either way: a request or task failed */
     GOBLIN_WIRE_TYPE_CHALLENGE = 10,    /* node -> worker: prove your identity (protocol 2) */
     GOBLIN_WIRE_TYPE_PROOF = 11,        /* worker -> node: public key and signature */
+    GOBLIN_WIRE_TYPE_INTRODUCE = 12,    /* hub -> worker: dial this lab node yourself */
     GOBLIN_WIRE_TYPE_COUNT
 } goblin__wire_type;
 
@@ -153,6 +158,17 @@ typedef struct goblin__wire_proof {
     const uint8_t *sig;
 } goblin__wire_proof;
 
+/** INTRODUCE: a hub's answer, instead of HELLO_ACK, to a worker whose HELLO offered
+ *  GOBLIN_WIRE_CAP_INTRO and whose PROOF the hub checked: dial the lab node at @p url
+ *  (tls+tcp:// with the certificate whose SHA-256 is @p fingerprint, or tcp:// on a
+ *  loopback address with an all-zero fingerprint) and present @p ticket as the HELLO's
+ *  token; the hub's connection ends. */
+typedef struct goblin__wire_introduce {
+    uint8_t ticket[GOBLIN_WIRE_TICKET_BYTES];
+    uint8_t fingerprint[32];
+    const char *url; /* NUL-terminated, 1 .. GOBLIN_WIRE_MAX_URL_BYTES bytes of 0x21..0x7e */
+} goblin__wire_introduce;
+
 /** LEASE_REQUEST: the worker can take @p slots more tasks. */
 typedef struct goblin__wire_lease_request {
     uint32_t slots; /* 1 .. GOBLIN_WIRE_MAX_SLOTS */
@@ -207,6 +223,7 @@ typedef struct goblin__wire_msg {
         goblin__wire_error error;
         goblin__wire_challenge challenge;
         goblin__wire_proof proof;
+        goblin__wire_introduce introduce;
     } body;
 } goblin__wire_msg;
 

@@ -346,10 +346,13 @@ static void send_hello(goblin_worker *w, uint32_t link) {
     unsigned cat = atomic_load(&w->catalog_override);
     if (cat) m.body.hello.catalog_version = cat;
     m.body.hello.backends = (1u << w->p.backend) | GOBLIN_WIRE_CAP_BATCH;
+    /* Home (a hub, perhaps): offer to follow an introduction, unless the last one
+     * failed; to the introduced node: its ticket stands for the token. */
+    if (!w->direct_on && !w->no_intro_once) m.body.hello.backends |= GOBLIN_WIRE_CAP_INTRO;
     m.body.hello.threads = (uint32_t)(w->p.threads > 0 ? w->p.threads : 1);
     m.body.hello.memory_bytes = goblin__worker_task_budget(&w->p);
-    m.body.hello.token_len = w->p.token_len;
-    m.body.hello.token = w->p.join_token;
+    m.body.hello.token_len = w->direct_on ? GOBLIN_WIRE_TICKET_BYTES : w->p.token_len;
+    m.body.hello.token = w->direct_on ? w->ticket : w->p.join_token;
     nng_msg *msg = NULL;
     if (wencode(&m, &msg)) return;
     /* The PROOF signs this HELLO's bytes: an identity proof cannot be moved to another
@@ -410,13 +413,16 @@ static void wpipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
         pthread_mutex_lock(&w->tx_mu);
         w->link = id;
         w->joined = false;
+        w->link_direct = w->direct_mode;
         pthread_mutex_unlock(&w->tx_mu);
         atomic_fetch_add(&w->pipes_added, 1);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
         pthread_mutex_lock(&w->tx_mu);
         if (w->link == id) { /* from now on nothing is sent until the next link joins */
+            if (w->link_direct) w->direct_lost = true;
             w->link = 0;
             w->joined = false;
+            w->link_direct = false;
         }
         pthread_mutex_unlock(&w->tx_mu);
         atomic_store(&w->hb_ms, 0); /* no HEARTBEAT before the next HELLO */
@@ -482,6 +488,118 @@ static void choose_backend(goblin_worker *w) {
     }
 }
 
+/* ---- home and the introduced node --------------------------------------------- */
+
+#define INTRO_WAIT_MS 5000 /* an introduced node's connection joins within this, or it is left */
+
+/* Dial the configured addresses (home). GOBLIN_ECANCELED: stopped while waiting. */
+static goblin_err dial_home(goblin_worker *w, char *msg, size_t cap) {
+    w->n_home = 0;
+    for (int32_t i = 0; i < w->p.n_connect; i++) {
+        goblin__transport_trust trust = {.ca_file = w->p.tls_ca_file,
+                                         .fingerprint = w->p.tls_fingerprint,
+                                         .server_name = w->p.tls_server_name};
+        goblin_err e = goblin__transport_dial(w->sock, w->p.connect[i], w->p.reconnect_min_ms, w->p.reconnect_max_ms,
+                                              &trust, worker_stopping, w, msg, cap, &w->home[w->n_home]);
+        if (e) {
+            while (w->n_home > 0) nng_dialer_close(w->home[--w->n_home]);
+            return e;
+        }
+        w->n_home++;
+    }
+    w->home_on = true;
+    return GOBLIN_OK;
+}
+
+static bool intro_stopping(void *user) {
+    goblin_worker *w = user;
+    return atomic_load(&w->stop) || goblin__now_ms() - w->direct_since_ms > INTRO_WAIT_MS;
+}
+
+/* Back home from the introduced node (its connection ended, or never joined: @p failed;
+ * the next HELLO home then asks the hub to relay). */
+static goblin_err leave_direct(goblin_worker *w, bool failed, char *msg, size_t cap) {
+    if (w->direct_on) nng_dialer_close(w->direct);
+    pthread_mutex_lock(&w->tx_mu);
+    w->direct_mode = w->direct_lost = false;
+    pthread_mutex_unlock(&w->tx_mu);
+    w->direct_on = w->direct_joined = false;
+    memset(w->ticket, 0, sizeof w->ticket);
+    if (failed) {
+        w->no_intro_once = true;
+        BUMP(w, introductions_failed);
+        goblin__worker_log(w, GOBLIN_LOG_WARN, "the node the hub introduced (%s) did not take this worker; back to "
+                           "the hub, to be relayed", w->direct_url);
+    } else {
+        goblin__worker_log(w, GOBLIN_LOG_INFO, "the connection to the introduced node ended; back to the hub");
+    }
+    return dial_home(w, msg, cap);
+}
+
+/* The hub's INTRODUCE was taken (w->ticket, direct_url, direct_fp): the home dialers
+ * close (the hub's connection ends), the node's address is dialed with the ticket. */
+static goblin_err go_direct(goblin_worker *w, char *msg, size_t cap) {
+    w->intro_pending = false;
+    for (int32_t i = 0; i < w->n_home; i++) nng_dialer_close(w->home[i]);
+    w->n_home = 0;
+    w->home_on = false;
+    pthread_mutex_lock(&w->tx_mu);
+    w->direct_mode = true;
+    w->direct_lost = false;
+    pthread_mutex_unlock(&w->tx_mu);
+    w->direct_on = true;
+    w->direct_joined = false;
+    w->direct_since_ms = goblin__now_ms();
+    BUMP(w, introductions);
+    goblin__transport_trust trust = {.fingerprint = w->direct_fp[0] ? w->direct_fp : NULL};
+    char why[512];
+    goblin_err e = goblin__transport_dial(w->sock, w->direct_url, w->p.reconnect_min_ms, INTRO_WAIT_MS, &trust,
+                                          intro_stopping, w, why, sizeof why, &w->direct);
+    if (e) {
+        w->direct_on = false; /* no dialer to close */
+        goblin__worker_log(w, GOBLIN_LOG_WARN, "cannot dial the introduced node: %s", why);
+        if (atomic_load(&w->stop)) return GOBLIN_ECANCELED;
+        return leave_direct(w, true, msg, cap);
+    }
+    goblin__worker_log(w, GOBLIN_LOG_INFO, "the hub introduced this worker to %s: dialing it", w->direct_url);
+    return GOBLIN_OK;
+}
+
+/* An INTRODUCE on link @p from: taken only from home, before a HELLO_ACK, and only to an
+ * address a node may offer (tls+tcp:// with a fingerprint to pin, or tcp:// on loopback);
+ * anything else ends that link (the next HELLO home asks to be relayed). */
+static void take_introduce(goblin_worker *w, uint32_t from, const goblin__wire_introduce *in) {
+    static const uint8_t none[32] = {0};
+    pthread_mutex_lock(&w->tx_mu);
+    bool home = w->link == from && !w->link_direct && !w->joined;
+    pthread_mutex_unlock(&w->tx_mu);
+    bool tls = goblin__transport_url_is_tls(in->url);
+    bool has_fp = memcmp(in->fingerprint, none, sizeof none) != 0;
+    bool ok = home && !w->direct_on && ((tls && has_fp) || (!tls && !has_fp && goblin__transport_url_is_plain_tcp(in->url) &&
+                                                           goblin__transport_url_is_local(in->url)));
+    if (!ok) {
+        goblin__worker_log(w, GOBLIN_LOG_WARN, "ignoring an introduction to %.80s (%s); redialing", in->url,
+                           !home || w->direct_on ? "not from home before joining" : "not an address to follow");
+        w->no_intro_once = true;
+        nng_pipe pp = NNG_PIPE_INITIALIZER;
+        pp.id = from;
+        nng_pipe_close(pp);
+        return;
+    }
+    memcpy(w->ticket, in->ticket, sizeof w->ticket);
+    snprintf(w->direct_url, sizeof w->direct_url, "%s", in->url);
+    w->direct_fp[0] = 0;
+    if (tls) {
+        static const char digits[] = "0123456789abcdef";
+        for (int i = 0; i < 32; i++) {
+            w->direct_fp[2 * i] = digits[in->fingerprint[i] >> 4];
+            w->direct_fp[2 * i + 1] = digits[in->fingerprint[i] & 15];
+        }
+        w->direct_fp[64] = 0;
+    }
+    w->intro_pending = true;
+}
+
 goblin_err goblin_worker_run(goblin_worker *w) {
     if (!w) return GOBLIN_EINVAL;
     choose_backend(w);
@@ -499,21 +617,15 @@ goblin_err goblin_worker_run(goblin_worker *w) {
     nng_socket_set_int(w->sock, NNG_OPT_RECVBUF, w->p.slots + 4 < 8192 ? w->p.slots + 4 : 8192);
     nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, wpipe_cb, w);
     nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, wpipe_cb, w);
-    for (int32_t i = 0; i < w->p.n_connect; i++) {
-        goblin__transport_trust trust = {.ca_file = w->p.tls_ca_file,
-                                         .fingerprint = w->p.tls_fingerprint,
-                                         .server_name = w->p.tls_server_name};
-        if ((e = goblin__transport_dial(w->sock, w->p.connect[i], w->p.reconnect_min_ms,
-                                        w->p.reconnect_max_ms, &trust, worker_stopping, w, msg,
-                                        sizeof msg)) != GOBLIN_OK) {
-            if (e == GOBLIN_ECANCELED) { /* goblin_worker_stop while waiting for the node */
-                nng_close(w->sock);
-                return GOBLIN_OK;
-            }
-            goblin__worker_log(w, GOBLIN_LOG_ERROR, "%s", msg);
+    w->direct_on = w->intro_pending = w->no_intro_once = false;
+    if ((e = dial_home(w, msg, sizeof msg)) != GOBLIN_OK) {
+        if (e == GOBLIN_ECANCELED) { /* goblin_worker_stop while waiting for the node */
             nng_close(w->sock);
-            return e;
+            return GOBLIN_OK;
         }
+        goblin__worker_log(w, GOBLIN_LOG_ERROR, "%s", msg);
+        nng_close(w->sock);
+        return e;
     }
     int seen_added = 0, seen_removed = 0;
     goblin_err result = GOBLIN_OK;
@@ -551,6 +663,24 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                 send_hello(w, link);
             }
         }
+        if (w->direct_on) {
+            /* The introduced node: joined, lost, or not joined in time. */
+            pthread_mutex_lock(&w->tx_mu);
+            bool lost = w->direct_lost, joined = w->joined && w->link_direct;
+            pthread_mutex_unlock(&w->tx_mu);
+            if (joined) w->direct_joined = true;
+            goblin_err le = GOBLIN_OK;
+            if (lost) le = leave_direct(w, !w->direct_joined, msg, sizeof msg);
+            else if (!w->direct_joined && goblin__now_ms() - w->direct_since_ms > INTRO_WAIT_MS)
+                le = leave_direct(w, true, msg, sizeof msg);
+            if (le) {
+                if (le != GOBLIN_ECANCELED) {
+                    goblin__worker_log(w, GOBLIN_LOG_ERROR, "%s", msg);
+                    result = le;
+                }
+                break;
+            }
+        }
         goblin__worker_cache_expire(w);
         nng_msg *nm = NULL;
         int rv;
@@ -562,6 +692,8 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             /* A HELLO not yet answered: wake to check its deadline (below). */
             if (w->hello_link && !link_joined(w) && (to == NNG_DURATION_INFINITE || to > RESYNC_MS))
                 to = RESYNC_MS;
+            /* An introduced node not joined yet: wake to check INTRO_WAIT_MS. */
+            if (w->direct_on && !w->direct_joined && (to == NNG_DURATION_INFINITE || to > RESYNC_MS)) to = RESYNC_MS;
             if (to == NNG_DURATION_INFINITE && w->p.cache_idle_ms && goblin__worker_cache_held(w)) {
                 int64_t left = (int64_t)w->p.cache_idle_ms - (goblin__now_ms() - w->last_task_ms);
                 to = left < 1 ? 1 : left > INT32_MAX ? INT32_MAX : (nng_duration)left;
@@ -665,6 +797,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                      (unsigned long long)m->body.hello_ack.session_id,
                      (m->flags & GOBLIN_WIRE_FLAG_BATCH) ? " (batches)" : "");
                 w->node_batch = (m->flags & GOBLIN_WIRE_FLAG_BATCH) != 0;
+                if (!w->direct_on) w->no_intro_once = false; /* joined home (relayed): offer again next time */
                 w->node_max = m->body.hello_ack.max_message_bytes;
                 /* Heartbeat a bit more often than asked: the node allows 3 intervals. */
                 atomic_store(&w->hb_ms,
@@ -673,10 +806,21 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                 goblin__worker_send_lease_request(w, (uint32_t)w->p.slots);
                 w->credit = w->p.slots;
                 break;
+            case GOBLIN_WIRE_TYPE_INTRODUCE:
+                take_introduce(w, from, &m->body.introduce);
+                keep_going = !w->intro_pending;
+                break;
             case GOBLIN_WIRE_TYPE_REFUSE:
                 goblin__worker_log(w, GOBLIN_LOG_ERROR, "the node refused this worker (%s): %s",
                      goblin_err_name(m->body.refuse.reason), m->body.refuse.message);
                 BUMP(w, refused);
+                if (w->direct_on) { /* the introduced node: back home, to be relayed */
+                    pthread_mutex_lock(&w->tx_mu);
+                    w->direct_lost = true;
+                    pthread_mutex_unlock(&w->tx_mu);
+                    w->direct_joined = false;
+                    break;
+                }
                 result = (unsigned)m->body.refuse.reason < GOBLIN_ERR_COUNT && m->body.refuse.reason
                              ? m->body.refuse.reason
                              : GOBLIN_EPROTO;
@@ -732,6 +876,17 @@ goblin_err goblin_worker_run(goblin_worker *w) {
             nng_msg_free(nm);
             goblin__free(ref);
         } /* else panels in the cache keep it */
+        if (w->intro_pending) {
+            goblin_err ge = go_direct(w, msg, sizeof msg);
+            if (ge) {
+                if (ge != GOBLIN_ECANCELED) {
+                    goblin__worker_log(w, GOBLIN_LOG_ERROR, "%s", msg);
+                    result = ge;
+                }
+                break;
+            }
+            continue;
+        }
         if (!keep_going) break;
     }
     pthread_mutex_lock(&w->rx_mu);

@@ -94,6 +94,23 @@ struct goblin_worker {
     uint32_t link;
     bool joined;
     uint32_t hello_link; /* loop thread: the link the last HELLO went on */
+    /* Direct introductions (docs/hub.md), loop thread: the dialers of the configured
+     * addresses (home), closed while the worker works for the node a hub introduced it
+     * to (direct: dialed with the hub's ticket as the HELLO token); back home when that
+     * connection ends, or when it did not join within INTRO_WAIT_MS (the HELLOs home
+     * then do not offer to follow an introduction until one is answered with a
+     * HELLO_ACK: the hub relays it). */
+    nng_dialer home[GOBLIN_WORKER_MAX_CONNECT];
+    int32_t n_home;
+    bool home_on, direct_on, direct_joined, intro_pending, no_intro_once;
+    /* under tx_mu: the loop dials the introduced node (every pipe added now is its);
+     * the live link is that connection; it ended */
+    bool direct_mode, link_direct, direct_lost;
+    nng_dialer direct;
+    int64_t direct_since_ms;
+    uint8_t ticket[GOBLIN_WIRE_TICKET_BYTES];
+    char direct_url[GOBLIN_WIRE_MAX_URL_BYTES + 1];
+    char direct_fp[65];
     int64_t hello_ms;    /* loop thread: when it went (goblin__now_ms) */
     int send_fd;         /* NNG_OPT_SENDFD: readable when a send would not block; -1 */
     goblin__wire_limits limits;

@@ -278,3 +278,52 @@ def test_two_labs_share_volunteers_survive_a_kill_and_refuse_a_cheat_together(tm
         for g in grids:
             g.close()
         hub.stop()
+
+
+def test_introduced_workers_dial_the_node_processes(tmp_path, mailbox):
+    """`goblin-node --hub-direct URL`: the two worker processes, which know only the hub,
+    are introduced and dial the node themselves; the product is NumPy's within the
+    contract, and the workers' logs say where they went."""
+    hub = Hub(tmp_path, mailbox.port, "machines = tcp://127.0.0.1:0\n")
+    workers = []
+    g = None
+    try:
+        line = hub.proc.stdout.readline()
+        m = re.search(r"machines on port (\d+)", line)
+        assert m, line
+        murl = f"tcp://127.0.0.1:{m.group(1)}"
+        b, acc, key = make_key(hub, mailbox, "lab@example.org")
+        keyfile = str(tmp_path / "lab.key")
+        write_key(keyfile, key["key"])
+        r = subprocess.run([NODE, "--listen", "tcp://127.0.0.1:0", "--hub-direct", "tcp://127.0.0.1:1"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "--hub-direct needs --hub" in r.stderr, r.stderr
+        g = Grid(str(tmp_path), node_args=("--hub", murl, "--hub-key", keyfile, "--hub-direct", "{url}"))
+        logs = []
+        for i in range(2):
+            logs.append(str(tmp_path / f"w{i}.log"))
+            workers.append(subprocess.Popen([WORKER, "--connect", murl, "--threads", "1",
+                                             "--config-dir", str(tmp_path / f"w{i}.id")], stderr=open(logs[i], "w")))
+        g.wait_workers(2, timeout=60)
+        a, bm = operands(300, 200, 250, np.float64, 7)
+        c, st = g.matmul(a, bm)
+        ok, err, ratio = contract_ok(c, a, bm)
+        assert ok, f"max error {err} ({ratio:.2f} of the bound)"
+        s = g.stats()
+        assert s["results_accepted"] > 0 and s["results_rejected"] == 0
+        for path in logs:
+            with open(path) as f:
+                text = f.read()
+            assert f"the hub introduced this worker to {g.url}" in text, text[-2000:]
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            try:
+                w.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                w.kill()
+        if g:
+            g.close()
+        hub.stop()
+    assert g.node.returncode == 0, g.node_log_text()[-2000:]

@@ -53,8 +53,9 @@ class Grid:
         self.client_url = f"tcp://{host}:{self.cport}"
         self.workers = []
         self.logs = []
+        # "{url}" in node_args stands for the node's own --listen address.
         args = [NODE, "--listen", self.url, "--client-listen", self.client_url, "--data-dir", tmp,
-                *node_args]
+                *[a.replace("{url}", self.url) for a in node_args]]
         if "--credentials" not in node_args:
             args.append("--open")  # loopback only: one principal, no credentials
         if cert:

@@ -133,6 +133,11 @@ static void sample(goblin__wire_type type, goblin__wire_msg *m) {
         m->body.proof.sig = PROOF_SIG;
         m->body.proof.sig_len = sizeof PROOF_SIG;
         break;
+    case GOBLIN_WIRE_TYPE_INTRODUCE:
+        for (int i = 0; i < GOBLIN_WIRE_TICKET_BYTES; i++) m->body.introduce.ticket[i] = (uint8_t)(0x10 + i);
+        for (int i = 0; i < 32; i++) m->body.introduce.fingerprint[i] = (uint8_t)(0xC0 + i);
+        m->body.introduce.url = "tls+tcp://lab.example.org:7700";
+        break;
     default: cr_assert_fail("no sample for type %d", type);
     }
 }

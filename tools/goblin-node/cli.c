@@ -31,6 +31,10 @@ void node_cli_usage(FILE *f) {
         "  --hub-fingerprint HEX   the hub certificate's SHA-256 (goblin-hub init prints\n"
         "                          it), or --hub-ca FILE\n"
         "  --hub-max-workers N     borrow at most N workers at once (default: no limit)\n"
+        "  --hub-direct URL        lent workers can reach this node at URL (one of its\n"
+        "                          --listen addresses as they see it: tls+tcp://, the\n"
+        "                          --cert's fingerprint pinned): the hub introduces them\n"
+        "                          instead of relaying their bytes\n"
         "  --workers-token-file F  workers must present a token whose salted hash is in F\n"
         "                          (lines salt:hash, see goblin_token_entry)\n"
         "  --credentials FILE      researchers' credentials (goblin-node researcher add):\n"
@@ -204,6 +208,9 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
         } else if (strcmp(a, "--hub-fingerprint") == 0) {
             NEEDV();
             cli->hub_fingerprint = v;
+        } else if (strcmp(a, "--hub-direct") == 0) {
+            NEEDV();
+            cli->hub_direct = v;
         } else if (strcmp(a, "--hub-ca") == 0) {
             NEEDV();
             cli->hub_ca = v;
@@ -281,6 +288,9 @@ goblin_err node_cli_parse(int argc, char **argv, node_cli *cli) {
     if (cli->node.n_listen == 0) return bad("%s", "at least one --listen URL is needed");
     if (!!cli->cert_file != !!cli->key_file) return bad("%s", "--cert and --key go together");
     if (!!cli->hub_url != !!cli->hub_key_file) return bad("%s", "--hub and --hub-key go together");
+    if (cli->hub_direct && !cli->hub_url) return bad("%s", "--hub-direct needs --hub");
+    if (cli->hub_direct && tool_url_is_tls(cli->hub_direct) && !cli->cert_file)
+        return bad("%s", "--hub-direct tls+tcp://... needs --cert and --key (workers pin that certificate)");
     if (cli->hub_url && tool_url_is_tls(cli->hub_url) && !cli->hub_fingerprint == !cli->hub_ca)
         return bad("%s", "--hub tls+tcp://... needs exactly one of --hub-fingerprint HEX and --hub-ca FILE");
     cli->node.log_level = cli->gateway.log_level = cli->log_level;

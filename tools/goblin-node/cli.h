@@ -25,6 +25,7 @@ typedef struct node_cli {
     uint32_t drain_ms;             /* on stop, tell clients for this long */
     /* --hub: borrow workers through goblin-hub (goblin_node_hub_connect) */
     const char *hub_url, *hub_key_file, *hub_fingerprint, *hub_ca;
+    const char *hub_direct; /* --hub-direct: where lent workers can dial this node */
     int32_t hub_max_workers;
     const char *status_url;        /* --status: the status page (goblin_node_status_listen) */
     /* init */

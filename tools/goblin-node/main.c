@@ -249,6 +249,7 @@ int main(int argc, char **argv) {
             hp.fingerprint = cli.hub_fingerprint;
             hp.ca_file = cli.hub_ca;
             hp.max_workers = cli.hub_max_workers;
+            hp.direct_url = cli.hub_direct;
             e = goblin_node_hub_connect(node, &hp);
             memset(key, 0, sizeof key);
             if (e)
