@@ -1,10 +1,12 @@
-/* bench/bench_hub_relay.c - a matmul with the workers lent through goblin-hub's relay
- * against the same product with the same workers dialing the node directly, on
- * loopback, in one run: plain tcp:// both ways, then tls+tcp:// both ways (the relay
- * then decrypts and encrypts every byte once more). Everything in this process: a hub
- * (temporary directory), one node linked to it with a node key, W worker threads.
- * Prints the best wall time of each mode over R alternating repetitions and the ratio
- * direct / relayed (1.0: the relay costs nothing; the goal is >= 0.85).
+/* bench/bench_hub_relay.c - a matmul with the workers lent through goblin-hub against
+ * the same product with the same workers dialing the node directly, on loopback, in one
+ * run: plain tcp:// throughout, then tls+tcp:// (the relay then decrypts and encrypts
+ * every byte once more). Lent two ways: through the hub's relay, and introduced (the
+ * node offers its address, docs/hub.md "Direct introductions": the hub checks each
+ * worker and sends it to dial the node itself). Everything in this process: a hub
+ * (temporary directory), a node per mode (linked to the hub with a node key for the lent
+ * modes), W worker threads. Prints the best wall time of each mode over R alternating
+ * repetitions and the ratios direct / lent (1.0: lending costs nothing; goal >= 0.85).
  *
  *   bench_hub_relay [N [W [R]]]    N: m = k = n (default 1024), W workers (2), R reps (3) */
 #include <arpa/inet.h>
@@ -114,7 +116,8 @@ int main(int argc, char **argv) {
     goblin_tensor_init(&c, GOBLIN_DTYPE_F32, 2, shp, cd);
     printf("matmul %lld^3 f32, %d workers (1 thread each), best of %d; ratio = direct / relayed time\n",
            (long long)n, nw, reps);
-    printf("| transport | direct s | relayed s | ratio |\n|---|---|---|---|\n");
+    printf("| transport | direct s | relayed s | introduced s | relayed ratio | introduced ratio |\n"
+           "|---|---|---|---|---|---|\n");
     const char *schemes[2] = {"tcp", "tls+tcp"};
     for (int si = 0; si < 2; si++) {
         bool tls = si == 1;
@@ -148,38 +151,45 @@ int main(int argc, char **argv) {
             goblin_hub_store_request_decide(st, rid, GOBLIN_HUB_REQUEST_APPROVED, "", 0) ||
             goblin_hub_key_create(hub, acc.id, "bench", 0, key, &kid))
             DIE("key: %s", goblin_hub_error(hub));
-        goblin_node_params np;
-        goblin_node_params_default(&np);
-        np.listen[0] = nurl;
-        np.n_listen = 1;
-        np.cert_file = cert; /* the hub's identity serves the node too: one pin for both */
-        np.key_file = keyf;
-        goblin_node *node = NULL;
-        if (goblin_node_new(&node, &np) || goblin_node_start(node)) DIE("node");
-        goblin_node_hub_params hp;
-        goblin_node_hub_params_default(&hp);
-        hp.url = murl;
-        hp.key = key;
-        if (tls) hp.fingerprint = fp;
-        if (goblin_node_hub_connect(node, &hp)) DIE("hub link");
-        double best[2] = {1e30, 1e30};
+        double best[3] = {1e30, 1e30, 1e30};
+        int64_t relayed_bytes[3] = {0, 0, 0};
         for (int r = 0; r < reps; r++)
-            for (int mode = 0; mode < 2; mode++) { /* 0 direct, 1 relayed */
+            for (int mode = 0; mode < 3; mode++) { /* 0 direct, 1 relayed, 2 introduced */
+                snprintf(nurl, sizeof nurl, "%s://127.0.0.1:%d", schemes[si], free_port());
+                goblin_node_params np;
+                goblin_node_params_default(&np);
+                np.listen[0] = nurl;
+                np.n_listen = 1;
+                np.cert_file = cert; /* the hub's identity serves the node too: one pin for both */
+                np.key_file = keyf;
+                goblin_node *node = NULL;
+                if (goblin_node_new(&node, &np) || goblin_node_start(node)) DIE("node");
+                if (mode) {
+                    goblin_node_hub_params hp;
+                    goblin_node_hub_params_default(&hp);
+                    hp.url = murl;
+                    hp.key = key;
+                    if (tls) hp.fingerprint = fp;
+                    if (mode == 2) hp.direct_url = nurl;
+                    if (goblin_node_hub_connect(node, &hp)) DIE("hub link");
+                }
+                goblin_hub_machines_stats h0, h1;
+                goblin_hub_machines_stats_get(hub, &h0);
                 wset ws;
                 workers_up(&ws, nw, mode ? murl : nurl, tls ? fp : NULL);
                 wait_workers(node, nw);
                 if (r == 0) run_once(node, &a, &b, &c); /* warm-up: panels, pages, BLIS */
                 double t = run_once(node, &a, &b, &c);
                 if (t < best[mode]) best[mode] = t;
+                goblin_hub_machines_stats_get(hub, &h1);
+                relayed_bytes[mode] += h1.bytes_relayed - h0.bytes_relayed;
                 workers_down(&ws);
-                wait_workers(node, 0);
+                goblin_node_free(node);
             }
-        goblin_hub_machines_stats hs;
-        goblin_hub_machines_stats_get(hub, &hs);
-        printf("| %s | %.3f | %.3f | %.2f |\n", schemes[si], best[0], best[1], best[0] / best[1]);
-        fprintf(stderr, "  (%s: %lld bytes relayed, %lld splices)\n", schemes[si], (long long)hs.bytes_relayed,
-                (long long)hs.workers_lent_total);
-        goblin_node_free(node);
+        printf("| %s | %.3f | %.3f | %.3f | %.2f | %.2f |\n", schemes[si], best[0], best[1], best[2],
+               best[0] / best[1], best[0] / best[2]);
+        fprintf(stderr, "  (%s: bytes relayed: %lld relayed mode, %lld introduced mode)\n", schemes[si],
+                (long long)relayed_bytes[1], (long long)relayed_bytes[2]);
         goblin_hub_free(hub);
     }
     char cmd[128];
