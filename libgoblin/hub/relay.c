@@ -795,7 +795,8 @@ static void intro_finish(rconn *w) {
 }
 
 /* NODE_DIRECT: node @p c's lent workers may dial it at this address. Taken only in a
- * form a worker follows (tls+tcp:// with a fingerprint, tcp:// on loopback). */
+ * form a worker follows (tls+tcp:// with a fingerprint, tcp:// on loopback; the latter is
+ * used only for workers on the hub's loopback too, assign). */
 static void direct_offer(rconn *c, const goblin__hubw_msg *hm) {
     static const uint8_t none[GOBLIN__HUBW_FINGERPRINT] = {0};
     bool tls = goblin__transport_url_is_tls(hm->url);
@@ -1135,7 +1136,11 @@ static void assign(relay *r) {
             }
         }
         if (!best) return;
-        if (w->intro_ok && best->direct_url[0]) { /* the worker dials the node itself */
+        /* The worker dials the node itself: a tls+tcp:// address, or a loopback tcp://
+         * one when the worker and the node both dialed the hub on loopback (one machine). */
+        bool direct = best->direct_url[0] && (goblin__transport_url_is_tls(best->direct_url) ||
+                                              (w->origin_kind == 0 && best->origin_kind == 0));
+        if (w->intro_ok && direct) {
             if (!intro_start(w, best)) return;
             continue;
         }

@@ -70,38 +70,56 @@ bool goblin__transport_url_is_plain_tcp(const char *url) {
            strncmp(url, "tcp6://", 7) == 0;
 }
 
-bool goblin__transport_url_is_local(const char *url) {
-    if (!url) return false;
-    if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0) return true;
+goblin__url_scope goblin__transport_url_scope(const char *url) {
+    if (!url) return GOBLIN__SCOPE_BAD;
+    if (strncmp(url, "ipc://", 6) == 0 || strncmp(url, "inproc://", 9) == 0) return GOBLIN__SCOPE_LOCAL;
     const char *h = strstr(url, "://");
-    if (!h) return false;
+    if (!h) return GOBLIN__SCOPE_BAD;
     h += 3;
     /* The host is what precedes the port: "[v6]:port" or "v4:port". Only a numeric
-     * address counts, parsed whole: 127.0.0.0/8 or ::1 (a name such as
-     * "127.0.0.1.example.com" or "localhost" could resolve anywhere). */
-    char host[64];
+     * address has a scope, parsed whole (a name such as "127.0.0.1.example.com" or
+     * "localhost" could resolve anywhere). */
+    char host[256];
     const char *end;
     if (*h == '[') {
         end = strchr(h, ']');
-        if (!end || end[1] != ':') return false;
+        if (!end || end[1] != ':') return GOBLIN__SCOPE_BAD;
         h++;
     } else {
         end = strrchr(h, ':');
-        if (!end) return false;
+        if (!end) return GOBLIN__SCOPE_BAD;
     }
     size_t n = (size_t)(end - h);
-    if (n == 0 || n >= sizeof host) return false;
+    if (n == 0 || n >= sizeof host) return GOBLIN__SCOPE_BAD;
     memcpy(host, h, n);
     host[n] = 0;
     const char *port = end + (*end == ']' ? 2 : 1);
-    if (!*port) return false;
+    if (!*port) return GOBLIN__SCOPE_BAD;
     for (const char *q = port; *q; q++)
-        if (*q < '0' || *q > '9') return false;
+        if (*q < '0' || *q > '9') return GOBLIN__SCOPE_BAD;
     struct in_addr a4;
     struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
-    return false;
+    if (inet_pton(AF_INET, host, &a4) == 1) {
+        uint32_t a = ntohl(a4.s_addr);
+        if (a >> 24 == 127) return GOBLIN__SCOPE_LOOPBACK;
+        if (a >> 24 == 10 || (a >> 20) == 0xac1 || (a >> 16) == 0xc0a8) return GOBLIN__SCOPE_PRIVATE;
+        if ((a >> 16) == 0xa9fe || a >> 24 == 0 || a >> 28 >= 0xe) return GOBLIN__SCOPE_OTHER; /* link-local, 0/8, multicast+ */
+        return GOBLIN__SCOPE_PUBLIC;
+    }
+    if (inet_pton(AF_INET6, host, &a6) == 1) {
+        if (IN6_IS_ADDR_LOOPBACK(&a6)) return GOBLIN__SCOPE_LOOPBACK;
+        if ((a6.s6_addr[0] & 0xfe) == 0xfc) return GOBLIN__SCOPE_PRIVATE;
+        if (IN6_IS_ADDR_LINKLOCAL(&a6) || IN6_IS_ADDR_MULTICAST(&a6) || IN6_IS_ADDR_UNSPECIFIED(&a6) ||
+            IN6_IS_ADDR_V4MAPPED(&a6) || IN6_IS_ADDR_SITELOCAL(&a6))
+            return GOBLIN__SCOPE_OTHER;
+        return GOBLIN__SCOPE_PUBLIC;
+    }
+    return GOBLIN__SCOPE_NAME;
+}
+
+bool goblin__transport_url_is_local(const char *url) {
+    goblin__url_scope sc = goblin__transport_url_scope(url);
+    return sc == GOBLIN__SCOPE_LOCAL || sc == GOBLIN__SCOPE_LOOPBACK;
 }
 
 bool goblin_url_is_local(const char *url) { return goblin__transport_url_is_local(url); }

@@ -52,7 +52,19 @@ goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms
                                   size_t cap, nng_dialer *out);
 /** tcp://, tcp4://, tcp6:// (not TLS). */
 bool goblin__transport_url_is_plain_tcp(const char *url);
-/** Is @p url ipc://, inproc:// or on a loopback host (127.x, localhost, [::1])? */
+/** Where the host of @p url is: a numeric address's range, or a name (which may resolve
+ *  anywhere); ipc:// and inproc:// are LOCAL; BAD: not host:port. */
+typedef enum goblin__url_scope {
+    GOBLIN__SCOPE_BAD,
+    GOBLIN__SCOPE_LOCAL,    /* ipc://, inproc:// */
+    GOBLIN__SCOPE_LOOPBACK, /* 127.0.0.0/8, ::1 */
+    GOBLIN__SCOPE_PRIVATE,  /* 10/8, 172.16/12, 192.168/16, fc00::/7 */
+    GOBLIN__SCOPE_OTHER,    /* link-local, 0/8, multicast and up, ::, v4-mapped, site-local */
+    GOBLIN__SCOPE_PUBLIC,   /* any other numeric address */
+    GOBLIN__SCOPE_NAME,     /* a host name */
+} goblin__url_scope;
+goblin__url_scope goblin__transport_url_scope(const char *url);
+/** Is @p url ipc://, inproc:// or on a loopback address (127.x, [::1]; not names)? */
 bool goblin__transport_url_is_local(const char *url);
 /** tls+tcp:// and its variants. */
 bool goblin__transport_url_is_tls(const char *url);

@@ -414,6 +414,7 @@ static void wpipe_cb(nng_pipe pp, nng_pipe_ev ev, void *arg) {
         w->link = id;
         w->joined = false;
         w->link_direct = w->direct_mode;
+        w->link_dialer = nng_dialer_id(nng_pipe_dialer(pp));
         pthread_mutex_unlock(&w->tx_mu);
         atomic_fetch_add(&w->pipes_added, 1);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
@@ -565,18 +566,42 @@ static goblin_err go_direct(goblin_worker *w, char *msg, size_t cap) {
     return GOBLIN_OK;
 }
 
+/* May a worker whose home is @p home follow an introduction to @p to? tls+tcp:// with a
+ * fingerprint to pin, to a public address or a name, to a private address only from a
+ * private or loopback home, to loopback only from a loopback home; plain tcp:// only
+ * loopback to loopback (the hub, the node and the worker on one machine). Never to
+ * link-local, multicast or other special ranges: an introduction must not make a
+ * volunteer's machine dial services of its own or of its network (docs/hub.md). */
+static bool may_follow(const char *home, const char *to, bool has_fp) {
+    goblin__url_scope h = goblin__transport_url_scope(home), t = goblin__transport_url_scope(to);
+    bool home_loop = h == GOBLIN__SCOPE_LOOPBACK || h == GOBLIN__SCOPE_LOCAL;
+    if (!goblin__transport_url_is_tls(to))
+        return !has_fp && goblin__transport_url_is_plain_tcp(to) && t == GOBLIN__SCOPE_LOOPBACK && home_loop;
+    if (!has_fp) return false;
+    switch (t) {
+    case GOBLIN__SCOPE_PUBLIC:
+    case GOBLIN__SCOPE_NAME: return true;
+    case GOBLIN__SCOPE_PRIVATE: return home_loop || h == GOBLIN__SCOPE_PRIVATE;
+    case GOBLIN__SCOPE_LOOPBACK: return home_loop;
+    default: return false;
+    }
+}
+
 /* An INTRODUCE on link @p from: taken only from home, before a HELLO_ACK, and only to an
- * address a node may offer (tls+tcp:// with a fingerprint to pin, or tcp:// on loopback);
- * anything else ends that link (the next HELLO home asks to be relayed). */
+ * address may_follow allows from that home; anything else ends that link (the next
+ * HELLO home asks to be relayed). */
 static void take_introduce(goblin_worker *w, uint32_t from, const goblin__wire_introduce *in) {
     static const uint8_t none[32] = {0};
     pthread_mutex_lock(&w->tx_mu);
     bool home = w->link == from && !w->link_direct && !w->joined;
+    int did = w->link_dialer;
     pthread_mutex_unlock(&w->tx_mu);
+    const char *home_url = NULL;
+    for (int32_t i = 0; i < w->n_home && !home_url; i++)
+        if (nng_dialer_id(w->home[i]) == did) home_url = w->p.connect[i];
     bool tls = goblin__transport_url_is_tls(in->url);
     bool has_fp = memcmp(in->fingerprint, none, sizeof none) != 0;
-    bool ok = home && !w->direct_on && ((tls && has_fp) || (!tls && !has_fp && goblin__transport_url_is_plain_tcp(in->url) &&
-                                                           goblin__transport_url_is_local(in->url)));
+    bool ok = home && home_url && !w->direct_on && may_follow(home_url, in->url, has_fp);
     if (!ok) {
         goblin__worker_log(w, GOBLIN_LOG_WARN, "ignoring an introduction to %.80s (%s); redialing", in->url,
                            !home || w->direct_on ? "not from home before joining" : "not an address to follow");

@@ -106,6 +106,7 @@ struct goblin_worker {
     /* under tx_mu: the loop dials the introduced node (every pipe added now is its);
      * the live link is that connection; it ended */
     bool direct_mode, link_direct, direct_lost;
+    int link_dialer; /* under tx_mu: the dialer id of the live link */
     nng_dialer direct;
     int64_t direct_since_ms;
     uint8_t ticket[GOBLIN_WIRE_TICKET_BYTES];

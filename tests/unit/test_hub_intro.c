@@ -10,7 +10,9 @@
 #include <goblin/tls.h>
 
 #include "hostile_peer.h"
+#include "hub/hub_impl.h"
 #include "hub_machines_util.h"
+#include "net/transport.h"
 #include "net/worker_key.h"
 #include "proto/wire.h"
 
@@ -394,6 +396,64 @@ Test(hub_intro, tls_without_a_fingerprint_is_not_followed, .timeout = 60) {
     not_followed("tls+tcp://127.0.0.1:7000", false);
 }
 Test(hub_intro, a_fingerprint_on_plain_tcp_is_not_followed, .timeout = 60) { not_followed("tcp://127.0.0.1:7000", true); }
+Test(hub_intro, link_local_and_multicast_are_not_followed, .timeout = 60) {
+    not_followed("tls+tcp://169.254.169.254:443", true);
+    not_followed("tls+tcp://[fe80::1]:7000", true);
+    not_followed("tls+tcp://224.0.0.1:7000", true);
+    not_followed("tls+tcp://0.0.0.0:7000", true);
+}
+
+Test(hub_intro, address_scopes) {
+    cr_assert_eq(goblin__transport_url_scope("tls+tcp://127.0.0.1:7"), GOBLIN__SCOPE_LOOPBACK);
+    cr_assert_eq(goblin__transport_url_scope("tcp://[::1]:7"), GOBLIN__SCOPE_LOOPBACK);
+    cr_assert_eq(goblin__transport_url_scope("tcp://10.1.2.3:7"), GOBLIN__SCOPE_PRIVATE);
+    cr_assert_eq(goblin__transport_url_scope("tcp://172.16.0.1:7"), GOBLIN__SCOPE_PRIVATE);
+    cr_assert_eq(goblin__transport_url_scope("tcp://172.31.255.1:7"), GOBLIN__SCOPE_PRIVATE);
+    cr_assert_eq(goblin__transport_url_scope("tcp://172.32.0.1:7"), GOBLIN__SCOPE_PUBLIC);
+    cr_assert_eq(goblin__transport_url_scope("tcp://192.168.9.9:7"), GOBLIN__SCOPE_PRIVATE);
+    cr_assert_eq(goblin__transport_url_scope("tcp://[fd00::5]:7"), GOBLIN__SCOPE_PRIVATE);
+    cr_assert_eq(goblin__transport_url_scope("tcp://169.254.169.254:80"), GOBLIN__SCOPE_OTHER);
+    cr_assert_eq(goblin__transport_url_scope("tcp://[fe80::1]:7"), GOBLIN__SCOPE_OTHER);
+    cr_assert_eq(goblin__transport_url_scope("tcp://[::ffff:127.0.0.1]:7"), GOBLIN__SCOPE_OTHER);
+    cr_assert_eq(goblin__transport_url_scope("tcp://239.1.1.1:7"), GOBLIN__SCOPE_OTHER);
+    cr_assert_eq(goblin__transport_url_scope("tcp://0.0.0.0:7"), GOBLIN__SCOPE_OTHER);
+    cr_assert_eq(goblin__transport_url_scope("tcp://203.0.113.4:7"), GOBLIN__SCOPE_PUBLIC);
+    cr_assert_eq(goblin__transport_url_scope("tcp://[2001:db8::1]:7"), GOBLIN__SCOPE_PUBLIC);
+    cr_assert_eq(goblin__transport_url_scope("tls+tcp://lab.example.org:7"), GOBLIN__SCOPE_NAME);
+    cr_assert_eq(goblin__transport_url_scope("tcp://localhost:7"), GOBLIN__SCOPE_NAME);
+    cr_assert_eq(goblin__transport_url_scope("ipc:///tmp/x"), GOBLIN__SCOPE_LOCAL);
+    cr_assert_eq(goblin__transport_url_scope("tcp://127.0.0.1"), GOBLIN__SCOPE_BAD);
+    cr_assert_eq(goblin__transport_url_scope("tcp://127.0.0.1:7x"), GOBLIN__SCOPE_BAD);
+    cr_assert_eq(goblin__transport_url_scope("nonsense"), GOBLIN__SCOPE_BAD);
+}
+
+/* A tcp:// direct address is a loopback one: it is used only when the worker and the
+ * node both reach the hub on loopback (one machine). Workers that come from elsewhere
+ * (the hub's test address makes loopback stand for 10.9.8.7) are relayed. */
+Test(hub_intro, a_loopback_address_is_offered_only_to_workers_on_the_same_machine, .timeout = 120) {
+    hub_up("tcp", NULL);
+    cr_assert_eq(goblin__hub_relay_test_addr(hub, "10.9.8.7"), GOBLIN_OK);
+    char key[GOBLIN_HUB_NODE_KEY_SIZE], url[128];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    goblin_node *node = direct_node_up(url, sizeof url, NULL, NULL);
+    cr_assert_eq(link_direct(node, key, url), GOBLIN_OK);
+    wset ws;
+    workers_up(&ws, 2);
+    cr_assert(rt_wait_workers(node, 2), "both lent, through the relay");
+    verified_matmul(node, 48, 40, 32, 51);
+    goblin_hub_machines_stats st = hstats();
+    cr_assert_eq(st.workers_introduced, 0, "a remote worker is not sent to a loopback address");
+    cr_assert_gt(st.bytes_relayed, 0);
+    for (int j = 0; j < 2; j++) {
+        goblin_worker_stats s;
+        goblin_worker_stats_get(ws.w[j], &s);
+        cr_assert_eq(s.introductions, 0);
+    }
+    workers_down(&ws);
+    goblin_node_free(node);
+    hub_down();
+}
 
 /* ---- the messages ------------------------------------------------------------------------ */
 
