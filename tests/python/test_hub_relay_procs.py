@@ -50,6 +50,20 @@ def write_key(path, text):
     os.close(fd)
 
 
+def stop_all(workers, g, hub):
+    """SIGTERM the worker processes (killed after 15 s), then the node and the hub."""
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    for w in workers:
+        try:
+            w.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            w.kill()
+    if g:
+        g.close()
+    hub.stop()
+
+
 def test_matmul_through_the_hub_processes(tmp_path, mailbox):
     hub = Hub(tmp_path, mailbox.port, "machines = tls+tcp://127.0.0.1:0\n")
     workers = []
@@ -91,16 +105,7 @@ def test_matmul_through_the_hub_processes(tmp_path, mailbox):
                             "--hub-fingerprint", fp], capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and "refused this node" in r.stderr, r.stderr
     finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            try:
-                w.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                w.kill()
-        if g:
-            g.close()
-        hub.stop()
+        stop_all(workers, g, hub)
     assert g.node.returncode == 0, g.node_log_text()[-2000:]
 
 
@@ -316,14 +321,5 @@ def test_introduced_workers_dial_the_node_processes(tmp_path, mailbox):
                 text = f.read()
             assert f"the hub introduced this worker to {g.url}" in text, text[-2000:]
     finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            try:
-                w.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                w.kill()
-        if g:
-            g.close()
-        hub.stop()
+        stop_all(workers, g, hub)
     assert g.node.returncode == 0, g.node_log_text()[-2000:]

@@ -150,6 +150,36 @@ static inline goblin_hub_machines_stats hstats(void) {
     return st;
 }
 
+/* Run C = A B (f64, m x k x n) on @p node and check it against the product computed
+ * here in f64; returns the tasks accepted from workers. */
+static uint8_t a_head[64]; /* the first bytes of the last A, to look for in the hub's files */
+
+static inline void matmul_checked(goblin_node *node, int64_t m, int64_t k, int64_t n, uint64_t seed) {
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, m, k, seed, true), b = rt_mat_new(GOBLIN_DTYPE_F64, k, n, seed + 1, true);
+    memcpy(a_head, a.data, sizeof a_head);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, m, n, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 8;
+    goblin_job *job = NULL;
+    cr_assert_eq(goblin_node_submit_matmul(node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK, "%s",
+                 goblin_node_submit_error());
+    cr_assert_eq(goblin_job_wait(job, 60000), GOBLIN_OK, "%s", goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0, "C matches the f64 product");
+    goblin_job_free(job);
+    free(a.data);
+    free(b.data);
+    free(c.data);
+}
+
+/* Tasks the workers of @p node had accepted, over every worker it tracks. */
+static inline int64_t accepted_from_workers(goblin_node *node) {
+    int64_t sum = 0;
+    goblin_node_worker_stats ws;
+    for (int64_t i = 0; goblin_node_worker_stats_get(node, i, &ws) == GOBLIN_OK; i++) sum += ws.accepted;
+    return sum;
+}
+
 static inline nng_socket raw_dial(const char *url) {
     nng_socket s;
     cr_assert_eq(nng_pair1_open(&s), 0);

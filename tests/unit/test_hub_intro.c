@@ -53,34 +53,21 @@ static goblin_err link_direct(goblin_node *n, const char *key, const char *direc
     return goblin_node_hub_connect(n, &hp);
 }
 
+/* An approved lab whose node (tcp://, a join token when @p token) is linked to the hub
+ * offering @p offer (NULL: its own address) for introductions; its URL into @p url. */
+static goblin_node *direct_lab(char *url, size_t cap, const char *token, const char *offer) {
+    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+    int64_t kid;
+    lab_key("lab@example.org", key, &kid);
+    goblin_node *node = direct_node_up(url, cap, NULL, token);
+    cr_assert_eq(link_direct(node, key, offer ? offer : url), GOBLIN_OK);
+    return node;
+}
+
 static goblin_node_hub_stats lstats(goblin_node *n) {
     goblin_node_hub_stats s;
     cr_assert_eq(goblin_node_hub_stats_get(n, &s), GOBLIN_OK);
     return s;
-}
-
-static void verified_matmul(goblin_node *node, int64_t m, int64_t k, int64_t n, uint64_t seed) {
-    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, m, k, seed, true), b = rt_mat_new(GOBLIN_DTYPE_F64, k, n, seed + 1, true);
-    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F64, m, n, 0, false);
-    goblin_job_params jp;
-    goblin_job_params_default(&jp);
-    jp.min_tasks = 8;
-    goblin_job *job = NULL;
-    cr_assert_eq(goblin_node_submit_matmul(node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK, "%s",
-                 goblin_node_submit_error());
-    cr_assert_eq(goblin_job_wait(job, 60000), GOBLIN_OK, "%s", goblin_job_error(job));
-    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0, "C matches the f64 product");
-    goblin_job_free(job);
-    free(a.data);
-    free(b.data);
-    free(c.data);
-}
-
-static int64_t worker_tasks(goblin_node *node) {
-    int64_t sum = 0;
-    goblin_node_worker_stats ws;
-    for (int64_t i = 0; goblin_node_worker_stats_get(node, i, &ws) == GOBLIN_OK; i++) sum += ws.accepted;
-    return sum;
 }
 
 typedef struct direct_goal {
@@ -113,8 +100,8 @@ static void introduced_matmul(const char *scheme) {
     cr_assert(wait_for(direct_now, &g), "both workers dial the node themselves (node %lld, hub %lld direct)",
               (long long)lstats(node).workers_direct, (long long)hstats().workers_direct);
     cr_assert(rt_wait_workers(node, 2));
-    verified_matmul(node, 96, 80, 72, 21);
-    cr_assert_gt(worker_tasks(node), 0, "the introduced workers computed tiles");
+    matmul_checked(node, 96, 80, 72, 21);
+    cr_assert_gt(accepted_from_workers(node), 0, "the introduced workers computed tiles");
     goblin_hub_machines_stats st = hstats();
     cr_assert_eq(st.bytes_relayed, 0, "no byte went through the relay");
     cr_assert_geq(st.workers_introduced, 2);
@@ -189,11 +176,8 @@ static goblin__wkey *key_in(const char *sub) {
 
 Test(hub_intro, a_ticket_admits_only_the_identity_the_hub_checked_once, .timeout = 120) {
     hub_up("tcp", NULL);
-    char key[GOBLIN_HUB_NODE_KEY_SIZE], url[128], text[600];
-    int64_t kid;
-    lab_key("lab@example.org", key, &kid);
-    goblin_node *node = direct_node_up(url, sizeof url, NULL, "the-node-own-join-token");
-    cr_assert_eq(link_direct(node, key, url), GOBLIN_OK);
+    char url[128], text[600];
+    goblin_node *node = direct_lab(url, sizeof url, "the-node-own-join-token", NULL);
     goblin__wkey *ka = key_in("ka"), *kb = key_in("kb");
     /* The hub checked A's PROOF and hands A a ticket and the node's address. */
     goblin__wire_msg *in = introduction_for(ka);
@@ -244,16 +228,13 @@ Test(hub_intro, a_ticket_admits_only_the_identity_the_hub_checked_once, .timeout
 
 Test(hub_intro, an_unreachable_address_falls_back_to_the_relay, .timeout = 120) {
     hub_up("tcp", NULL);
-    char key[GOBLIN_HUB_NODE_KEY_SIZE], url[128], nowhere[128];
-    int64_t kid;
-    lab_key("lab@example.org", key, &kid);
-    goblin_node *node = direct_node_up(url, sizeof url, NULL, NULL);
+    char url[128], nowhere[128];
     snprintf(nowhere, sizeof nowhere, "tcp://127.0.0.1:%d", hp_free_port()); /* nothing listens */
-    cr_assert_eq(link_direct(node, key, nowhere), GOBLIN_OK);
+    goblin_node *node = direct_lab(url, sizeof url, NULL, nowhere);
     wset ws;
     workers_up(&ws, 2);
     cr_assert(rt_wait_workers(node, 2), "both workers reach the node, through the relay");
-    verified_matmul(node, 64, 48, 40, 31);
+    matmul_checked(node, 64, 48, 40, 31);
     goblin_hub_machines_stats st = hstats();
     cr_assert_gt(st.bytes_relayed, 64 * 48 * 8, "the operands went through the relay");
     for (int j = 0; j < 2; j++) {
@@ -278,11 +259,8 @@ static bool refused_at_hub(void *arg) {
 
 Test(hub_intro, a_quarantine_ends_an_introduced_worker_and_it_is_refused_at_the_hub, .timeout = 120) {
     hub_up("tcp", NULL);
-    char key[GOBLIN_HUB_NODE_KEY_SIZE], url[128];
-    int64_t kid;
-    lab_key("lab@example.org", key, &kid);
-    goblin_node *node = direct_node_up(url, sizeof url, NULL, NULL);
-    cr_assert_eq(link_direct(node, key, url), GOBLIN_OK);
+    char url[128];
+    goblin_node *node = direct_lab(url, sizeof url, NULL, NULL);
     wset ws;
     workers_up(&ws, 1);
     direct_goal g = {node, 1};
@@ -325,7 +303,7 @@ Test(hub_intro, the_fair_share_takes_an_introduced_worker_back, .timeout = 180) 
     cr_assert(wait_for(one_each, labs), "one taken back from a's node (END) and lent to b");
     cr_assert_geq(hstats().workers_taken_back, 1);
     cr_assert(rt_wait_workers(nb, 1));
-    verified_matmul(nb, 48, 40, 32, 41);
+    matmul_checked(nb, 48, 40, 32, 41);
     workers_down(&ws);
     goblin_node_free(na);
     goblin_node_free(nb);
@@ -433,15 +411,12 @@ Test(hub_intro, address_scopes) {
 Test(hub_intro, a_loopback_address_is_offered_only_to_workers_on_the_same_machine, .timeout = 120) {
     hub_up("tcp", NULL);
     cr_assert_eq(goblin__hub_relay_test_addr(hub, "10.9.8.7"), GOBLIN_OK);
-    char key[GOBLIN_HUB_NODE_KEY_SIZE], url[128];
-    int64_t kid;
-    lab_key("lab@example.org", key, &kid);
-    goblin_node *node = direct_node_up(url, sizeof url, NULL, NULL);
-    cr_assert_eq(link_direct(node, key, url), GOBLIN_OK);
+    char url[128];
+    goblin_node *node = direct_lab(url, sizeof url, NULL, NULL);
     wset ws;
     workers_up(&ws, 2);
     cr_assert(rt_wait_workers(node, 2), "both lent, through the relay");
-    verified_matmul(node, 48, 40, 32, 51);
+    matmul_checked(node, 48, 40, 32, 51);
     goblin_hub_machines_stats st = hstats();
     cr_assert_eq(st.workers_introduced, 0, "a remote worker is not sent to a loopback address");
     cr_assert_gt(st.bytes_relayed, 0);
