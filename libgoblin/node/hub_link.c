@@ -48,6 +48,7 @@ struct goblin__node_hub {
     char direct_url[GOBLIN__HUBW_URL_MAX + 1]; /* "" : relay only */
     uint8_t direct_fp[GOBLIN__HUBW_FINGERPRINT];
     nng_socket ctl;
+    int rfd; /* the control socket's NNG_OPT_RECVFD, made before any pipe exists; -1 */
     bool ctl_open;
     nng_tls_config *tls;
     pthread_t thread;
@@ -379,7 +380,7 @@ static void report_work(struct goblin__node_hub *h) {
 static void *hub_main(void *arg) {
     struct goblin__node_hub *h = arg;
     goblin_node *n = h->n;
-    int rfd = -1, seen_pipes = 0;
+    int rfd = h->rfd, seen_pipes = 0;
     int32_t q_sent = 0;
     bool was_acked = false;
     int64_t last_beat = 0, last_work = 0;
@@ -588,6 +589,7 @@ goblin_err goblin_node_hub_connect(goblin_node *n, const goblin_node_hub_params 
         return GOBLIN_ENOMEM;
     }
     h->n = n;
+    h->rfd = -1;
     snprintf(h->url, sizeof h->url, "%s", p->url);
     memcpy(h->key, p->key, kl + 1);
     h->max_workers = p->max_workers;
@@ -641,6 +643,9 @@ goblin_err goblin_node_hub_connect(goblin_node *n, const goblin_node_hub_params 
         nng_socket_set_ms(h->ctl, NNG_OPT_SENDTIMEO, 1000);
         /* Room for a turn's reports (WORK, QUARANTINE) sent without blocking. */
         nng_socket_set_int(h->ctl, NNG_OPT_SENDBUF, 128);
+        /* The receive descriptor nng makes on first use, made now: made later by the
+         * link's thread while nng's threads signal it, the two raced (ThreadSanitizer). */
+        if (nng_socket_get_int(h->ctl, NNG_OPT_RECVFD, &h->rfd) != 0) h->rfd = -1;
         nng_pipe_notify(h->ctl, NNG_PIPE_EV_ADD_POST, ctl_pipe_cb, h);
         nng_pipe_notify(h->ctl, NNG_PIPE_EV_REM_POST, ctl_pipe_cb, h);
         nng_dialer d;
