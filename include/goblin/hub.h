@@ -253,6 +253,7 @@ typedef struct goblin_hub_machines_stats {
     int64_t intro_proofs_refused; /* workers whose PROOF to the hub (for an introduction) failed */
     int64_t direct_left;          /* introduced workers their node reported gone (LEFT) */
     int64_t direct_offers_refused; /* NODE_DIRECT addresses a worker would not follow */
+    int64_t nodes_direct;         /* lab nodes connected now that offered an address (NODE_DIRECT) */
 } goblin_hub_machines_stats;
 
 /** One connection of the machines address, for the operator's page. */

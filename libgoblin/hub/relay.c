@@ -1462,7 +1462,7 @@ goblin_err goblin_hub_machines_stats_get(goblin_hub *h, goblin_hub_machines_stat
     pthread_mutex_lock(&r->mu);
     *out = r->st;
     out->nodes_connected = r->n_nodes;
-    out->workers_waiting = out->workers_lent = out->workers_direct = 0;
+    out->workers_waiting = out->workers_lent = out->workers_direct = out->nodes_direct = 0;
     out->labs_active = 0;
     for (rconn *c = r->conns; c; c = c->next) {
         if (c->closing) continue;
@@ -1472,7 +1472,10 @@ goblin_err goblin_hub_machines_stats_get(goblin_hub *h, goblin_hub_machines_stat
                 if (!d->closing && d->role == R_CONTROL && d->lab == c->lab) first = false;
             out->labs_active += first;
         }
-        if (c->role == R_CONTROL) out->workers_direct += c->n_directs;
+        if (c->role == R_CONTROL) {
+            out->workers_direct += c->n_directs;
+            out->nodes_direct += c->direct_url[0] != 0;
+        }
         if (c->role != R_WORKER) continue;
         if (c->peer) out->workers_lent++;
         else out->workers_waiting++;

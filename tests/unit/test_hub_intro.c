@@ -43,6 +43,10 @@ static goblin_node *direct_node_up(char *url, size_t cap, const char *tls_dir, c
     return n;
 }
 
+static bool offer_taken(void *arg) { return hstats().nodes_direct >= *(int64_t *)arg; }
+
+/* Link @p n offering @p direct, and wait until the hub has the offer: it comes after
+ * NODE_ACK, and a worker lent before the hub reads it is relayed. */
 static goblin_err link_direct(goblin_node *n, const char *key, const char *direct) {
     goblin_node_hub_params hp;
     goblin_node_hub_params_default(&hp);
@@ -50,7 +54,10 @@ static goblin_err link_direct(goblin_node *n, const char *key, const char *direc
     hp.key = key;
     hp.direct_url = direct;
     if (!strncmp(murl, "tls+", 4)) hp.fingerprint = fp;
-    return goblin_node_hub_connect(n, &hp);
+    int64_t want = hstats().nodes_direct + 1;
+    goblin_err e = goblin_node_hub_connect(n, &hp);
+    if (!e) cr_assert(wait_for(offer_taken, &want), "the hub took the direct address");
+    return e;
 }
 
 /* An approved lab whose node (tcp://, a join token when @p token) is linked to the hub

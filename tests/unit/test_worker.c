@@ -583,6 +583,20 @@ static void tiny_tasks(bool cheat, goblin_dtype dt, goblin_misbehave mode) {
     snprintf(url, sizeof url, "inproc://test-worker-tiny-%d-%d", (int)cheat, (int)mode);
     rt_grid g;
     rt_grid_start_joined(&g, url, &np, wp, 4);
+    /* All four have asked for work before the job (each logs its HELLO_ACK and sends its
+     * LEASE_REQUEST at once): 256 tiny tasks can be gone before a late worker's first
+     * request is read, and the cheater then gets none (seen in a loaded CI run). */
+    for (int i = 0; i < 6000; i++) {
+        pthread_mutex_lock(&lg.mu);
+        int joined = 0;
+        for (const char *q = lg.buf; (q = strstr(q, "joined the node as worker")) != NULL; q++) joined++;
+        pthread_mutex_unlock(&lg.mu);
+        if (joined >= 4) break;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    struct timespec settle = {0, 50000000}; /* their requests read by the node */
+    nanosleep(&settle, NULL);
     rt_mat a = rt_mat_new(dt, 128, 8, 31, true), b = rt_mat_new(dt, 8, 128, 32, true);
     rt_mat c = rt_mat_new(dt, 128, 128, 0, false);
     goblin_job_params jp;
