@@ -528,12 +528,18 @@ goblin_err goblin__train_make_plan(const tr_model *m, int64_t batch, int64_t mic
             int32_t id = m->seq[k], wp, wa, bp, oa;
             int64_t feat;
             const char *opn = goblin_op_name(m->g->nodes[id].op);
+            /* What to do: fewer rows a task while there are several, else more memory
+             * (a row is not cut along the sequence). */
+            const char *advice = P.rows > 1 ? "; use a smaller micro_batch_size, or give the workers more memory "
+                                              "(goblin-worker --memory) or a larger task_memory"
+                                            : "; one row is not cut along the sequence: give the workers more "
+                                              "memory (goblin-worker --memory) or a larger task_memory";
             if (!tile_layout(m, id, &wp, &wa, &bp, &oa, &feat)) {
                 e = ERRF(GOBLIN_ERANGE,
                          "node %d (%s) needs %.0f bytes for %lld row(s) (parameters %.0f), over the "
-                         "task budget of %llu bytes, and cannot be cut into tiles",
+                         "task budget of %llu bytes, and cannot be cut into tiles%s",
                          (int)id, opn, mem_bwd(&x, P.rows), (long long)P.rows, x.pbytes,
-                         (unsigned long long)budget);
+                         (unsigned long long)budget, advice);
                 goto done;
             }
             int32_t T = 2;
@@ -541,9 +547,9 @@ goblin_err goblin__train_make_plan(const tr_model *m, int64_t batch, int64_t mic
             if (T > feat) {
                 e = ERRF(GOBLIN_ERANGE,
                          "node %d (%s): even %lld tiles of one feature need %.0f bytes for %lld "
-                         "row(s), over the task budget of %llu bytes",
+                         "row(s), over the task budget of %llu bytes%s",
                          (int)id, opn, (long long)feat, tile_bwd(m, id, (int32_t)feat, P.rows),
-                         (long long)P.rows, (unsigned long long)budget);
+                         (long long)P.rows, (unsigned long long)budget, advice);
                 goto done;
             }
             if ((k > 0 && !m->cut_ok[k - 1]) || !m->cut_ok[k]) {

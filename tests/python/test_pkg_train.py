@@ -372,6 +372,7 @@ def test_plan_that_no_task_fits_says_so_before_any_task():
             with pytest.raises(goblin.RangeError, match=r"40960 bytes") as ei:
                 tr.plan(b)
             assert "needs" in str(ei.value)
+            assert "more memory" in str(ei.value), str(ei.value)  # what to do
         assert g.stats()["tasks_issued"] == 0
     finally:
         g.close()
