@@ -362,8 +362,9 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         rows = jp->chunk_rows < B ? jp->chunk_rows : B;
     } else {
         if (base + slope > (double)mem) {
-            snprintf(msg, cap, "one row needs about %.0f bytes, more than the task memory budget of %llu",
-                     base + slope, (unsigned long long)mem);
+            snprintf(msg, cap, "one row needs about %.0f bytes, more than the task memory budget of %llu (a row "
+                     "is not cut further: give the workers more memory, goblin-worker --memory, or pass a larger "
+                     "task_memory)", base + slope, (unsigned long long)mem);
             return GOBLIN_ERANGE;
         }
         double fit = slope > 0 ? ((double)mem - base) / slope : (double)B;
@@ -405,7 +406,11 @@ static goblin_err plan_graph(goblin_node *n, gjob *G, uint64_t job_id, const gob
         if (G->v[0].bytes <= mem) break;
         if (fixed || rows == 1 || tries >= 16) {
             snprintf(msg, cap, "a task of %lld rows needs about %llu bytes, more than the task memory budget "
-                     "of %llu", (long long)rows, (unsigned long long)G->v[0].bytes, (unsigned long long)mem);
+                     "of %llu (%s)", (long long)rows, (unsigned long long)G->v[0].bytes, (unsigned long long)mem,
+                     rows > 1 ? "fewer rows a task (chunk_rows), more worker memory (goblin-worker --memory) or a "
+                                "larger task_memory"
+                              : "a row is not cut further: give the workers more memory, goblin-worker --memory, or "
+                                "pass a larger task_memory");
             return GOBLIN_ERANGE;
         }
         int64_t r2 = (int64_t)((double)rows * (double)mem / (double)G->v[0].bytes);

@@ -122,6 +122,7 @@ def test_a_job_no_task_of_fits_says_why_through_the_client():
             with pytest.raises(goblin.RangeError, match=r"more than the task memory budget of 2097152") as ei:
                 g.run(gr, x, w1, w2, split=["batch", "broadcast", "broadcast"], progress=False)
             assert "log" not in str(ei.value)
+            assert "goblin-worker --memory" in str(ei.value), str(ei.value)  # what to do
         finally:
             g.close()
     finally:
