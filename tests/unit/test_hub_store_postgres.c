@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hub/hub_impl.h"
+#include "hostile_peer.h" /* hp_free_port */
 #include "hub_store_links.h"
 
 static char dir[256], location[512];
@@ -50,7 +51,7 @@ static void setup(void) {
         snprintf(cmd, sizeof cmd, "chown postgres '%s'", dir);
         cr_assert_eq(system(cmd), 0);
     }
-    int port = 20000 + (int)(getpid() % 20000);
+    int port = hp_free_port();
     snprintf(cmd, sizeof cmd, "%s/initdb -D %s/data -A trust -U goblin --no-sync", bin, dir);
     cr_assert_eq(as_server_user(cmd), 0, "initdb failed");
     snprintf(cmd, sizeof cmd,

@@ -11,6 +11,7 @@
 #include <goblin/tls.h>
 
 #include "runtime_util.h"
+#include "hostile_peer.h" /* hp_free_port */
 
 static void run_product(goblin_node *node, goblin_dtype dt, int64_t m, int64_t k, int64_t n,
                         const goblin_job_params *jp, goblin_job_plan *info_out) {
@@ -149,7 +150,7 @@ Test(node, over_tcp_with_worker_threads) {
         wp[i].threads = 1;
     }
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", hp_free_port());
     rt_grid g;
     rt_grid_start_joined(&g, url, &np, wp, 3);
     run_product(g.node, GOBLIN_DTYPE_F32, 300, 200, 260, NULL, NULL);
@@ -395,7 +396,7 @@ Test(node, garbage_peer_dropped_others_served) {
         wp[i].threads = 1;
     }
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 40000 + (int)(getpid() % 20000));
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", hp_free_port());
     rt_grid g;
     rt_grid_start_joined(&g, url, &np, wp, 2);
     /* 1: random bytes; 2: a valid header with a lying length; 3: a RESULT before HELLO. */
@@ -600,7 +601,7 @@ Test(node, grid_over_tls_loopback_pinned_and_ca, .timeout = 120) {
     wp[0].tls_fingerprint = id.fingerprint; /* pinned */
     wp[1].tls_ca_file = id.cert_path;       /* the identity as its own CA */
     char url[64];
-    snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", 20000 + (int)((getpid() + 7) % 20000));
+    snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", hp_free_port());
     rt_grid g;
     rt_grid_start_joined(&g, url, &np, wp, 2);
     run_product(g.node, GOBLIN_DTYPE_F32, 90, 70, 80, NULL, NULL);

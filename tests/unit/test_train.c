@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "runtime_util.h"
+#include "hostile_peer.h" /* hp_free_port */
 #include "testutil.h"
 
 /* ---- the model: an MLP (tanh) with a linear classifier and cross-entropy ------------ */
@@ -792,7 +793,7 @@ Test(train, through_a_client_and_gateway) {
     mlp_build(&m, 4, DEEP, 6, 18, 0);
     goblin_grid *grid = grid_new(2);
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 27400 + (int)(getpid() % 90));
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", hp_free_port());
     goblin_gateway_params gp;
     goblin_gateway_params_default(&gp);
     gp.listen[0] = url;

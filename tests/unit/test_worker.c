@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "runtime_util.h"
+#include "hostile_peer.h" /* hp_free_port */
 
 typedef struct outcome {
     goblin_node_stats st;
@@ -504,7 +505,7 @@ Test(worker, reconnects_when_the_node_comes_back) {
     wp.reconnect_min_ms = 20;
     wp.reconnect_max_ms = 100;
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 30000 + (int)(getpid() % 9000));
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", hp_free_port());
     rt_grid g;
     rt_grid_start_joined(&g, url, &np, &wp, 1);
     rt_mat a = rt_mat_new(GOBLIN_DTYPE_F64, 30, 40, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F64, 40, 20, 4, true);
