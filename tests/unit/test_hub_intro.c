@@ -61,13 +61,17 @@ static goblin_err link_direct(goblin_node *n, const char *key, const char *direc
 }
 
 /* An approved lab whose node (tcp://, a join token when @p token) is linked to the hub
- * offering @p offer (NULL: its own address) for introductions; its URL into @p url. */
-static goblin_node *direct_lab(char *url, size_t cap, const char *token, const char *offer) {
-    char key[GOBLIN_HUB_NODE_KEY_SIZE];
+ * offering its own address for introductions, or with @p nowhere an address where
+ * nothing listens (picked once the node listens: a free port asked for before could be
+ * the one the node then gets); its URL into @p url. */
+static goblin_node *direct_lab(char *url, size_t cap, const char *token, bool nowhere) {
+    char key[GOBLIN_HUB_NODE_KEY_SIZE], offer[128];
     int64_t kid;
     lab_key("lab@example.org", key, &kid);
     goblin_node *node = direct_node_up(url, cap, NULL, token);
-    cr_assert_eq(link_direct(node, key, offer ? offer : url), GOBLIN_OK);
+    snprintf(offer, sizeof offer, "%s", url);
+    while (nowhere && !strcmp(offer, url)) snprintf(offer, sizeof offer, "tcp://127.0.0.1:%d", hp_free_port());
+    cr_assert_eq(link_direct(node, key, offer), GOBLIN_OK);
     return node;
 }
 
@@ -184,7 +188,7 @@ static goblin__wkey *key_in(const char *sub) {
 Test(hub_intro, a_ticket_admits_only_the_identity_the_hub_checked_once, .timeout = 120) {
     hub_up("tcp", NULL);
     char url[128], text[600];
-    goblin_node *node = direct_lab(url, sizeof url, "the-node-own-join-token", NULL);
+    goblin_node *node = direct_lab(url, sizeof url, "the-node-own-join-token", false);
     goblin__wkey *ka = key_in("ka"), *kb = key_in("kb");
     /* The hub checked A's PROOF and hands A a ticket and the node's address. */
     goblin__wire_msg *in = introduction_for(ka);
@@ -235,9 +239,8 @@ Test(hub_intro, a_ticket_admits_only_the_identity_the_hub_checked_once, .timeout
 
 Test(hub_intro, an_unreachable_address_falls_back_to_the_relay, .timeout = 120) {
     hub_up("tcp", NULL);
-    char url[128], nowhere[128];
-    snprintf(nowhere, sizeof nowhere, "tcp://127.0.0.1:%d", hp_free_port()); /* nothing listens */
-    goblin_node *node = direct_lab(url, sizeof url, NULL, nowhere);
+    char url[128];
+    goblin_node *node = direct_lab(url, sizeof url, NULL, true);
     wset ws;
     workers_up(&ws, 2);
     cr_assert(rt_wait_workers(node, 2), "both workers reach the node, through the relay");
@@ -267,7 +270,7 @@ static bool refused_at_hub(void *arg) {
 Test(hub_intro, a_quarantine_ends_an_introduced_worker_and_it_is_refused_at_the_hub, .timeout = 120) {
     hub_up("tcp", NULL);
     char url[128];
-    goblin_node *node = direct_lab(url, sizeof url, NULL, NULL);
+    goblin_node *node = direct_lab(url, sizeof url, NULL, false);
     wset ws;
     workers_up(&ws, 1);
     direct_goal g = {node, 1};
@@ -419,7 +422,7 @@ Test(hub_intro, a_loopback_address_is_offered_only_to_workers_on_the_same_machin
     hub_up("tcp", NULL);
     cr_assert_eq(goblin__hub_relay_test_addr(hub, "10.9.8.7"), GOBLIN_OK);
     char url[128];
-    goblin_node *node = direct_lab(url, sizeof url, NULL, NULL);
+    goblin_node *node = direct_lab(url, sizeof url, NULL, false);
     wset ws;
     workers_up(&ws, 2);
     cr_assert(rt_wait_workers(node, 2), "both lent, through the relay");
