@@ -359,7 +359,10 @@ int main(int argc, char **argv) {
                "process; the W workers (goblin_worker, 1 thread each, the real protocol) run in child processes "
                "of %d. ",
                group_sz);
-    printf("Join: the time for the workers added at that W to connect and ask for work, %s. Node memory: this "
+    printf("Join: the time for the workers added at that W to connect and ask for work, %s, and the node's CPU "
+           "over it per worker added (the identity check included). Node CPU idle: its share of a core over 3 s "
+           "with the W workers idle (heartbeats; every second a LEASE_REQUEST from each worker owed leases, as "
+           "goblin_worker resyncs). Node memory: this "
            "process's resident set once the W workers are connected, asking and idle, minus the node's alone "
            "(measured with W rising, before any job); per worker = that / W; per added worker = the growth from "
            "the previous W over the workers added. Tasks: a "
@@ -369,13 +372,13 @@ int main(int argc, char **argv) {
            join_all ? "all dialing at once" : "one child process at a time", base_tasks, reps);
     /* Memory first, W rising, before any job (a job's allocations stay in the heap);
      * then the jobs, W falling, the last groups stopped between. */
-    double rss_at[32], join_s[32], idle_cpu[32];
+    double rss_at[32], join_s[32], join_cpu[32], idle_cpu[32];
     static char rows[32][384];
     memset(rows, 0, sizeof rows);
     int have = 0, joined = 0;
     for (int wi = 0; wi < nws; wi++) {
         int want = ws[wi];
-        double tj = now_s();
+        double tj = now_s(), cj = cpu_s();
         while (have < want) {
             int add = want - have < group_sz ? want - have : group_sz;
             if (spawn_group(url, add) != 0) break;
@@ -390,6 +393,7 @@ int main(int argc, char **argv) {
             break;
         }
         join_s[wi] = now_s() - tj;
+        join_cpu[wi] = (cpu_s() - cj) / (want - (wi > 0 ? ws[wi - 1] : 0));
         fprintf(stderr, "W=%d joined in %.1f s\n", want, join_s[wi]);
         sleep(2); /* settled: joins done, first heartbeats in */
         /* The node's CPU with W idle workers (heartbeats, lease requests every second
@@ -404,7 +408,8 @@ int main(int argc, char **argv) {
      * 3 heartbeat intervals, all in the same sweep or so; then they wake, find their
      * connections shut, redial at once and join again (same keys). */
     char drop_line[512] = "";
-    if (joined > 0 && env_int("GOBLIN_BENCH_SCALE_DROP", g_sim ? 1 : 0)) {
+    const char *dm = getenv("GOBLIN_BENCH_SCALE_DROP");
+    if (joined > 0 && (dm && *dm ? strcmp(dm, "0") != 0 : g_sim)) {
         int want = ws[joined - 1];
         for (int i = 0; i < g_n_groups; i++) kill(g_groups[i].pid, SIGSTOP);
         double ts = now_s(), t_first = 0, t_last = 0, c_first = 0;
@@ -445,7 +450,7 @@ int main(int argc, char **argv) {
         int count = 0, gi = 0;
         while (gi < g_n_groups && count < want) count += g_sizes[gi++];
         if (count != want) {
-            snprintf(rows[wi], sizeof rows[wi], "| %d | (group sizes do not add up to W; skipped) | | | | | | | | | | |", want);
+            snprintf(rows[wi], sizeof rows[wi], "| %d | (group sizes do not add up to W; skipped) | | | | | | | | | | | |", want);
             continue;
         }
         while (g_n_groups > gi) {
@@ -461,7 +466,7 @@ int main(int argc, char **argv) {
         while (m * m < tiles * 64) m *= 2;
         mats x;
         if (mats_new(&x, m) != 0) {
-            snprintf(rows[wi], sizeof rows[wi], "| %d | out of memory | | | | | | | | | | |", want);
+            snprintf(rows[wi], sizeof rows[wi], "| %d | out of memory | | | | | | | | | | | |", want);
             mats_free(&x);
             break;
         }
@@ -489,21 +494,21 @@ int main(int argc, char **argv) {
         int prev_w = wi > 0 ? ws[wi - 1] : 0;
         double marg = (rss_at[wi] - prev_rss) / 1024.0 / (want - prev_w);
         if (failed)
-            snprintf(rows[wi], sizeof rows[wi], "| %d | %.1f s | %.1f %% | %.1f MiB | %.1f KiB | %.1f KiB | job failed | | | | | |",
-                     want, join_s[wi], 100 * idle_cpu[wi], rss_at[wi] / 1048576.0, per, marg);
+            snprintf(rows[wi], sizeof rows[wi], "| %d | %.1f s | %.2f ms | %.1f %% | %.1f MiB | %.1f KiB | %.1f KiB | job failed | | | | | |",
+                     want, join_s[wi], 1e3 * join_cpu[wi], 100 * idle_cpu[wi], rss_at[wi] / 1048576.0, per, marg);
         else
             snprintf(rows[wi], sizeof rows[wi],
-                     "| %d | %.1f s | %.1f %% | %.1f MiB | %.1f KiB | **%.1f KiB** | %lld tiles of ~8x8x8 | %.3f s | **%.0f** | %.1f us | %lld | %.0f |",
-                     want, join_s[wi], 100 * idle_cpu[wi], rss_at[wi] / 1048576.0, per, marg, (long long)nt, best, (double)nt / best,
+                     "| %d | %.1f s | %.2f ms | %.1f %% | %.1f MiB | %.1f KiB | **%.1f KiB** | %lld tiles of ~8x8x8 | %.3f s | **%.0f** | %.1f us | %lld | %.0f |",
+                     want, join_s[wi], 1e3 * join_cpu[wi], 100 * idle_cpu[wi], rss_at[wi] / 1048576.0, per, marg, (long long)nt, best, (double)nt / best,
                      best_cpu / (double)nt * 1e6, (long long)(s1.tasks_reissued - s0.tasks_reissued), err);
         fprintf(stderr, "%s\n", rows[wi]);
         mats_free(&x);
     }
-    printf("| workers | join | node CPU idle | node RSS | per worker | per added worker | tasks | job time | tasks/s | node CPU per task | reissued | max err |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| workers | join | node CPU per join | node CPU idle | node RSS | per worker | per added worker | tasks | job time | tasks/s | node CPU per task | reissued | max err |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int wi = 0; wi < nws; wi++)
         if (rows[wi][0]) printf("%s\n", rows[wi]);
-        else printf("| %d | not reached | | | | | | | | | | |\n", ws[wi]);
+        else printf("| %d | not reached | | | | | | | | | | | |\n", ws[wi]);
     if (drop_line[0]) printf("\n%s\n", drop_line);
     double la[3] = {0, 0, 0};
     if (getloadavg(la, 3) < 0) la[0] = la[1] = la[2] = -1;
