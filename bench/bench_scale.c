@@ -450,7 +450,7 @@ int main(int argc, char **argv) {
         int count = 0, gi = 0;
         while (gi < g_n_groups && count < want) count += g_sizes[gi++];
         if (count != want) {
-            snprintf(rows[wi], sizeof rows[wi], "| %d | (group sizes do not add up to W; skipped) | | | | | | | | | | | |", want);
+            snprintf(rows[wi], sizeof rows[wi], "| %d | (group sizes do not add up to W; skipped) | | | | | | | | | | | | |", want);
             continue;
         }
         while (g_n_groups > gi) {
@@ -466,7 +466,7 @@ int main(int argc, char **argv) {
         while (m * m < tiles * 64) m *= 2;
         mats x;
         if (mats_new(&x, m) != 0) {
-            snprintf(rows[wi], sizeof rows[wi], "| %d | out of memory | | | | | | | | | | | |", want);
+            snprintf(rows[wi], sizeof rows[wi], "| %d | out of memory | | | | | | | | | | | | |", want);
             mats_free(&x);
             break;
         }
@@ -494,21 +494,22 @@ int main(int argc, char **argv) {
         int prev_w = wi > 0 ? ws[wi - 1] : 0;
         double marg = (rss_at[wi] - prev_rss) / 1024.0 / (want - prev_w);
         if (failed)
-            snprintf(rows[wi], sizeof rows[wi], "| %d | %.1f s | %.2f ms | %.1f %% | %.1f MiB | %.1f KiB | %.1f KiB | job failed | | | | | |",
+            snprintf(rows[wi], sizeof rows[wi], "| %d | %.1f s | %.2f ms | %.1f %% | %.1f MiB | %.1f KiB | %.1f KiB | job failed | | | | | | |",
                      want, join_s[wi], 1e3 * join_cpu[wi], 100 * idle_cpu[wi], rss_at[wi] / 1048576.0, per, marg);
         else
             snprintf(rows[wi], sizeof rows[wi],
-                     "| %d | %.1f s | %.2f ms | %.1f %% | %.1f MiB | %.1f KiB | **%.1f KiB** | %lld tiles of ~8x8x8 | %.3f s | **%.0f** | %.1f us | %lld | %.0f |",
+                     "| %d | %.1f s | %.2f ms | %.1f %% | %.1f MiB | %.1f KiB | **%.1f KiB** | %lld tiles of ~8x8x8 | %.3f s | **%.0f** | %.1f us | %lld | %lld | %.0f |",
                      want, join_s[wi], 1e3 * join_cpu[wi], 100 * idle_cpu[wi], rss_at[wi] / 1048576.0, per, marg, (long long)nt, best, (double)nt / best,
-                     best_cpu / (double)nt * 1e6, (long long)(s1.tasks_reissued - s0.tasks_reissued), err);
+                     best_cpu / (double)nt * 1e6, (long long)(s1.tasks_reissued - s0.tasks_reissued),
+                     (long long)(s1.tasks_speculative - s0.tasks_speculative), err);
         fprintf(stderr, "%s\n", rows[wi]);
         mats_free(&x);
     }
-    printf("| workers | join | node CPU per join | node CPU idle | node RSS | per worker | per added worker | tasks | job time | tasks/s | node CPU per task | reissued | max err |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| workers | join | node CPU per join | node CPU idle | node RSS | per worker | per added worker | tasks | job time | tasks/s | node CPU per task | reissued | speculative | max err |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int wi = 0; wi < nws; wi++)
         if (rows[wi][0]) printf("%s\n", rows[wi]);
-        else printf("| %d | not reached | | | | | | | | | | | |\n", ws[wi]);
+        else printf("| %d | not reached | | | | | | | | | | | | |\n", ws[wi]);
     if (drop_line[0]) printf("\n%s\n", drop_line);
     double la[3] = {0, 0, 0};
     if (getloadavg(la, 3) < 0) la[0] = la[1] = la[2] = -1;
