@@ -286,6 +286,7 @@ struct goblin_job {
     int64_t rep_from;  /* graph jobs: tasks before this need no concurrent replica lease */
     int64_t sum_task_ms, n_task_ms; /* for straggler detection */
     int64_t spec_gate_ms; /* no straggler to duplicate before this time (node->mu) */
+    int64_t spec_from;    /* where the next straggler scan starts (it goes round from there) */
     goblin_job_params jp;
     /* The serialized task graph of the last tile shape sent (most tiles share one):
      * built once instead of per TASK. Under node->mu. */
