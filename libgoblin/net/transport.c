@@ -197,10 +197,12 @@ goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms
     return GOBLIN_OK;
 }
 
-int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms) {
-    if (wake_fd < 0) return goblin__transport_recv(s, fd, msg, timeout_ms);
+int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms,
+                                   bool *empty) {
     int rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    if (empty) *empty = rv == NNG_EAGAIN;
     if (rv != NNG_EAGAIN || timeout_ms <= 0) return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+    if (wake_fd < 0) return goblin__transport_recv(s, fd, msg, timeout_ms);
     if (*fd < 0 && nng_socket_get_int(s, NNG_OPT_RECVFD, fd) != 0) {
         *fd = -1;
         return goblin__transport_recv(s, fd, msg, timeout_ms); /* no pollable descriptor */
