@@ -24,7 +24,8 @@
  * GOBLIN_BENCH_SCALE_GROUP (workers per child process, default 512 simulated or 64
  * goblin_worker), GOBLIN_BENCH_SCALE_JOIN (all: the workers added at a W dial at once,
  * the default with simulated workers; group: one child process at a time, the default
- * with goblin_worker), GOBLIN_BENCH_SCALE_LOG (a file for the node's log).
+ * with goblin_worker), GOBLIN_BENCH_SCALE_LOG (a file for the node's log), GOBLIN_BENCH_SCALE_SHARE
+ * (simulated workers: connections per key, default 1; a node keeps 4,096 identities).
  * Never fails on speed; prints a markdown table. */
 #define _GNU_SOURCE
 #include <goblin/goblin.h>
@@ -48,7 +49,7 @@
 
 extern char **environ;
 
-#define MAX_W 4096
+#define MAX_W 16384 /* up to the descriptors a process may hold (ulimit -n) */
 #define MAX_CHILDREN 1024
 
 static double now_s(void) {
