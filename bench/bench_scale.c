@@ -6,17 +6,26 @@
  *   - tiny tasks per second through the node (a matmul A [m, 8] . B [8, m] cut into
  *     tiles of ~8 x 8, each a task leased, computed, returned and Freivalds-verified),
  *     goal >= 50,000 tasks/s at W = 4096, and the node's CPU per task.
- * The workers are goblin_worker objects (the real protocol: HELLO, identity PROOF,
- * LEASE_REQUEST, TASK batches, RESULT, HEARTBEAT), 1 thread each. They live in child
- * processes of GROUP workers each (this program run again with --child): in one process
- * 4,096 workers' timed receives share one nng expiry list and its lock, which no real
- * deployment (a worker per machine) has; at W = 1,024 in one process the throughput
- * fell 10x, all of it in futex wake-ups of that process.
+ * The workers are simulated by default (sim_workers.h: one thread per child process
+ * drives up to GROUP connections, each speaking the real protocol through proto/'s
+ * encoders: HELLO, identity PROOF, LEASE_REQUEST, TASK batches computed with the
+ * executor, RESULT, HEARTBEAT), so that W = 4,096 on a 2-core machine measures the node
+ * rather than thousands of worker threads. GOBLIN_BENCH_SCALE_WORKERS=goblin runs
+ * goblin_worker objects instead (1 thread each, several threads per object), GROUP to
+ * a child process (this program run again with --child): in one process 4,096 workers'
+ * timed receives share one nng expiry list and its lock, which no real deployment (a
+ * worker per machine) has; at W = 1,024 in one process the throughput fell 10x, all of
+ * it in futex wake-ups of that process.
  *
  * Environment: GOBLIN_BENCH_SCALE_W (e.g. "1,64,4096"; default 1,4,16,64,256,1024,2048,
  * 4096), GOBLIN_BENCH_SCALE_TASKS (tiles per job, default 16384; at least 4 per
  * worker), GOBLIN_BENCH_SCALE_REPS (timed jobs per W after one warm-up, best kept;
- * default 3), GOBLIN_BENCH_SCALE_GROUP (workers per child process, default 64).
+ * default 3), GOBLIN_BENCH_SCALE_WORKERS (sim, the default, or goblin),
+ * GOBLIN_BENCH_SCALE_GROUP (workers per child process, default 512 simulated or 64
+ * goblin_worker), GOBLIN_BENCH_SCALE_JOIN (all: the workers added at a W dial at once,
+ * the default with simulated workers; group: one child process at a time, the default
+ * with goblin_worker), GOBLIN_BENCH_SCALE_LOG (a file for the node's log), GOBLIN_BENCH_SCALE_SHARE
+ * (simulated workers: connections per key, default 1; a node keeps 4,096 identities).
  * Never fails on speed; prints a markdown table. */
 #define _GNU_SOURCE
 #include <goblin/goblin.h>
@@ -36,9 +45,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sim_workers.h"
+
 extern char **environ;
 
-#define MAX_W 4096
+#define MAX_W 16384 /* up to the descriptors a process may hold (ulimit -n) */
 #define MAX_CHILDREN 1024
 
 static double now_s(void) {
@@ -130,6 +141,7 @@ static group g_groups[MAX_CHILDREN];
 static int g_sizes[MAX_CHILDREN]; /* workers in each */
 static int g_n_groups;
 static char g_self[PATH_MAX];
+static bool g_sim = true; /* simulated workers (sim_workers.h), else goblin_worker objects */
 
 static int spawn_group(const char *url, int count) {
     if (g_n_groups >= MAX_CHILDREN) return -1;
@@ -143,7 +155,7 @@ static int spawn_group(const char *url, int count) {
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     char cnt[16];
     snprintf(cnt, sizeof cnt, "%d", count);
-    char *argv[] = {g_self, "--child", (char *)url, cnt, NULL};
+    char *argv[] = {g_self, g_sim ? "--sim-child" : "--child", (char *)url, cnt, NULL};
     pid_t pid;
     int rv = posix_spawn(&pid, g_self, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -299,6 +311,7 @@ static int start_node(goblin_node **out, char *url, size_t cap) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "--child") == 0) return child_main(argv[2], atoi(argv[3]));
+    if (argc == 4 && strcmp(argv[1], "--sim-child") == 0) return sim_run(argv[2], atoi(argv[3]), 0);
     signal(SIGPIPE, SIG_IGN);
     if (!realpath("/proc/self/exe", g_self)) return 1;
     setenv("BLIS_NUM_THREADS", "1", 1);
@@ -317,7 +330,11 @@ int main(int argc, char **argv) {
     }
     int base_tasks = env_int("GOBLIN_BENCH_SCALE_TASKS", 16384);
     int reps = env_int("GOBLIN_BENCH_SCALE_REPS", 3);
-    int group_sz = env_int("GOBLIN_BENCH_SCALE_GROUP", 64);
+    const char *wm = getenv("GOBLIN_BENCH_SCALE_WORKERS");
+    g_sim = !(wm && strcmp(wm, "goblin") == 0);
+    int group_sz = env_int("GOBLIN_BENCH_SCALE_GROUP", g_sim ? 512 : 64);
+    const char *jm = getenv("GOBLIN_BENCH_SCALE_JOIN");
+    bool join_all = jm ? strcmp(jm, "group") != 0 : g_sim;
     double t_start = now_s();
 
     goblin_node *node = NULL;
@@ -331,38 +348,101 @@ int main(int argc, char **argv) {
 
     printf("### Scale of one node: W workers over tcp loopback, tiny tasks and memory per idle worker "
            "(goals >= 50,000 tasks/s and <= 64 KiB per idle worker at W = 4096)\n\n");
-    printf("`build/bench/bench_scale`. The node runs alone in this process; the W workers (goblin_worker, 1 thread "
-           "each, the real protocol) run in child processes of %d. Node memory: this process's resident set once "
-           "the W workers are connected, asking and idle, minus the node's alone (measured with W rising, before any job); per worker = that / W; per added worker = the growth from the previous W over the workers added. Tasks: a "
+    if (g_sim)
+        printf("`build/bench/bench_scale`. The node runs alone in this process; the W workers are simulated "
+               "(bench/sim_workers.h: one thread per child process drives up to %d connections, each a worker "
+               "speaking the real protocol through libgoblin's proto/ encoders: SP over tcp, HELLO, identity "
+               "PROOF with a key of its own, LEASE_REQUESTs as goblin_worker sends them, TASK batches computed "
+               "with the executor, RESULT batches, HEARTBEATs, the panel cache). ",
+               group_sz);
+    else
+        printf("`build/bench/bench_scale` with GOBLIN_BENCH_SCALE_WORKERS=goblin. The node runs alone in this "
+               "process; the W workers (goblin_worker, 1 thread each, the real protocol) run in child processes "
+               "of %d. ",
+               group_sz);
+    printf("Join: the time for the workers added at that W to connect and ask for work, %s, and the node's CPU "
+           "over it per worker added (the identity check included). Node CPU idle: its share of a core over 3 s "
+           "with the W workers idle (heartbeats; every second a LEASE_REQUEST from each worker owed leases, as "
+           "goblin_worker resyncs). Node memory: this "
+           "process's resident set once the W workers are connected, asking and idle, minus the node's alone "
+           "(measured with W rising, before any job); per worker = that / W; per added worker = the growth from "
+           "the previous W over the workers added. Tasks: a "
            "matmul A [m, 8] . B [8, m] cut into tiles of ~8 x 8 (min_tasks = max(%d, 4 W)), every tile a task "
            "leased, computed, returned and Freivalds-verified; best of %d after a warm-up, W falling (the last worker processes stopped between). Node CPU: this "
            "process's CPU during that job (the node's thread and nng's).\n\n",
-           group_sz, base_tasks, reps);
+           join_all ? "all dialing at once" : "one child process at a time", base_tasks, reps);
     /* Memory first, W rising, before any job (a job's allocations stay in the heap);
      * then the jobs, W falling, the last groups stopped between. */
-    double rss_at[32];
-    static char rows[32][320];
+    double rss_at[32], join_s[32], join_cpu[32], idle_cpu[32];
+    static char rows[32][384];
     memset(rows, 0, sizeof rows);
     int have = 0, joined = 0;
     for (int wi = 0; wi < nws; wi++) {
         int want = ws[wi];
-        double tj = now_s();
+        double tj = now_s(), cj = cpu_s();
         while (have < want) {
             int add = want - have < group_sz ? want - have : group_sz;
             if (spawn_group(url, add) != 0) break;
             have += add;
-            /* One group at a time: 2,048 workers dialing at once kept the node's
+            /* One group at a time (GOBLIN_BENCH_SCALE_JOIN=group): before the node's
+             * join path was made cheap, 2,048 workers dialing at once kept its
              * handshakes (15 s each) from finishing; see docs/BENCHMARKS.md. */
-            if (!wait_workers(node, have, 60.0)) break;
+            if (!join_all && !wait_workers(node, have, 60.0)) break;
         }
         if (have < want || !wait_workers(node, want, 60.0 + (double)want * 0.05)) {
             fprintf(stderr, "W=%d: only some workers joined\n", want);
             break;
         }
-        fprintf(stderr, "W=%d joined in %.1f s\n", want, now_s() - tj);
+        join_s[wi] = now_s() - tj;
+        join_cpu[wi] = (cpu_s() - cj) / (want - (wi > 0 ? ws[wi - 1] : 0));
+        fprintf(stderr, "W=%d joined in %.1f s\n", want, join_s[wi]);
         sleep(2); /* settled: joins done, first heartbeats in */
+        /* The node's CPU with W idle workers (heartbeats, lease requests every second
+         * from those owed leases, housekeeping): a share of one core. */
+        double ic0 = cpu_s(), it0 = now_s();
+        sleep(3);
+        idle_cpu[wi] = (cpu_s() - ic0) / (now_s() - it0);
         rss_at[wi] = rss_bytes();
         joined = wi + 1;
+    }
+    /* All W workers go silent at once (their processes stopped): the node drops each after
+     * 3 heartbeat intervals, all in the same sweep or so; then they wake, find their
+     * connections shut, redial at once and join again (same keys). */
+    char drop_line[512] = "";
+    const char *dm = getenv("GOBLIN_BENCH_SCALE_DROP");
+    if (joined > 0 && (dm && *dm ? strcmp(dm, "0") != 0 : g_sim)) {
+        int want = ws[joined - 1];
+        for (int i = 0; i < g_n_groups; i++) kill(g_groups[i].pid, SIGSTOP);
+        double ts = now_s(), t_first = 0, t_last = 0, c_first = 0;
+        while (now_s() - ts < 60) {
+            int64_t c = stats_of(node).workers_connected;
+            if (!t_first && c < want) {
+                t_first = now_s();
+                c_first = cpu_s();
+            }
+            if (c == 0) {
+                t_last = now_s();
+                break;
+            }
+            usleep(2000);
+        }
+        double c_last = cpu_s();
+        for (int i = 0; i < g_n_groups; i++) kill(g_groups[i].pid, SIGCONT);
+        double tr = now_s();
+        bool back = t_last > 0 && wait_workers(node, want, 120.0);
+        double rejoin = now_s() - tr;
+        if (t_last > 0)
+            snprintf(drop_line, sizeof drop_line,
+                     "Silent workers: all %d stopped at once; the node dropped the first %.1f s later and the "
+                     "last %.3f s after the first (node CPU meanwhile %.3f s); woken, they redialed at once and "
+                     "%s in %.1f s.",
+                     want, t_first - ts, t_last - t_first, c_last - c_first,
+                     back ? "all joined again" : "not all joined again", rejoin);
+        else
+            snprintf(drop_line, sizeof drop_line, "Silent workers: %d stopped; the node had not dropped them all "
+                     "after 60 s.", want);
+        fprintf(stderr, "%s\n", drop_line);
+        if (!back) joined = 0;
     }
     for (int wi = joined - 1; wi >= 0; wi--) {
         int want = ws[wi];
@@ -371,7 +451,7 @@ int main(int argc, char **argv) {
         int count = 0, gi = 0;
         while (gi < g_n_groups && count < want) count += g_sizes[gi++];
         if (count != want) {
-            snprintf(rows[wi], sizeof rows[wi], "| %d | (group sizes do not add up to W; skipped) | | | | | | | | |", want);
+            snprintf(rows[wi], sizeof rows[wi], "| %d | (group sizes do not add up to W; skipped) | | | | | | | | | | | | |", want);
             continue;
         }
         while (g_n_groups > gi) {
@@ -387,7 +467,7 @@ int main(int argc, char **argv) {
         while (m * m < tiles * 64) m *= 2;
         mats x;
         if (mats_new(&x, m) != 0) {
-            snprintf(rows[wi], sizeof rows[wi], "| %d | out of memory | | | | | | | | |", want);
+            snprintf(rows[wi], sizeof rows[wi], "| %d | out of memory | | | | | | | | | | | | |", want);
             mats_free(&x);
             break;
         }
@@ -415,21 +495,23 @@ int main(int argc, char **argv) {
         int prev_w = wi > 0 ? ws[wi - 1] : 0;
         double marg = (rss_at[wi] - prev_rss) / 1024.0 / (want - prev_w);
         if (failed)
-            snprintf(rows[wi], sizeof rows[wi], "| %d | %.1f MiB | %.1f KiB | %.1f KiB | job failed | | | | | |", want,
-                     rss_at[wi] / 1048576.0, per, marg);
+            snprintf(rows[wi], sizeof rows[wi], "| %d | %.1f s | %.2f ms | %.1f %% | %.1f MiB | %.1f KiB | %.1f KiB | job failed | | | | | | |",
+                     want, join_s[wi], 1e3 * join_cpu[wi], 100 * idle_cpu[wi], rss_at[wi] / 1048576.0, per, marg);
         else
             snprintf(rows[wi], sizeof rows[wi],
-                     "| %d | %.1f MiB | %.1f KiB | **%.1f KiB** | %lld tiles of ~8x8x8 | %.3f s | **%.0f** | %.1f us | %lld | %.0f |",
-                     want, rss_at[wi] / 1048576.0, per, marg, (long long)nt, best, (double)nt / best,
-                     best_cpu / (double)nt * 1e6, (long long)(s1.tasks_reissued - s0.tasks_reissued), err);
+                     "| %d | %.1f s | %.2f ms | %.1f %% | %.1f MiB | %.1f KiB | **%.1f KiB** | %lld tiles of ~8x8x8 | %.3f s | **%.0f** | %.1f us | %lld | %lld | %.0f |",
+                     want, join_s[wi], 1e3 * join_cpu[wi], 100 * idle_cpu[wi], rss_at[wi] / 1048576.0, per, marg, (long long)nt, best, (double)nt / best,
+                     best_cpu / (double)nt * 1e6, (long long)(s1.tasks_reissued - s0.tasks_reissued),
+                     (long long)(s1.tasks_speculative - s0.tasks_speculative), err);
         fprintf(stderr, "%s\n", rows[wi]);
         mats_free(&x);
     }
-    printf("| workers | node RSS | per worker | per added worker | tasks | job time | tasks/s | node CPU per task | reissued | max err |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| workers | join | node CPU per join | node CPU idle | node RSS | per worker | per added worker | tasks | job time | tasks/s | node CPU per task | reissued | speculative | max err |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int wi = 0; wi < nws; wi++)
         if (rows[wi][0]) printf("%s\n", rows[wi]);
-        else printf("| %d | not reached | | | | | | | | |\n", ws[wi]);
+        else printf("| %d | not reached | | | | | | | | | | | | |\n", ws[wi]);
+    if (drop_line[0]) printf("\n%s\n", drop_line);
     double la[3] = {0, 0, 0};
     if (getloadavg(la, 3) < 0) la[0] = la[1] = la[2] = -1;
     printf("\nNode alone: %.1f MiB resident. Load average at end: %.2f %.2f %.2f; this program ran %.0f s.\n",

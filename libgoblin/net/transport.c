@@ -216,10 +216,12 @@ goblin_err goblin__transport_dial(nng_socket s, const char *url, uint32_t min_ms
     return GOBLIN_OK;
 }
 
-int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms) {
-    if (wake_fd < 0) return goblin__transport_recv(s, fd, msg, timeout_ms);
+int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms,
+                                   bool *empty) {
     int rv = nng_recvmsg(s, msg, NNG_FLAG_NONBLOCK);
+    if (empty) *empty = rv == NNG_EAGAIN;
     if (rv != NNG_EAGAIN || timeout_ms <= 0) return rv == NNG_EAGAIN ? NNG_ETIMEDOUT : rv;
+    if (wake_fd < 0) return goblin__transport_recv(s, fd, msg, timeout_ms);
     if (*fd < 0 && nng_socket_get_int(s, NNG_OPT_RECVFD, fd) != 0) {
         *fd = -1;
         return goblin__transport_recv(s, fd, msg, timeout_ms); /* no pollable descriptor */
@@ -252,28 +254,6 @@ int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms)
 
 /* ---- dropping a peer (see goblin__transport_pipe_close) -------------------------- */
 
-/* Does the OS address @p a (@p len bytes) name nng's address @p n? */
-static bool same_addr(const struct sockaddr_storage *a, socklen_t len, const nng_sockaddr *n) {
-    if (n->s_family == NNG_AF_INET && a->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
-        const struct sockaddr_in *v4 = (const struct sockaddr_in *)a;
-        return v4->sin_port == n->s_in.sa_port && v4->sin_addr.s_addr == n->s_in.sa_addr;
-    }
-    if (n->s_family == NNG_AF_INET6 && a->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)a;
-        return v6->sin6_port == n->s_in6.sa_port && memcmp(&v6->sin6_addr, n->s_in6.sa_addr, 16) == 0;
-    }
-    return false;
-}
-
-/* Is descriptor @p fd the TCP connection from @p loc to @p rem? */
-static bool is_connection(int fd, const nng_sockaddr *loc, const nng_sockaddr *rem) {
-    struct sockaddr_storage a;
-    socklen_t len = sizeof a;
-    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0 || !same_addr(&a, len, loc)) return false;
-    len = sizeof a;
-    return getpeername(fd, (struct sockaddr *)&a, &len) == 0 && same_addr(&a, len, rem);
-}
-
 /* A descriptor of our own for what this process's descriptor @p fd (nng's) refers to,
  * or -1. pidfd_getfd (Linux 5.6; @p *pidfd from pidfd_open, -1 once it is known not to
  * work) takes it without using @p fd itself, which nng's threads may close at any
@@ -292,31 +272,179 @@ static int own_copy(int *pidfd, int fd) {
     return fcntl(fd, F_DUPFD_CLOEXEC, 0);
 }
 
+/* The process's TCP connections by their addresses, as the last scan of /proc/self/fd
+ * found them: descriptor numbers only, each checked again on a copy before it is used
+ * (a number closed and reused since the scan is then not the connection, and the map
+ * is scanned again). Dropping a peer used to scan every descriptor (a readlink, a copy
+ * and two address calls each): with 1,024 workers connected, 1.4 ms of the node's
+ * thread per drop, so a sweep that drops many silent workers took seconds. Now a drop
+ * looks its connection up; only one made after the last scan costs a scan. */
+typedef struct conn_key { /* no padding: compared with memcmp */
+    uint16_t fam; /* NNG_AF_INET or NNG_AF_INET6 */
+    uint16_t lport, rport;
+    uint8_t laddr[16], raddr[16]; /* v4: the first 4 bytes */
+} conn_key;
+_Static_assert(sizeof(conn_key) == 38, "conn_key has no padding");
+
+typedef struct conn_ent {
+    conn_key k;
+    int fd; /* -1: empty */
+} conn_ent;
+
+static pthread_mutex_t conns_mu = PTHREAD_MUTEX_INITIALIZER;
+static conn_ent *conns; /* open addressing, conns_cap a power of two */
+static size_t conns_cap;
+
+static bool key_of_nng(const nng_sockaddr *loc, const nng_sockaddr *rem, conn_key *k) {
+    memset(k, 0, sizeof *k);
+    if (loc->s_family == NNG_AF_INET && rem->s_family == NNG_AF_INET) {
+        k->fam = NNG_AF_INET;
+        k->lport = loc->s_in.sa_port;
+        k->rport = rem->s_in.sa_port;
+        memcpy(k->laddr, &loc->s_in.sa_addr, 4);
+        memcpy(k->raddr, &rem->s_in.sa_addr, 4);
+        return true;
+    }
+    if (loc->s_family == NNG_AF_INET6 && rem->s_family == NNG_AF_INET6) {
+        k->fam = NNG_AF_INET6;
+        k->lport = loc->s_in6.sa_port;
+        k->rport = rem->s_in6.sa_port;
+        memcpy(k->laddr, loc->s_in6.sa_addr, 16);
+        memcpy(k->raddr, rem->s_in6.sa_addr, 16);
+        return true;
+    }
+    return false;
+}
+
+/* One side of a connection as the OS gives it, into @p addr / @p port; false if not TCP/IP. */
+static bool os_side(const struct sockaddr_storage *a, socklen_t len, uint16_t *fam, uint8_t addr[16],
+                    uint16_t *port) {
+    if (a->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)a;
+        *fam = NNG_AF_INET;
+        *port = v4->sin_port;
+        memcpy(addr, &v4->sin_addr.s_addr, 4);
+        return true;
+    }
+    if (a->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)a;
+        *fam = NNG_AF_INET6;
+        *port = v6->sin6_port;
+        memcpy(addr, &v6->sin6_addr, 16);
+        return true;
+    }
+    return false;
+}
+
+/* The connection descriptor @p fd (our copy) is, into @p k; false if none. */
+static bool key_of_fd(int fd, conn_key *k) {
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    uint16_t f2 = 0;
+    memset(k, 0, sizeof *k);
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0 || !os_side(&a, len, &k->fam, k->laddr, &k->lport))
+        return false;
+    len = sizeof a;
+    return getpeername(fd, (struct sockaddr *)&a, &len) == 0 && os_side(&a, len, &f2, k->raddr, &k->rport) &&
+           f2 == k->fam;
+}
+
+static size_t key_home(const conn_key *k, size_t cap) {
+    uint64_t h = (uint64_t)k->lport << 16 ^ k->rport;
+    for (int i = 0; i < 16; i++) h = (h ^ k->raddr[i] ^ (uint64_t)k->laddr[i] << 8) * 0x100000001B3ull;
+    return (size_t)(h * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+}
+
+/* The descriptor the last scan found for @p k, or -1 (conns_mu held). */
+static int conns_get(const conn_key *k) {
+    if (!conns) return -1;
+    for (size_t h = key_home(k, conns_cap);; h = (h + 1) & (conns_cap - 1)) {
+        if (conns[h].fd < 0) return -1;
+        if (memcmp(&conns[h].k, k, sizeof *k) == 0) return conns[h].fd;
+    }
+}
+
+/* Scan /proc/self/fd again: the map of every TCP connection there (conns_mu held).
+ * false: the descriptors cannot be listed. */
+static bool conns_scan(int *pidfd) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return false;
+    int dfd = dirfd(d);
+    size_t n = 0, cap = 0;
+    struct {
+        conn_key k;
+        int fd;
+    } *found = NULL;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end || end == e->d_name || fd == dfd || fd == *pidfd || fd < 0) continue;
+        char path[64], what[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%ld", fd);
+        ssize_t rl = readlink(path, what, sizeof what - 1);
+        if (rl < 8 || memcmp(what, "socket:[", 8) != 0) continue;
+        int mine = own_copy(pidfd, (int)fd);
+        if (mine < 0) continue;
+        conn_key k;
+        bool tcp = key_of_fd(mine, &k);
+        close(mine);
+        if (!tcp) continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 256;
+            void *g = realloc(found, nc * sizeof *found);
+            if (!g) break;
+            found = g;
+            cap = nc;
+        }
+        found[n].k = k;
+        found[n].fd = (int)fd;
+        n++;
+    }
+    closedir(d);
+    size_t want = 64;
+    while (want < 2 * n + 2) want *= 2;
+    conn_ent *t = malloc(want * sizeof *t);
+    if (t) {
+        for (size_t i = 0; i < want; i++) t[i].fd = -1;
+        for (size_t i = 0; i < n; i++) {
+            size_t h = key_home(&found[i].k, want);
+            while (t[h].fd >= 0) h = (h + 1) & (want - 1);
+            t[h].k = found[i].k;
+            t[h].fd = found[i].fd;
+        }
+    }
+    free(found);
+    free(conns);
+    conns = t; /* NULL on out of memory: every lookup misses and scans */
+    conns_cap = t ? want : 0;
+    return true;
+}
+
+/* Shut down @p fd's connection if (our copy of) it is still the one @p k names. */
+static bool shut_if(int *pidfd, int fd, const conn_key *k) {
+    int mine = own_copy(pidfd, fd);
+    if (mine < 0) return false;
+    conn_key now;
+    bool ok = key_of_fd(mine, &now) && memcmp(&now, k, sizeof now) == 0 && shutdown(mine, SHUT_RDWR) == 0;
+    close(mine);
+    return ok;
+}
+
 /* Shut down the process's TCP connection from @p loc to @p rem: 1 done, 0 no live
  * connection has those addresses (it ended: getpeername fails once it is reset), -1
  * the descriptors cannot be listed. The 4-tuple names one connection of the host. */
 static int shutdown_connection(const nng_sockaddr *loc, const nng_sockaddr *rem) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    int dfd = dirfd(d);
+    conn_key k;
+    if (!key_of_nng(loc, rem, &k)) return 0;
+    pthread_mutex_lock(&conns_mu);
     int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    int done = 0;
-    struct dirent *e;
-    while (!done && (e = readdir(d)) != NULL) {
-        char *end;
-        long fd = strtol(e->d_name, &end, 10);
-        if (*end || end == e->d_name || fd == dfd || fd == pidfd || fd < 0) continue;
-        char path[64], what[64];
-        snprintf(path, sizeof path, "/proc/self/fd/%ld", fd);
-        ssize_t n = readlink(path, what, sizeof what - 1);
-        if (n < 8 || memcmp(what, "socket:[", 8) != 0) continue;
-        int mine = own_copy(&pidfd, (int)fd);
-        if (mine < 0) continue;
-        if (is_connection(mine, loc, rem) && shutdown(mine, SHUT_RDWR) == 0) done = 1;
-        close(mine);
-    }
+    int fd = conns_get(&k), done = 0;
+    if (fd >= 0 && shut_if(&pidfd, fd, &k)) done = 1;
+    else if (!conns_scan(&pidfd)) done = -1;
+    else if ((fd = conns_get(&k)) >= 0 && shut_if(&pidfd, fd, &k)) done = 1;
     if (pidfd >= 0) close(pidfd);
-    closedir(d);
+    pthread_mutex_unlock(&conns_mu);
     return done;
 }
 

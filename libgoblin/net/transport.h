@@ -79,8 +79,11 @@ int goblin__transport_recv(nng_socket s, int *fd, nng_msg **msg, int timeout_ms)
 /** goblin__transport_recv that also returns early (NNG_ETIMEDOUT, no message) when
  *  @p wake_fd (the read end of a non-blocking pipe, or -1) becomes readable; the bytes
  *  waiting there are drained. Another thread writes a byte to the pipe to wake the
- *  receiver at once (a job submitted to the node). */
-int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms);
+ *  receiver at once (a job submitted to the node). *@p empty (if not NULL) is set when
+ *  the socket had no message waiting at the call: everything received before it has
+ *  been read. */
+int goblin__transport_recv_or_wake(nng_socket s, int *fd, int wake_fd, nng_msg **msg, int timeout_ms,
+                                   bool *empty);
 /** End the connection of pipe @p p (a peer being dropped) without nng_pipe_close's
  *  hang. nng 1.5.2's TCP and TLS transports re-arm their receive after a completed
  *  read without checking whether the pipe was closed meanwhile; an aio that is

@@ -5,10 +5,12 @@
 #include "worker_key.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include <mbedtls/ecdsa.h>
 #include <mbedtls/ecp.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/platform_util.h>
@@ -186,12 +188,53 @@ goblin_err goblin__wkey_sign(goblin__wkey *k, const uint8_t digest[32], uint8_t 
     return GOBLIN_OK;
 }
 
+/* The verifier's P-256 group, kept: mbedtls keeps the comb table of multiples of the
+ * generator it computes on a group's first use in the group, and the half of a
+ * verification that multiplies the generator then skips it. A key parsed afresh
+ * (mbedtls_pk_parse_public_key) loads a new group every time: 1.46 ms per proof
+ * checked against 1.05 ms with the group kept (measured alone, in one process). The
+ * node checks one proof per worker joining; 4,096 joining at once took it 6 s of
+ * verification. One context under a lock; a thread that finds it busy verifies the
+ * usual way. */
+static pthread_mutex_t vctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static mbedtls_ecdsa_context vctx;
+static int vctx_state; /* 0: not made yet, 1: ready, -1: could not be made */
+
+/* The check with the kept group: GOBLIN_OK, the error (as the usual way reports it), or
+ * -1: the kept group cannot be used now (busy, or it could not be made). */
+static int verify_kept(const uint8_t *pub, const uint8_t digest[32], const uint8_t *sig, size_t sig_len,
+                       char *msg, size_t cap) {
+    if (pthread_mutex_trylock(&vctx_mu) != 0) return -1;
+    if (vctx_state == 0) {
+        mbedtls_ecdsa_init(&vctx);
+        vctx_state = mbedtls_ecp_group_load(&vctx.grp, MBEDTLS_ECP_DP_SECP256R1) == 0 ? 1 : -1;
+    }
+    int r = -1;
+    if (vctx_state == 1) {
+        /* The SPKI (checked by spki_ok: P-256, uncompressed) ends with the point 04 || X || Y.
+         * As mbedtls_pk_parse_public_key does: read it, check it lies on the curve; then
+         * as mbedtls_pk_verify does for an EC key: mbedtls_ecdsa_read_signature. */
+        const uint8_t *pt = pub + sizeof SPKI_P256 - 1;
+        int rc = mbedtls_ecp_point_read_binary(&vctx.grp, &vctx.Q, pt, 65);
+        if (!rc) rc = mbedtls_ecp_check_pubkey(&vctx.grp, &vctx.Q);
+        if (rc) r = goblin__tls_mbed_errf(msg, cap, GOBLIN_EFORMAT, rc, "public key");
+        else if (mbedtls_ecdsa_read_signature(&vctx, digest, 32, sig, sig_len))
+            r = goblin__errf(msg, cap, GOBLIN_EAUTH, "signature does not verify with the presented public key");
+        else r = GOBLIN_OK;
+    }
+    pthread_mutex_unlock(&vctx_mu);
+    return r;
+}
+
 goblin_err goblin__wkey_verify(const uint8_t *pub, size_t pub_len, const uint8_t digest[32], const uint8_t *sig,
                                size_t sig_len, char *msg, size_t cap) {
     if (!pub || !spki_ok(pub, pub_len))
         return goblin__errf(msg, cap, GOBLIN_EFORMAT, "public key is not a P-256 key (%zu bytes)", pub_len);
     if (!sig || sig_len == 0 || sig_len > GOBLIN__WKEY_SIG_MAX)
         return goblin__errf(msg, cap, GOBLIN_EAUTH, "signature of %zu bytes", sig_len);
+    int kept = verify_kept(pub, digest, sig, sig_len, msg, cap);
+    if (kept >= 0) return (goblin_err)kept;
+    /* The kept group busy (another thread verifying) or unavailable: the usual way. */
     mbedtls_pk_context pk;
     mbedtls_pk_init(&pk);
     int rc = mbedtls_pk_parse_public_key(&pk, pub, pub_len);

@@ -292,11 +292,15 @@ static bool housekeeping(goblin_node *n) {
         for (int32_t i = 0; i < n->n_peers; i++) n->peers[i].last_heard_ms += gap;
     bool sweep = now - n->last_peer_sweep_ms >= PEER_SWEEP_MS;
     if (sweep) n->last_peer_sweep_ms = now;
+    /* Deadlines that judge a peer's silence run at the time the node last caught up
+     * with its socket (drained_ms), not now: a peer whose messages wait unread behind a
+     * backlog has not been silent. When nothing is waiting, that is now. */
+    int64_t heard_by = n->drained_ms;
     if (sweep && n->p.heartbeat_ms) {
         int64_t silent = 3 * (int64_t)n->p.heartbeat_ms;
         for (int32_t i = 0; i < n->n_peers; i++) {
             peer *p = &n->peers[i];
-            if (!p->connected || !p->hello || p->close_at_ms || now - p->last_heard_ms <= silent) continue;
+            if (!p->connected || !p->hello || p->close_at_ms || heard_by - p->last_heard_ms <= silent) continue;
             char why[96];
             snprintf(why, sizeof why, "silent for %lld ms (heartbeat %u ms)", (long long)(now - p->last_heard_ms),
                      (unsigned)n->p.heartbeat_ms);
@@ -308,10 +312,10 @@ static bool housekeeping(goblin_node *n) {
     /* A connection that has not said who it is holds a slot: it gets HANDSHAKE_MS, or a
      * worker's allowed silence if longer. */
     int64_t grace = 3 * (int64_t)n->p.heartbeat_ms > HANDSHAKE_MS ? 3 * (int64_t)n->p.heartbeat_ms : HANDSHAKE_MS;
-    goblin__node_pending_sweep(n, now, grace);
+    goblin__node_pending_sweep(n, heard_by, grace);
     for (int32_t i = 0; sweep && i < n->n_peers; i++) {
         peer *p = &n->peers[i];
-        if (p->connected && !p->hello && !p->close_at_ms && p->last_heard_ms && now - p->last_heard_ms > grace)
+        if (p->connected && !p->hello && !p->close_at_ms && p->last_heard_ms && heard_by - p->last_heard_ms > grace)
             goblin__node_drop_peer(n, i, "no identity proof after HELLO");
         if (p->connected && p->close_at_ms && p->close_at_ms <= now) {
             nng_pipe pp = p->pipe;
@@ -345,8 +349,10 @@ static void *node_main(void *arg) {
         pthread_mutex_unlock(&n->mu);
         if (stop) break;
         nng_msg *msg = NULL;
-        int rv = goblin__transport_recv_or_wake(n->sock, &rfd, n->wake_rd, &msg, 10);
+        bool empty = false;
+        int rv = goblin__transport_recv_or_wake(n->sock, &rfd, n->wake_rd, &msg, 10, &empty);
         pthread_mutex_lock(&n->mu);
+        if (empty) n->drained_ms = goblin__now_ms(); /* before the message it waited for is handled */
         if (rv == 0) {
             bool taken = false;
             if (!goblin__node_client_msg(n, msg, &taken)) goblin__node_handle_msg(n, msg);

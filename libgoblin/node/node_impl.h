@@ -295,6 +295,7 @@ struct goblin_job {
     int64_t rep_from;  /* graph jobs: tasks before this need no concurrent replica lease */
     int64_t sum_task_ms, n_task_ms; /* for straggler detection */
     int64_t spec_gate_ms; /* no straggler to duplicate before this time (node->mu) */
+    int64_t spec_from;    /* where the next straggler scan starts (it goes round from there) */
     goblin_job_params jp;
     /* The serialized task graph of the last tile shape sent (most tiles share one):
      * built once instead of per TASK. Under node->mu. */
@@ -385,6 +386,11 @@ struct goblin_node {
      * at 4,096 workers they were most of the node's CPU. sched_all: a job was added,
      * the next schedule() looks at every peer at once. */
     int64_t last_peer_sweep_ms;
+    /* When the loop last found no message waiting (node thread): what any peer sent
+     * before then has been read. Silence and handshake deadlines are judged at this
+     * time, not now, so that messages the node has not reached yet (a backlog, such as
+     * thousands of workers joining at once) do not count as a peer's silence. */
+    int64_t drained_ms;
     bool sched_all;
     goblin_node_stats st;
     /* pipe events from nng's threads, under ev_mu */
@@ -457,7 +463,8 @@ void goblin__node_pipe_added(goblin_node *n, nng_pipe p);
 /* Pipe @p id proved a worker identity or went to the gateway / closed: not pending. */
 void goblin__node_pipe_known(goblin_node *n, uint32_t id);
 void goblin__node_pipe_forget(goblin_node *n, uint32_t id);
-/* Housekeeping: close the connections pending for longer than @p grace_ms. */
+/* Housekeeping: close the connections pending for longer than @p grace_ms at time @p now
+ * (the time the node last read everything waiting: node->drained_ms). */
 void goblin__node_pending_sweep(goblin_node *n, int64_t now, int64_t grace_ms);
 
 /* ---- node.c --------------------------------------------------------------------- */

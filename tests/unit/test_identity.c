@@ -318,6 +318,28 @@ Test(identity, proof_signs_and_verifies_and_binds_nonce_and_hello) {
     bad[20] ^= 1; /* the curve's OID */
     cr_assert_eq(goblin__wkey_verify(bad, sizeof bad, d, sig, sl, NULL, 0), GOBLIN_EFORMAT);
     cr_assert_eq(goblin__wkey_verify(goblin__wkey_public(k), 90, d, sig, sl, NULL, 0), GOBLIN_EFORMAT);
+    /* The canonical form, but a point off the curve (its last coordinate byte changed:
+     * y^2 = x^3 - 3x + b no longer holds), or a coordinate of all ones (not below p). */
+    memcpy(bad, goblin__wkey_public(k), sizeof bad);
+    bad[GOBLIN__WKEY_PUBLIC_BYTES - 1] ^= 1;
+    cr_assert_eq(goblin__wkey_verify(bad, sizeof bad, d, sig, sl, NULL, 0), GOBLIN_EFORMAT);
+    memcpy(bad, goblin__wkey_public(k), sizeof bad);
+    memset(bad + GOBLIN__WKEY_PUBLIC_BYTES - 64, 0xff, 32);
+    cr_assert_eq(goblin__wkey_verify(bad, sizeof bad, d, sig, sl, NULL, 0), GOBLIN_EFORMAT);
+    /* A signature cut short, or with a byte of its DER changed, does not verify. */
+    cr_assert_eq(goblin__wkey_verify(goblin__wkey_public(k), GOBLIN__WKEY_PUBLIC_BYTES, d, sig, sl - 1, NULL, 0),
+                 GOBLIN_EAUTH);
+    sig[sl / 2] ^= 0x40;
+    cr_assert_eq(goblin__wkey_verify(goblin__wkey_public(k), GOBLIN__WKEY_PUBLIC_BYTES, d, sig, sl, NULL, 0),
+                 GOBLIN_EAUTH);
+    sig[sl / 2] ^= 0x40;
+    /* The same proofs again (the verifier keeps its curve between calls): still judged alike. */
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(goblin__wkey_verify(goblin__wkey_public(k), GOBLIN__WKEY_PUBLIC_BYTES, d, sig, sl, NULL, 0),
+                     GOBLIN_OK);
+        cr_assert_eq(goblin__wkey_verify(goblin__wkey_public(other), GOBLIN__WKEY_PUBLIC_BYTES, d, sig, sl, NULL, 0),
+                     GOBLIN_EAUTH);
+    }
     goblin__wkey_free(k);
     goblin__wkey_free(other);
 }

@@ -160,6 +160,51 @@ Test(worker, misbehave_silent) {
     cr_assert_eq(o.st.results_rejected, 0);
 }
 
+/* A worker that takes leases and never answers (SILENT at rate 1, its heartbeats still
+ * going) holds up to 8 tasks of a job whose leases outlast the test: only the straggler
+ * scan can finish the job, by duplicating each of those tasks on the honest worker. The
+ * scan goes round the tasks from where it last found one; every straggler must still be
+ * found, so the job ends with no lease expired and at least as many duplicates as the
+ * silent worker was given. */
+Test(worker, every_straggler_of_a_silent_worker_is_duplicated, .timeout = 90) {
+    goblin_node_params np;
+    goblin_node_params_default(&np);
+    np.lease_ms = 600000;
+    goblin_worker_params wp[2];
+    for (int i = 0; i < 2; i++) {
+        goblin_worker_params_default(&wp[i]);
+        wp[i].threads = 1;
+    }
+    wp[1].slots = 8;
+    rt_faults[1] = (rt_fault){.mode = GOBLIN_MISBEHAVE_SILENT, .rate = 1.0, .seed = 3};
+    rt_grid g;
+    rt_grid_start_joined(&g, "inproc://test-worker-stragglers", &np, wp, 2);
+    rt_mat a = rt_mat_new(GOBLIN_DTYPE_F32, 200, 150, 3, true), b = rt_mat_new(GOBLIN_DTYPE_F32, 150, 180, 4, true);
+    rt_mat c = rt_mat_new(GOBLIN_DTYPE_F32, 200, 180, 0, false);
+    goblin_job_params jp;
+    goblin_job_params_default(&jp);
+    jp.min_tasks = 48;
+    goblin_job *job;
+    cr_assert_eq(goblin_node_submit_matmul(g.node, &a.t, &b.t, &c.t, &jp, &job), GOBLIN_OK);
+    goblin_err e = goblin_job_wait(job, 60000);
+    cr_assert_eq(e, GOBLIN_OK, "%s (%s)", goblin_strerror(e), goblin_job_error(job));
+    cr_assert_eq(rt_check_product(&a.t, &b.t, &c.t), 0);
+    goblin_node_stats st;
+    goblin_node_stats_get(g.node, &st);
+    cr_assert_eq(st.tasks_reissued, 0, "a lease expired: a straggler was not duplicated");
+    int64_t silent_issued = 0;
+    for (int64_t i = 0; i < st.workers_seen && i < 2; i++) {
+        goblin_node_worker_stats ws;
+        cr_assert_eq(goblin_node_worker_stats_get(g.node, i, &ws), GOBLIN_OK);
+        if (ws.accepted == 0) silent_issued += ws.issued;
+    }
+    cr_assert_gt(silent_issued, 1, "the silent worker was given several tasks");
+    cr_assert_geq(st.tasks_speculative, silent_issued);
+    goblin_job_free(job);
+    rt_grid_stop(&g);
+    free(a.data), free(b.data), free(c.data);
+}
+
 Test(worker, misbehave_slow) {
     /* Slow is honest: nothing rejected; stragglers may be duplicated near the end and the
      * loser's result discarded, never counted twice. */
