@@ -19,6 +19,7 @@
 
 #define HOUSEKEEPING_MS 2 /* node_main: lease deadlines and pipe events checked this often */
 #define PEER_SWEEP_MS 20  /* and the peers' silence, handshakes and closes this often */
+#define DRAIN_LAG_MAX_MS 30000 /* a backlog defers those deadlines by at most this */
 
 /* ---- small helpers -------------------------------------------------------------- */
 
@@ -294,8 +295,11 @@ static bool housekeeping(goblin_node *n) {
     if (sweep) n->last_peer_sweep_ms = now;
     /* Deadlines that judge a peer's silence run at the time the node last caught up
      * with its socket (drained_ms), not now: a peer whose messages wait unread behind a
-     * backlog has not been silent. When nothing is waiting, that is now. */
-    int64_t heard_by = n->drained_ms;
+     * backlog has not been silent. When nothing is waiting, that is now. The lag counts
+     * for at most DRAIN_LAG_MAX_MS: a peer flooding the node so that its socket is never
+     * empty must not keep silent connections (and pending slots) alive for good. */
+    int64_t heard_by = !n->drained_ms ? now
+                       : now - n->drained_ms > DRAIN_LAG_MAX_MS ? now - DRAIN_LAG_MAX_MS : n->drained_ms;
     if (sweep && n->p.heartbeat_ms) {
         int64_t silent = 3 * (int64_t)n->p.heartbeat_ms;
         for (int32_t i = 0; i < n->n_peers; i++) {
