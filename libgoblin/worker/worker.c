@@ -358,6 +358,9 @@ static void send_hello(goblin_worker *w, uint32_t link) {
     /* The PROOF signs this HELLO's bytes: an identity proof cannot be moved to another
      * HELLO (other token, other memory claims). */
     goblin__wkey_hash(nng_msg_body(msg), nng_msg_len(msg), w->hello_hash);
+    pthread_mutex_lock(&w->tx_mu);
+    w->hello_dialer = w->link == link ? w->link_dialer : -1;
+    pthread_mutex_unlock(&w->tx_mu);
     int rv = send_taken_on(w, msg, link);
     if (rv) goblin__worker_log(w, GOBLIN_LOG_WARN, "could not send the HELLO: %s", nng_strerror(rv));
     w->hello_ms = goblin__now_ms();
@@ -592,10 +595,10 @@ static bool may_follow(const char *home, const char *to, bool has_fp) {
  * HELLO home asks to be relayed). */
 static void take_introduce(goblin_worker *w, uint32_t from, const goblin__wire_introduce *in) {
     static const uint8_t none[32] = {0};
-    pthread_mutex_lock(&w->tx_mu);
-    bool home = w->link == from && !w->link_direct && !w->joined;
-    int did = w->link_dialer;
-    pthread_mutex_unlock(&w->tx_mu);
+    /* The link it came on may have ended already (the hub closes it once INTRODUCE is
+     * out): what counts is that it is the link of the last HELLO, home, unanswered. */
+    bool home = from == w->hello_link && w->acked_link != from && w->hello_dialer > 0;
+    int did = w->hello_dialer;
     const char *home_url = NULL;
     for (int32_t i = 0; i < w->n_home && !home_url; i++)
         if (nng_dialer_id(w->home[i]) == did) home_url = w->p.connect[i];
@@ -643,6 +646,8 @@ goblin_err goblin_worker_run(goblin_worker *w) {
     nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, wpipe_cb, w);
     nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, wpipe_cb, w);
     w->direct_on = w->intro_pending = w->no_intro_once = false;
+    w->hello_dialer = -1;
+    w->acked_link = 0;
     if ((e = dial_home(w, msg, sizeof msg)) != GOBLIN_OK) {
         if (e == GOBLIN_ECANCELED) { /* goblin_worker_stop while waiting for the node */
             nng_close(w->sock);
@@ -776,7 +781,12 @@ goblin_err goblin_worker_run(goblin_worker *w) {
          * answer would reach the node on the next link, under another session, before
          * that link's HELLO. Dropped. */
         uint32_t from = (uint32_t)nng_pipe_id(nng_msg_get_pipe(nm));
-        if (from != cur_link(w)) {
+        /* An INTRODUCE on the link of the last HELLO, unanswered, is taken even once that
+         * link has ended (the hub closes it right after): it is not stale. */
+        bool intro = from == w->hello_link && w->acked_link != from && nng_msg_len(nm) >= GOBLIN_WIRE_HEADER_SIZE &&
+                     memcmp(nng_msg_body(nm), "GBLW", 4) == 0 &&
+                     ((const uint8_t *)nng_msg_body(nm))[6] == GOBLIN_WIRE_TYPE_INTRODUCE;
+        if (from != cur_link(w) && !intro) {
             BUMP(w, stale_dropped);
             nng_msg_free(nm);
             continue;
@@ -822,6 +832,7 @@ goblin_err goblin_worker_run(goblin_worker *w) {
                      (unsigned long long)m->body.hello_ack.session_id,
                      (m->flags & GOBLIN_WIRE_FLAG_BATCH) ? " (batches)" : "");
                 w->node_batch = (m->flags & GOBLIN_WIRE_FLAG_BATCH) != 0;
+                w->acked_link = from;
                 if (!w->direct_on) w->no_intro_once = false; /* joined home (relayed): offer again next time */
                 w->node_max = m->body.hello_ack.max_message_bytes;
                 /* Heartbeat a bit more often than asked: the node allows 3 intervals. */

@@ -107,6 +107,11 @@ struct goblin_worker {
      * the live link is that connection; it ended */
     bool direct_mode, link_direct, direct_lost;
     int link_dialer; /* under tx_mu: the dialer id of the live link */
+    /* loop thread: the dialer of hello_link, and the last link a HELLO_ACK came on (an
+     * INTRODUCE is taken on hello_link before any HELLO_ACK, even once that link has
+     * ended: the hub closes it right after sending it) */
+    int hello_dialer;
+    uint32_t acked_link;
     nng_dialer direct;
     int64_t direct_since_ms;
     uint8_t ticket[GOBLIN_WIRE_TICKET_BYTES];
