@@ -25,7 +25,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/errf.h"
-#include "hub_impl.h"
+#include "relay_impl.h"
 #include "net/crypto.h"
 #include "net/tls_impl.h"
 #include "net/transport.h"
@@ -34,128 +34,14 @@
 #include "proto/part.h"
 #include "proto/wire.h"
 
-#define FIRST_MAX 2048                  /* a connection's first message, its hop count included */
-#define OUTQ_BYTES 4096                 /* frames the hub sends itself (handshake, ACK, OPEN, REFUSE) */
-#define SPLICE_BYTES ((size_t)64 << 10) /* each of a direction's two buffers */
-#define PENDING_MAX 256                 /* connections that have not said who they are */
-#define PENDING_MS 10000                /* ... each for at most this long */
-#define TICKET_MS 10000                 /* a node's time to attach a lent worker */
-#define OPENING_MAX 16                  /* tickets outstanding per node */
-#define CONTROL_SILENT_MS 30000         /* a control connection heard nothing from for this long */
-#define REBALANCE_COOLDOWN_MS 2000      /* between two workers taken back for fairness */
-#define TICK_MS 50
-#define REPORTS_PER_KEY 64              /* quarantines in force one node key may have reported */
-#define QSET_REFRESH_MS 1000            /* the quarantines in force read again from the store */
-#define LENT_IDS 1024                   /* identities a control connection may report WORK of */
-#define DIRECT_MAX 65536                /* workers introduced to one node at once */
-
-enum role { R_UNKNOWN, R_WORKER, R_CONTROL, R_DATA };
-enum rstate { RS_HS, RS_LEN, RS_PEEK, RS_DISCARD, RS_BODY, RS_PROBE, RS_PROOF, RS_SPLICE, RS_NONE };
-
-typedef struct rconn rconn;
-struct rconn {
-    struct goblin__hub_relay *r;
-    nng_stream *s;
-    nng_aio *rx, *tx;
-    rconn *next, *prev; /* every connection */
-    enum role role;
-    enum rstate rs;
-    bool closing, rx_busy, tx_busy, refusing, tx_from_outq;
-    int64_t since_ms, last_heard_ms;
-    uint64_t seq;
-    /* reading before the splice */
-    uint8_t in[16 + FIRST_MAX];
-    size_t want, got;
-    uint64_t frame_len, discard;
-    size_t first_len; /* a worker: its HELLO frame (length prefix and all) kept in in[] */
-    uint8_t probe[16];
-    /* what the hub sends itself */
-    uint8_t outq[OUTQ_BYTES];
-    size_t outq_len, tx_len;
-    rconn *peer;
-    /* the splice: bytes read from this connection wait in bufs for the peer's write.
-     * Two buffers: the next read fills one while the peer's write sends the other, so
-     * the two TLS sessions' crypto overlaps instead of taking turns. */
-    uint8_t *bufs[2];
-    size_t blen[2], boff[2];
-    int fill, send; /* the buffer the next read fills; the one the peer's write sends */
-    /* a worker: the node it is reserved for or lent to; a data connection: its node */
-    rconn *node;
-    bool reserved;
-    /* a worker: the network origin of its connection (hub_wire.h, OPEN) */
-    uint8_t origin_kind, origin[7];
-    /* a worker: the identity its PROOF claims (the key's SHA-256), once read */
-    bool has_identity;
-    uint8_t identity[GOBLIN__HUBW_IDENTITY];
-    /* a worker: its HELLO offered to follow an introduction (GOBLIN_WIRE_CAP_INTRO);
-     * introducing: the hub challenged it for a direct introduction to c->node (its
-     * PROOF checked: intro_sent, the node told, READY awaited) */
-    bool intro_ok, introducing, intro_sent;
-    int64_t intro_ms;
-    uint8_t nonce[GOBLIN__WKEY_NONCE_BYTES], hello_hash[32];
-    uint8_t ticket[GOBLIN__HUBW_TICKET];
-    /* a control connection: where its lent workers can dial it themselves ("": relay
-     * only), and the workers introduced to it (their identities; counted in lent) */
-    char direct_url[GOBLIN__HUBW_URL_MAX + 1];
-    uint8_t direct_fp[GOBLIN__HUBW_FINGERPRINT];
-    struct direct_rec {
-        uint8_t id[GOBLIN__HUBW_IDENTITY];
-        uint8_t ticket[GOBLIN__HUBW_TICKET]; /* its introduction's (LEFT names it) */
-        uint64_t seq;
-        uint8_t origin_kind, origin[7];
-    } *directs;
-    int32_t n_directs, cap_directs;
-    /* a control connection (a lab node) */
-    int64_t lab, key_id;
-    uint8_t (*lent_ids)[GOBLIN__HUBW_IDENTITY]; /* the last LENT_IDS identities lent to it */
-    int32_t n_lent_ids, next_lent_id;
-    uint32_t weight, max_workers;
-    int32_t lent, opening;
-};
-
-typedef struct ticket {
-    uint8_t t[GOBLIN__HUBW_TICKET];
-    rconn *node, *worker;
-    int64_t deadline_ms;
-} ticket;
-
-struct goblin__hub_relay {
-    goblin_hub *h;
-    nng_stream_listener *l;
-    nng_aio *acc;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t reaper;
-    bool stopping, have_thread, acc_stopped;
-    rconn *conns;
-    int32_t n_pending, n_workers, n_nodes;
-    uint64_t next_seq;
-    ticket *tickets;
-    int32_t n_tickets, cap_tickets;
-    int64_t rebalance_after_ms;
-    int port;
-    goblin_hub_machines_stats st;
-    /* the identities under a quarantine in force, sorted (docs/hub.md, "Reputation") */
-    uint8_t (*qset)[GOBLIN__HUBW_IDENTITY];
-    int32_t n_qset, cap_qset;
-    int64_t qset_read_ms;
-    /* tasks reported (WORK) per second of the last RATE_SECONDS, by second */
-    int64_t rate_sec[60], rate_tasks[60];
-    /* tests (GOBLIN_TESTCTRL_HUB_WORKER_ADDR): local connections count as from here */
-    bool test_addr_set;
-    nng_sockaddr test_addr;
-};
-
-typedef struct goblin__hub_relay relay;
 
 static void rx_cb(void *arg);
 static void tx_cb(void *arg);
-static void tx_kick(rconn *c);
+void goblin__relay_tx_kick(rconn *c);
 static void rx_kick(rconn *c);
 static void assign(relay *r);
 static void proof_read(rconn *c);
-static void send_end(rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]);
-static void direct_del(rconn *n, int32_t i);
+void goblin__relay_direct_del(rconn *n, int32_t i);
 
 /* ---- closing ---------------------------------------------------------------------- */
 
@@ -177,7 +63,7 @@ static void drop_tickets_of(relay *r, rconn *c) {
 }
 
 /* Mark @p c for the reaper; its peer (the other half of a splice) goes with it. */
-static void close_conn(rconn *c) {
+void goblin__relay_close_conn(rconn *c) {
     relay *r = c->r;
     if (c->closing) return;
     c->closing = true;
@@ -196,10 +82,10 @@ static void close_conn(rconn *c) {
         for (rconn *d = r->conns; d; d = d->next)
             if (d != c && !d->closing && d->node == c) {
                 if (d->role == R_DATA) d->node = NULL; /* closed through its worker below */
-                if (d->role == R_WORKER) close_conn(d);
+                if (d->role == R_WORKER) goblin__relay_close_conn(d);
             }
         for (rconn *d = r->conns; d; d = d->next)
-            if (d != c && !d->closing && d->role == R_DATA && !d->peer) close_conn(d);
+            if (d != c && !d->closing && d->role == R_DATA && !d->peer) goblin__relay_close_conn(d);
     }
     rconn *p = c->peer;
     if (p) {
@@ -209,7 +95,7 @@ static void close_conn(rconn *c) {
             p->node->lent--;
             p->node = NULL;
         }
-        close_conn(p);
+        goblin__relay_close_conn(p);
     }
     pthread_cond_signal(&r->cv);
 }
@@ -229,9 +115,9 @@ static uint64_t get_be64(const uint8_t *p) {
 }
 
 /* Queue one pair1 frame holding @p len bytes at @p m. */
-static void out_frame(rconn *c, const uint8_t *m, size_t len) {
+void goblin__relay_out_frame(rconn *c, const uint8_t *m, size_t len) {
     if (c->outq_len + 12 + len > sizeof c->outq) {
-        close_conn(c); /* a node that reads nothing: never more than OUTQ_BYTES for it */
+        goblin__relay_close_conn(c); /* a node that reads nothing: never more than OUTQ_BYTES for it */
         return;
     }
     uint8_t *o = c->outq + c->outq_len;
@@ -242,14 +128,14 @@ static void out_frame(rconn *c, const uint8_t *m, size_t len) {
     c->outq_len += 12 + len;
 }
 
-static void out_hub(rconn *c, const goblin__hubw_msg *m) {
+void goblin__relay_out_hub(rconn *c, const goblin__hubw_msg *m) {
     uint8_t b[GOBLIN__HUBW_MAX];
     size_t n = 0;
-    if (goblin__hubw_encode(m, b, &n) == GOBLIN_OK) out_frame(c, b, n);
+    if (goblin__hubw_encode(m, b, &n) == GOBLIN_OK) goblin__relay_out_frame(c, b, n);
 }
 
 /* A REFUSE in the protocol the peer spoke (worker or node), then the connection closes. */
-static void refuse(rconn *c, bool worker, goblin_err why, const char *text) {
+void goblin__relay_refuse(rconn *c, bool worker, goblin_err why, const char *text) {
     if (worker) {
         goblin__wire_msg m;
         goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_REFUSE);
@@ -257,21 +143,21 @@ static void refuse(rconn *c, bool worker, goblin_err why, const char *text) {
         m.body.refuse.message = text;
         uint8_t b[GOBLIN_WIRE_HEADER_SIZE + 16 + GOBLIN_WIRE_MAX_TEXT_BYTES];
         size_t n = 0;
-        if (goblin__wire_encode_into(&m, b, sizeof b, &n) == GOBLIN_OK) out_frame(c, b, n);
+        if (goblin__wire_encode_into(&m, b, sizeof b, &n) == GOBLIN_OK) goblin__relay_out_frame(c, b, n);
     } else {
         goblin__hubw_msg m;
         memset(&m, 0, sizeof m);
         m.type = GOBLIN__HUBW_REFUSE;
         m.reason = (uint32_t)why;
         snprintf(m.text, sizeof m.text, "%s", text);
-        out_hub(c, &m);
+        goblin__relay_out_hub(c, &m);
     }
     c->refusing = true;
     c->rs = RS_NONE;
-    tx_kick(c);
+    goblin__relay_tx_kick(c);
 }
 
-static void tx_kick(rconn *c) {
+void goblin__relay_tx_kick(rconn *c) {
     if (c->closing || c->tx_busy) return;
     nng_iov iov;
     if (c->outq_len) {
@@ -279,7 +165,7 @@ static void tx_kick(rconn *c) {
         iov.iov_len = c->outq_len;
         c->tx_from_outq = true;
     } else if (c->refusing) {
-        close_conn(c); /* the refusal is out */
+        goblin__relay_close_conn(c); /* the refusal is out */
         return;
     } else if (c->peer && c->peer->boff[c->peer->send] < c->peer->blen[c->peer->send]) {
         rconn *p = c->peer;
@@ -303,7 +189,7 @@ static void tx_cb(void *arg) {
     int rv = nng_aio_result(c->tx);
     size_t n = nng_aio_count(c->tx);
     if (rv || c->closing) {
-        close_conn(c);
+        goblin__relay_close_conn(c);
         pthread_mutex_unlock(&r->mu);
         return;
     }
@@ -320,7 +206,7 @@ static void tx_cb(void *arg) {
             rx_kick(p);
         }
     }
-    tx_kick(c);
+    goblin__relay_tx_kick(c);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -350,7 +236,7 @@ static void rx_kick(rconn *c) {
     case RS_SPLICE:
         if (c->blen[c->fill]) return; /* both buffers wait for the peer's write */
         if (!c->bufs[c->fill] && !(c->bufs[c->fill] = goblin__alloc(SPLICE_BYTES))) {
-            close_conn(c);
+            goblin__relay_close_conn(c);
             return;
         }
         read_into(c, c->bufs[c->fill], SPLICE_BYTES);
@@ -359,7 +245,7 @@ static void rx_kick(rconn *c) {
     }
 }
 
-static void expect(rconn *c, enum rstate s, size_t got, size_t want) {
+void goblin__relay_expect(rconn *c, enum rstate s, size_t got, size_t want) {
     c->rs = s;
     c->got = got;
     c->want = want;
@@ -419,24 +305,24 @@ static void splice(rconn *d, rconn *w) {
     r->st.workers_lent_total++;
     /* The worker's HELLO, held since it came, goes first. */
     if (d->outq_len + w->first_len > sizeof d->outq) {
-        close_conn(d);
+        goblin__relay_close_conn(d);
         return;
     }
     memcpy(d->outq + d->outq_len, w->in, w->first_len);
     d->outq_len += w->first_len;
     d->rs = RS_SPLICE;
     w->seq = ++r->next_seq; /* the order lent, for taking back the newest */
-    if (!w->rx_busy) expect(w, RS_PROOF, 0, 8); /* else its probe read is in flight: what it brings is read */
+    if (!w->rx_busy) goblin__relay_expect(w, RS_PROOF, 0, 8); /* else its probe read is in flight: what it brings is read */
     rx_kick(d);
     rx_kick(w);
-    tx_kick(d);
+    goblin__relay_tx_kick(d);
 }
 
 static void first_message(rconn *c, const uint8_t *m, size_t len) {
     relay *r = c->r;
     char why[320];
     if (goblin__part_is(m, len)) { /* the tail of a result from an earlier connection */
-        expect(c, RS_LEN, 0, 8);
+        goblin__relay_expect(c, RS_LEN, 0, 8);
         return;
     }
     if (len >= 4 && !memcmp(m, "GBLW", 4)) {
@@ -460,12 +346,12 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
             r->st.workers_refused++;
             char text[400];
             snprintf(text, sizeof text, "goblin-hub: %s", why);
-            refuse(c, true, e, text);
+            goblin__relay_refuse(c, true, e, text);
             return;
         }
         if ((uint32_t)r->n_workers >= r->h->cfg.machines_max_workers) {
             r->st.workers_refused++;
-            refuse(c, true, GOBLIN_EBUSY, "goblin-hub: it holds as many workers as it takes; try later");
+            goblin__relay_refuse(c, true, GOBLIN_EBUSY, "goblin-hub: it holds as many workers as it takes; try later");
             return;
         }
         c->role = R_WORKER;
@@ -479,7 +365,7 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
             c->intro_ok = (bits & GOBLIN_WIRE_CAP_INTRO) != 0;
         }
         c->seq = ++r->next_seq;
-        expect(c, RS_PROBE, 0, 0);
+        goblin__relay_expect(c, RS_PROBE, 0, 0);
         assign(r);
         return;
     }
@@ -487,8 +373,8 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
     goblin_err e = goblin__hubw_decode(m, len, &hm, why, sizeof why);
     if (e) {
         r->st.connections_refused++;
-        if (len >= 4 && !memcmp(m, "GBLH", 4)) refuse(c, false, e, why);
-        else close_conn(c); /* neither a worker nor a node: nothing to say to it */
+        if (len >= 4 && !memcmp(m, "GBLH", 4)) goblin__relay_refuse(c, false, e, why);
+        else goblin__relay_close_conn(c); /* neither a worker nor a node: nothing to say to it */
         return;
     }
     if (hm.type == GOBLIN__HUBW_NODE_HELLO) {
@@ -497,12 +383,12 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
         memset(hm.key, 0, sizeof hm.key);
         if (e) {
             r->st.nodes_refused++;
-            refuse(c, false, GOBLIN_EAUTH, "goblin-hub: the node key is unknown, wrong or revoked");
+            goblin__relay_refuse(c, false, GOBLIN_EAUTH, "goblin-hub: the node key is unknown, wrong or revoked");
             return;
         }
         if ((uint32_t)r->n_nodes >= r->h->cfg.machines_max_nodes) {
             r->st.nodes_refused++;
-            refuse(c, false, GOBLIN_EBUSY, "goblin-hub: as many lab nodes as it takes are connected");
+            goblin__relay_refuse(c, false, GOBLIN_EBUSY, "goblin-hub: as many lab nodes as it takes are connected");
             return;
         }
         c->role = R_CONTROL;
@@ -518,9 +404,9 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
         a.type = GOBLIN__HUBW_NODE_ACK;
         a.lab = c->lab;
         a.weight = c->weight;
-        out_hub(c, &a);
-        tx_kick(c);
-        expect(c, RS_LEN, 0, 8);
+        goblin__relay_out_hub(c, &a);
+        goblin__relay_tx_kick(c);
+        goblin__relay_expect(c, RS_LEN, 0, 8);
         assign(r);
         return;
     }
@@ -530,7 +416,7 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
             if (goblin__hub_equal(r->tickets[i].t, hm.ticket, GOBLIN__HUBW_TICKET)) hit = i;
         if (hit < 0) {
             r->st.tickets_refused++;
-            refuse(c, false, GOBLIN_EAUTH, "goblin-hub: no such ticket (used, expired or never issued)");
+            goblin__relay_refuse(c, false, GOBLIN_EAUTH, "goblin-hub: no such ticket (used, expired or never issued)");
             return;
         }
         ticket t = r->tickets[hit];
@@ -541,14 +427,14 @@ static void first_message(rconn *c, const uint8_t *m, size_t len) {
         return;
     }
     r->st.connections_refused++;
-    refuse(c, false, GOBLIN_EPROTO, "goblin-hub: a connection starts with NODE_HELLO, ATTACH or a worker's HELLO");
+    goblin__relay_refuse(c, false, GOBLIN_EPROTO, "goblin-hub: a connection starts with NODE_HELLO, ATTACH or a worker's HELLO");
 }
 
 /* ---- reputation: the identities quarantined on the network ------------------------------ */
 
 static int id_cmp(const void *a, const void *b) { return memcmp(a, b, GOBLIN__HUBW_IDENTITY); }
 
-static bool qset_has(const relay *r, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+bool goblin__relay_qset_has(const relay *r, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
     return r->n_qset && bsearch(id, r->qset, (size_t)r->n_qset, sizeof *r->qset, id_cmp);
 }
 
@@ -590,23 +476,23 @@ static void qset_read(relay *r, int64_t now) {
     goblin__free(keep);
     if (r->n_qset > 1) qsort(r->qset, (size_t)r->n_qset, sizeof *r->qset, id_cmp);
     for (rconn *c = r->conns; c; c = c->next)
-        if (!c->closing && c->role == R_WORKER && c->has_identity && qset_has(r, c->identity)) {
+        if (!c->closing && c->role == R_WORKER && c->has_identity && goblin__relay_qset_has(r, c->identity)) {
             r->st.workers_ended_quarantined++;
-            close_conn(c); /* redialing, its PROOF is refused below */
+            goblin__relay_close_conn(c); /* redialing, its PROOF is refused below */
         }
     for (rconn *n = r->conns; n; n = n->next) {
         if (n->closing || n->role != R_CONTROL) continue;
         for (int32_t i = n->n_directs - 1; i >= 0; i--)
-            if (qset_has(r, n->directs[i].id)) {
+            if (goblin__relay_qset_has(r, n->directs[i].id)) {
                 r->st.workers_ended_quarantined++;
-                send_end(n, n->directs[i].id); /* redialing the hub, it is refused at its PROOF */
-                direct_del(n, i);
+                goblin__relay_send_end(n, n->directs[i].id); /* redialing the hub, it is refused at its PROOF */
+                goblin__relay_direct_del(n, i);
             }
     }
 }
 
 /* Node @p n (a control connection) may report WORK of identity @p id from now on. */
-static void remember_lent(rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
+void goblin__relay_remember_lent(rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
     for (int32_t i = 0; i < n->n_lent_ids; i++)
         if (!memcmp(n->lent_ids[i], id, GOBLIN__HUBW_IDENTITY)) return;
     if (!n->lent_ids && !(n->lent_ids = goblin__alloc(LENT_IDS * sizeof *n->lent_ids))) return;
@@ -624,7 +510,7 @@ static bool was_lent(const rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
 /* Worker @p w's identity linked to a volunteer's account (docs/hub.md, "Volunteers"):
  * the node it is lent to is told the owner, sent on the control connection before the
  * PROOF goes on (the node may still admit it first: it then takes the owner at once). */
-static void tell_owner(rconn *w) {
+void goblin__relay_tell_owner(rconn *w) {
     char hex[2 * GOBLIN__HUBW_IDENTITY + 1];
     goblin__hubw_identity_hex(w->identity, hex);
     goblin_hub_link l;
@@ -634,212 +520,19 @@ static void tell_owner(rconn *w) {
     o.type = GOBLIN__HUBW_OWNER;
     memcpy(o.identity, w->identity, GOBLIN__HUBW_IDENTITY);
     o.owner = l.account_id;
-    out_hub(w->node, &o);
-    tx_kick(w->node);
+    goblin__relay_out_hub(w->node, &o);
+    goblin__relay_tx_kick(w->node);
     w->r->st.owners_told++;
-}
-
-/* ---- direct introductions (docs/hub.md, "Direct introductions") ------------------------ */
-
-static int32_t direct_find(const rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
-    for (int32_t i = 0; i < n->n_directs; i++)
-        if (!memcmp(n->directs[i].id, id, GOBLIN__HUBW_IDENTITY)) return i;
-    return -1;
-}
-
-static void direct_del(rconn *n, int32_t i) {
-    memset(n->directs[i].ticket, 0, sizeof n->directs[i].ticket);
-    n->directs[i] = n->directs[--n->n_directs];
-    n->lent--;
-}
-
-/* Identity @p id is back at the hub (or gone): its introduction ends wherever it was. */
-static void direct_forget(relay *r, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
-    for (rconn *n = r->conns; n; n = n->next) {
-        if (n->closing || n->role != R_CONTROL) continue;
-        int32_t i = direct_find(n, id);
-        if (i >= 0) direct_del(n, i);
-    }
-}
-
-/* END to node @p n: the introduced worker @p id goes (and comes back to the hub). */
-static void send_end(rconn *n, const uint8_t id[GOBLIN__HUBW_IDENTITY]) {
-    goblin__hubw_msg m;
-    memset(&m, 0, sizeof m);
-    m.type = GOBLIN__HUBW_END;
-    memcpy(m.identity, id, GOBLIN__HUBW_IDENTITY);
-    out_hub(n, &m);
-    tx_kick(n);
-}
-
-static void out_wire(rconn *c, const goblin__wire_msg *m) {
-    uint8_t b[GOBLIN_WIRE_HEADER_SIZE + 64 + 8 + GOBLIN_WIRE_MAX_URL_BYTES + 8];
-    size_t n = 0;
-    if (goblin__wire_encode_into(m, b, sizeof b, &n) == GOBLIN_OK) out_frame(c, b, n);
-    memset(b, 0, sizeof b);
-}
-
-/* Waiting worker @p w (its HELLO offered GOBLIN_WIRE_CAP_INTRO) is to be introduced to
- * @p node, which offered a direct address: the hub challenges it itself, since it names
- * the identity to the node and checks it against the network's quarantines. The PROOF
- * signs this nonce and w's HELLO, as a node's would. False: no randomness. */
-static bool intro_start(rconn *w, rconn *node) {
-    if (goblin__hub_random(w->nonce, sizeof w->nonce, NULL, 0)) return false;
-    goblin__wkey_hash(w->in + 12, w->first_len - 12, w->hello_hash);
-    w->reserved = true;
-    w->node = node;
-    node->opening++;
-    w->introducing = true;
-    w->intro_sent = false;
-    w->intro_ms = goblin__now_ms();
-    goblin__wire_msg m;
-    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_CHALLENGE);
-    memcpy(m.body.challenge.nonce, w->nonce, sizeof w->nonce);
-    out_wire(w, &m);
-    tx_kick(w);
-    return true;
-}
-
-/* The PROOF of introducing worker @p c (@p m: what it sent, decoded, or NULL). Checked
- * in full: a wrong proof or a quarantined identity is refused here. Else the node is
- * told (INTRODUCE: a fresh ticket and the identity) and the worker waits for READY. */
-static void intro_proof(rconn *c, const goblin__wire_msg *m) {
-    relay *r = c->r;
-    char detail[256] = "";
-    uint8_t digest[32];
-    bool ok = m && m->type == GOBLIN_WIRE_TYPE_PROOF && m->body.proof.key_len == GOBLIN__WKEY_PUBLIC_BYTES &&
-              goblin__wkey_proof_digest(c->nonce, c->hello_hash, m->body.proof.key, digest) == GOBLIN_OK &&
-              goblin__wkey_verify(m->body.proof.key, m->body.proof.key_len, digest, m->body.proof.sig,
-                                  m->body.proof.sig_len, detail, sizeof detail) == GOBLIN_OK &&
-              goblin__tls_sha256_two(m->body.proof.key, m->body.proof.key_len, NULL, 0, c->identity) == 0;
-    memset(c->nonce, 0, sizeof c->nonce);
-    memset(c->in, 0, sizeof c->in);
-    if (!ok) {
-        r->st.intro_proofs_refused++;
-        refuse(c, true, GOBLIN_EAUTH, "goblin-hub: the identity proof failed");
-        return;
-    }
-    c->has_identity = true;
-    if (qset_has(r, c->identity)) {
-        r->st.workers_refused_quarantined++;
-        refuse(c, true, GOBLIN_EAUTH,
-               "goblin-hub: this worker's identity is quarantined on the network (a lab node caught a wrong result "
-               "from it); the hub's operator can lift it");
-        return;
-    }
-    rconn *node = c->node;
-    if (!node || node->closing || goblin__hub_random(c->ticket, sizeof c->ticket, NULL, 0)) {
-        close_conn(c); /* it redials and waits again */
-        return;
-    }
-    direct_forget(r, c->identity); /* it is here, so no longer there */
-    remember_lent(node, c->identity);
-    tell_owner(c);
-    goblin__hubw_msg o;
-    memset(&o, 0, sizeof o);
-    o.type = GOBLIN__HUBW_INTRODUCE;
-    memcpy(o.ticket, c->ticket, sizeof o.ticket);
-    memcpy(o.identity, c->identity, sizeof o.identity);
-    o.origin_kind = c->origin_kind;
-    memcpy(o.origin, c->origin, sizeof o.origin);
-    out_hub(node, &o);
-    memset(o.ticket, 0, sizeof o.ticket);
-    tx_kick(node);
-    c->intro_sent = true;
-    c->intro_ms = goblin__now_ms();
-    expect(c, RS_PROBE, 0, 0); /* it says nothing more to the hub */
-}
-
-/* Node @p node kept the ticket (READY): worker @p w gets the node's address and the
- * ticket, and its connection to the hub ends once that is sent. */
-static void intro_finish(rconn *w) {
-    relay *r = w->r;
-    rconn *node = w->node;
-    node->opening--;
-    w->introducing = false;
-    w->reserved = false;
-    w->node = NULL;
-    if (node->n_directs == node->cap_directs) {
-        int32_t nc = node->cap_directs ? 2 * node->cap_directs : 16;
-        struct direct_rec *d = nc <= DIRECT_MAX ? goblin__alloc((size_t)nc * sizeof *d) : NULL;
-        if (!d) {
-            send_end(node, w->identity);
-            close_conn(w);
-            return;
-        }
-        if (node->n_directs) memcpy(d, node->directs, (size_t)node->n_directs * sizeof *d);
-        goblin__free(node->directs);
-        node->directs = d;
-        node->cap_directs = nc;
-    }
-    struct direct_rec *d = &node->directs[node->n_directs++];
-    memcpy(d->id, w->identity, sizeof d->id);
-    memcpy(d->ticket, w->ticket, sizeof d->ticket);
-    d->seq = ++r->next_seq;
-    d->origin_kind = w->origin_kind;
-    memcpy(d->origin, w->origin, sizeof d->origin);
-    node->lent++;
-    r->st.workers_lent_total++;
-    r->st.workers_introduced++;
-    goblin__wire_msg m;
-    goblin__wire_msg_init(&m, GOBLIN_WIRE_TYPE_INTRODUCE);
-    memcpy(m.body.introduce.ticket, w->ticket, GOBLIN_WIRE_TICKET_BYTES);
-    memcpy(m.body.introduce.fingerprint, node->direct_fp, sizeof m.body.introduce.fingerprint);
-    m.body.introduce.url = node->direct_url;
-    out_wire(w, &m);
-    memset(&m, 0, sizeof m);
-    memset(w->ticket, 0, sizeof w->ticket);
-    w->refusing = true; /* closed once sent */
-    w->rs = RS_NONE;
-    tx_kick(w);
-}
-
-/* NODE_DIRECT: node @p c's lent workers may dial it at this address. Taken only in a
- * form a worker follows (tls+tcp:// with a fingerprint, tcp:// on loopback; the latter is
- * used only for workers on the hub's loopback too, assign). */
-static void direct_offer(rconn *c, const goblin__hubw_msg *hm) {
-    static const uint8_t none[GOBLIN__HUBW_FINGERPRINT] = {0};
-    bool tls = goblin__transport_url_is_tls(hm->url);
-    bool fp = memcmp(hm->fingerprint, none, sizeof none) != 0;
-    if ((tls && fp) || (!tls && !fp && goblin__transport_url_is_plain_tcp(hm->url) &&
-                        goblin__transport_url_is_local(hm->url))) {
-        snprintf(c->direct_url, sizeof c->direct_url, "%s", hm->url);
-        memcpy(c->direct_fp, hm->fingerprint, sizeof c->direct_fp);
-    } else {
-        c->r->st.direct_offers_refused++;
-    }
-}
-
-/* READY or LEFT from node @p c about one introduction (identity and ticket): an older
- * introduction of the same identity is another ticket, and is left alone. */
-static void intro_answer(rconn *c, const goblin__hubw_msg *hm) {
-    relay *r = c->r;
-    rconn *w = NULL;
-    for (rconn *x = r->conns; x && !w; x = x->next)
-        if (!x->closing && x->role == R_WORKER && x->introducing && x->intro_sent && x->node == c &&
-            !memcmp(x->identity, hm->identity, GOBLIN__HUBW_IDENTITY) &&
-            goblin__hub_equal(x->ticket, hm->ticket, GOBLIN__HUBW_TICKET))
-            w = x;
-    if (hm->type == GOBLIN__HUBW_READY) {
-        if (w) intro_finish(w);
-        return;
-    }
-    int32_t i = direct_find(c, hm->identity);
-    if (i >= 0 && goblin__hub_equal(c->directs[i].ticket, hm->ticket, GOBLIN__HUBW_TICKET)) {
-        direct_del(c, i);
-        r->st.direct_left++;
-    }
-    if (w) close_conn(w); /* the node could not keep its ticket: it redials */
 }
 
 /* The worker's bytes in in[0..got] go on to the node, and the splice copies the rest. */
 static void proof_pass(rconn *c) {
     if (!c->peer) {
-        close_conn(c);
+        goblin__relay_close_conn(c);
         return;
     }
     if (!c->bufs[0] && !(c->bufs[0] = goblin__alloc(SPLICE_BYTES))) {
-        close_conn(c);
+        goblin__relay_close_conn(c);
         return;
     }
     memcpy(c->bufs[0], c->in, c->got);
@@ -849,7 +542,7 @@ static void proof_pass(rconn *c) {
     c->send = 0;
     c->rs = RS_SPLICE;
     memset(c->in, 0, sizeof c->in);
-    tx_kick(c->peer);
+    goblin__relay_tx_kick(c->peer);
 }
 
 /* A spliced worker's first frame after its HELLO, read whole before it goes on: the
@@ -865,11 +558,11 @@ static void proof_read(rconn *c) {
     if (c->want == 8) {
         uint64_t fl = get_be64(c->in);
         if (fl < 4 + GOBLIN_WIRE_HEADER_SIZE || fl > FIRST_MAX) {
-            if (c->introducing) intro_proof(c, NULL);
+            if (c->introducing) goblin__relay_intro_proof(c, NULL);
             else proof_pass(c);
             return;
         }
-        expect(c, RS_PROOF, c->got, 8 + (size_t)fl);
+        goblin__relay_expect(c, RS_PROOF, c->got, 8 + (size_t)fl);
         if (c->got < c->want) return;
     }
     goblin__wire_limits lim;
@@ -878,7 +571,7 @@ static void proof_read(rconn *c) {
     goblin__wire_msg *m = NULL;
     if (c->introducing) {
         if (goblin__wire_decode(c->in + 12, c->want - 12, &lim, 0, &m, NULL, 0) != GOBLIN_OK) m = NULL;
-        intro_proof(c, m);
+        goblin__relay_intro_proof(c, m);
         goblin__wire_msg_free(m);
         return;
     }
@@ -887,10 +580,10 @@ static void proof_read(rconn *c) {
         goblin__tls_sha256_two(m->body.proof.key, m->body.proof.key_len, NULL, 0, c->identity) == 0)
         c->has_identity = true;
     goblin__wire_msg_free(m);
-    if (!c->has_identity || !qset_has(r, c->identity)) {
+    if (!c->has_identity || !goblin__relay_qset_has(r, c->identity)) {
         if (c->has_identity && c->node) {
-            remember_lent(c->node, c->identity);
-            tell_owner(c);
+            goblin__relay_remember_lent(c->node, c->identity);
+            goblin__relay_tell_owner(c);
         }
         proof_pass(c);
         return;
@@ -901,10 +594,10 @@ static void proof_read(rconn *c) {
         c->peer = NULL;
         if (c->node) c->node->lent--;
         c->node = NULL;
-        close_conn(d);
+        goblin__relay_close_conn(d);
     }
     r->st.workers_refused_quarantined++;
-    refuse(c, true, GOBLIN_EAUTH,
+    goblin__relay_refuse(c, true, GOBLIN_EAUTH,
            "goblin-hub: this worker's identity is quarantined on the network (a lab node caught a wrong result "
            "from it); the hub's operator can lift it");
 }
@@ -990,25 +683,25 @@ static void control_message(rconn *c, const uint8_t *m, size_t len) {
     goblin_err e = goblin__hubw_decode(m, len, &hm, why, sizeof why);
     if (!e && hm.type == GOBLIN__HUBW_QUARANTINE) {
         if (!record_quarantine(c, &hm)) {
-            close_conn(c);
+            goblin__relay_close_conn(c);
             return;
         }
     } else if (!e && hm.type == GOBLIN__HUBW_WORK) {
         if (!record_work(c, &hm)) {
-            close_conn(c);
+            goblin__relay_close_conn(c);
             return;
         }
     } else if (!e && hm.type == GOBLIN__HUBW_NODE_DIRECT) {
-        direct_offer(c, &hm);
+        goblin__relay_direct_offer(c, &hm);
     } else if (!e && (hm.type == GOBLIN__HUBW_READY || hm.type == GOBLIN__HUBW_LEFT)) {
-        intro_answer(c, &hm);
+        goblin__relay_intro_answer(c, &hm);
     } else if (e || hm.type != GOBLIN__HUBW_HEARTBEAT) {
         if (e && len >= GOBLIN__HUBW_HEADER && m[6] == GOBLIN__HUBW_QUARANTINE) c->r->st.quarantines_refused++;
-        close_conn(c);
+        goblin__relay_close_conn(c);
         return;
     }
     c->last_heard_ms = goblin__now_ms();
-    expect(c, RS_LEN, 0, 8);
+    goblin__relay_expect(c, RS_LEN, 0, 8);
 }
 
 static void rx_cb(void *arg) {
@@ -1019,7 +712,7 @@ static void rx_cb(void *arg) {
     int rv = nng_aio_result(c->rx);
     size_t n = nng_aio_count(c->rx);
     if (rv || c->closing || n == 0) {
-        close_conn(c);
+        goblin__relay_close_conn(c);
         goto out;
     }
     switch (c->rs) {
@@ -1027,27 +720,27 @@ static void rx_cb(void *arg) {
         /* spliced meanwhile, or challenged for an introduction: the worker's next frame */
         if (c->role == R_WORKER && (c->peer || (c->introducing && !c->intro_sent))) {
             memcpy(c->in, c->probe, n);
-            expect(c, RS_PROOF, n, 8);
+            goblin__relay_expect(c, RS_PROOF, n, 8);
             if (n >= 8) proof_read(c);
             rx_kick(c);
             goto out;
         }
-        close_conn(c); /* a waiting worker says nothing */
+        goblin__relay_close_conn(c); /* a waiting worker says nothing */
         goto out;
     case RS_SPLICE:
         c->blen[c->fill] = n;
         c->boff[c->fill] = 0;
         c->fill ^= 1;
         if (!c->peer) {
-            close_conn(c);
+            goblin__relay_close_conn(c);
             goto out;
         }
-        tx_kick(c->peer);
+        goblin__relay_tx_kick(c->peer);
         rx_kick(c); /* into the other buffer, if the peer is done with it */
         goto out;
     case RS_DISCARD:
         c->discard -= n;
-        if (!c->discard) expect(c, RS_LEN, 0, 8);
+        if (!c->discard) goblin__relay_expect(c, RS_LEN, 0, 8);
         rx_kick(c);
         goto out;
     default: break;
@@ -1061,32 +754,32 @@ static void rx_cb(void *arg) {
         static const uint8_t pair1[8] = {0, 'S', 'P', 0, 0, 0x11, 0, 0};
         if (memcmp(c->in, pair1, 8)) {
             r->st.connections_refused++;
-            close_conn(c); /* not nng's pair1: not ours to answer */
+            goblin__relay_close_conn(c); /* not nng's pair1: not ours to answer */
             goto out;
         }
         memcpy(c->outq + c->outq_len, pair1, 8);
         c->outq_len += 8;
-        tx_kick(c);
-        expect(c, RS_LEN, 0, 8);
+        goblin__relay_tx_kick(c);
+        goblin__relay_expect(c, RS_LEN, 0, 8);
     } else if (c->rs == RS_LEN) {
         c->frame_len = get_be64(c->in);
         if (c->frame_len < 4 + 4) {
             r->st.connections_refused++;
-            close_conn(c);
+            goblin__relay_close_conn(c);
             goto out;
         }
-        if (c->frame_len <= FIRST_MAX) expect(c, RS_BODY, 8, 8 + (size_t)c->frame_len);
-        else if (c->role == R_UNKNOWN && c->frame_len <= GOBLIN__PART_WIRE_MAX) expect(c, RS_PEEK, 8, 16);
+        if (c->frame_len <= FIRST_MAX) goblin__relay_expect(c, RS_BODY, 8, 8 + (size_t)c->frame_len);
+        else if (c->role == R_UNKNOWN && c->frame_len <= GOBLIN__PART_WIRE_MAX) goblin__relay_expect(c, RS_PEEK, 8, 16);
         else {
             r->st.connections_refused++;
-            if (c->role == R_CONTROL) close_conn(c);
-            else refuse(c, true, GOBLIN_ELIMIT, "goblin-hub: a first message is at most 2048 bytes");
+            if (c->role == R_CONTROL) goblin__relay_close_conn(c);
+            else goblin__relay_refuse(c, true, GOBLIN_ELIMIT, "goblin-hub: a first message is at most 2048 bytes");
             goto out;
         }
     } else if (c->rs == RS_PEEK) {
         if (memcmp(c->in + 12, "GBLP", 4)) {
             r->st.connections_refused++;
-            refuse(c, true, GOBLIN_ELIMIT, "goblin-hub: a first message is at most 2048 bytes");
+            goblin__relay_refuse(c, true, GOBLIN_ELIMIT, "goblin-hub: a first message is at most 2048 bytes");
             goto out;
         }
         c->discard = c->frame_len - 8; /* a part left over from a lost connection: skipped */
@@ -1097,7 +790,7 @@ static void rx_cb(void *arg) {
         size_t len = (size_t)c->frame_len - 4;
         if (hops > 0xff) {
             r->st.connections_refused++;
-            close_conn(c);
+            goblin__relay_close_conn(c);
             goto out;
         }
         if (c->role == R_CONTROL) control_message(c, m, len);
@@ -1141,7 +834,7 @@ static void assign(relay *r) {
         bool direct = best->direct_url[0] && (goblin__transport_url_is_tls(best->direct_url) ||
                                               (w->origin_kind == 0 && best->origin_kind == 0));
         if (w->intro_ok && direct) {
-            if (!intro_start(w, best)) return;
+            if (!goblin__relay_intro_start(w, best)) return;
             continue;
         }
         if (r->n_tickets == r->cap_tickets) {
@@ -1171,9 +864,9 @@ static void assign(relay *r) {
         memcpy(o.ticket, t->t, sizeof o.ticket);
         o.origin_kind = w->origin_kind; /* the node's origin rule sees the volunteer, not the hub */
         memcpy(o.origin, w->origin, sizeof o.origin);
-        out_hub(best, &o);
+        goblin__relay_out_hub(best, &o);
         memset(o.ticket, 0, sizeof o.ticket);
-        tx_kick(best);
+        goblin__relay_tx_kick(best);
     }
 }
 
@@ -1202,11 +895,11 @@ static void rebalance(relay *r, int64_t now) {
     r->st.workers_taken_back++;
     r->rebalance_after_ms = now + REBALANCE_COOLDOWN_MS;
     if (di >= 0) { /* the node ends it; it redials the hub and is lent below */
-        send_end(hi, hi->directs[di].id);
-        direct_del(hi, di);
+        goblin__relay_send_end(hi, hi->directs[di].id);
+        goblin__relay_direct_del(hi, di);
         return;
     }
-    close_conn(w);
+    goblin__relay_close_conn(w);
 }
 
 /* ---- accepting, the reaper ------------------------------------------------------------------ */
@@ -1259,7 +952,7 @@ static rconn *conn_new(relay *r, nng_stream *s) {
     if (r->conns) r->conns->prev = c;
     r->conns = c;
     r->n_pending++;
-    expect(c, RS_HS, 0, 8);
+    goblin__relay_expect(c, RS_HS, 0, 8);
     return c;
 }
 
@@ -1275,7 +968,7 @@ static void accept_cb(void *arg) {
             nng_stream_free(s); /* never started: nothing of ours waits on it */
         } else if (r->n_pending > PENDING_MAX) {
             r->st.connections_refused++;
-            close_conn(c);
+            goblin__relay_close_conn(c);
         } else {
             rx_kick(c);
         }
@@ -1302,7 +995,7 @@ static void housekeeping(relay *r, int64_t now) {
         if ((c->role == R_UNKNOWN && now - c->since_ms > PENDING_MS) ||
             (c->role == R_CONTROL && now - c->last_heard_ms > CONTROL_SILENT_MS) ||
             (c->role == R_WORKER && c->introducing && now - c->intro_ms > TICKET_MS))
-            close_conn(c);
+            goblin__relay_close_conn(c);
     }
     if (now - r->qset_read_ms >= QSET_REFRESH_MS) qset_read(r, now);
     assign(r);
@@ -1321,7 +1014,7 @@ static void *reaper_main(void *arg) {
         rconn *batch = NULL;
         for (rconn *c = r->conns, *nx; c; c = nx) {
             nx = c->next;
-            if (r->stopping && !c->closing) close_conn(c);
+            if (r->stopping && !c->closing) goblin__relay_close_conn(c);
             if (!c->closing) continue;
             if (c->prev) c->prev->next = c->next;
             else r->conns = c->next;
